@@ -1,0 +1,84 @@
+// matmul.wgsl — C[b, m, n] = sum_k A[b, m, k] * B[b, k, n], f32 accumulation, strided operands (transposed
+// views and broadcast batch dims read in place), contiguous C.
+// Bindings: 0 Params, 1 C (out), 2 A, 3 B (storage, read_write).
+// Params: v[0] = (M, N, K, batch dim 1 size); v[1] = A strides (batch0, batch1, row, col) in elements;
+//         v[2] = B strides (batch0, batch1, row, col); v[3] = (A offset, B offset, 0, 0) in elements.
+// Dispatch: (ceil(N/64), ceil(M/64), batches). Each 16x16 workgroup computes a 64x64 tile of C, 4x4 per
+// invocation, stepping K by 16 through workgroup memory; edges are zero-filled, so any M, N, K works.
+// CPU reference: backend/cpu_matmul.rs.
+@group(0) @binding(1) var<storage, read_write> c_out: array<{{OUT_T}}>;
+@group(0) @binding(2) var<storage, read_write> a_in: array<{{A_T}}>;
+@group(0) @binding(3) var<storage, read_write> b_in: array<{{B_T}}>;
+
+const TM: u32 = 64u;
+const TN: u32 = 64u;
+const TK: u32 = 16u;
+var<workgroup> a_s: array<f32, 1024>; // [TK][TM]
+var<workgroup> b_s: array<f32, 1024>; // [TK][TN]
+
+@compute @workgroup_size(16, 16, 1)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let M = P.v[0].x;
+    let N = P.v[0].y;
+    let K = P.v[0].z;
+    let b1 = wg.z % P.v[0].w;
+    let b0 = wg.z / P.v[0].w;
+    let sa = P.v[1];
+    let sb = P.v[2];
+    let a_base = P.v[3].x + b0 * sa.x + b1 * sa.y;
+    let b_base = P.v[3].y + b0 * sb.x + b1 * sb.y;
+    let row0 = wg.y * TM;
+    let col0 = wg.x * TN;
+    var acc: array<array<f32, 4>, 4>;
+    for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
+        // 1024 elements of A's tile and of B's tile, 4 per invocation
+        for (var t = 0u; t < 4u; t = t + 1u) {
+            let e = lid + t * 256u;
+            // A tile stored k-major: a_s[kk * TM + mm]
+            let am = e % TM;
+            let ak = e / TM;
+            let gm = row0 + am;
+            let gk = k0 + ak;
+            var av = 0.0;
+            if (gm < M && gk < K) {
+                av = f32(a_in[a_base + gm * sa.z + gk * sa.w]);
+            }
+            a_s[ak * TM + am] = av;
+            let bn = e % TN;
+            let bk = e / TN;
+            let gn = col0 + bn;
+            let gk2 = k0 + bk;
+            var bv = 0.0;
+            if (gn < N && gk2 < K) {
+                bv = f32(b_in[b_base + gk2 * sb.z + gn * sb.w]);
+            }
+            b_s[bk * TN + bn] = bv;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < TK; kk = kk + 1u) {
+            var av: array<f32, 4>;
+            var bv: array<f32, 4>;
+            for (var r = 0u; r < 4u; r = r + 1u) {
+                av[r] = a_s[kk * TM + lid3.y + r * 16u];
+                bv[r] = b_s[kk * TN + lid3.x + r * 16u];
+            }
+            for (var r = 0u; r < 4u; r = r + 1u) {
+                for (var s = 0u; s < 4u; s = s + 1u) {
+                    acc[r][s] = fma(av[r], bv[s], acc[r][s]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    let c_base = wg.z * M * N;
+    for (var r = 0u; r < 4u; r = r + 1u) {
+        let gm = row0 + lid3.y + r * 16u;
+        for (var s = 0u; s < 4u; s = s + 1u) {
+            let gn = col0 + lid3.x + s * 16u;
+            if (gm < M && gn < N) {
+                c_out[c_base + gm * N + gn] = {{OUT_T}}(acc[r][s]);
+            }
+        }
+    }
+}

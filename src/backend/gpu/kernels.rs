@@ -1,0 +1,419 @@
+//! Kernels (stage 4a): for each step of a program, the WGSL variant (a [`KernelKey`]), its uniform parameters
+//! and its dispatch geometry. Shader text comes from `shaders/*.wgsl` with a few `{{TOKEN}}` substitutions.
+
+use crate::compile::Program;
+use crate::graph::{operand_layout, BinaryOp, NodeId, Op, ReduceOp, UnaryOp};
+use crate::shape::Layout;
+use crate::{DType, Error, Result};
+
+const COMMON: &str = include_str!("../../../shaders/common.wgsl");
+const ELEMENTWISE: &str = include_str!("../../../shaders/elementwise.wgsl");
+const MATMUL: &str = include_str!("../../../shaders/matmul.wgsl");
+const ROWS: &str = include_str!("../../../shaders/rows.wgsl");
+const GATHER: &str = include_str!("../../../shaders/gather.wgsl");
+
+/// Which shader file and which compile-time variant of it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum KernelKind {
+    /// `out = expr(x0, x1, ..)`; `expr` is WGSL over the loaded operands.
+    Elementwise { expr: String },
+    MatMul,
+    /// A row op of rows.wgsl: 0 softmax, 1 rms_norm, 2 layer_norm, 3 sum, 4 mean, 5 max, 6 argmax.
+    Rows { op: u32, mask: bool },
+    GetRows,
+    Concat,
+}
+
+/// Everything that makes one WGSL variant: cached pipelines are keyed by it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KernelKey {
+    pub kind: KernelKind,
+    /// Storage dtype of the output.
+    pub out: DType,
+    /// Storage dtypes of the inputs, in binding order.
+    pub ins: Vec<DType>,
+}
+
+/// One dispatch of a plan: the kernel, its uniform block, the storage nodes bound (output first), and the grid.
+#[derive(Clone, Debug)]
+pub(crate) struct Dispatch {
+    pub key: KernelKey,
+    pub params: [u32; 64],
+    pub bindings: Vec<NodeId>,
+    pub workgroups: [u32; 3],
+}
+
+fn wgsl_type(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::I32 => "i32",
+    }
+}
+
+/// Replaces each `{{NAME}}` and fails if any token is left unreplaced.
+fn render(template: &str, subs: &[(&str, String)]) -> String {
+    let mut s = template.to_string();
+    for (k, v) in subs {
+        s = s.replace(&format!("{{{{{k}}}}}"), v);
+    }
+    assert!(!s.contains("{{"), "unreplaced token in WGSL template:\n{s}");
+    s
+}
+
+impl KernelKey {
+    /// Whether the variant needs `enable f16;`.
+    pub fn uses_f16(&self) -> bool {
+        self.out == DType::F16 || self.ins.contains(&DType::F16)
+    }
+
+    /// The complete WGSL source of this variant.
+    pub fn wgsl(&self) -> String {
+        let enable = if self.uses_f16() { "enable f16;\n" } else { "" };
+        let out_t = wgsl_type(self.out).to_string();
+        let body = match &self.kind {
+            KernelKind::Elementwise { expr } => {
+                let int = self.out == DType::I32 && self.ins.iter().all(|&d| d == DType::I32);
+                let c = if int { "i32" } else { "f32" };
+                let decls = (0..self.ins.len())
+                    .map(|k| {
+                        format!("@group(0) @binding({}) var<storage, read_write> in{k}: array<{}>;", k + 2, wgsl_type(self.ins[k]))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let loads = (0..self.ins.len())
+                    .map(|k| format!("    let x{k} = {c}(in{k}[at(c, P.v[{}], P.v[{}].x)]);", 2 + 2 * k, 3 + 2 * k))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                render(ELEMENTWISE, &[
+                    ("OUT_T", out_t),
+                    ("C", c.into()),
+                    ("DECLS", decls),
+                    ("LOADS", loads),
+                    ("EXPR", expr.clone()),
+                ])
+            }
+            KernelKind::MatMul => render(MATMUL, &[
+                ("OUT_T", out_t),
+                ("A_T", wgsl_type(self.ins[0]).into()),
+                ("B_T", wgsl_type(self.ins[1]).into()),
+            ]),
+            KernelKind::Rows { op, mask } => {
+                let (decl, f) = if *mask {
+                    (
+                        format!("@group(0) @binding(3) var<storage, read_write> m_in: array<{}>;", wgsl_type(self.ins[1])),
+                        "fn load_mask(base: u32, j: u32) -> f32 {\n    return f32(m_in[base + j * P.v[3].w]);\n}".to_string(),
+                    )
+                } else {
+                    (String::new(), "fn load_mask(base: u32, j: u32) -> f32 {\n    return 0.0;\n}".to_string())
+                };
+                render(ROWS, &[
+                    ("OUT_T", out_t),
+                    ("X_T", wgsl_type(self.ins[0]).into()),
+                    ("MASK_DECL", decl),
+                    ("MASK_FN", f),
+                    ("OP", op.to_string()),
+                    ("HAS_MASK", mask.to_string()),
+                ])
+            }
+            KernelKind::GetRows | KernelKind::Concat => render(GATHER, &[
+                ("OUT_T", out_t),
+                ("S0_T", wgsl_type(self.ins[0]).into()),
+                ("S1_T", wgsl_type(self.ins[1]).into()),
+                ("CONCAT", (self.kind == KernelKind::Concat).to_string()),
+            ]),
+        };
+        format!("{enable}{COMMON}\n{body}")
+    }
+}
+
+/// WGSL for a unary op applied to operand expression `x` in compute type f32 (or i32 for integer ops).
+pub(crate) fn unary_expr(op: UnaryOp, x: &str) -> String {
+    match op {
+        UnaryOp::Scale(bits) => format!("({x} * bitcast<f32>({bits:#x}u))"),
+        UnaryOp::Neg => format!("(-{x})"),
+        UnaryOp::Abs => format!("abs({x})"),
+        UnaryOp::Sqr => format!("({x} * {x})"),
+        UnaryOp::Sqrt => format!("sqrt({x})"),
+        UnaryOp::Exp => format!("exp({x})"),
+        UnaryOp::Log => format!("log({x})"),
+        UnaryOp::Tanh => format!("wt_tanh({x})"),
+        UnaryOp::Relu => format!("max({x}, 0.0)"),
+        UnaryOp::Gelu => format!("wt_gelu({x})"),
+        UnaryOp::GeluErf => format!("wt_gelu_erf({x})"),
+        UnaryOp::Silu => format!("wt_silu({x})"),
+        UnaryOp::Sigmoid => format!("wt_sigmoid({x})"),
+        UnaryOp::Copy => x.to_string(),
+    }
+}
+
+/// WGSL for a binary op.
+pub(crate) fn binary_expr(op: BinaryOp, a: &str, b: &str) -> String {
+    let sym = match op {
+        BinaryOp::Add => "+",
+        BinaryOp::Sub => "-",
+        BinaryOp::Mul => "*",
+        BinaryOp::Div => "/",
+    };
+    format!("({a} {sym} {b})")
+}
+
+/// Workgroup grid for `groups` workgroups: 1-D when it fits `max_per_dim`, else split over x and y.
+pub(crate) fn grid(what: &str, groups: u64, max_per_dim: u32) -> Result<[u32; 3]> {
+    let max = max_per_dim.max(1) as u64;
+    if groups <= max {
+        return Ok([groups.max(1) as u32, 1, 1]);
+    }
+    let y = groups.div_ceil(max);
+    if y > max {
+        return Err(Error::LimitExceeded {
+            what: format!("{what}: {groups} workgroups"),
+            size: groups,
+            limit_name: "max_compute_workgroups_per_dimension squared",
+            limit: max * max,
+        });
+    }
+    Ok([max as u32, y as u32, 1])
+}
+
+fn put4(p: &mut [u32; 64], slot: usize, v: [usize; 4]) {
+    for (j, x) in v.iter().enumerate() {
+        p[slot * 4 + j] = *x as u32;
+    }
+}
+
+fn padded(l: &Layout) -> ([usize; 4], [usize; 4]) {
+    l.padded4()
+}
+
+/// Lowers one step of `program` to a dispatch. `max_groups` is the device's per-dimension workgroup limit.
+pub(crate) fn lower(program: &Program, id: NodeId, max_groups: u32) -> Result<Dispatch> {
+    let nodes = &program.nodes;
+    let node = &nodes[id];
+    let shape = &node.layout.shape;
+    let numel = node.layout.numel();
+    let mut p = [0u32; 64];
+    let dt = |n: NodeId| nodes[n].dtype;
+    let st = |n: NodeId| nodes[n].storage;
+    let name = node.op.name();
+    let elementwise = |expr: String, srcs: &[NodeId], p: &mut [u32; 64]| -> Result<Dispatch> {
+        p[0] = numel as u32;
+        put4(p, 1, padded(&node.layout).0);
+        for (k, &s) in srcs.iter().enumerate() {
+            let l = operand_layout(&nodes[s].layout, shape);
+            put4(p, 2 + 2 * k, padded(&l).1);
+            p[(3 + 2 * k) * 4] = l.offset as u32;
+        }
+        Ok(Dispatch {
+            key: KernelKey {
+                kind: KernelKind::Elementwise { expr },
+                out: node.dtype,
+                ins: srcs.iter().map(|&s| dt(s)).collect(),
+            },
+            params: *p,
+            bindings: std::iter::once(id).chain(srcs.iter().map(|&s| st(s))).collect(),
+            workgroups: grid(&name, (numel as u64).div_ceil(256), max_groups)?,
+        })
+    };
+    match node.op {
+        Op::Unary { op, x } => elementwise(unary_expr(op, "x0"), &[x], &mut p),
+        Op::Binary { op, a, b } => elementwise(binary_expr(op, "x0", "x1"), &[a, b], &mut p),
+        Op::MatMul { a, b } => {
+            let r = shape.len();
+            let (m, n) = (shape[r - 2], shape[r - 1]);
+            let k = nodes[a].layout.shape[nodes[a].layout.rank() - 1];
+            let mut batch4 = [1usize; 4];
+            batch4[4 - (r - 2)..].copy_from_slice(&shape[..r - 2]);
+            let full = |src: NodeId, rows: usize, cols: usize| {
+                let mut s = shape[..r - 2].to_vec();
+                s.extend([rows, cols]);
+                let l = operand_layout(&nodes[src].layout, &s);
+                let (_, strides) = l.padded4();
+                // padded4 zeroes strides of size-1 dims; rows/cols strides stay valid for any index < 1
+                let mut sb = [0usize; 4];
+                let nb = r - 2;
+                if nb == 2 {
+                    sb[0] = strides[0];
+                    sb[1] = strides[1];
+                } else if nb == 1 {
+                    sb[1] = strides[1];
+                }
+                ([sb[0], sb[1], strides[2], strides[3]], l.offset)
+            };
+            let (sa, oa) = full(a, m, k);
+            let (sbt, ob) = full(b, k, n);
+            let batches = batch4[2] * batch4[3];
+            put4(&mut p, 0, [m, n, k, batch4[3]]);
+            put4(&mut p, 1, sa);
+            put4(&mut p, 2, sbt);
+            put4(&mut p, 3, [oa, ob, 0, 0]);
+            let gx = n.div_ceil(64) as u64;
+            let gy = m.div_ceil(64) as u64;
+            for (g, lim) in [(gx, "N / 64"), (gy, "M / 64"), (batches as u64, "batch")] {
+                if g > max_groups as u64 {
+                    return Err(Error::LimitExceeded {
+                        what: format!("matmul {shape:?}: {lim} = {g} workgroups"),
+                        size: g,
+                        limit_name: "max_compute_workgroups_per_dimension",
+                        limit: max_groups as u64,
+                    });
+                }
+            }
+            Ok(Dispatch {
+                key: KernelKey { kind: KernelKind::MatMul, out: node.dtype, ins: vec![dt(a), dt(b)] },
+                params: p,
+                bindings: vec![id, st(a), st(b)],
+                workgroups: [gx as u32, gy as u32, batches as u32],
+            })
+        }
+        Op::Softmax { x, mask, scale } => rows(program, id, x, mask, 0, scale, 0.0, max_groups),
+        Op::RmsNorm { x, eps } => rows(program, id, x, None, 1, 1.0, eps, max_groups),
+        Op::LayerNorm { x, eps } => rows(program, id, x, None, 2, 1.0, eps, max_groups),
+        Op::Reduce { op, x } => {
+            let code = match op {
+                ReduceOp::Sum => 3,
+                ReduceOp::Mean => 4,
+                ReduceOp::Max => 5,
+                ReduceOp::ArgMax => 6,
+            };
+            rows(program, id, x, None, code, 1.0, 0.0, max_groups)
+        }
+        Op::GetRows { table, idx } => {
+            let lt = &nodes[table].layout;
+            let li = &nodes[idx].layout;
+            let (ishape, istrides) = li.padded4();
+            put4(&mut p, 0, [numel, lt.shape[1], lt.shape[0], lt.offset]);
+            put4(&mut p, 1, ishape);
+            put4(&mut p, 2, istrides);
+            put4(&mut p, 3, [li.offset, lt.strides[0], lt.strides[1], 0]);
+            Ok(Dispatch {
+                key: KernelKey { kind: KernelKind::GetRows, out: node.dtype, ins: vec![dt(table), dt(idx)] },
+                params: p,
+                bindings: vec![id, st(table), st(idx)],
+                workgroups: grid("get_rows", (numel as u64).div_ceil(256), max_groups)?,
+            })
+        }
+        Op::Concat { a, b, axis } => {
+            let la = &nodes[a].layout;
+            let lb = &nodes[b].layout;
+            let lead = 4 - shape.len();
+            put4(&mut p, 0, [numel, lead + axis, la.shape[axis], 0]);
+            put4(&mut p, 1, node.layout.padded4().0);
+            put4(&mut p, 2, la.padded4().1);
+            put4(&mut p, 3, lb.padded4().1);
+            put4(&mut p, 4, [la.offset, lb.offset, 0, 0]);
+            Ok(Dispatch {
+                key: KernelKey { kind: KernelKind::Concat, out: node.dtype, ins: vec![dt(a), dt(b)] },
+                params: p,
+                bindings: vec![id, st(a), st(b)],
+                workgroups: grid("concat", (numel as u64).div_ceil(256), max_groups)?,
+            })
+        }
+        Op::Input { .. } | Op::View { .. } => unreachable!("not a step"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rows(
+    program: &Program,
+    id: NodeId,
+    x: NodeId,
+    mask: Option<NodeId>,
+    op: u32,
+    scale: f32,
+    eps: f32,
+    max_groups: u32,
+) -> Result<Dispatch> {
+    let nodes = &program.nodes;
+    let lx = &nodes[x].layout;
+    let n = lx.shape[lx.rank() - 1];
+    let nrows = lx.numel() / n;
+    let (xs, xst) = lx.padded4();
+    let mut p = [0u32; 64];
+    let (mst, moff) = match mask {
+        Some(m) => {
+            let l = operand_layout(&nodes[m].layout, &lx.shape);
+            (l.padded4().1, l.offset)
+        }
+        None => ([0; 4], 0),
+    };
+    put4(&mut p, 0, [n, nrows, lx.offset, moff]);
+    put4(&mut p, 1, xs);
+    put4(&mut p, 2, xst);
+    put4(&mut p, 3, mst);
+    p[16] = scale.to_bits();
+    p[17] = eps.to_bits();
+    let mut ins = vec![nodes[x].dtype];
+    let mut bindings = vec![id, nodes[x].storage];
+    if let Some(m) = mask {
+        ins.push(nodes[m].dtype);
+        bindings.push(nodes[m].storage);
+    }
+    Ok(Dispatch {
+        key: KernelKey { kind: KernelKind::Rows { op, mask: mask.is_some() }, out: nodes[id].dtype, ins },
+        params: p,
+        bindings,
+        workgroups: grid(&nodes[id].op.name(), nrows as u64, max_groups)?,
+    })
+}
+
+/// Every kernel variant the compiler can emit for the ops of the graph API (elementwise expressions one op
+/// each), for validation with naga in tests.
+#[doc(hidden)]
+pub fn all_variants() -> Vec<(String, String)> {
+    use DType::*;
+    let mut keys = Vec::new();
+    let floats = [F32, F16];
+    let unary = [
+        UnaryOp::Scale(1.5f32.to_bits()),
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Sqr,
+        UnaryOp::Sqrt,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Tanh,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluErf,
+        UnaryOp::Silu,
+        UnaryOp::Sigmoid,
+        UnaryOp::Copy,
+    ];
+    for op in unary {
+        for d in floats {
+            keys.push(KernelKey { kind: KernelKind::Elementwise { expr: unary_expr(op, "x0") }, out: d, ins: vec![d] });
+        }
+    }
+    for op in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Sqr, UnaryOp::Copy] {
+        keys.push(KernelKey { kind: KernelKind::Elementwise { expr: unary_expr(op, "x0") }, out: I32, ins: vec![I32] });
+    }
+    for (from, to) in [(F32, F16), (F16, F32), (F32, I32), (I32, F32), (F16, I32), (I32, F16)] {
+        keys.push(KernelKey { kind: KernelKind::Elementwise { expr: "x0".into() }, out: to, ins: vec![from] });
+    }
+    for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+        for (a, b, o) in [(F32, F32, F32), (F16, F16, F16), (F16, F32, F32), (F32, F16, F32), (I32, I32, I32)] {
+            if op == BinaryOp::Div && o == I32 {
+                continue;
+            }
+            keys.push(KernelKey { kind: KernelKind::Elementwise { expr: binary_expr(op, "x0", "x1") }, out: o, ins: vec![a, b] });
+        }
+    }
+    for (a, b, o) in [(F32, F32, F32), (F16, F16, F16), (F16, F32, F32), (F32, F16, F32)] {
+        keys.push(KernelKey { kind: KernelKind::MatMul, out: o, ins: vec![a, b] });
+    }
+    for d in floats {
+        for op in 0..=6u32 {
+            let out = if op == 6 { I32 } else { d };
+            keys.push(KernelKey { kind: KernelKind::Rows { op, mask: false }, out, ins: vec![d] });
+        }
+        for m in floats {
+            keys.push(KernelKey { kind: KernelKind::Rows { op: 0, mask: true }, out: d, ins: vec![d, m] });
+        }
+    }
+    for d in [F32, F16, I32] {
+        keys.push(KernelKey { kind: KernelKind::GetRows, out: d, ins: vec![d, I32] });
+        keys.push(KernelKey { kind: KernelKind::Concat, out: d, ins: vec![d, d] });
+    }
+    keys.into_iter().map(|k| (format!("{k:?}"), k.wgsl())).collect()
+}

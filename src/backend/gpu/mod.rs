@@ -1,0 +1,192 @@
+//! The wgpu backend: adapter and device setup with the adapter's real limits, a pipeline cache keyed by
+//! [`kernels::KernelKey`], and plans ([`plan`]) whose buffers and bind groups are made once at compile time.
+
+pub(crate) mod kernels;
+mod plan;
+
+use super::{Backend, Capabilities, CompileOptions, Executable, LocalFuture};
+use crate::compile::Program;
+use crate::{BackendKind, DType, Error, Result};
+use kernels::KernelKey;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A wgpu device and everything shared by the plans compiled for it.
+pub(crate) struct GpuBackend {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub caps: Capabilities,
+    pipelines: Mutex<HashMap<KernelKey, Arc<wgpu::ComputePipeline>>>,
+    pub lost: Arc<AtomicBool>,
+}
+
+/// wgpu's backend set for one of ours.
+pub(crate) fn wgpu_backends(kind: BackendKind) -> wgpu::Backends {
+    match kind {
+        BackendKind::Vulkan => wgpu::Backends::VULKAN,
+        BackendKind::Gl => wgpu::Backends::GL,
+        BackendKind::Metal => wgpu::Backends::METAL,
+        BackendKind::Dx12 => wgpu::Backends::DX12,
+        BackendKind::WebGpu => wgpu::Backends::BROWSER_WEBGPU,
+        BackendKind::Cpu => wgpu::Backends::empty(),
+        BackendKind::Auto => wgpu::Backends::all(),
+    }
+}
+
+fn backend_name(b: wgpu::Backend) -> &'static str {
+    match b {
+        wgpu::Backend::Vulkan => "vulkan",
+        wgpu::Backend::Gl => "gl",
+        wgpu::Backend::Metal => "metal",
+        wgpu::Backend::Dx12 => "dx12",
+        wgpu::Backend::BrowserWebGpu => "webgpu",
+        _ => "other",
+    }
+}
+
+/// The facts about an adapter that the compiler and `webtensor info` use.
+pub(crate) fn capabilities(adapter: &wgpu::Adapter) -> Capabilities {
+    let info = adapter.get_info();
+    let l = adapter.limits();
+    let f = adapter.features();
+    #[cfg(not(target_arch = "wasm32"))]
+    let coop = if f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+        adapter
+            .cooperative_matrix_properties()
+            .iter()
+            .map(|p| format!("{}x{}x{} {:?}->{:?}", p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type))
+            .collect()
+    } else {
+        vec![]
+    };
+    #[cfg(target_arch = "wasm32")]
+    let coop = vec![];
+    let shader_f16 = f.contains(wgpu::Features::SHADER_F16);
+    let mut dtypes = vec![DType::F32, DType::I32];
+    if shader_f16 {
+        dtypes.insert(1, DType::F16);
+    }
+    Capabilities {
+        backend: backend_name(info.backend).into(),
+        name: info.name.clone(),
+        device_type: format!("{:?}", info.device_type),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        max_storage_binding_bytes: l.max_storage_buffer_binding_size as u64,
+        max_buffer_bytes: l.max_buffer_size,
+        max_workgroup_storage_bytes: l.max_compute_workgroup_storage_size,
+        max_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+        max_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+        min_storage_offset_alignment: l.min_storage_buffer_offset_alignment,
+        min_uniform_offset_alignment: l.min_uniform_buffer_offset_alignment,
+        shader_f16,
+        subgroups: f.contains(wgpu::Features::SUBGROUP),
+        subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
+        cooperative_matrix: coop,
+        dtypes,
+    }
+}
+
+fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    wgpu::Instance::new(desc)
+}
+
+/// Capabilities of every adapter wgpu finds natively.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn enumerate() -> Vec<Capabilities> {
+    let inst = instance(wgpu::Backends::all());
+    pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all())).iter().map(capabilities).collect()
+}
+
+impl GpuBackend {
+    /// Requests a high-performance adapter of `kind` and a device with the adapter's own limits and the
+    /// features we use (SHADER_F16, SUBGROUP) where present.
+    pub async fn new(kind: BackendKind) -> Result<GpuBackend> {
+        let backends = wgpu_backends(kind);
+        let inst = instance(backends);
+        let adapter = inst
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::NoDevice(format!("no {kind:?} adapter: {e}")))?;
+        let caps = capabilities(&adapter);
+        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        let features = adapter.features() & wanted;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("webtensor"),
+                required_features: features,
+                required_limits: adapter.limits(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::NoDevice(format!("{} ({}): request_device failed: {e}", caps.name, caps.backend)))?;
+        let lost = Arc::new(AtomicBool::new(false));
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            log::error!("webtensor: device lost ({reason:?}): {msg}");
+            flag.store(true, Ordering::SeqCst);
+        });
+        device.on_uncaptured_error(Arc::new(|e: wgpu::Error| log::error!("webtensor: uncaptured wgpu error: {e}")));
+        log::info!("webtensor: using {} ({}, {})", caps.name, caps.backend, caps.device_type);
+        Ok(GpuBackend { device, queue, caps, pipelines: Mutex::new(HashMap::new()), lost })
+    }
+
+    /// The cached pipeline for `key`, created (inside a validation error scope) on first use.
+    pub async fn pipeline(&self, key: &KernelKey) -> Result<Arc<wgpu::ComputePipeline>> {
+        if let Some(p) = self.pipelines.lock().expect("pipeline cache poisoned").get(key) {
+            return Ok(p.clone());
+        }
+        if key.uses_f16() && !self.caps.shader_f16 {
+            return Err(Error::Unsupported {
+                op: format!("{:?}", key.kind),
+                backend: format!("{} ({})", self.caps.name, self.caps.backend),
+                reason: "f16 tensors need the SHADER_F16 feature, which this adapter lacks".into(),
+            });
+        }
+        let src = key.wgsl();
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor { label: Some("webtensor"), source: wgpu::ShaderSource::Wgsl(src.as_str().into()) });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("webtensor"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = scope.pop().await {
+            log::debug!("webtensor: failing WGSL for {key:?}:\n{src}");
+            return Err(Error::Gpu { context: format!("creating the pipeline for {:?}", key.kind), message: e.to_string() });
+        }
+        let p = Arc::new(pipeline);
+        self.pipelines.lock().expect("pipeline cache poisoned").insert(key.clone(), p.clone());
+        Ok(p)
+    }
+
+    pub fn check_alive(&self, context: &str) -> Result<()> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(Error::Gpu { context: context.into(), message: "the device was lost; create a new Device".into() });
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Arc<GpuBackend> {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn compile<'a>(&'a self, program: Program, options: &'a CompileOptions) -> LocalFuture<'a, Result<Box<dyn Executable>>> {
+        Box::pin(async move {
+            let plan: Box<dyn Executable> = Box::new(plan::GpuPlan::new(self.clone(), program, options).await?);
+            Ok(plan)
+        })
+    }
+}

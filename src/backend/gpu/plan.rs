@@ -1,0 +1,222 @@
+//! A compiled GPU plan (stage 5): arenas, uniform blocks, pipelines and bind groups are created here, once.
+//! Each run writes the inputs, encodes every dispatch into one command buffer, submits once and reads the
+//! outputs back through one staging buffer.
+
+use super::kernels::{lower, Dispatch};
+use super::GpuBackend;
+use crate::backend::{gather, CompileOptions, Executable, LocalFuture, PlanStats};
+use crate::compile::memory::{self, MemoryPlan};
+use crate::compile::Program;
+use crate::graph::NodeId;
+use crate::{Data, Error, HostTensor, Result};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// Bytes per dispatch's uniform block (16 x vec4<u32>), also its alignment in the uniform buffer.
+const PARAMS_BYTES: u64 = 256;
+/// How long a readback may wait for the GPU before it is reported as failed, natively.
+#[cfg(not(target_arch = "wasm32"))]
+const READBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+pub(crate) struct GpuPlan {
+    gpu: Arc<GpuBackend>,
+    program: Program,
+    mem: MemoryPlan,
+    arenas: Vec<wgpu::Buffer>,
+    steps: Vec<(Arc<wgpu::ComputePipeline>, wgpu::BindGroup, [u32; 3])>,
+    /// Storage nodes read back, with their byte offset in `staging`.
+    readback: Vec<(NodeId, u64)>,
+    staging: wgpu::Buffer,
+    poison: bool,
+    pipelines: usize,
+    buffers: usize,
+}
+
+fn round4(n: u64) -> u64 {
+    n.div_ceil(4) * 4
+}
+
+impl GpuPlan {
+    pub async fn new(gpu: Arc<GpuBackend>, program: Program, options: &CompileOptions) -> Result<GpuPlan> {
+        gpu.check_alive("compile")?;
+        let caps = &gpu.caps;
+        let align = (caps.min_storage_offset_alignment as u64).max(PARAMS_BYTES);
+        let mem = memory::plan(&program, align, caps.max_buffer_bytes.min(1 << 40), caps.max_storage_binding_bytes)?;
+        let dispatches: Vec<Dispatch> =
+            program.steps.iter().map(|&s| lower(&program, s, caps.max_workgroups_per_dimension)).collect::<Result<_>>()?;
+
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let arenas: Vec<wgpu::Buffer> = mem
+            .arena_bytes
+            .iter()
+            .map(|&size| {
+                gpu.device.create_buffer(&wgpu::BufferDescriptor { label: Some("webtensor arena"), size: size.max(4), usage, mapped_at_creation: false })
+            })
+            .collect();
+        let uniform_stride = PARAMS_BYTES.max(caps.min_uniform_offset_alignment as u64);
+        let uniforms = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("webtensor params"),
+            size: (dispatches.len() as u64 * uniform_stride).max(PARAMS_BYTES),
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut params = vec![0u8; (dispatches.len() as u64 * uniform_stride) as usize];
+        for (i, d) in dispatches.iter().enumerate() {
+            let at = i * uniform_stride as usize;
+            params[at..at + PARAMS_BYTES as usize].copy_from_slice(bytemuck::cast_slice(&d.params));
+        }
+        if !params.is_empty() {
+            gpu.queue.write_buffer(&uniforms, 0, &params);
+        }
+
+        let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut steps = Vec::new();
+        let mut keys = HashSet::new();
+        for (i, d) in dispatches.iter().enumerate() {
+            let pipeline = gpu.pipeline(&d.key).await?;
+            keys.insert(d.key.clone());
+            let layout = pipeline.get_bind_group_layout(0);
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &uniforms,
+                    offset: i as u64 * uniform_stride,
+                    size: wgpu::BufferSize::new(PARAMS_BYTES),
+                }),
+            }];
+            for (b, &node) in d.bindings.iter().enumerate() {
+                let blk = mem.blocks[&node];
+                entries.push(wgpu::BindGroupEntry {
+                    binding: b as u32 + 1,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &arenas[blk.arena],
+                        offset: blk.offset,
+                        size: wgpu::BufferSize::new(round4(blk.size)),
+                    }),
+                });
+            }
+            let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries });
+            steps.push((pipeline, bg, d.workgroups));
+        }
+        if let Some(e) = scope.pop().await {
+            return Err(Error::Gpu { context: "creating bind groups".into(), message: e.to_string() });
+        }
+
+        let mut readback = Vec::new();
+        let mut staging_size = 0u64;
+        for &o in &program.outputs {
+            let s = program.nodes[o].storage;
+            if !readback.iter().any(|&(n, _)| n == s) {
+                readback.push((s, staging_size));
+                staging_size += round4(mem.blocks[&s].size).div_ceil(256) * 256;
+            }
+        }
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("webtensor readback"),
+            size: staging_size.max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let buffers = arenas.len() + 2;
+        Ok(GpuPlan { gpu, program, mem, arenas, steps, readback, staging, poison: options.poison, pipelines: keys.len(), buffers })
+    }
+
+    async fn run_async(&mut self, inputs: &[(NodeId, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let gpu = self.gpu.clone();
+        gpu.check_alive("run")?;
+        let validation = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        if self.poison {
+            for a in &self.arenas {
+                gpu.queue.write_buffer(a, 0, &vec![0xFF; a.size() as usize]);
+            }
+        }
+        for &(id, t) in inputs {
+            let blk = self.mem.blocks[&id];
+            let bytes = t.data.as_bytes();
+            if bytes.len() % 4 == 0 {
+                gpu.queue.write_buffer(&self.arenas[blk.arena], blk.offset, bytes);
+            } else {
+                let mut padded = bytes.to_vec();
+                padded.resize(round4(bytes.len() as u64) as usize, 0);
+                gpu.queue.write_buffer(&self.arenas[blk.arena], blk.offset, &padded);
+            }
+        }
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("webtensor run") });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            for (pipeline, bg, [x, y, z]) in &self.steps {
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, bg, &[]);
+                pass.dispatch_workgroups(*x, *y, *z);
+            }
+        }
+        for &(node, off) in &self.readback {
+            let blk = self.mem.blocks[&node];
+            enc.copy_buffer_to_buffer(&self.arenas[blk.arena], blk.offset, &self.staging, off, round4(blk.size));
+        }
+        gpu.queue.submit([enc.finish()]);
+        let oom = oom.pop();
+        let validation = validation.pop();
+        if let Some(e) = oom.await {
+            return Err(Error::Gpu { context: "run (out of memory)".into(), message: e.to_string() });
+        }
+        if let Some(e) = validation.await {
+            return Err(Error::Gpu { context: "run".into(), message: e.to_string() });
+        }
+        let bytes = read_staging(&gpu, &self.staging).await?;
+        Ok(self
+            .program
+            .outputs
+            .iter()
+            .map(|&o| {
+                let n = &self.program.nodes[o];
+                let (_, off) = *self.readback.iter().find(|&&(s, _)| s == n.storage).expect("staged");
+                let size = self.mem.blocks[&n.storage].size as usize;
+                let storage = Data::from_bytes(n.dtype, &bytes[off as usize..off as usize + size]);
+                HostTensor { shape: n.layout.shape.clone(), data: gather(&storage, &n.layout) }
+            })
+            .collect())
+    }
+}
+
+/// Maps `staging` for reading and returns its bytes. Natively the device is polled (with a timeout) so the map
+/// completes; on wasm the browser completes it and this future simply awaits the callback.
+async fn read_staging(gpu: &GpuBackend, staging: &wgpu::Buffer) -> Result<Vec<u8>> {
+    let (tx, rx) = futures_channel::oneshot::channel();
+    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        let _ = tx.send(r);
+    });
+    #[cfg(not(target_arch = "wasm32"))]
+    gpu.device
+        .poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(READBACK_TIMEOUT) })
+        .map_err(|e| Error::Gpu { context: "readback".into(), message: format!("{e} (waited up to {READBACK_TIMEOUT:?})") })?;
+    let mapped = rx
+        .await
+        .map_err(|_| Error::Gpu { context: "readback".into(), message: "the map callback was dropped".into() })?;
+    mapped.map_err(|e| {
+        gpu.check_alive("readback").err().unwrap_or(Error::Gpu { context: "readback".into(), message: e.to_string() })
+    })?;
+    let bytes = staging
+        .get_mapped_range(..)
+        .map_err(|e| Error::Gpu { context: "readback".into(), message: e.to_string() })?
+        .to_vec();
+    staging.unmap();
+    Ok(bytes)
+}
+
+impl Executable for GpuPlan {
+    fn run<'a>(&'a mut self, inputs: &'a [(NodeId, &'a HostTensor)]) -> LocalFuture<'a, Result<Vec<HostTensor>>> {
+        Box::pin(self.run_async(inputs))
+    }
+
+    fn stats(&self) -> PlanStats {
+        PlanStats {
+            dispatches: self.steps.len(),
+            pipelines: self.pipelines,
+            memory_bytes: self.mem.total_bytes(),
+            peak_live_bytes: self.mem.peak_live_bytes,
+            buffers: self.buffers,
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Memory planning (stage 3): place every tensor's storage in arenas, reusing memory after its last reader.
+//!
+//! Rules, after ggml-alloc: inputs are placed first and never share memory; outputs are never freed; a
+//! computed tensor's block is freed right after the last step that reads it; a new block takes the best-fitting
+//! free block, else grows the arena; adjacent free blocks merge. A step's output is placed before its operands
+//! are freed, so an op never writes over what it reads.
+
+use super::Program;
+use crate::graph::NodeId;
+use crate::{Error, Result};
+use std::collections::HashMap;
+
+/// Where one tensor's storage lives: arena index and byte offset, and its size in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Block {
+    pub arena: usize,
+    /// Byte offset in the arena, a multiple of the plan's alignment.
+    pub offset: u64,
+    /// Bytes used by the tensor (not rounded).
+    pub size: u64,
+}
+
+/// The placement of every storage node of a program.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MemoryPlan {
+    pub blocks: HashMap<NodeId, Block>,
+    /// Size in bytes of each arena.
+    pub arena_bytes: Vec<u64>,
+    /// Largest sum of live tensor sizes (rounded to the alignment) at any step, in bytes.
+    pub peak_live_bytes: u64,
+}
+
+impl MemoryPlan {
+    /// Total bytes of all arenas.
+    pub fn total_bytes(&self) -> u64 {
+        self.arena_bytes.iter().sum()
+    }
+}
+
+#[derive(Default)]
+struct Arena {
+    /// Free ranges (offset, size), sorted by offset.
+    free: Vec<(u64, u64)>,
+    end: u64,
+}
+
+impl Arena {
+    fn release(&mut self, offset: u64, size: u64) {
+        let pos = self.free.partition_point(|&(o, _)| o < offset);
+        self.free.insert(pos, (offset, size));
+        if pos + 1 < self.free.len() && self.free[pos].0 + self.free[pos].1 == self.free[pos + 1].0 {
+            self.free[pos].1 += self.free.remove(pos + 1).1;
+        }
+        if pos > 0 && self.free[pos - 1].0 + self.free[pos - 1].1 == self.free[pos].0 {
+            self.free[pos - 1].1 += self.free.remove(pos).1;
+        }
+        if let Some(&(o, s)) = self.free.last() {
+            if o + s == self.end {
+                self.end = o;
+                self.free.pop();
+            }
+        }
+    }
+}
+
+/// Plans memory for `program`. `align` (bytes) is the offset alignment every block starts at; `max_arena`
+/// (bytes) caps one arena (a device's max buffer size); `max_tensor` (bytes) caps one tensor (max binding).
+pub(crate) fn plan(program: &Program, align: u64, max_arena: u64, max_tensor: u64) -> Result<MemoryPlan> {
+    let round = |n: u64| n.div_ceil(align) * align;
+    let mut arenas: Vec<Arena> = Vec::new();
+    let mut out = MemoryPlan::default();
+    let mut live_bytes = 0u64;
+    let alloc = |id: NodeId, arenas: &mut Vec<Arena>, out: &mut MemoryPlan, live: &mut u64| -> Result<()> {
+        let size = program.storage_bytes(id);
+        let node = &program.nodes[id];
+        if size > max_tensor {
+            return Err(Error::LimitExceeded {
+                what: format!("tensor #{id} ({} {:?})", node.dtype, node.layout.shape),
+                size,
+                limit_name: "max_storage_buffer_binding_size",
+                limit: max_tensor,
+            });
+        }
+        let need = round(size.max(4));
+        // best fit over every arena's free list
+        let mut best: Option<(usize, usize, u64)> = None;
+        for (a, arena) in arenas.iter().enumerate() {
+            for (f, &(_, fsize)) in arena.free.iter().enumerate() {
+                if fsize >= need && best.is_none_or(|(_, _, b)| fsize < b) {
+                    best = Some((a, f, fsize));
+                }
+            }
+        }
+        let (arena, offset) = match best {
+            Some((a, f, _)) => {
+                let (o, s) = arenas[a].free[f];
+                if s == need {
+                    arenas[a].free.remove(f);
+                } else {
+                    arenas[a].free[f] = (o + need, s - need);
+                }
+                (a, o)
+            }
+            None => {
+                let a = match arenas.iter().position(|ar| ar.end + need <= max_arena) {
+                    Some(a) => a,
+                    None => {
+                        arenas.push(Arena::default());
+                        arenas.len() - 1
+                    }
+                };
+                let o = arenas[a].end;
+                arenas[a].end += need;
+                (a, o)
+            }
+        };
+        *live += need;
+        out.peak_live_bytes = out.peak_live_bytes.max(*live);
+        out.blocks.insert(id, Block { arena, offset, size });
+        Ok(())
+    };
+
+    let pinned: Vec<bool> = {
+        let mut p = vec![false; program.nodes.len()];
+        for &o in &program.outputs {
+            p[program.nodes[o].storage] = true;
+        }
+        for &i in &program.inputs {
+            p[i] = true;
+        }
+        p
+    };
+    for &i in &program.inputs {
+        alloc(i, &mut arenas, &mut out, &mut live_bytes)?;
+    }
+    let mut arena_peak: Vec<u64> = Vec::new();
+    let last = program.last_reads();
+    for (step, &id) in program.steps.iter().enumerate() {
+        alloc(id, &mut arenas, &mut out, &mut live_bytes)?;
+        arena_peak.resize(arenas.len(), 0);
+        for (a, ar) in arenas.iter().enumerate() {
+            arena_peak[a] = arena_peak[a].max(ar.end);
+        }
+        let mut freed: Vec<NodeId> = program.nodes[id].op.srcs().iter().map(|&s| program.nodes[s].storage).collect();
+        freed.sort_unstable();
+        freed.dedup();
+        for s in freed {
+            if !pinned[s] && last[s] == Some(step) {
+                let b = out.blocks[&s];
+                arenas[b.arena].release(b.offset, round(b.size.max(4)));
+                live_bytes -= round(b.size.max(4));
+            }
+        }
+        // a step nobody reads and nobody asked for is dead code removed earlier; an output stays pinned
+        if !pinned[id] && last[id].is_none() {
+            let b = out.blocks[&id];
+            arenas[b.arena].release(b.offset, round(b.size.max(4)));
+            live_bytes -= round(b.size.max(4));
+        }
+    }
+    arena_peak.resize(arenas.len(), 0);
+    for (a, ar) in arenas.iter().enumerate() {
+        arena_peak[a] = arena_peak[a].max(ar.end);
+    }
+    out.arena_bytes = arena_peak;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, Graph};
+
+    fn overlaps(a: Block, b: Block) -> bool {
+        a.arena == b.arena && a.offset < b.offset + b.size && b.offset < a.offset + a.size
+    }
+
+    #[test]
+    fn reuses_after_last_reader_and_never_overlaps_live_tensors() {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, &[64]).unwrap();
+        let a = g.exp(x).unwrap();
+        let b = g.exp(a).unwrap(); // a dies here
+        let c = g.exp(b).unwrap(); // can take a's block
+        let d = g.add(c, x).unwrap();
+        let p = Program::new(&g, &[d]).unwrap();
+        let m = plan(&p, 256, 1 << 30, 1 << 30).unwrap();
+        let blk = |t: crate::Tensor| m.blocks[&(t.index())];
+        assert_eq!(blk(c).offset, blk(a).offset, "c reuses a's memory");
+        assert!(!overlaps(blk(x), blk(a)) && !overlaps(blk(x), blk(c)) && !overlaps(blk(x), blk(d)));
+        assert!(!overlaps(blk(a), blk(b)) && !overlaps(blk(b), blk(c)) && !overlaps(blk(c), blk(d)));
+        assert_eq!(m.total_bytes(), 4 * 256);
+    }
+
+    #[test]
+    fn tensor_over_binding_limit_is_an_error() {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, &[1000]).unwrap();
+        let y = g.exp(x).unwrap();
+        let p = Program::new(&g, &[y]).unwrap();
+        let e = plan(&p, 256, 1 << 30, 1024).unwrap_err();
+        assert!(e.to_string().contains("max_storage_buffer_binding_size"), "{e}");
+    }
+}

@@ -1,0 +1,237 @@
+//! Devices and plans: the public face of the backends. `Device::best()` chooses, `Device::compile` makes a
+//! [`Plan`], `Plan::run` runs it.
+
+use crate::backend::cpu::CpuBackend;
+use crate::backend::gpu::GpuBackend;
+use crate::backend::{Backend, Capabilities, CompileOptions, Executable, PlanStats};
+use crate::compile::Program;
+use crate::graph::NodeId;
+use crate::{Error, Graph, HostTensor, Result, Tensor};
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Environment variable that forces a backend: `cpu`, `vulkan`, `gl`, `metal`, `dx12`, `webgpu` or `auto`.
+pub const BACKEND_ENV: &str = "WEBTENSOR_BACKEND";
+
+/// Which backend to run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// The best GPU adapter, else the CPU.
+    Auto,
+    /// The CPU backend (always available).
+    Cpu,
+    Vulkan,
+    /// OpenGL / GLES (EGL on Linux).
+    Gl,
+    Metal,
+    Dx12,
+    /// WebGPU in the browser.
+    WebGpu,
+}
+
+impl FromStr for BackendKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<BackendKind> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "auto" | "" => BackendKind::Auto,
+            "cpu" => BackendKind::Cpu,
+            "vulkan" | "vk" => BackendKind::Vulkan,
+            "gl" | "gles" | "opengl" => BackendKind::Gl,
+            "metal" => BackendKind::Metal,
+            "dx12" | "d3d12" => BackendKind::Dx12,
+            "webgpu" => BackendKind::WebGpu,
+            other => {
+                return Err(Error::NoDevice(format!(
+                    "unknown backend '{other}' (expected auto, cpu, vulkan, gl, metal, dx12 or webgpu)"
+                )))
+            }
+        })
+    }
+}
+
+/// A compute device: the CPU backend or one wgpu adapter. Cheap to clone (shared handle).
+#[derive(Clone)]
+pub struct Device {
+    backend: Arc<dyn Backend>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = self.capabilities();
+        write!(f, "Device({} on {})", c.name, c.backend)
+    }
+}
+
+impl Device {
+    /// The CPU backend: every op, any dtype; the reference the GPU is tested against.
+    pub fn cpu() -> Device {
+        #[allow(clippy::arc_with_non_send_sync)]
+        Device { backend: Arc::new(CpuBackend::new()) }
+    }
+
+    /// A device of exactly `kind` (no fallback), asynchronously. `Auto` behaves like [`Device::best_async`].
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] when no adapter of that kind exists or its device cannot be created.
+    pub async fn with_backend_async(kind: BackendKind) -> Result<Device> {
+        match kind {
+            BackendKind::Cpu => Ok(Device::cpu()),
+            BackendKind::Auto => Ok(Device::best_auto().await),
+            _ => {
+                #[allow(clippy::arc_with_non_send_sync)]
+                let gpu = Arc::new(GpuBackend::new(kind).await?);
+                Ok(Device { backend: Arc::new(gpu) })
+            }
+        }
+    }
+
+    async fn best_auto() -> Device {
+        let order: &[BackendKind] = if cfg!(target_arch = "wasm32") {
+            &[BackendKind::WebGpu]
+        } else {
+            &[BackendKind::Vulkan, BackendKind::Metal, BackendKind::Dx12, BackendKind::Gl]
+        };
+        let mut reasons = Vec::new();
+        for &kind in order {
+            match GpuBackend::new(kind).await {
+                Ok(gpu) => {
+                    #[allow(clippy::arc_with_non_send_sync)]
+                    return Device { backend: Arc::new(Arc::new(gpu)) };
+                }
+                Err(e) => reasons.push(e.to_string()),
+            }
+        }
+        log::warn!("webtensor: no GPU adapter, falling back to the CPU backend ({})", reasons.join("; "));
+        Device::cpu()
+    }
+
+    /// The best device: the `WEBTENSOR_BACKEND` override if set, else a high-performance GPU adapter
+    /// (Vulkan, Metal, DX12, then GL; WebGPU in the browser), else the CPU, with the reason logged at warn level.
+    ///
+    /// # Errors
+    /// Only when `WEBTENSOR_BACKEND` names an unknown backend or one that cannot be created.
+    pub async fn best_async() -> Result<Device> {
+        match std::env::var(BACKEND_ENV) {
+            Ok(v) if !v.is_empty() => Device::with_backend_async(v.parse()?).await,
+            _ => Ok(Device::best_auto().await),
+        }
+    }
+
+    /// Blocking form of [`Device::best_async`] (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn best() -> Result<Device> {
+        pollster::block_on(Device::best_async())
+    }
+
+    /// Blocking form of [`Device::with_backend_async`] (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn with_backend(kind: BackendKind) -> Result<Device> {
+        pollster::block_on(Device::with_backend_async(kind))
+    }
+
+    /// Capabilities of every adapter wgpu can see on this machine (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn adapters() -> Vec<Capabilities> {
+        crate::backend::gpu::enumerate()
+    }
+
+    /// What this device is and what it can do.
+    pub fn capabilities(&self) -> &Capabilities {
+        self.backend.capabilities()
+    }
+
+    /// True for the CPU backend.
+    pub fn is_cpu(&self) -> bool {
+        self.capabilities().backend == "cpu"
+    }
+
+    /// Compiles `outputs` of `graph` into a plan for this device, asynchronously.
+    ///
+    /// # Errors
+    /// [`Error::ForeignTensor`] for an output of another graph; [`Error::Unsupported`] when the device cannot
+    /// run an op (for example f16 without SHADER_F16); [`Error::LimitExceeded`] when a tensor exceeds the
+    /// device's binding size; [`Error::Gpu`] when a pipeline fails to build.
+    pub async fn compile_async(&self, graph: &Graph, outputs: &[Tensor], options: &CompileOptions) -> Result<Plan> {
+        let program = Program::new(graph, outputs)?;
+        let inputs = program
+            .inputs
+            .iter()
+            .map(|&i| (i, program.input_name(i).to_string(), program.nodes[i].dtype, program.nodes[i].layout.shape.clone()))
+            .collect();
+        let exe = self.backend.compile(program, options).await?;
+        Ok(Plan { exe, graph: graph.id, inputs, device: self.clone() })
+    }
+
+    /// Blocking form of [`Device::compile_async`] with default options (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn compile(&self, graph: &Graph, outputs: &[Tensor]) -> Result<Plan> {
+        self.compile_with(graph, outputs, &CompileOptions::default())
+    }
+
+    /// Blocking form of [`Device::compile_async`] (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn compile_with(&self, graph: &Graph, outputs: &[Tensor], options: &CompileOptions) -> Result<Plan> {
+        pollster::block_on(self.compile_async(graph, outputs, options))
+    }
+}
+
+/// A compiled graph: run it as often as needed. Runs create no buffers, pipelines or bind groups.
+pub struct Plan {
+    exe: Box<dyn Executable>,
+    graph: u32,
+    /// Live inputs: node, name, dtype, shape.
+    inputs: Vec<(NodeId, String, crate::DType, Vec<usize>)>,
+    device: Device,
+}
+
+impl Plan {
+    /// Runs the plan with values for its inputs and returns the outputs, in the order given to `compile`.
+    ///
+    /// # Errors
+    /// [`Error::BadInput`] when an input is missing, given twice, not an input of the graph, or has the wrong
+    /// dtype or shape; [`Error::Gpu`] when the device fails or is lost.
+    pub async fn run_async(&mut self, inputs: &[(Tensor, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let mut given: Vec<(NodeId, &HostTensor)> = Vec::new();
+        for &(t, v) in inputs {
+            let Some((id, name, dtype, shape)) = self.inputs.iter().find(|(id, ..)| *id == t.index() && t.graph == self.graph) else {
+                return Err(Error::BadInput {
+                    name: format!("#{}", t.index()),
+                    reason: "not an input this plan depends on".into(),
+                });
+            };
+            if v.dtype() != *dtype || &v.shape != shape {
+                return Err(Error::BadInput {
+                    name: name.clone(),
+                    reason: format!("expected {dtype} {shape:?}, got {} {:?}", v.dtype(), v.shape),
+                });
+            }
+            if v.data.len() != shape.iter().product::<usize>() {
+                return Err(Error::BadInput { name: name.clone(), reason: "data length does not match the shape".into() });
+            }
+            if given.iter().any(|(g, _)| g == id) {
+                return Err(Error::BadInput { name: name.clone(), reason: "given twice".into() });
+            }
+            given.push((*id, v));
+        }
+        if let Some((_, name, dtype, shape)) = self.inputs.iter().find(|(id, ..)| !given.iter().any(|(g, _)| g == id)) {
+            return Err(Error::BadInput { name: name.clone(), reason: format!("missing (expected {dtype} {shape:?})") });
+        }
+        self.exe.run(&given).await
+    }
+
+    /// Blocking form of [`Plan::run_async`] (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn run(&mut self, inputs: &[(Tensor, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        pollster::block_on(self.run_async(inputs))
+    }
+
+    /// Dispatches, pipelines and memory of this plan.
+    pub fn stats(&self) -> PlanStats {
+        self.exe.stats()
+    }
+
+    /// The device the plan was compiled for.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}

@@ -1,0 +1,47 @@
+//! # webtensor
+//!
+//! Tensor graphs compiled to WGSL compute pipelines on wgpu (Vulkan, Metal, DX12, GL; WebGPU in the browser),
+//! with a CPU backend wherever no GPU is present. In the spirit of ggml: build a graph, compile it once for a
+//! device, run it many times.
+//!
+//! ```
+//! use webtensor::{DType, Device, Graph, HostTensor};
+//! // ggml's examples/simple: ggml_mul_mat(A, B) = B · Aᵀ
+//! let mut g = Graph::new();
+//! let a = g.input("a", DType::F32, &[4, 2])?;
+//! let b = g.input("b", DType::F32, &[3, 2])?;
+//! let at = g.t(a)?;
+//! let c = g.matmul(b, at)?; // [3, 4]
+//! let mut plan = Device::cpu().compile(&g, &[c])?;
+//! let av = HostTensor::f32(&[4, 2], vec![2., 8., 5., 1., 4., 2., 8., 6.])?;
+//! let bv = HostTensor::f32(&[3, 2], vec![10., 5., 9., 9., 5., 4.])?;
+//! let out = plan.run(&[(a, &av), (b, &bv)])?;
+//! assert_eq!(out[0].data.to_f32()[..4], [60., 55., 50., 110.]);
+//! # Ok::<(), webtensor::Error>(())
+//! ```
+//!
+//! Stages, one module each: [`graph`] (build) → `compile` (schedule, memory plan) → `backend` (kernels,
+//! executables) → [`Plan::run`].
+
+mod backend;
+mod compile;
+mod device;
+mod dtype;
+mod error;
+pub mod graph;
+pub mod io;
+pub mod shape;
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;
+
+pub use backend::{Capabilities, CompileOptions, PlanStats};
+pub use device::{BackendKind, Device, Plan, BACKEND_ENV};
+pub use dtype::{DType, Data, HostTensor};
+pub use error::{Error, Result};
+pub use graph::{Graph, Tensor};
+
+/// Internals exposed for the test suite (WGSL variants for naga validation). Not a stable API.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::backend::gpu::kernels::all_variants as wgsl_variants;
+}
