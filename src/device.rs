@@ -156,7 +156,9 @@ impl Device {
         let inputs = program
             .inputs
             .iter()
-            .map(|&i| (i, program.input_name(i).to_string(), program.nodes[i].dtype, program.nodes[i].layout.shape.clone()))
+            .map(|&i| {
+                (i, program.input_name(i).to_string(), program.nodes[i].dtype, program.nodes[i].layout.shape.clone())
+            })
             .collect();
         let exe = self.backend.compile(program, options).await?;
         Ok(Plan { exe, graph: graph.id, inputs, device: self.clone() })
@@ -193,7 +195,9 @@ impl Plan {
     pub async fn run_async(&mut self, inputs: &[(Tensor, &HostTensor)]) -> Result<Vec<HostTensor>> {
         let mut given: Vec<(NodeId, &HostTensor)> = Vec::new();
         for &(t, v) in inputs {
-            let Some((id, name, dtype, shape)) = self.inputs.iter().find(|(id, ..)| *id == t.index() && t.graph == self.graph) else {
+            let Some((id, name, dtype, shape)) =
+                self.inputs.iter().find(|(id, ..)| *id == t.index() && t.graph == self.graph)
+            else {
                 return Err(Error::BadInput {
                     name: format!("#{}", t.index()),
                     reason: "not an input this plan depends on".into(),
@@ -206,7 +210,10 @@ impl Plan {
                 });
             }
             if v.data.len() != shape.iter().product::<usize>() {
-                return Err(Error::BadInput { name: name.clone(), reason: "data length does not match the shape".into() });
+                return Err(Error::BadInput {
+                    name: name.clone(),
+                    reason: "data length does not match the shape".into(),
+                });
             }
             if given.iter().any(|(g, _)| g == id) {
                 return Err(Error::BadInput { name: name.clone(), reason: "given twice".into() });
@@ -214,7 +221,10 @@ impl Plan {
             given.push((*id, v));
         }
         if let Some((_, name, dtype, shape)) = self.inputs.iter().find(|(id, ..)| !given.iter().any(|(g, _)| g == id)) {
-            return Err(Error::BadInput { name: name.clone(), reason: format!("missing (expected {dtype} {shape:?})") });
+            return Err(Error::BadInput {
+                name: name.clone(),
+                reason: format!("missing (expected {dtype} {shape:?})"),
+            });
         }
         self.exe.run(&given).await
     }

@@ -9,44 +9,19 @@ pub enum Error {
     // ---- graph building -------------------------------------------------------------------
     /// Two operands' shapes cannot be combined (broadcast, matmul inner dimension, concat).
     #[error("{op}: incompatible shapes {lhs:?} and {rhs:?}: {reason}")]
-    ShapeMismatch {
-        op: &'static str,
-        lhs: Vec<usize>,
-        rhs: Vec<usize>,
-        reason: String,
-    },
+    ShapeMismatch { op: &'static str, lhs: Vec<usize>, rhs: Vec<usize>, reason: String },
     /// A shape is invalid for the op (rank, zero-sized dims, element counts).
     #[error("{op}: invalid shape {shape:?}: {reason}")]
-    InvalidShape {
-        op: &'static str,
-        shape: Vec<usize>,
-        reason: String,
-    },
+    InvalidShape { op: &'static str, shape: Vec<usize>, reason: String },
     /// An axis (or permutation, or slice range) is out of range for the tensor's rank or size.
     #[error("{op}: invalid axis {axis} for shape {shape:?}: {reason}")]
-    InvalidAxis {
-        op: &'static str,
-        axis: isize,
-        shape: Vec<usize>,
-        reason: String,
-    },
+    InvalidAxis { op: &'static str, axis: isize, shape: Vec<usize>, reason: String },
     /// The op does not accept this dtype.
     #[error("{op}: unsupported dtype {dtype} for shape {shape:?}: {reason}")]
-    UnsupportedDType {
-        op: &'static str,
-        dtype: DType,
-        shape: Vec<usize>,
-        reason: String,
-    },
+    UnsupportedDType { op: &'static str, dtype: DType, shape: Vec<usize>, reason: String },
     /// Operands have different dtypes where the op needs them equal.
     #[error("{op}: dtype mismatch {lhs} {lhs_shape:?} vs {rhs} {rhs_shape:?}")]
-    DTypeMismatch {
-        op: &'static str,
-        lhs: DType,
-        lhs_shape: Vec<usize>,
-        rhs: DType,
-        rhs_shape: Vec<usize>,
-    },
+    DTypeMismatch { op: &'static str, lhs: DType, lhs_shape: Vec<usize>, rhs: DType, rhs_shape: Vec<usize> },
     /// A tensor handle from another graph, or one that does not exist.
     #[error("{op}: tensor #{id} does not belong to this graph")]
     ForeignTensor { op: &'static str, id: usize },
@@ -57,19 +32,10 @@ pub enum Error {
     BadInput { name: String, reason: String },
     /// The backend cannot run this op with these dtypes or shapes.
     #[error("{op} is not supported on {backend}: {reason}")]
-    Unsupported {
-        op: String,
-        backend: String,
-        reason: String,
-    },
+    Unsupported { op: String, backend: String, reason: String },
     /// A size exceeds a device limit that cannot be worked around.
     #[error("{what}: {size} bytes exceeds the device limit {limit_name} = {limit} bytes")]
-    LimitExceeded {
-        what: String,
-        size: u64,
-        limit_name: &'static str,
-        limit: u64,
-    },
+    LimitExceeded { what: String, size: u64, limit_name: &'static str, limit: u64 },
     /// No adapter or device could be created for the requested backend.
     #[error("no device: {0}")]
     NoDevice(String),

@@ -71,7 +71,8 @@ pub fn write_npy(path: &str, t: &HostTensor) -> Result<()> {
 /// tensor is missing (the message lists a few names that exist), or its dtype or rank is unsupported.
 pub fn read_safetensors(path: &str, name: &str) -> Result<HostTensor> {
     let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| fmt_err(path, format!("not a valid .safetensors file: {e}")))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|e| fmt_err(path, format!("not a valid .safetensors file: {e}")))?;
     let view = st.tensor(name).map_err(|_| {
         let mut names = st.names();
         names.sort();
@@ -88,7 +89,9 @@ pub fn read_safetensors(path: &str, name: &str) -> Result<HostTensor> {
         safetensors::Dtype::BF16 => {
             Data::F32(raw.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect())
         }
-        other => return Err(fmt_err(path, format!("tensor '{name}' has dtype {other:?}; supported: F32, F16, BF16, I32"))),
+        other => {
+            return Err(fmt_err(path, format!("tensor '{name}' has dtype {other:?}; supported: F32, F16, BF16, I32")))
+        }
     };
     HostTensor::new(&shape, data).map_err(|_| fmt_err(path, format!("tensor '{name}' is truncated")))
 }
@@ -100,9 +103,10 @@ pub fn read_safetensors(path: &str, name: &str) -> Result<HostTensor> {
 pub fn read_tensor(spec: &str) -> Result<HostTensor> {
     if let Some(idx) = spec.find(".safetensors") {
         let (path, rest) = spec.split_at(idx + ".safetensors".len());
-        let name = rest.strip_prefix(':').filter(|n| !n.is_empty()).ok_or_else(|| {
-            fmt_err(path, "name the tensor too: file.safetensors:tensor.name")
-        })?;
+        let name = rest
+            .strip_prefix(':')
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| fmt_err(path, "name the tensor too: file.safetensors:tensor.name"))?;
         return read_safetensors(path, name);
     }
     read_npy(spec)

@@ -31,11 +31,7 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 /// Checks rank 1..=4 and non-zero dims; `op` names the caller in the error.
 pub fn check_shape(op: &'static str, shape: &[usize]) -> Result<()> {
     if shape.is_empty() || shape.len() > MAX_RANK {
-        return Err(Error::InvalidShape {
-            op,
-            shape: shape.to_vec(),
-            reason: format!("rank must be 1..={MAX_RANK}"),
-        });
+        return Err(Error::InvalidShape { op, shape: shape.to_vec(), reason: format!("rank must be 1..={MAX_RANK}") });
     }
     if shape.contains(&0) {
         return Err(Error::InvalidShape {
@@ -124,7 +120,8 @@ impl Layout {
     /// The view with dims reordered: `out.shape[i] = self.shape[dims[i]]` (torch.permute).
     pub fn permute(&self, dims: &[usize]) -> Result<Layout> {
         let mut seen = [false; MAX_RANK];
-        if dims.len() != self.rank() || dims.iter().any(|&d| d >= self.rank() || std::mem::replace(&mut seen[d], true)) {
+        if dims.len() != self.rank() || dims.iter().any(|&d| d >= self.rank() || std::mem::replace(&mut seen[d], true))
+        {
             return Err(Error::InvalidAxis {
                 op: "permute",
                 axis: dims.iter().copied().max().unwrap_or(0) as isize,

@@ -44,7 +44,11 @@ impl Backend for CpuBackend {
         &self.caps
     }
 
-    fn compile<'a>(&'a self, program: Program, options: &'a CompileOptions) -> LocalFuture<'a, Result<Box<dyn Executable>>> {
+    fn compile<'a>(
+        &'a self,
+        program: Program,
+        options: &'a CompileOptions,
+    ) -> LocalFuture<'a, Result<Box<dyn Executable>>> {
         let mut bufs: Vec<Option<Data>> = vec![None; program.nodes.len()];
         let mut bytes = 0;
         for &id in program.inputs.iter().chain(&program.steps) {
@@ -160,17 +164,24 @@ impl CpuPlan {
                 let (db, lb) = self.operand(b, shape);
                 for i in 0..numel {
                     let (x, y) = (get(da, la.index_of(i)), get(db, lb.index_of(i)));
-                    set(out, i, match op {
-                        BinaryOp::Add => x + y,
-                        BinaryOp::Sub => x - y,
-                        BinaryOp::Mul => x * y,
-                        BinaryOp::Div => x / y,
-                    });
+                    set(
+                        out,
+                        i,
+                        match op {
+                            BinaryOp::Add => x + y,
+                            BinaryOp::Sub => x - y,
+                            BinaryOp::Mul => x * y,
+                            BinaryOp::Div => x / y,
+                        },
+                    );
                 }
             }
             Op::MatMul { a, b } => {
                 let nodes = &self.program.nodes;
-                let (m, k) = (nodes[a].layout.shape[nodes[a].layout.rank() - 2], nodes[a].layout.shape[nodes[a].layout.rank() - 1]);
+                let (m, k) = (
+                    nodes[a].layout.shape[nodes[a].layout.rank() - 2],
+                    nodes[a].layout.shape[nodes[a].layout.rank() - 1],
+                );
                 let n = shape[shape.len() - 1];
                 let batch = &shape[..shape.len() - 2];
                 let la = operand_layout(&nodes[a].layout, &[batch, &[m, k]].concat());
@@ -186,11 +197,13 @@ impl CpuPlan {
                     let v: Vec<f64> = cols
                         .clone()
                         .map(|i| {
-                            get(dx, lx.index_of(i)) * scale as f64 + m.as_ref().map_or(0.0, |(dm, lm)| get(dm, lm.index_of(i)))
+                            get(dx, lx.index_of(i)) * scale as f64
+                                + m.as_ref().map_or(0.0, |(dm, lm)| get(dm, lm.index_of(i)))
                         })
                         .collect();
                     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let e: Vec<f64> = v.iter().map(|&x| if max == f64::NEG_INFINITY { 0.0 } else { (x - max).exp() }).collect();
+                    let e: Vec<f64> =
+                        v.iter().map(|&x| if max == f64::NEG_INFINITY { 0.0 } else { (x - max).exp() }).collect();
                     let s: f64 = e.iter().sum();
                     for (j, i) in cols.enumerate() {
                         set(out, i, if s > 0.0 { e[j] / s } else { 0.0 });
@@ -223,12 +236,16 @@ impl CpuPlan {
                             (best, arg) = (x, j);
                         }
                     }
-                    set(out, r, match op {
-                        ReduceOp::Sum => v.iter().sum(),
-                        ReduceOp::Mean => v.iter().sum::<f64>() / v.len() as f64,
-                        ReduceOp::Max => best,
-                        ReduceOp::ArgMax => arg as f64,
-                    });
+                    set(
+                        out,
+                        r,
+                        match op {
+                            ReduceOp::Sum => v.iter().sum(),
+                            ReduceOp::Mean => v.iter().sum::<f64>() / v.len() as f64,
+                            ReduceOp::Max => best,
+                            ReduceOp::ArgMax => arg as f64,
+                        },
+                    );
                 });
             }
             Op::GetRows { table, idx } => {
@@ -261,7 +278,9 @@ impl CpuPlan {
                         c[d] = rem % oshape[d];
                         rem /= oshape[d];
                     }
-                    let (src, l, ca) = if c[lead + axis] < split { (da, &la, c) } else {
+                    let (src, l, ca) = if c[lead + axis] < split {
+                        (da, &la, c)
+                    } else {
                         let mut cb = c;
                         cb[lead + axis] -= split;
                         (db, &lb, cb)

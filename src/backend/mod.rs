@@ -96,7 +96,11 @@ pub(crate) trait Executable {
 /// A device: turns programs into executables.
 pub(crate) trait Backend: MaybeSendSync {
     fn capabilities(&self) -> &Capabilities;
-    fn compile<'a>(&'a self, program: Program, options: &'a CompileOptions) -> LocalFuture<'a, Result<Box<dyn Executable>>>;
+    fn compile<'a>(
+        &'a self,
+        program: Program,
+        options: &'a CompileOptions,
+    ) -> LocalFuture<'a, Result<Box<dyn Executable>>>;
 }
 
 /// Gathers the elements of `layout` from `storage` into a new row-major tensor (how outputs that are views are

@@ -71,18 +71,52 @@ pub enum ReduceOp {
 /// What a node computes. Operands are node ids; their layouts are read from the operand nodes.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Op {
-    Input { name: String },
+    Input {
+        name: String,
+    },
     /// A view: same storage as `src`, a different layout.
-    View { src: NodeId },
-    Unary { op: UnaryOp, x: NodeId },
-    Binary { op: BinaryOp, a: NodeId, b: NodeId },
-    MatMul { a: NodeId, b: NodeId },
-    Softmax { x: NodeId, mask: Option<NodeId>, scale: f32 },
-    RmsNorm { x: NodeId, eps: f32 },
-    LayerNorm { x: NodeId, eps: f32 },
-    Reduce { op: ReduceOp, x: NodeId },
-    GetRows { table: NodeId, idx: NodeId },
-    Concat { a: NodeId, b: NodeId, axis: usize },
+    View {
+        src: NodeId,
+    },
+    Unary {
+        op: UnaryOp,
+        x: NodeId,
+    },
+    Binary {
+        op: BinaryOp,
+        a: NodeId,
+        b: NodeId,
+    },
+    MatMul {
+        a: NodeId,
+        b: NodeId,
+    },
+    Softmax {
+        x: NodeId,
+        mask: Option<NodeId>,
+        scale: f32,
+    },
+    RmsNorm {
+        x: NodeId,
+        eps: f32,
+    },
+    LayerNorm {
+        x: NodeId,
+        eps: f32,
+    },
+    Reduce {
+        op: ReduceOp,
+        x: NodeId,
+    },
+    GetRows {
+        table: NodeId,
+        idx: NodeId,
+    },
+    Concat {
+        a: NodeId,
+        b: NodeId,
+        axis: usize,
+    },
 }
 
 impl Op {
@@ -202,15 +236,15 @@ impl Graph {
 
     /// The input named `name`, if one was declared.
     pub fn find_input(&self, name: &str) -> Option<Tensor> {
-        self.nodes
-            .iter()
-            .position(|n| matches!(&n.op, Op::Input { name: nm } if nm == name))
-            .map(|id| self.handle(id))
+        self.nodes.iter().position(|n| matches!(&n.op, Op::Input { name: nm } if nm == name)).map(|id| self.handle(id))
     }
 
     /// All inputs, in declaration order.
     pub fn inputs(&self) -> Vec<Tensor> {
-        (0..self.nodes.len()).filter(|&i| matches!(self.nodes[i].op, Op::Input { .. })).map(|i| self.handle(i)).collect()
+        (0..self.nodes.len())
+            .filter(|&i| matches!(self.nodes[i].op, Op::Input { .. }))
+            .map(|i| self.handle(i))
+            .collect()
     }
 
     /// Records a node that owns its storage (contiguous output) and returns its handle.

@@ -255,14 +255,13 @@ impl Graph {
                 reason: format!("inner dimensions differ: {k} vs {k2}"),
             });
         }
-        let mut shape = broadcast_shapes("matmul", &sa[..sa.len() - 2], &sb[..sb.len() - 2]).map_err(|_| {
-            Error::ShapeMismatch {
+        let mut shape =
+            broadcast_shapes("matmul", &sa[..sa.len() - 2], &sb[..sb.len() - 2]).map_err(|_| Error::ShapeMismatch {
                 op: "matmul",
                 lhs: sa.clone(),
                 rhs: sb.clone(),
                 reason: "batch dimensions do not broadcast".into(),
-            }
-        })?;
+            })?;
         shape.extend([m, n]);
         let dtype = promote("matmul", (da, &sa), (db, &sb))?;
         self.push(Op::MatMul { a: a.id as usize, b: b.id as usize }, dtype, &shape)
@@ -359,7 +358,12 @@ impl Graph {
             return Err(Error::InvalidShape { op: "get_rows", shape: st, reason: "the table must be [V, D]".into() });
         }
         if di != DType::I32 {
-            return Err(Error::UnsupportedDType { op: "get_rows", dtype: di, shape: si, reason: "indices must be i32".into() });
+            return Err(Error::UnsupportedDType {
+                op: "get_rows",
+                dtype: di,
+                shape: si,
+                reason: "indices must be i32".into(),
+            });
         }
         let mut shape = si.clone();
         shape.push(st[1]);
@@ -373,9 +377,11 @@ impl Graph {
     /// [`Error::InvalidShape`] for an empty list; [`Error::ShapeMismatch`] when ranks or other dims differ;
     /// [`Error::DTypeMismatch`] when dtypes differ; [`Error::InvalidAxis`] for a bad axis.
     pub fn concat(&mut self, xs: &[Tensor], axis: isize) -> Result<Tensor> {
-        let (&first, rest) = xs
-            .split_first()
-            .ok_or(Error::InvalidShape { op: "concat", shape: vec![], reason: "no tensors given".into() })?;
+        let (&first, rest) = xs.split_first().ok_or(Error::InvalidShape {
+            op: "concat",
+            shape: vec![],
+            reason: "no tensors given".into(),
+        })?;
         let mut acc = first;
         for &x in rest {
             let (ia, da, sa) = self.info("concat", acc)?;

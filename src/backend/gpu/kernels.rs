@@ -16,10 +16,15 @@ const GATHER: &str = include_str!("../../../shaders/gather.wgsl");
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum KernelKind {
     /// `out = expr(x0, x1, ..)`; `expr` is WGSL over the loaded operands.
-    Elementwise { expr: String },
+    Elementwise {
+        expr: String,
+    },
     MatMul,
     /// A row op of rows.wgsl: 0 softmax, 1 rms_norm, 2 layer_norm, 3 sum, 4 mean, 5 max, 6 argmax.
-    Rows { op: u32, mask: bool },
+    Rows {
+        op: u32,
+        mask: bool,
+    },
     GetRows,
     Concat,
 }
@@ -77,7 +82,11 @@ impl KernelKey {
                 let c = if int { "i32" } else { "f32" };
                 let decls = (0..self.ins.len())
                     .map(|k| {
-                        format!("@group(0) @binding({}) var<storage, read_write> in{k}: array<{}>;", k + 2, wgsl_type(self.ins[k]))
+                        format!(
+                            "@group(0) @binding({}) var<storage, read_write> in{k}: array<{}>;",
+                            k + 2,
+                            wgsl_type(self.ins[k])
+                        )
                     })
                     .collect::<Vec<_>>()
                     .join("\n");
@@ -85,43 +94,49 @@ impl KernelKey {
                     .map(|k| format!("    let x{k} = {c}(in{k}[at(c, P.v[{}], P.v[{}].x)]);", 2 + 2 * k, 3 + 2 * k))
                     .collect::<Vec<_>>()
                     .join("\n");
-                render(ELEMENTWISE, &[
-                    ("OUT_T", out_t),
-                    ("C", c.into()),
-                    ("DECLS", decls),
-                    ("LOADS", loads),
-                    ("EXPR", expr.clone()),
-                ])
+                render(
+                    ELEMENTWISE,
+                    &[("OUT_T", out_t), ("C", c.into()), ("DECLS", decls), ("LOADS", loads), ("EXPR", expr.clone())],
+                )
             }
-            KernelKind::MatMul => render(MATMUL, &[
-                ("OUT_T", out_t),
-                ("A_T", wgsl_type(self.ins[0]).into()),
-                ("B_T", wgsl_type(self.ins[1]).into()),
-            ]),
+            KernelKind::MatMul => render(
+                MATMUL,
+                &[("OUT_T", out_t), ("A_T", wgsl_type(self.ins[0]).into()), ("B_T", wgsl_type(self.ins[1]).into())],
+            ),
             KernelKind::Rows { op, mask } => {
                 let (decl, f) = if *mask {
                     (
-                        format!("@group(0) @binding(3) var<storage, read_write> m_in: array<{}>;", wgsl_type(self.ins[1])),
-                        "fn load_mask(base: u32, j: u32) -> f32 {\n    return f32(m_in[base + j * P.v[3].w]);\n}".to_string(),
+                        format!(
+                            "@group(0) @binding(3) var<storage, read_write> m_in: array<{}>;",
+                            wgsl_type(self.ins[1])
+                        ),
+                        "fn load_mask(base: u32, j: u32) -> f32 {\n    return f32(m_in[base + j * P.v[3].w]);\n}"
+                            .to_string(),
                     )
                 } else {
                     (String::new(), "fn load_mask(base: u32, j: u32) -> f32 {\n    return 0.0;\n}".to_string())
                 };
-                render(ROWS, &[
-                    ("OUT_T", out_t),
-                    ("X_T", wgsl_type(self.ins[0]).into()),
-                    ("MASK_DECL", decl),
-                    ("MASK_FN", f),
-                    ("OP", op.to_string()),
-                    ("HAS_MASK", mask.to_string()),
-                ])
+                render(
+                    ROWS,
+                    &[
+                        ("OUT_T", out_t),
+                        ("X_T", wgsl_type(self.ins[0]).into()),
+                        ("MASK_DECL", decl),
+                        ("MASK_FN", f),
+                        ("OP", op.to_string()),
+                        ("HAS_MASK", mask.to_string()),
+                    ],
+                )
             }
-            KernelKind::GetRows | KernelKind::Concat => render(GATHER, &[
-                ("OUT_T", out_t),
-                ("S0_T", wgsl_type(self.ins[0]).into()),
-                ("S1_T", wgsl_type(self.ins[1]).into()),
-                ("CONCAT", (self.kind == KernelKind::Concat).to_string()),
-            ]),
+            KernelKind::GetRows | KernelKind::Concat => render(
+                GATHER,
+                &[
+                    ("OUT_T", out_t),
+                    ("S0_T", wgsl_type(self.ins[0]).into()),
+                    ("S1_T", wgsl_type(self.ins[1]).into()),
+                    ("CONCAT", (self.kind == KernelKind::Concat).to_string()),
+                ],
+            ),
         };
         format!("{enable}{COMMON}\n{body}")
     }
@@ -396,7 +411,11 @@ pub fn all_variants() -> Vec<(String, String)> {
             if op == BinaryOp::Div && o == I32 {
                 continue;
             }
-            keys.push(KernelKey { kind: KernelKind::Elementwise { expr: binary_expr(op, "x0", "x1") }, out: o, ins: vec![a, b] });
+            keys.push(KernelKey {
+                kind: KernelKind::Elementwise { expr: binary_expr(op, "x0", "x1") },
+                out: o,
+                ins: vec![a, b],
+            });
         }
     }
     for (a, b, o) in [(F32, F32, F32), (F16, F16, F16), (F16, F32, F32), (F32, F16, F32)] {

@@ -150,9 +150,10 @@ impl GpuBackend {
         }
         let src = key.wgsl();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor { label: Some("webtensor"), source: wgpu::ShaderSource::Wgsl(src.as_str().into()) });
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("webtensor"),
+            source: wgpu::ShaderSource::Wgsl(src.as_str().into()),
+        });
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some("webtensor"),
             layout: None,
@@ -163,7 +164,10 @@ impl GpuBackend {
         });
         if let Some(e) = scope.pop().await {
             log::debug!("webtensor: failing WGSL for {key:?}:\n{src}");
-            return Err(Error::Gpu { context: format!("creating the pipeline for {:?}", key.kind), message: e.to_string() });
+            return Err(Error::Gpu {
+                context: format!("creating the pipeline for {:?}", key.kind),
+                message: e.to_string(),
+            });
         }
         let p = Arc::new(pipeline);
         self.pipelines.lock().expect("pipeline cache poisoned").insert(key.clone(), p.clone());
@@ -172,7 +176,10 @@ impl GpuBackend {
 
     pub fn check_alive(&self, context: &str) -> Result<()> {
         if self.lost.load(Ordering::SeqCst) {
-            return Err(Error::Gpu { context: context.into(), message: "the device was lost; create a new Device".into() });
+            return Err(Error::Gpu {
+                context: context.into(),
+                message: "the device was lost; create a new Device".into(),
+            });
         }
         Ok(())
     }
@@ -183,7 +190,11 @@ impl Backend for Arc<GpuBackend> {
         &self.caps
     }
 
-    fn compile<'a>(&'a self, program: Program, options: &'a CompileOptions) -> LocalFuture<'a, Result<Box<dyn Executable>>> {
+    fn compile<'a>(
+        &'a self,
+        program: Program,
+        options: &'a CompileOptions,
+    ) -> LocalFuture<'a, Result<Box<dyn Executable>>> {
         Box::pin(async move {
             let plan: Box<dyn Executable> = Box::new(plan::GpuPlan::new(self.clone(), program, options).await?);
             Ok(plan)

@@ -42,15 +42,23 @@ impl GpuPlan {
         let caps = &gpu.caps;
         let align = (caps.min_storage_offset_alignment as u64).max(PARAMS_BYTES);
         let mem = memory::plan(&program, align, caps.max_buffer_bytes.min(1 << 40), caps.max_storage_binding_bytes)?;
-        let dispatches: Vec<Dispatch> =
-            program.steps.iter().map(|&s| lower(&program, s, caps.max_workgroups_per_dimension)).collect::<Result<_>>()?;
+        let dispatches: Vec<Dispatch> = program
+            .steps
+            .iter()
+            .map(|&s| lower(&program, s, caps.max_workgroups_per_dimension))
+            .collect::<Result<_>>()?;
 
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
         let arenas: Vec<wgpu::Buffer> = mem
             .arena_bytes
             .iter()
             .map(|&size| {
-                gpu.device.create_buffer(&wgpu::BufferDescriptor { label: Some("webtensor arena"), size: size.max(4), usage, mapped_at_creation: false })
+                gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("webtensor arena"),
+                    size: size.max(4),
+                    usage,
+                    mapped_at_creation: false,
+                })
             })
             .collect();
         let uniform_stride = PARAMS_BYTES.max(caps.min_uniform_offset_alignment as u64);
@@ -95,7 +103,11 @@ impl GpuPlan {
                     }),
                 });
             }
-            let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries });
+            let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &layout,
+                entries: &entries,
+            });
             steps.push((pipeline, bg, d.workgroups));
         }
         if let Some(e) = scope.pop().await {
@@ -118,7 +130,18 @@ impl GpuPlan {
             mapped_at_creation: false,
         });
         let buffers = arenas.len() + 2;
-        Ok(GpuPlan { gpu, program, mem, arenas, steps, readback, staging, poison: options.poison, pipelines: keys.len(), buffers })
+        Ok(GpuPlan {
+            gpu,
+            program,
+            mem,
+            arenas,
+            steps,
+            readback,
+            staging,
+            poison: options.poison,
+            pipelines: keys.len(),
+            buffers,
+        })
     }
 
     async fn run_async(&mut self, inputs: &[(NodeId, &HostTensor)]) -> Result<Vec<HostTensor>> {
@@ -142,7 +165,8 @@ impl GpuPlan {
                 gpu.queue.write_buffer(&self.arenas[blk.arena], blk.offset, &padded);
             }
         }
-        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("webtensor run") });
+        let mut enc =
+            gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("webtensor run") });
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
             for (pipeline, bg, [x, y, z]) in &self.steps {
@@ -188,9 +212,9 @@ async fn read_staging(gpu: &GpuBackend, staging: &wgpu::Buffer) -> Result<Vec<u8
         let _ = tx.send(r);
     });
     #[cfg(not(target_arch = "wasm32"))]
-    gpu.device
-        .poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(READBACK_TIMEOUT) })
-        .map_err(|e| Error::Gpu { context: "readback".into(), message: format!("{e} (waited up to {READBACK_TIMEOUT:?})") })?;
+    gpu.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(READBACK_TIMEOUT) }).map_err(|e| {
+        Error::Gpu { context: "readback".into(), message: format!("{e} (waited up to {READBACK_TIMEOUT:?})") }
+    })?;
     let mapped = rx
         .await
         .map_err(|_| Error::Gpu { context: "readback".into(), message: "the map callback was dropped".into() })?;
