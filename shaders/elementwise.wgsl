@@ -5,8 +5,8 @@
 // Params: v[0].x = element count; v[1] = output shape (rank 4, left-padded with 1);
 //         v[2+2k] = strides of input k (elements); v[3+2k].x = offset of input k (elements).
 // Dispatch: ceil(count / 256) workgroups of 256, split over x and y.
-// Tokens: {{OUT_T}} storage type of out, {{C}} compute type, {{DECLS}} input bindings, {{LOADS}} operand loads,
-// {{EXPR}} the expression. CPU reference: backend/cpu.rs (Unary, Binary).
+// Tokens: OUT_T storage type of out, C compute type, DECLS input bindings, LOADS operand loads,
+// EXPR the expression. CPU reference: backend/cpu.rs (Unary, Binary).
 @group(0) @binding(1) var<storage, read_write> out: array<{{OUT_T}}>;
 {{DECLS}}
 @compute @workgroup_size(256)

@@ -5,7 +5,7 @@
 // Params: v[0] = (N = row length, rows, x offset, mask offset) in elements; v[1] = x shape (rank 4);
 //         v[2] = x strides; v[3] = mask strides (broadcast to x's shape); v[4].x = scale bits, v[4].y = eps bits.
 // Dispatch: one workgroup per row, split over x and y.
-// Token {{OP}} selects the op at compile time (a WGSL const), {{OUT_T}}/{{X_T}}/{{M_T}} the storage types.
+// Token OP selects the op at compile time (a WGSL const), OUT_T/X_T/M_T the storage types.
 // CPU reference: backend/cpu.rs (Softmax, RmsNorm, LayerNorm, Reduce).
 @group(0) @binding(1) var<storage, read_write> out: array<{{OUT_T}}>;
 @group(0) @binding(2) var<storage, read_write> x_in: array<{{X_T}}>;

@@ -126,9 +126,7 @@ impl Arr {
         }
         Arr::from_fn(shape, |flat| {
             let out_idx = unravel(flat, shape);
-            let in_idx: Vec<usize> = (0..r)
-                .map(|i| if self.shape[i] == 1 { 0 } else { out_idx[lead + i] })
-                .collect();
+            let in_idx: Vec<usize> = (0..r).map(|i| if self.shape[i] == 1 { 0 } else { out_idx[lead + i] }).collect();
             self.get(&in_idx)
         })
     }
@@ -170,7 +168,11 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Vec<usize> {
             let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
             let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
             assert!(da == db || da == 1 || db == 1, "incompatible shapes {:?} and {:?}", a, b);
-            if da == 1 { db } else { da }
+            if da == 1 {
+                db
+            } else {
+                da
+            }
         })
         .collect()
 }
@@ -428,7 +430,11 @@ pub fn silu(x: f64) -> f64 {
 
 /// `max(x, 0)`; NaN propagates (torch.relu).
 pub fn relu(x: f64) -> f64 {
-    if x > 0.0 || x.is_nan() { x } else { 0.0 }
+    if x > 0.0 || x.is_nan() {
+        x
+    } else {
+        0.0
+    }
 }
 
 // ---------------------------------------------------------------- error
@@ -453,7 +459,11 @@ pub fn nmse(out: &[f64], reference: &[f64]) -> f64 {
         num += (o - r) * (o - r);
         den += r * r;
     }
-    if den == 0.0 { num } else { num / den }
+    if den == 0.0 {
+        num
+    } else {
+        num / den
+    }
 }
 
 // ---------------------------------------------------------------- inputs

@@ -1,0 +1,591 @@
+//! Differential suite: every op, on every available backend, against the f64 reference
+//! (tests/common/reference.rs). Shapes include 1, odd sizes (7, 13, 33, 255, 257, 1000), non-contiguous views
+//! and broadcast operands, and the fault classes of shared/cases/CASES.md (B01, B02, B03, B05, B09, B13, B15).
+
+mod common;
+
+use common::reference::{self as r, Arr};
+use common::{inp, inp_given, inp_map, run_suite, Case};
+use webtensor::DType::{self, F16, F32, I32};
+use webtensor::{Graph, Result, Tensor};
+
+const SHAPES: &[&[usize]] = &[&[1], &[7, 13], &[33, 255], &[2, 3, 257], &[1000], &[2, 2, 3, 5]];
+
+fn unary_case(
+    name: &str,
+    dtype: DType,
+    shape: &[usize],
+    op: fn(&mut Graph, Tensor) -> Result<Tensor>,
+    f: fn(f64) -> f64,
+    domain: fn(f64) -> f64,
+    transposed: bool,
+) -> Case {
+    let label = format!("{name}/{dtype}/{shape:?}{}", if transposed { "/T" } else { "" });
+    Case::new(
+        label,
+        vec![inp_map(dtype, shape, 1, domain)],
+        move |g, x| {
+            let x = if transposed { g.t(x[0])? } else { x[0] };
+            op(g, x)
+        },
+        move |x| {
+            let x = if transposed { x[0].transpose(x[0].shape.len() - 2, x[0].shape.len() - 1) } else { x[0].clone() };
+            x.map(f)
+        },
+    )
+}
+
+#[test]
+fn unary_ops() {
+    type U = (&'static str, fn(&mut Graph, Tensor) -> Result<Tensor>, fn(f64) -> f64, fn(f64) -> f64);
+    let id = |x: f64| x;
+    let ops: Vec<U> = vec![
+        ("scale", |g, x| g.scale(x, -1.5), |x| -1.5 * x, id),
+        ("neg", |g, x| g.neg(x), |x| -x, id),
+        ("abs", |g, x| g.abs(x), f64::abs, id),
+        ("sqr", |g, x| g.sqr(x), |x| x * x, id),
+        ("sqrt", |g, x| g.sqrt(x), f64::sqrt, |x| x.abs() * 4.0),
+        ("exp", |g, x| g.exp(x), f64::exp, |x| x * 8.0),
+        ("log", |g, x| g.log(x), f64::ln, |x| x.abs() * 100.0 + 1e-3),
+        ("tanh", |g, x| g.tanh(x), f64::tanh, |x| x * 6.0),
+        ("relu", |g, x| g.relu(x), r::relu, id),
+        ("gelu", |g, x| g.gelu(x), r::gelu_tanh, |x| x * 6.0),
+        ("gelu_erf", |g, x| g.gelu_erf(x), r::gelu_erf, |x| x * 6.0),
+        ("silu", |g, x| g.silu(x), r::silu, |x| x * 10.0),
+        ("sigmoid", |g, x| g.sigmoid(x), r::sigmoid, |x| x * 10.0),
+        ("contiguous", |g, x| g.contiguous(x), id, id),
+    ];
+    let mut cases = Vec::new();
+    for &(name, op, f, dom) in &ops {
+        for shape in SHAPES {
+            cases.push(unary_case(name, F32, shape, op, f, dom, false));
+        }
+        cases.push(unary_case(name, F32, &[13, 33], op, f, dom, true));
+        cases.push(unary_case(name, F16, &[7, 257], op, f, dom, false));
+        cases.push(unary_case(name, F16, &[33, 7], op, f, dom, true));
+    }
+    for (name, op, f) in [
+        (
+            "neg",
+            (|g: &mut Graph, x| g.neg(x)) as fn(&mut Graph, Tensor) -> Result<Tensor>,
+            (|x: f64| -x) as fn(f64) -> f64,
+        ),
+        ("abs", |g, x| g.abs(x), f64::abs),
+        ("sqr", |g, x| g.sqr(x), |x| x * x),
+    ] {
+        cases.push(unary_case(name, I32, &[7, 13], op, f, |x| (x * 1000.0).round(), false));
+    }
+    run_suite("unary", &cases);
+}
+
+fn binary_fn(name: &str) -> (fn(&mut Graph, Tensor, Tensor) -> Result<Tensor>, fn(f64, f64) -> f64) {
+    match name {
+        "add" => (|g, a, b| g.add(a, b), |a, b| a + b),
+        "sub" => (|g, a, b| g.sub(a, b), |a, b| a - b),
+        "mul" => (|g, a, b| g.mul(a, b), |a, b| a * b),
+        _ => (|g, a, b| g.div(a, b), |a, b| a / b),
+    }
+}
+
+#[test]
+fn binary_ops() {
+    let pairs: &[(&[usize], &[usize])] = &[
+        (&[1], &[1]),
+        (&[7, 13], &[7, 13]),
+        (&[1000], &[1000]),
+        (&[33, 255], &[255]),                   // row vector
+        (&[33, 255], &[33, 1]),                 // column vector (B01b class)
+        (&[33, 1], &[33, 255]),                 // swapped
+        (&[2, 3, 257], &[3, 1]),                // middle broadcast
+        (&[1, 64, 16, 16], &[1, 64, 1, 1]),     // per-channel bias over HxW (B01a, reduced channels)
+        (&[1, 1280, 16, 16], &[1, 1280, 1, 1]), // B01a as written
+        (&[4, 1, 5], &[1, 3, 1]),               // both sides broadcast
+    ];
+    let away_from_zero = |x: f64| if x.abs() < 0.25 { x.signum().max(0.0) * 0.5 + 0.25 } else { x };
+    let mut cases = Vec::new();
+    for name in ["add", "sub", "mul", "div"] {
+        let (op, f) = binary_fn(name);
+        for &(sa, sb) in pairs {
+            for dtype in [F32, F16] {
+                if dtype == F16 && sa.iter().product::<usize>() > 100_000 {
+                    continue;
+                }
+                cases.push(Case::new(
+                    format!("{name}/{dtype}/{sa:?}x{sb:?}"),
+                    vec![inp(dtype, sa, 1), inp_map(dtype, sb, 2, away_from_zero)],
+                    move |g, x| op(g, x[0], x[1]),
+                    move |x| r::binary(&x[0], &x[1], f),
+                ));
+            }
+        }
+        // non-contiguous: both operands transposed views
+        cases.push(Case::new(
+            format!("{name}/f32/transposed"),
+            vec![inp(F32, &[13, 33], 1), inp_map(F32, &[13, 33], 2, away_from_zero)],
+            move |g, x| {
+                let (a, b) = (g.t(x[0])?, g.t(x[1])?);
+                op(g, a, b)
+            },
+            move |x| r::binary(&x[0].transpose(0, 1), &x[1].transpose(0, 1), f),
+        ));
+        // aliasing: the same tensor twice
+        cases.push(Case::new(
+            format!("{name}/f32/same-operand"),
+            vec![inp_map(F32, &[7, 13], 1, away_from_zero)],
+            move |g, x| op(g, x[0], x[0]),
+            move |x| r::binary(&x[0], &x[0], f),
+        ));
+        // mixed dtypes promote to f32
+        cases.push(Case::new(
+            format!("{name}/f16+f32"),
+            vec![inp(F16, &[7, 13], 1), inp_map(F32, &[13], 2, away_from_zero)],
+            move |g, x| op(g, x[0], x[1]),
+            move |x| r::binary(&x[0], &x[1], f),
+        ));
+        if name != "div" {
+            cases.push(Case::new(
+                format!("{name}/i32"),
+                vec![
+                    inp_map(I32, &[7, 13], 1, |x| (x * 1000.0).round()),
+                    inp_map(I32, &[13], 2, |x| (x * 100.0).round()),
+                ],
+                move |g, x| op(g, x[0], x[1]),
+                move |x| r::binary(&x[0], &x[1], f),
+            ));
+        }
+    }
+    // B01b exact values and the wrong-axis signature
+    cases.push(
+        Case::new(
+            "mul/B01b-exact",
+            vec![inp_given(F32, &[2, 2], vec![10., 20., 30., 40.]), inp_given(F32, &[2, 1], vec![2., 4.])],
+            |g, x| g.mul(x[0], x[1]),
+            |_| Arr::new(&[2, 2], vec![20., 40., 120., 160.]),
+        )
+        .tol(0.0),
+    );
+    run_suite("binary", &cases);
+}
+
+fn mm_case(name: String, sa: &[usize], sb: &[usize], ta: bool, tb: bool, da: DType, db: DType) -> Case {
+    // ta/tb: the operand is stored transposed ([.., K, M] / [.., N, K]) and presented through a t() view
+    let swap = |s: &[usize]| {
+        let mut s = s.to_vec();
+        let n = s.len();
+        s.swap(n - 2, n - 1);
+        s
+    };
+    let stored_a = if ta { swap(sa) } else { sa.to_vec() };
+    let stored_b = if tb { swap(sb) } else { sb.to_vec() };
+    Case::new(
+        name,
+        vec![inp(da, &stored_a, 1), inp(db, &stored_b, 2)],
+        move |g, x| {
+            let a = if ta { g.t(x[0])? } else { x[0] };
+            let b = if tb { g.t(x[1])? } else { x[1] };
+            g.matmul(a, b)
+        },
+        move |x| {
+            let t = |a: &Arr| a.transpose(a.shape.len() - 2, a.shape.len() - 1);
+            let a = if ta { t(&x[0]) } else { x[0].clone() };
+            let b = if tb { t(&x[1]) } else { x[1].clone() };
+            r::matmul(&a, &b)
+        },
+    )
+}
+
+#[test]
+fn matmul() {
+    let mut cases = Vec::new();
+    // B13c: sizes around the 64x64x16 tile, in a spread of combinations
+    let sizes = [1usize, 2, 3, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129];
+    for (i, &m) in sizes.iter().enumerate() {
+        for (j, &n) in sizes.iter().enumerate() {
+            let k = sizes[(i * 5 + j * 3) % sizes.len()];
+            if (i + j) % 2 == 0 {
+                cases.push(mm_case(format!("sweep/{m}x{k}x{n}"), &[m, k], &[k, n], false, false, F32, F32));
+            }
+        }
+    }
+    for &(m, k, n) in &[(7, 13, 33), (1, 1000, 7), (33, 257, 1), (255, 7, 257), (64, 64, 64), (65, 17, 129)] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            cases.push(mm_case(format!("{m}x{k}x{n}/ta={ta}/tb={tb}"), &[m, k], &[k, n], ta, tb, F32, F32));
+        }
+        cases.push(mm_case(format!("{m}x{k}x{n}/f16"), &[m, k], &[k, n], false, true, F16, F16).tol(5e-6));
+        cases.push(mm_case(format!("{m}x{k}x{n}/f16xf32"), &[m, k], &[k, n], false, false, F16, F32));
+    }
+    // B02 batch broadcasting
+    for (sa, sb) in [
+        (vec![2, 4, 3, 3], vec![4, 3, 3]),
+        (vec![4, 3, 3], vec![2, 4, 3, 3]),
+        (vec![3, 1, 5, 7], vec![1, 4, 7, 6]),
+        (vec![1, 2, 3], vec![3, 4]),
+        (vec![5, 7, 13], vec![13, 9]),
+        (vec![2, 5, 33], vec![1, 33, 17]),
+    ] {
+        cases.push(mm_case(format!("batch/{sa:?}@{sb:?}"), &sa, &sb, false, false, F32, F32));
+        cases.push(mm_case(format!("batch/{sa:?}@{sb:?}/tb"), &sa, &sb, false, true, F32, F32));
+    }
+    // B02c grouped heads: 8 query heads share 2 K/V heads (kv head h/4), via broadcast of a [2,1,9,64] view
+    cases.push(Case::new(
+        "batch/grouped-heads",
+        vec![inp(F32, &[8, 5, 64], 1), inp(F32, &[2, 9, 64], 2)],
+        |g, x| {
+            let q = g.reshape(x[0], &[2, 4, 5, 64])?;
+            let k = g.reshape(x[1], &[2, 1, 9, 64])?;
+            let kt = g.t(k)?;
+            let s = g.matmul(q, kt)?; // [2, 4, 5, 9]
+            g.reshape(s, &[8, 5, 9])
+        },
+        |x| {
+            let q = x[0].reshape(&[2, 4, 5, 64]);
+            let k = x[1].reshape(&[2, 1, 9, 64]).transpose(2, 3);
+            r::matmul(&q, &k).reshape(&[8, 5, 9])
+        },
+    ));
+    // rank-1 operands (numpy promotion)
+    cases.push(Case::new(
+        "vec@mat",
+        vec![inp(F32, &[33], 1), inp(F32, &[33, 7], 2)],
+        |g, x| g.matmul(x[0], x[1]),
+        |x| r::matmul(&x[0], &x[1]),
+    ));
+    cases.push(Case::new(
+        "mat@vec",
+        vec![inp(F32, &[7, 33], 1), inp(F32, &[33], 2)],
+        |g, x| g.matmul(x[0], x[1]),
+        |x| r::matmul(&x[0], &x[1]),
+    ));
+    // B03a exact: transpose(A) @ ones
+    cases.push(
+        Case::new(
+            "B03a-exact",
+            vec![
+                inp_given(F32, &[2, 3], vec![0.5, -1.5, 2.0, -0.25, 1.0, -3.0]),
+                inp_given(F32, &[2, 2], vec![1.0; 4]),
+            ],
+            |g, x| {
+                let at = g.t(x[0])?;
+                g.matmul(at, x[1])
+            },
+            |_| Arr::new(&[3, 2], vec![0.25, 0.25, -0.5, -0.5, -1.0, -1.0]),
+        )
+        .tol(0.0),
+    );
+    // B03b: operands stored in a permuted axis order and presented through permute
+    cases.push(Case::new(
+        "B03b-permuted",
+        vec![inp(F32, &[3, 16, 2, 256], 1), inp(F32, &[256, 2, 3, 8], 2)],
+        |g, x| {
+            let a = g.permute(x[0], &[0, 2, 1, 3])?; // [3, 2, 16, 256]
+            let b = g.permute(x[1], &[2, 1, 0, 3])?; // [3, 2, 256, 8]
+            g.matmul(a, b)
+        },
+        |x| r::matmul(&x[0].permute(&[0, 2, 1, 3]), &x[1].permute(&[2, 1, 0, 3])),
+    ));
+    // B05a narrow N with a bias
+    for n in [1, 2, 3, 5, 6, 7] {
+        cases.push(Case::new(
+            format!("B05a/1x768x{n}+bias"),
+            vec![inp(F32, &[1, 768], 1), inp(F32, &[768, n], 3), inp(F32, &[1, n], 4)],
+            |g, x| {
+                let y = g.matmul(x[0], x[1])?;
+                g.add(y, x[2])
+            },
+            |x| r::binary(&r::matmul(&x[0], &x[1]), &x[2], |a, b| a + b),
+        ));
+    }
+    // B13a: 200x200 ones, every element exactly 200
+    cases.push(
+        Case::new(
+            "B13a-ones-200",
+            vec![inp_given(F32, &[200, 200], vec![1.0; 40000]), inp_given(F32, &[200, 200], vec![1.0; 40000])],
+            |g, x| g.matmul(x[0], x[1]),
+            |_| Arr::new(&[200, 200], vec![200.0; 40000]),
+        )
+        .tol(0.0),
+    );
+    run_suite("matmul", &cases);
+}
+
+#[test]
+fn row_ops() {
+    let mut cases = Vec::new();
+    let shapes: &[&[usize]] = &[&[1], &[1, 1], &[7, 13], &[3, 257], &[2, 1000], &[2, 3, 33], &[1, 2, 3, 255]];
+    for &s in shapes {
+        for dtype in [F32, F16] {
+            cases.push(Case::new(
+                format!("softmax/{dtype}/{s:?}"),
+                vec![inp_map(dtype, s, 1, |x| x * 8.0)],
+                |g, x| g.softmax(x[0]),
+                |x| r::softmax(&x[0], None, 1.0),
+            ));
+            cases.push(Case::new(
+                format!("rms_norm/{dtype}/{s:?}"),
+                vec![inp(dtype, s, 1)],
+                |g, x| g.rms_norm(x[0], 1e-6),
+                |x| r::rms_norm(&x[0], None, 1e-6),
+            ));
+            cases.push(Case::new(
+                format!("layer_norm/{dtype}/{s:?}"),
+                vec![inp(dtype, s, 1)],
+                |g, x| g.layer_norm(x[0], 1e-5),
+                |x| r::layer_norm(&x[0], None, None, 1e-5),
+            ));
+        }
+    }
+    // softmax with a broadcast causal-style mask and a scale
+    cases.push(Case::new(
+        "softmax/mask+scale",
+        vec![inp(F32, &[2, 7, 13], 1), inp_map(F32, &[7, 13], 2, |x| if x < -0.5 { f64::NEG_INFINITY } else { x })],
+        |g, x| g.softmax_ext(x[0], Some(x[1]), 0.125),
+        |x| r::softmax(&x[0], Some(&x[1]), 0.125),
+    ));
+    cases.push(Case::new(
+        "softmax/all-masked-row",
+        vec![
+            inp(F32, &[3, 5], 1),
+            inp_given(
+                F32,
+                &[3, 5],
+                [vec![f64::NEG_INFINITY; 5], vec![0.0; 5], vec![f64::NEG_INFINITY, 0., 0., 0., 0.]].concat(),
+            ),
+        ],
+        |g, x| g.softmax_ext(x[0], Some(x[1]), 1.0),
+        |x| r::softmax(&x[0], Some(&x[1]), 1.0),
+    ));
+    cases.push(Case::new(
+        "softmax/transposed",
+        vec![inp(F32, &[33, 13], 1)],
+        |g, x| {
+            let t = g.t(x[0])?;
+            g.softmax(t)
+        },
+        |x| r::softmax(&x[0].transpose(0, 1), None, 1.0),
+    ));
+    // B15: norms with widths around the vector tail, then * w (+ b)
+    for h in [1, 3, 767, 768, 769, 770, 771, 4095, 4097] {
+        for dtype in [F32, F16] {
+            cases.push(Case::new(
+                format!("B15/rms_norm*w/{dtype}/7x{h}"),
+                vec![inp(dtype, &[7, h], 1), inp(dtype, &[h], 5)],
+                |g, x| {
+                    let n = g.rms_norm(x[0], 1e-6)?;
+                    g.mul(n, x[1])
+                },
+                |x| r::rms_norm(&x[0], Some(&x[1]), 1e-6),
+            ));
+            cases.push(
+                Case::new(
+                    format!("B15/layer_norm*w+b/{dtype}/7x{h}"),
+                    vec![inp(dtype, &[7, h], 1), inp(dtype, &[h], 5), inp(dtype, &[h], 6)],
+                    |g, x| {
+                        let n = g.layer_norm(x[0], 1e-6)?;
+                        let n = g.mul(n, x[1])?;
+                        g.add(n, x[2])
+                    },
+                    |x| r::layer_norm(&x[0], Some(&x[1]), Some(&x[2]), 1e-6),
+                )
+                .tol(if dtype == F16 { 2e-6 } else { 1e-7 }),
+            );
+        }
+    }
+    cases.push(Case::new(
+        "rms_norm/transposed",
+        vec![inp(F32, &[257, 7], 1)],
+        |g, x| {
+            let t = g.t(x[0])?;
+            g.rms_norm(t, 1e-6)
+        },
+        |x| r::rms_norm(&x[0].transpose(0, 1), None, 1e-6),
+    ));
+    run_suite("rows", &cases);
+}
+
+#[test]
+fn reductions() {
+    type R = (&'static str, fn(&mut Graph, Tensor) -> Result<Tensor>, fn(&Arr) -> Arr);
+    let ops: [R; 4] = [
+        ("sum", |g, x| g.sum(x), r::sum_last),
+        ("mean", |g, x| g.mean(x), r::mean_last),
+        ("max", |g, x| g.max(x), r::max_last),
+        ("argmax", |g, x| g.argmax(x), r::argmax_last),
+    ];
+    let mut cases = Vec::new();
+    for (name, op, f) in ops {
+        for s in [&[1usize][..], &[7, 13], &[2, 1000], &[2, 3, 257], &[1, 2, 3, 33], &[5, 4096]] {
+            for dtype in [F32, F16] {
+                cases.push(Case::new(
+                    format!("{name}/{dtype}/{s:?}"),
+                    vec![inp(dtype, s, 1)],
+                    move |g, x| op(g, x[0]),
+                    move |x| f(&x[0]),
+                ));
+            }
+        }
+        // B09: row r filled with r + 1; exact results
+        for (rows, cols) in [(2usize, 32usize), (3, 33), (2, 1), (1, 2048), (7, 255), (64, 2)] {
+            for dtype in [F32, F16] {
+                let v: Vec<f64> = (0..rows * cols).map(|i| (i / cols + 1) as f64).collect();
+                cases.push(
+                    Case::new(
+                        format!("B09/{name}/{dtype}/{rows}x{cols}"),
+                        vec![inp_given(dtype, &[rows, cols], v)],
+                        move |g, x| op(g, x[0]),
+                        move |x| f(&x[0]),
+                    )
+                    .tol(0.0),
+                );
+            }
+        }
+        // strided: reduce a transposed view
+        cases.push(Case::new(
+            format!("{name}/transposed"),
+            vec![inp(F32, &[33, 7], 1)],
+            move |g, x| {
+                let t = g.t(x[0])?;
+                op(g, t)
+            },
+            move |x| f(&x[0].transpose(0, 1)),
+        ));
+    }
+    // argmax picks the first of equal maxima
+    cases.push(
+        Case::new(
+            "argmax/ties",
+            vec![inp_given(F32, &[2, 6], vec![1., 3., 3., 0., 3., 2., 5., 5., 5., 5., 5., 5.])],
+            |g, x| g.argmax(x[0]),
+            |_| Arr::new(&[2, 1], vec![1., 0.]),
+        )
+        .tol(0.0),
+    );
+    run_suite("reduce", &cases);
+}
+
+#[test]
+fn data_movement() {
+    let mut cases = Vec::new();
+    // casts
+    for (from, to) in [(F32, F16), (F16, F32), (F32, I32), (I32, F32), (F16, I32), (I32, F16)] {
+        let dom = |x: f64| (x * 1000.0).round() / 4.0;
+        cases.push(
+            Case::new(
+                format!("cast/{from}->{to}"),
+                vec![inp_map(from, &[7, 257], 1, dom)],
+                move |g, x| g.cast(x[0], to),
+                move |x| if to == I32 { x[0].map(f64::trunc) } else { x[0].clone() },
+            )
+            .tol(if to == F16 { 1e-6 } else { 0.0 }),
+        );
+    }
+    // contiguous copies of views
+    cases.push(Case::new(
+        "contiguous/permute4d",
+        vec![inp(F32, &[2, 3, 5, 7], 1)],
+        |g, x| {
+            let p = g.permute(x[0], &[3, 1, 0, 2])?;
+            g.contiguous(p)
+        },
+        |x| x[0].permute(&[3, 1, 0, 2]),
+    ));
+    cases.push(Case::new(
+        "contiguous/slice",
+        vec![inp(F32, &[13, 33], 1)],
+        |g, x| {
+            let s = g.slice(x[0], 1, 5, 30)?;
+            let s = g.slice(s, 0, 1, 12)?;
+            g.contiguous(s)
+        },
+        |x| x[0].slice(1, 5, 30).slice(0, 1, 12),
+    ));
+    cases.push(Case::new(
+        "contiguous/broadcast",
+        vec![inp(F32, &[7, 1], 1)],
+        |g, x| {
+            let b = g.broadcast_to(x[0], &[3, 7, 13])?;
+            g.contiguous(b)
+        },
+        |x| x[0].broadcast_to(&[3, 7, 13]),
+    ));
+    cases.push(Case::new(
+        "reshape-of-transpose",
+        vec![inp(F32, &[6, 35], 1)],
+        |g, x| {
+            let t = g.t(x[0])?;
+            g.reshape(t, &[7, 5, 6])
+        },
+        |x| x[0].transpose(0, 1).reshape(&[7, 5, 6]),
+    ));
+    cases.push(Case::new(
+        "slice-output-view",
+        vec![inp(F32, &[7, 13], 1)],
+        |g, x| {
+            let y = g.exp(x[0])?;
+            g.slice(y, 1, 3, 9)
+        },
+        |x| x[0].map(f64::exp).slice(1, 3, 9),
+    ));
+    // B05b: heads of width 5 stored back to back
+    for hd in [1usize, 2, 3, 5, 6, 7, 9] {
+        cases.push(
+            Case::new(
+                format!("B05b/head_dim={hd}"),
+                vec![
+                    inp_given(F32, &[2, 1, 1], vec![1.0, 1.0]),
+                    inp_given(F32, &[1, 1, hd], (1..=hd).map(|v| v as f64).collect()),
+                ],
+                |g, x| g.matmul(x[0], x[1]),
+                |x| r::matmul(&x[0], &x[1]),
+            )
+            .tol(0.0),
+        );
+    }
+    // get_rows
+    for dtype in [F32, F16, I32] {
+        let dom = |x: f64| (x * 1000.0).round();
+        cases.push(Case::new(
+            format!("get_rows/{dtype}/[50,33]"),
+            vec![
+                inp_map(dtype, &[50, 33], 1, dom),
+                inp_given(I32, &[2, 5], vec![0., 49., 7., 7., 13., 1., 2., 3., 48., 0.]),
+            ],
+            |g, x| g.get_rows(x[0], x[1]),
+            |x| r::get_rows(&x[0], &x[1]),
+        ));
+    }
+    cases.push(Case::new(
+        "get_rows/transposed-table",
+        vec![inp(F32, &[257, 30], 1), inp_given(I32, &[4], vec![29., 0., 3., 3.])],
+        |g, x| {
+            let t = g.t(x[0])?; // [30, 257]
+            g.get_rows(t, x[1])
+        },
+        |x| r::get_rows(&x[0].transpose(0, 1), &x[1]),
+    ));
+    // concat
+    for axis in [0isize, 1, -1] {
+        cases.push(Case::new(
+            format!("concat/axis{axis}"),
+            vec![inp(F32, &[7, 13, 5], 1), inp(F32, &[7, 13, 5], 2)],
+            move |g, x| g.concat(&[x[0], x[1]], axis),
+            move |x| r::concat(&x[0], &x[1], axis.rem_euclid(3) as usize),
+        ));
+    }
+    cases.push(Case::new(
+        "concat/three-with-views",
+        vec![inp(F32, &[4, 6], 1), inp(F32, &[6, 3], 2)],
+        |g, x| {
+            let t = g.t(x[1])?; // [3, 6]
+            let s = g.slice(x[0], 0, 1, 3)?; // [2, 6]
+            g.concat(&[x[0], t, s], 0)
+        },
+        |x| r::concat(&r::concat(&x[0], &x[1].transpose(0, 1), 0), &x[0].slice(0, 1, 3), 0),
+    ));
+    cases.push(Case::new(
+        "concat/same-tensor",
+        vec![inp(F16, &[3, 5], 1)],
+        |g, x| g.concat(&[x[0], x[0]], 1),
+        |x| r::concat(&x[0], &x[0], 1),
+    ));
+    run_suite("data", &cases);
+}
