@@ -77,8 +77,9 @@ impl Device {
         match kind {
             BackendKind::Cpu => Ok(Device::cpu()),
             BackendKind::Auto => Ok(Device::best_auto().await),
+            // Both `Arc`s hold GPU handles, which are not `Send` on wasm.
+            #[allow(clippy::arc_with_non_send_sync)]
             _ => {
-                #[allow(clippy::arc_with_non_send_sync)]
                 let gpu = Arc::new(GpuBackend::new(kind).await?);
                 Ok(Device { backend: Arc::new(gpu) })
             }

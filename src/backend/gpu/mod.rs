@@ -72,7 +72,7 @@ pub(crate) fn capabilities(adapter: &wgpu::Adapter) -> Capabilities {
         name: info.name.clone(),
         device_type: format!("{:?}", info.device_type),
         driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
-        max_storage_binding_bytes: l.max_storage_buffer_binding_size as u64,
+        max_storage_binding_bytes: l.max_storage_buffer_binding_size,
         max_buffer_bytes: l.max_buffer_size,
         max_workgroup_storage_bytes: l.max_compute_workgroup_storage_size,
         max_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
