@@ -146,6 +146,13 @@ impl Device {
         self.capabilities().backend == "cpu"
     }
 
+    /// Live (buffers, bind groups, compute pipelines) that wgpu counts on this device; `None` on the CPU.
+    /// For tests that check that running a plan creates no GPU objects.
+    #[doc(hidden)]
+    pub fn resource_counts(&self) -> Option<[isize; 3]> {
+        self.backend.resource_counts()
+    }
+
     /// Compiles `outputs` of `graph` into a plan for this device, asynchronously.
     ///
     /// # Errors

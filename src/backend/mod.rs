@@ -96,6 +96,10 @@ pub(crate) trait Executable {
 /// A device: turns programs into executables.
 pub(crate) trait Backend: MaybeSendSync {
     fn capabilities(&self) -> &Capabilities;
+    /// Live (buffers, bind groups, compute pipelines) on the device, where the backend counts them.
+    fn resource_counts(&self) -> Option<[isize; 3]> {
+        None
+    }
     fn compile<'a>(
         &'a self,
         program: Program,

@@ -190,6 +190,11 @@ impl Backend for Arc<GpuBackend> {
         &self.caps
     }
 
+    fn resource_counts(&self) -> Option<[isize; 3]> {
+        let c = self.device.get_internal_counters().hal;
+        Some([c.buffers.read(), c.bind_groups.read(), c.compute_pipelines.read()])
+    }
+
     fn compile<'a>(
         &'a self,
         program: Program,

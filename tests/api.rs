@@ -1,0 +1,152 @@
+//! The public API's contracts: errors name the op and the shapes at build time, runs validate their inputs,
+//! and a compiled plan reruns without creating GPU objects.
+
+mod common;
+
+use webtensor::{CompileOptions, DType, Device, Error, Graph, HostTensor};
+
+fn msg(r: webtensor::Result<webtensor::Tensor>) -> String {
+    r.expect_err("expected an error").to_string()
+}
+
+#[test]
+fn build_errors_name_the_op_and_shapes() {
+    let mut g = Graph::new();
+    let a = g.input("a", DType::F32, &[3, 4]).unwrap();
+    let b = g.input("b", DType::F32, &[5, 6]).unwrap();
+    let i = g.input("i", DType::I32, &[2]).unwrap();
+    let m = msg(g.matmul(a, b));
+    assert!(m.contains("matmul") && m.contains("[3, 4]") && m.contains("[5, 6]"), "{m}");
+    let m = msg(g.add(a, b));
+    assert!(m.contains("add") && m.contains("[3, 4]") && m.contains("[5, 6]"), "{m}");
+    let m = msg(g.transpose(a, 0, 2));
+    assert!(m.contains("transpose") && m.contains("[3, 4]"), "{m}");
+    let m = msg(g.exp(i));
+    assert!(m.contains("exp") && m.contains("int32"), "{m}");
+    let m = msg(g.get_rows(a, a));
+    assert!(m.contains("get_rows") && m.contains("i32"), "{m}");
+    let m = msg(g.concat(&[a, b], 0));
+    assert!(m.contains("concat"), "{m}");
+    let m = msg(g.reshape(a, &[5]));
+    assert!(m.contains("reshape") && m.contains("[3, 4]"), "{m}");
+    let m = msg(g.slice(a, 1, 3, 9));
+    assert!(m.contains("slice"), "{m}");
+    let m = msg(g.permute(a, &[0, 0]));
+    assert!(m.contains("permute"), "{m}");
+    let m = msg(g.input("x", DType::F32, &[1, 2, 3, 4, 5]));
+    assert!(m.contains("rank"), "{m}");
+    let m = msg(g.input("a", DType::F32, &[1]));
+    assert!(m.contains("declared twice"), "{m}");
+    let m = msg(g.add(a, i));
+    assert!(m.contains("dtype mismatch"), "{m}");
+    let m = msg(g.div(i, i));
+    assert!(m.contains("div"), "{m}");
+    let m = msg(g.softmax_ext(a, Some(b), 1.0));
+    assert!(m.contains("softmax"), "{m}");
+    let mut other = Graph::new();
+    let x = other.input("x", DType::F32, &[3, 4]).unwrap();
+    assert!(matches!(g.add(a, x), Err(Error::ForeignTensor { .. })));
+}
+
+#[test]
+fn run_validates_inputs() {
+    let mut g = Graph::new();
+    let a = g.input("a", DType::F32, &[2, 2]).unwrap();
+    let b = g.input("b", DType::F32, &[2, 2]).unwrap();
+    let c = g.add(a, b).unwrap();
+    for device in common::devices() {
+        let mut plan = device.compile(&g, &[c]).unwrap();
+        let ok = HostTensor::f32(&[2, 2], vec![1.0; 4]).unwrap();
+        let wrong_shape = HostTensor::f32(&[4], vec![1.0; 4]).unwrap();
+        let wrong_dtype = HostTensor::new(&[2, 2], webtensor::Data::I32(vec![1; 4])).unwrap();
+        let e = plan.run(&[(a, &ok)]).unwrap_err().to_string();
+        assert!(e.contains("'b'") && e.contains("missing"), "{e}");
+        let e = plan.run(&[(a, &ok), (b, &wrong_shape)]).unwrap_err().to_string();
+        assert!(e.contains("[2, 2]") && e.contains("[4]"), "{e}");
+        let e = plan.run(&[(a, &ok), (b, &wrong_dtype)]).unwrap_err().to_string();
+        assert!(e.contains("int32"), "{e}");
+        let e = plan.run(&[(a, &ok), (a, &ok), (b, &ok)]).unwrap_err().to_string();
+        assert!(e.contains("twice"), "{e}");
+        assert!(HostTensor::f32(&[3], vec![1.0; 2]).is_err());
+        let out = plan.run(&[(a, &ok), (b, &ok)]).unwrap();
+        assert_eq!(out[0].data.to_f32(), vec![2.0; 4]);
+    }
+}
+
+#[test]
+fn rerunning_a_plan_creates_no_gpu_objects_and_gives_the_same_result() {
+    let Some(shared) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    // a device of its own: wgpu counts objects per device, and other tests run in parallel
+    let device = &Device::with_backend(shared.capabilities().backend.parse().unwrap()).unwrap();
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[33, 65]).unwrap();
+    let w = g.input("w", DType::F32, &[17, 65]).unwrap();
+    let wt = g.t(w).unwrap();
+    let y = g.matmul(x, wt).unwrap();
+    let y = g.gelu(y).unwrap();
+    let s = g.softmax(y).unwrap();
+    let mut plan = device.compile_with(&g, &[s, y], &CompileOptions { poison: true }).unwrap();
+    let xv = HostTensor::f32(&[33, 65], (0..33 * 65).map(|i| (i % 7) as f32 * 0.1).collect()).unwrap();
+    let wv = HostTensor::f32(&[17, 65], (0..17 * 65).map(|i| (i % 5) as f32 * -0.1).collect()).unwrap();
+    let first = plan.run(&[(x, &xv), (w, &wv)]).unwrap();
+    let before = device.resource_counts().expect("wgpu counts resources");
+    for _ in 0..5 {
+        let again = plan.run(&[(x, &xv), (w, &wv)]).unwrap();
+        assert_eq!(again, first);
+    }
+    let after = device.resource_counts().unwrap();
+    assert_eq!(before, after, "[buffers, bind groups, pipelines] changed across runs");
+    let st = plan.stats();
+    assert_eq!(st.dispatches, 3);
+    assert_eq!(st.pipelines, 3);
+    // a second plan with the same kernels reuses the cached pipelines
+    let _plan2 = device.compile(&g, &[s]).unwrap();
+    assert_eq!(device.resource_counts().unwrap()[2], after[2], "pipelines are cached by key");
+}
+
+#[test]
+fn dead_nodes_are_not_run_and_memory_is_reused() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[1024]).unwrap();
+    let _unused = g.exp(x).unwrap();
+    let mut y = x;
+    for _ in 0..8 {
+        y = g.tanh(y).unwrap();
+    }
+    for device in common::devices() {
+        let plan = device.compile(&g, &[y]).unwrap();
+        let st = plan.stats();
+        assert_eq!(st.dispatches, 8, "the unused exp is removed");
+        if !device.is_cpu() {
+            // input + 2 ping-pong buffers for the chain (the output is one of them), not 9 tensors
+            assert!(st.memory_bytes <= 3 * 4096, "{st:?}");
+        }
+    }
+}
+
+#[test]
+fn seed_example_exact() {
+    let mut g = Graph::new();
+    let a = g.input("a", DType::F32, &[4, 2]).unwrap();
+    let b = g.input("b", DType::F32, &[3, 2]).unwrap();
+    let at = g.t(a).unwrap();
+    let c = g.matmul(b, at).unwrap();
+    let av = HostTensor::f32(&[4, 2], vec![2., 8., 5., 1., 4., 2., 8., 6.]).unwrap();
+    let bv = HostTensor::f32(&[3, 2], vec![10., 5., 9., 9., 5., 4.]).unwrap();
+    for device in common::devices() {
+        let out = device.compile(&g, &[c]).unwrap().run(&[(a, &av), (b, &bv)]).unwrap();
+        assert_eq!(out[0].shape, vec![3, 4]);
+        assert_eq!(out[0].data.to_f32(), vec![60., 55., 50., 110., 90., 54., 54., 126., 42., 29., 28., 64.]);
+    }
+}
+
+#[test]
+fn backend_override_parses() {
+    assert_eq!("gl".parse::<webtensor::BackendKind>().unwrap(), webtensor::BackendKind::Gl);
+    assert_eq!("CPU".parse::<webtensor::BackendKind>().unwrap(), webtensor::BackendKind::Cpu);
+    assert!("cuda".parse::<webtensor::BackendKind>().is_err());
+    assert!(Device::with_backend(webtensor::BackendKind::Cpu).unwrap().is_cpu());
+}
