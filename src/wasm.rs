@@ -55,8 +55,12 @@ fn shape_array(shape: &[usize]) -> Array {
 }
 
 /// Routes `log` warnings and errors, and panic messages, to the browser console (installed once, on first use).
+/// The panic hook chains to the one installed before it.
 fn init_console() {
     static ONCE: std::sync::Once = std::sync::Once::new();
+    if std::thread::panicking() {
+        return;
+    }
     ONCE.call_once(|| {
         struct Console;
         impl log::Log for Console {
@@ -79,8 +83,10 @@ fn init_console() {
         if log::set_logger(&LOGGER).is_ok() {
             log::set_max_level(log::LevelFilter::Warn);
         }
-        std::panic::set_hook(Box::new(|info| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
             web_sys::console::error_1(&JsValue::from(format!("webtensor panicked: {info}")));
+            previous(info);
         }));
     });
 }
