@@ -38,9 +38,41 @@ pub fn read_npy_bytes(path: &str, bytes: &[u8]) -> Result<HostTensor> {
         "'<f4'" => Data::F32(npy.into_vec::<f32>().map_err(trunc)?),
         "'<f2'" => Data::F16(npy.into_vec::<f16>().map_err(trunc)?),
         "'<i4'" => Data::I32(npy.into_vec::<i32>().map_err(trunc)?),
-        other => return Err(fmt_err(path, format!("dtype {other} is not supported (use float32, float16 or int32)"))),
+        other => {
+            let dtype = npy_dtype_name(other);
+            return Err(fmt_err(path, format!("dtype {dtype} is not supported (use float32, float16 or int32)")));
+        }
     };
     HostTensor::new(&shape, data).map_err(|_| fmt_err(path, "data is shorter than the shape says (truncated file)"))
+}
+
+/// numpy's name for a `.npy` descr, with the descr: `'<f8'` → `float64 ('<f8')`, so that an error says what
+/// the file holds. Descrs it does not know (structured dtypes, strings) are returned as they are.
+fn npy_dtype_name(descr: &str) -> String {
+    let d = descr.trim_matches('\'');
+    let (order, code) = match d.as_bytes().first() {
+        Some(b'>') => ("big-endian ", &d[1..]),
+        Some(b'<' | b'|' | b'=') => ("", &d[1..]),
+        _ => ("", d),
+    };
+    let name = match code {
+        "f2" => "float16",
+        "f4" => "float32",
+        "f8" => "float64",
+        "i1" => "int8",
+        "i2" => "int16",
+        "i4" => "int32",
+        "i8" => "int64",
+        "u1" => "uint8",
+        "u2" => "uint16",
+        "u4" => "uint32",
+        "u8" => "uint64",
+        "b1" => "bool",
+        "c8" => "complex64",
+        "c16" => "complex128",
+        _ => return descr.to_string(),
+    };
+    format!("{order}{name} ({descr})")
 }
 
 /// Writes `t` as a C-ordered little-endian `.npy` file.

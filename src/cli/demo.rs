@@ -1,0 +1,235 @@
+//! `webtensor demo`: ggml's examples/simple on the chosen device, printed as ggml prints it, then an NxN f32
+//! matmul timed on the chosen device and on the CPU backend, and checked against the CPU backend.
+
+use super::util::{self, outln, SplitMix64};
+use super::{choose_device, describe, BackendArg, CliError};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::time::Duration;
+use webtensor::{DType, Device, Graph, HostTensor, PlanStats};
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Size of the NxN f32 matmul.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=16384))]
+    n: u32,
+    /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND; `auto` takes
+    /// the best GPU adapter, else the CPU, ignoring that variable.
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
+    /// Print the NxN plan's statistics (dispatches, pipelines, memory, buffers).
+    #[arg(long)]
+    stats: bool,
+    /// Most timed runs after one warm-up run; the median is reported. Timing stops early after
+    /// 5 s once 3 runs are done, so that slow devices (llvmpipe) finish quickly.
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    runs: u32,
+}
+
+/// Timing stops after this much time once [`MIN_RUNS`] runs are done.
+const TIME_BUDGET: Duration = Duration::from_secs(5);
+const MIN_RUNS: usize = 3;
+
+/// Largest error accepted, relative to the largest reference value.
+const TOLERANCE: f64 = 1e-3;
+
+/// ggml examples/simple: A 4x2, B 3x2, `ggml_mul_mat(A, B)` = B·Aᵀ, 3x4.
+const SEED_A: [f32; 8] = [2., 8., 5., 1., 4., 2., 8., 6.];
+const SEED_B: [f32; 6] = [10., 5., 9., 9., 5., 4.];
+const SEED_C: [f32; 12] = [60., 55., 50., 110., 90., 54., 54., 126., 42., 29., 28., 64.];
+
+/// Runs the seed example on `device`, prints it as ggml's simple-ctx does, and checks every value.
+fn seed(device: &Device) -> Result<(), CliError> {
+    let mut g = Graph::new();
+    let a = g.input("a", DType::F32, &[4, 2])?;
+    let b = g.input("b", DType::F32, &[3, 2])?;
+    let at = g.t(a)?;
+    let c = g.matmul(b, at)?;
+    let av = HostTensor::f32(&[4, 2], SEED_A.to_vec())?;
+    let bv = HostTensor::f32(&[3, 2], SEED_B.to_vec())?;
+    let out = device.compile(&g, &[c])?.run(&[(a, &av), (b, &bv)])?;
+    let (shape, v) = (&out[0].shape, out[0].data.to_f32());
+    let [rows, cols] = shape[..] else {
+        return Err(CliError::Msg(format!("seed example: result has shape {shape:?}, expected [3, 4]")));
+    };
+    // ggml prints ne[0] x ne[1], i.e. columns x rows.
+    let mut s = format!("mul mat ({cols} x {rows}) (transposed result):\n[");
+    for (j, row) in v.chunks(cols).enumerate() {
+        if j > 0 {
+            s.push('\n');
+        }
+        for x in row {
+            s += &format!(" {x:.2}");
+        }
+    }
+    outln!("{s} ]");
+    if shape[..] != [3, 4] || v.iter().zip(SEED_C).any(|(g, w)| (g - w).abs() > 1e-4) {
+        return Err(CliError::Msg(format!(
+            "seed example on {} is wrong: got {v:?}, expected {SEED_C:?}",
+            describe(device)
+        )));
+    }
+    Ok(())
+}
+
+struct Bench {
+    out: Vec<f32>,
+    runs: usize,
+    median: Duration,
+    min: Duration,
+    compile: Duration,
+    stats: PlanStats,
+}
+
+/// Compiles `a @ b` for `device`, runs it once to warm up, then `runs` times, timing each run (upload,
+/// dispatch, readback).
+fn bench(device: &Device, a: &HostTensor, b: &HostTensor, runs: u32, label: &str) -> Result<Bench, CliError> {
+    let mut g = Graph::new();
+    let ta = g.input("a", DType::F32, &a.shape)?;
+    let tb = g.input("b", DType::F32, &b.shape)?;
+    let c = g.matmul(ta, tb)?;
+    let (plan, compile) = util::timed(|| device.compile(&g, &[c]));
+    let mut plan = plan?;
+    let inputs = [(ta, a), (tb, b)];
+    let pb = ProgressBar::new(u64::from(runs) + 1).with_message(format!("{label}: warm-up"));
+    if let Ok(style) = ProgressStyle::with_template("{msg:30} [{bar:30}] {pos}/{len} runs") {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    let mut out = plan.run(&inputs)?;
+    pb.inc(1);
+    pb.set_message(format!("{label}: timing"));
+    let mut samples = Vec::with_capacity(runs as usize);
+    for _ in 0..runs {
+        let (r, d) = util::timed(|| plan.run(&inputs));
+        out = r?;
+        samples.push(d);
+        pb.inc(1);
+        if samples.len() >= MIN_RUNS && samples.iter().sum::<Duration>() > TIME_BUDGET {
+            break;
+        }
+    }
+    pb.finish_and_clear();
+    let min = samples.iter().copied().min().unwrap_or_default();
+    let runs = samples.len();
+    Ok(Bench {
+        out: out.swap_remove(0).data.to_f32(),
+        runs,
+        median: util::median(&mut samples),
+        min,
+        compile,
+        stats: plan.stats(),
+    })
+}
+
+fn gflops(n: usize, t: Duration) -> f64 {
+    2.0 * (n as f64).powi(3) / t.as_secs_f64() / 1e9
+}
+
+fn timing_line(label: &str, n: usize, b: &Bench) -> String {
+    format!(
+        "  {label:<44} {:>10.3} ms {:>9.2} GFLOP/s   (median of {} runs, min {:.3} ms, compile {:.1} ms)",
+        util::ms(b.median),
+        gflops(n, b.median),
+        b.runs,
+        util::ms(b.min),
+        util::ms(b.compile)
+    )
+}
+
+/// Largest error of `c` at a few sampled entries against the exact product of `a` and `b` (n x n, f64),
+/// relative to the largest exact value there: checks the CPU backend, the reference, itself.
+fn spot_check(n: usize, a: &[f32], b: &[f32], c: &[f32]) -> f64 {
+    let mut rng = SplitMix64::new(0x5eed);
+    let (mut err, mut scale) = (0f64, 0f64);
+    for _ in 0..64 {
+        let (i, j) = ((rng.next_u64() % n as u64) as usize, (rng.next_u64() % n as u64) as usize);
+        let exact: f64 = (0..n).map(|k| a[i * n + k] as f64 * b[k * n + j] as f64).sum();
+        let d = (c[i * n + j] as f64 - exact).abs();
+        if d.is_nan() {
+            return f64::INFINITY;
+        }
+        err = err.max(d);
+        scale = scale.max(exact.abs());
+    }
+    if err == 0.0 {
+        0.0
+    } else {
+        err / scale
+    }
+}
+
+fn check(what: &str, err: f64) -> Result<(), CliError> {
+    let ok = err <= TOLERANCE;
+    outln!(
+        "  check: {what}: max relative error {err:.2e} (limit {TOLERANCE:.0e}): {}",
+        if ok { "ok" } else { "FAILED" }
+    );
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError::Msg(format!("{what}: max relative error {err:.2e} exceeds {TOLERANCE:.0e}")))
+    }
+}
+
+pub fn run(args: &DemoArgs) -> Result<(), CliError> {
+    let n = args.n as usize;
+    let chosen = choose_device(args.backend)?;
+    let device = &chosen.device;
+    outln!("device: {} (chosen by {})", describe(device), chosen.how);
+    if chosen.fell_back {
+        outln!("note: no usable GPU adapter, so Device::best() fell back to the CPU backend; the GPU path is not exercised");
+    }
+    outln!();
+    seed(device)?;
+    outln!("seed example: ok (matches ggml's 60 55 50 110 / 90 54 54 126 / 42 29 28 64)\n");
+
+    let mut rng = SplitMix64::new(42);
+    let a = HostTensor::f32(&[n, n], rng.vec_f32(n * n))?;
+    let b = HostTensor::f32(&[n, n], rng.vec_f32(n * n))?;
+    outln!(
+        "matmul {n}x{n} @ {n}x{n} f32 (splitmix64 inputs in [-1, 1)); median time after a warm-up run, \
+         each run = upload + compute + readback"
+    );
+    let cpu_label = "CPU backend";
+    let (dev_bench, cpu_bench) = if device.is_cpu() {
+        (None, bench(device, &a, &b, args.runs, cpu_label)?)
+    } else {
+        let d = bench(device, &a, &b, args.runs, &device.capabilities().backend)?;
+        let cpu = bench(&Device::cpu(), &a, &b, args.runs, cpu_label)?;
+        (Some(d), cpu)
+    };
+    let dev_caps = device.capabilities();
+    if let Some(d) = &dev_bench {
+        outln!("{}", timing_line(&format!("{} [{}]", dev_caps.name, dev_caps.backend), n, d));
+    }
+    let cpu_name = if device.is_cpu() { format!("{cpu_label} (the device itself)") } else { cpu_label.to_string() };
+    outln!("{}", timing_line(&cpu_name, n, &cpu_bench));
+    if let Some(d) = &dev_bench {
+        let speedup = cpu_bench.median.as_secs_f64() / d.median.as_secs_f64();
+        let backend = &dev_caps.backend;
+        if speedup >= 1.0 {
+            outln!("  {backend} is {speedup:.1}x faster than the CPU backend");
+        } else {
+            let why = if dev_caps.device_type == "Cpu" { " (this adapter is itself a CPU emulation)" } else { "" };
+            outln!("  the CPU backend is {:.1}x faster than {backend}{why}", 1.0 / speedup);
+        }
+    }
+    let (a32, b32) = (a.data.to_f32(), b.data.to_f32());
+    check("CPU backend vs exact f64 at 64 sampled entries", spot_check(n, &a32, &b32, &cpu_bench.out))?;
+    match &dev_bench {
+        Some(d) => check(
+            &format!("{} vs CPU backend, all {} entries", dev_caps.backend, n * n),
+            util::max_rel_error(&d.out, &cpu_bench.out),
+        )?,
+        None => outln!("  (the device is the CPU backend, so there is no second backend to compare with)"),
+    }
+    if args.stats {
+        let s = &dev_bench.as_ref().unwrap_or(&cpu_bench).stats;
+        outln!("\nplan stats ({n}x{n} matmul on {}):", describe(device));
+        outln!("  {:<18} {}", "dispatches", s.dispatches);
+        outln!("  {:<18} {}", "pipelines", s.pipelines);
+        outln!("  {:<18} {}", "buffers", s.buffers);
+        outln!("  {:<18} {}", "memory", util::bytes(s.memory_bytes));
+        outln!("  {:<18} {}", "peak live", util::bytes(s.peak_live_bytes));
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! `webtensor info [--json]`: every adapter wgpu sees, its limits and features, the device `Device::best()`
+//! picks, and the CPU backend.
+
+use super::util::{bytes, outln};
+use super::{choose_device, CliError};
+use serde::Serialize;
+use webtensor::{Capabilities, Device, BACKEND_ENV};
+
+#[derive(clap::Args)]
+pub struct InfoArgs {
+    /// Print the same facts as one JSON object (`adapters`, `best`, `cpu`).
+    #[arg(long)]
+    json: bool,
+}
+
+/// [`Capabilities`], field for field, for serde (the library itself does not depend on serde).
+#[derive(Serialize)]
+struct CapsJson<'a> {
+    backend: &'a str,
+    name: &'a str,
+    device_type: &'a str,
+    driver: &'a str,
+    max_storage_binding_bytes: u64,
+    max_buffer_bytes: u64,
+    max_workgroup_storage_bytes: u32,
+    max_invocations_per_workgroup: u32,
+    max_workgroups_per_dimension: u32,
+    min_storage_offset_alignment: u32,
+    min_uniform_offset_alignment: u32,
+    shader_f16: bool,
+    subgroups: bool,
+    /// `[min, max]` in invocations; `[0, 0]` when unknown.
+    subgroup_size: (u32, u32),
+    cooperative_matrix: &'a [String],
+    dtypes: Vec<&'static str>,
+}
+
+impl<'a> From<&'a Capabilities> for CapsJson<'a> {
+    fn from(c: &'a Capabilities) -> CapsJson<'a> {
+        CapsJson {
+            backend: &c.backend,
+            name: &c.name,
+            device_type: &c.device_type,
+            driver: &c.driver,
+            max_storage_binding_bytes: c.max_storage_binding_bytes,
+            max_buffer_bytes: c.max_buffer_bytes,
+            max_workgroup_storage_bytes: c.max_workgroup_storage_bytes,
+            max_invocations_per_workgroup: c.max_invocations_per_workgroup,
+            max_workgroups_per_dimension: c.max_workgroups_per_dimension,
+            min_storage_offset_alignment: c.min_storage_offset_alignment,
+            min_uniform_offset_alignment: c.min_uniform_offset_alignment,
+            shader_f16: c.shader_f16,
+            subgroups: c.subgroups,
+            subgroup_size: c.subgroup_size,
+            cooperative_matrix: &c.cooperative_matrix,
+            dtypes: c.dtypes.iter().map(|d| d.name()).collect(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct BestJson<'a> {
+    /// How the choice was made, e.g. `Device::best()` or `Device::best() with WEBTENSOR_BACKEND=cpu`.
+    chosen_by: &'a str,
+    /// True when no GPU adapter was usable and `best` fell back to the CPU backend.
+    fell_back_to_cpu: bool,
+    device: CapsJson<'a>,
+}
+
+#[derive(Serialize)]
+struct InfoJson<'a> {
+    adapters: Vec<CapsJson<'a>>,
+    best: BestJson<'a>,
+    cpu: CapsJson<'a>,
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn dtypes(c: &Capabilities) -> String {
+    c.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// One adapter as an aligned block of `label  value` lines.
+fn block(title: &str, c: &Capabilities) -> String {
+    let subgroups = match (c.subgroups, c.subgroup_size) {
+        (false, _) => "no".to_string(),
+        (true, (0, 0)) => "yes (sizes unknown)".to_string(),
+        (true, (lo, hi)) if lo == hi => format!("yes (size {lo})"),
+        (true, (lo, hi)) => format!("yes (sizes {lo}..{hi})"),
+    };
+    let coop = if c.cooperative_matrix.is_empty() { "none".to_string() } else { c.cooperative_matrix.join(", ") };
+    let rows: [(&str, String); 14] = [
+        ("backend", c.backend.clone()),
+        ("device type", c.device_type.clone()),
+        ("driver", if c.driver.is_empty() { "(not reported)".into() } else { c.driver.clone() }),
+        ("max storage binding", bytes(c.max_storage_binding_bytes)),
+        ("max buffer", bytes(c.max_buffer_bytes)),
+        ("workgroup storage", bytes(c.max_workgroup_storage_bytes.into())),
+        ("invocations/workgroup", c.max_invocations_per_workgroup.to_string()),
+        ("workgroups/dimension", c.max_workgroups_per_dimension.to_string()),
+        ("storage offset align", bytes(c.min_storage_offset_alignment.into())),
+        ("uniform offset align", bytes(c.min_uniform_offset_alignment.into())),
+        ("shader-f16", yes_no(c.shader_f16).into()),
+        ("subgroups", subgroups),
+        ("cooperative matrix", coop),
+        ("dtypes", dtypes(c)),
+    ];
+    let mut s = format!("{title}\n");
+    for (label, value) in &rows {
+        s += &format!("  {label:<22} {value}\n");
+    }
+    s
+}
+
+pub fn run(args: &InfoArgs) -> Result<(), CliError> {
+    let adapters = Device::adapters();
+    let cpu = Device::cpu();
+    // `best` can fail only for a bad WEBTENSOR_BACKEND; list the adapters first so that they are still shown.
+    if !args.json {
+        if adapters.is_empty() {
+            outln!("no GPU adapters: wgpu found none on this machine\n");
+        }
+        for (i, c) in adapters.iter().enumerate() {
+            outln!("{}", block(&format!("adapter {i}: {}", c.name), c));
+        }
+    }
+    let best = choose_device(None)?;
+    let bc = best.device.capabilities();
+    if args.json {
+        let doc = InfoJson {
+            adapters: adapters.iter().map(CapsJson::from).collect(),
+            best: BestJson { chosen_by: &best.how, fell_back_to_cpu: best.fell_back, device: bc.into() },
+            cpu: cpu.capabilities().into(),
+        };
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| CliError::Msg(format!("writing JSON: {e}")))?;
+        outln!("{text}");
+        return Ok(());
+    }
+    let what = if best.device.is_cpu() {
+        "the CPU backend".to_string()
+    } else {
+        match adapters.iter().position(|a| a.name == bc.name && a.backend == bc.backend) {
+            Some(i) => format!("adapter {i}: {} ({})", bc.name, bc.backend),
+            None => format!("{} ({})", bc.name, bc.backend),
+        }
+    };
+    let note = if best.fell_back { " — no usable GPU adapter, fell back to the CPU" } else { "" };
+    outln!("best device:  {what}, chosen by {}{note}", best.how);
+    let cc = cpu.capabilities();
+    outln!("CPU backend:  {} (dtypes {}; always available)", cc.name, dtypes(cc));
+    if std::env::var_os(BACKEND_ENV).is_none() {
+        outln!("(set {BACKEND_ENV}=cpu|vulkan|gl|metal|dx12 to force a backend)");
+    }
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! `webtensor matmul A B -o C [--transpose-b] [--backend ...]`: C = A @ B (or A @ Bᵀ through the `t()` view,
+//! without a copy) with numpy's matmul semantics, batch broadcasting included.
+
+use super::util;
+use super::{choose_device, describe, BackendArg, CliError};
+use webtensor::{io, Graph, HostTensor};
+
+#[derive(clap::Args)]
+pub struct MatmulArgs {
+    /// Left operand: file.npy or file.safetensors:tensor.name (f32 or f16, rank 1 to 4).
+    #[arg(value_name = "A")]
+    a: String,
+    /// Right operand: file.npy or file.safetensors:tensor.name (f32 or f16, rank 1 to 4).
+    #[arg(value_name = "B")]
+    b: String,
+    /// Where to write the product, as .npy.
+    #[arg(short, long, value_name = "C")]
+    output: String,
+    /// Multiply by Bᵀ (B's last two axes swapped, read in place): `x @ w.T` for a weight stored [out, in].
+    #[arg(long)]
+    transpose_b: bool,
+    /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND; `auto` takes
+    /// the best GPU adapter, else the CPU, ignoring that variable.
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
+}
+
+fn desc(t: &HostTensor) -> String {
+    format!("{:?} {}", t.shape, t.dtype())
+}
+
+pub fn run(args: &MatmulArgs) -> Result<(), CliError> {
+    // Files and shapes first: a bad input fails before any device is opened.
+    let a = io::read_tensor(&args.a)?;
+    let b = io::read_tensor(&args.b)?;
+    if args.transpose_b && b.shape.len() < 2 {
+        return Err(CliError::Msg(format!(
+            "--transpose-b needs B of rank 2 or more, but {} has shape {:?}",
+            args.b, b.shape
+        )));
+    }
+    let mut g = Graph::new();
+    let ta = g.input("A", a.dtype(), &a.shape)?;
+    let tb = g.input("B", b.dtype(), &b.shape)?;
+    let rhs = if args.transpose_b { g.t(tb)? } else { tb };
+    let tc = g.matmul(ta, rhs).map_err(|e| match e {
+        webtensor::Error::ShapeMismatch { .. } if args.transpose_b => {
+            CliError::Msg(format!("{e} (the right operand is B {:?} transposed by --transpose-b)", b.shape))
+        }
+        e => e.into(),
+    })?;
+
+    let chosen = choose_device(args.backend)?;
+    let device = &chosen.device;
+    let (plan, compile) = util::timed(|| device.compile(&g, &[tc]));
+    let mut plan = plan?;
+    let (out, run) = util::timed(|| plan.run(&[(ta, &a), (tb, &b)]));
+    let c = out?.swap_remove(0);
+    io::write_npy(&args.output, &c)?;
+    let fallback = if chosen.fell_back { ", fell back to the CPU: no usable GPU adapter" } else { "" };
+    eprintln!(
+        "matmul: A {} @ {}B {}{} -> C {} written to {} | {}{fallback} | run {:.1} ms (compile {:.1} ms)",
+        desc(&a),
+        if args.transpose_b { "(" } else { "" },
+        desc(&b),
+        if args.transpose_b { ")ᵀ" } else { "" },
+        desc(&c),
+        args.output,
+        describe(device),
+        util::ms(run),
+        util::ms(compile),
+    );
+    Ok(())
+}

