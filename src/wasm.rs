@@ -108,35 +108,40 @@ fn parse_backend(backend: Option<String>) -> Result<BackendKind, JsError> {
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
     /// `"webgpu"` or `"cpu"`.
+    #[wasm_bindgen(readonly)]
     pub backend: String,
     /// The adapter's name as the browser reports it (often empty or generic for privacy), or the CPU's description.
+    #[wasm_bindgen(readonly)]
     pub name: String,
     /// `DiscreteGpu`, `IntegratedGpu`, `VirtualGpu`, `Cpu` or `Other`.
-    #[wasm_bindgen(js_name = deviceType)]
+    #[wasm_bindgen(readonly, js_name = deviceType)]
     pub device_type: String,
     /// Driver name and version, where reported.
+    #[wasm_bindgen(readonly)]
     pub driver: String,
     /// Largest storage-buffer binding (`maxStorageBufferBindingSize`); caps the largest tensor.
-    #[wasm_bindgen(js_name = maxStorageBindingBytes)]
+    #[wasm_bindgen(readonly, js_name = maxStorageBindingBytes)]
     pub max_storage_binding_bytes: f64,
     /// Largest buffer (`maxBufferSize`).
-    #[wasm_bindgen(js_name = maxBufferBytes)]
+    #[wasm_bindgen(readonly, js_name = maxBufferBytes)]
     pub max_buffer_bytes: f64,
     /// Workgroup (shared) memory per workgroup (`maxComputeWorkgroupStorageSize`).
-    #[wasm_bindgen(js_name = maxWorkgroupStorageBytes)]
+    #[wasm_bindgen(readonly, js_name = maxWorkgroupStorageBytes)]
     pub max_workgroup_storage_bytes: u32,
     /// Invocations per workgroup (`maxComputeInvocationsPerWorkgroup`).
-    #[wasm_bindgen(js_name = maxInvocationsPerWorkgroup)]
+    #[wasm_bindgen(readonly, js_name = maxInvocationsPerWorkgroup)]
     pub max_invocations_per_workgroup: u32,
     /// Workgroups per dispatch dimension (`maxComputeWorkgroupsPerDimension`).
-    #[wasm_bindgen(js_name = maxWorkgroupsPerDimension)]
+    #[wasm_bindgen(readonly, js_name = maxWorkgroupsPerDimension)]
     pub max_workgroups_per_dimension: u32,
     /// Whether WGSL `enable f16;` (`shader-f16`) is available.
-    #[wasm_bindgen(js_name = shaderF16)]
+    #[wasm_bindgen(readonly, js_name = shaderF16)]
     pub shader_f16: bool,
     /// Whether subgroup operations are available.
+    #[wasm_bindgen(readonly)]
     pub subgroups: bool,
     /// Element types the device supports (`float32`, `float16`, `int32`); this API exchanges `float32`.
+    #[wasm_bindgen(readonly)]
     pub dtypes: Vec<String>,
 }
 
@@ -498,13 +503,16 @@ impl WebGraph {
 #[derive(Clone, Copy, Debug)]
 pub struct PlanStats {
     /// Kernel launches per run (GPU dispatches or CPU kernel calls).
+    #[wasm_bindgen(readonly)]
     pub dispatches: u32,
     /// Distinct compute pipelines (0 on the CPU).
+    #[wasm_bindgen(readonly)]
     pub pipelines: u32,
     /// Device memory the plan holds for tensors, in bytes.
-    #[wasm_bindgen(js_name = memoryBytes)]
+    #[wasm_bindgen(readonly, js_name = memoryBytes)]
     pub memory_bytes: f64,
     /// Buffers created at compile time.
+    #[wasm_bindgen(readonly)]
     pub buffers: u32,
 }
 
