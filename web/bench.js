@@ -1,0 +1,78 @@
+// Shared by the page (WebGPU, main thread) and the CPU worker (cpu-worker.js): inputs, the timed matmul and
+// the seed example, all through the webtensor package.
+
+/** Deterministic uniform values in [-1, 1) (mulberry32), so both backends get the same matrices. */
+export function randomMatrix(len, seed) {
+  const out = new Float32Array(len);
+  let s = seed >>> 0;
+  for (let i = 0; i < len; i++) {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    out[i] = (((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1;
+  }
+  return out;
+}
+
+/** ggml's examples/simple: ggml_mul_mat(A, B) with A 4x2 and B 3x2 is B·Aᵀ, 3x4. Resolves to 12 numbers. */
+export async function seedExample(Graph, device) {
+  const g = new Graph();
+  const a = g.input("a", [4, 2]);
+  const b = g.input("b", [3, 2]);
+  const at = g.t(a);
+  const c = g.matmul(b, at);
+  const plan = await device.compile(g, [c]);
+  const [out] = await plan.run({
+    a: new Float32Array([2, 8, 5, 1, 4, 2, 8, 6]),
+    b: new Float32Array([10, 5, 9, 9, 5, 4]),
+  });
+  plan.free();
+  g.free();
+  return Array.from(out);
+}
+
+/** A single run longer than this is measured once, without a separate warm-up run. */
+const LONG_RUN_MS = 1000;
+/** Timed runs stop after this much time (at least one run, at most MAX_REPS). */
+const TARGET_MS = 400;
+const MAX_REPS = 5;
+
+/**
+ * Times C = A·B for n×n matrices on `device`: compile once, one warm-up run, then timed runs (upload, dispatch
+ * and readback each). Resolves to { c, ms (median per run), reps, compileMs, gflops }.
+ */
+export async function benchMatmul(Graph, device, n, a, b, onProgress = () => {}) {
+  const g = new Graph();
+  const ta = g.input("a", [n, n]);
+  const tb = g.input("b", [n, n]);
+  const tc = g.matmul(ta, tb);
+  onProgress("compiling");
+  const t0 = performance.now();
+  const plan = await device.compile(g, [tc]);
+  const compileMs = performance.now() - t0;
+  try {
+    onProgress("warm-up run");
+    const t1 = performance.now();
+    let [c] = await plan.run({ a, b });
+    const first = performance.now() - t1;
+    const times = [];
+    if (first >= LONG_RUN_MS) {
+      times.push(first);
+    } else {
+      const end = performance.now() + TARGET_MS;
+      while (times.length < MAX_REPS && (times.length === 0 || performance.now() < end)) {
+        onProgress(`timed run ${times.length + 1}`);
+        const s = performance.now();
+        [c] = await plan.run({ a, b });
+        times.push(performance.now() - s);
+      }
+    }
+    times.sort((x, y) => x - y);
+    const ms = times[Math.floor(times.length / 2)];
+    return { c, ms, reps: times.length, compileMs, gflops: (2 * n * n * n) / (ms * 1e6) };
+  } finally {
+    plan.free();
+    g.free();
+  }
+}

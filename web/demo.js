@@ -1,0 +1,374 @@
+// The in-browser matmul demo: WebGPU on the main thread (everything is async, the GPU works elsewhere), the
+// wasm CPU backend in a module worker (cpu-worker.js). URL parameters: ?sizes=256,512 preselects sizes,
+// &autorun=1 runs them once the page is ready. window.webtensorDemo exposes the state for tests.
+import init, { Device, Graph } from "./pkg/webtensor.js";
+import { benchMatmul, randomMatrix, seedExample } from "./bench.js";
+
+const $ = (sel) => document.querySelector(sel);
+const SEED = [60, 55, 50, 110, 90, 54, 54, 126, 42, 29, 28, 64];
+/** GPU and CPU results agree when max|Δ| / max|C| is at most this. */
+const REL_TOL = 1e-4;
+
+const demo = { state: "loading", gpu: null, gpuError: null, cpuInfo: null, seed: {}, results: [] };
+window.webtensorDemo = demo;
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function setStatus(text, state) {
+  const el = $("#status");
+  el.textContent = text;
+  if (state) {
+    el.dataset.state = state;
+    demo.state = state;
+  }
+}
+
+// ---- the CPU worker ---------------------------------------------------------------------------------
+
+const worker = new Worker(new URL("./cpu-worker.js", import.meta.url), { type: "module" });
+let nextId = 1;
+const pending = new Map();
+worker.onmessage = (e) => {
+  const { id, progress, ok, error } = e.data;
+  const p = pending.get(id);
+  if (!p) return;
+  if (progress !== undefined) return p.onProgress?.(progress);
+  pending.delete(id);
+  ok ? p.resolve(e.data) : p.reject(new Error(error));
+};
+let workerError = null;
+worker.onerror = (e) => {
+  workerError = new Error(`CPU worker failed: ${e.message || "could not start"}`);
+  for (const p of pending.values()) p.reject(workerError);
+  pending.clear();
+};
+function callWorker(msg, onProgress, transfer = []) {
+  return new Promise((resolve, reject) => {
+    if (workerError) return reject(workerError);
+    const id = nextId++;
+    pending.set(id, { resolve, reject, onProgress });
+    worker.postMessage({ id, ...msg }, transfer);
+  });
+}
+
+// ---- devices and the seed example ---------------------------------------------------------------------
+
+function fmtBytes(b) {
+  if (b >= 2 ** 30) return `${(b / 2 ** 30).toFixed(b % 2 ** 30 ? 1 : 0)} GiB`;
+  if (b >= 2 ** 20) return `${(b / 2 ** 20).toFixed(b % 2 ** 20 ? 1 : 0)} MiB`;
+  if (b >= 2 ** 10) return `${(b / 2 ** 10).toFixed(0)} KiB`;
+  return `${b} B`;
+}
+
+function infoList(title, info, extra = {}) {
+  const gpuLimits = info.backend === "cpu" ? {} : {
+    "max storage binding": fmtBytes(info.maxStorageBindingBytes),
+    "max buffer": fmtBytes(info.maxBufferBytes),
+    "workgroup storage": fmtBytes(info.maxWorkgroupStorageBytes),
+    "invocations / workgroup": info.maxInvocationsPerWorkgroup,
+    "workgroups / dimension": info.maxWorkgroupsPerDimension,
+    "shader-f16": info.shaderF16 ? "yes" : "no",
+    subgroups: info.subgroups ? "yes" : "no",
+  };
+  const rows = {
+    backend: info.backend,
+    adapter: info.name || "(not reported)",
+    ...extra,
+    type: info.deviceType,
+    driver: info.driver || "—",
+    ...gpuLimits,
+    dtypes: info.dtypes.join(", "),
+  };
+  const dl = Object.entries(rows)
+    .map(([k, v]) => `<dt>${k}</dt><dd>${String(v).replace(/</g, "&lt;")}</dd>`)
+    .join("");
+  return `<strong>${title}</strong><dl>${dl}</dl>`;
+}
+
+async function browserAdapterInfo() {
+  // The browser's own description of the adapter, shown next to the library's (Chrome often leaves the name
+  // empty for privacy but reports vendor and architecture).
+  try {
+    const a = await navigator.gpu.requestAdapter();
+    const i = a?.info;
+    return i ? [i.vendor, i.architecture, i.description].filter(Boolean).join(" / ") : "";
+  } catch {
+    return "";
+  }
+}
+
+function seedBlock(label, values) {
+  const ok = values.length === SEED.length && values.every((v, i) => v === SEED[i]);
+  const rows = [0, 1, 2].map((r) => values.slice(r * 4, r * 4 + 4).join(" ")).join("\n");
+  return `<div data-backend="${label}" data-ok="${ok}"><strong>${label}</strong>
+    <span class="${ok ? "seed-ok" : "seed-bad"}">${ok ? "✓ matches ggml" : "✗ differs from ggml"}</span>
+    <pre>${rows}</pre></div>`;
+}
+
+async function setup() {
+  await init();
+  setStatus("Creating devices…");
+  if (!("gpu" in navigator)) {
+    demo.gpuError = "this browser does not expose WebGPU (navigator.gpu is missing)";
+  } else {
+    try {
+      demo.gpu = await Device.create("webgpu");
+    } catch (e) {
+      demo.gpuError = e.message;
+    }
+  }
+  if (demo.gpu) {
+    const info = demo.gpu.info();
+    const browser = await browserAdapterInfo();
+    demo.gpuInfo = info.toJSON();
+    $("#adapter-gpu").innerHTML = infoList("WebGPU", info, browser ? { "browser reports": browser } : {});
+  } else {
+    $("#gpu-note").textContent = `WebGPU is not available: ${demo.gpuError}. Running on the CPU only.`;
+    $("#adapter-gpu").innerHTML = `<strong>WebGPU</strong>: not available`;
+    $("#use-webgpu").checked = false;
+    $("#use-webgpu").disabled = true;
+  }
+
+  const cpu = await callWorker({ type: "info" });
+  demo.cpuInfo = cpu.info;
+  $("#adapter-cpu").innerHTML = infoList("CPU (wasm, Web Worker)", cpu.info);
+
+  setStatus("Computing the seed example…");
+  const blocks = [];
+  if (demo.gpu) {
+    demo.seed.webgpu = await seedExample(Graph, demo.gpu);
+    blocks.push(seedBlock("WebGPU", demo.seed.webgpu));
+  }
+  demo.seed.cpu = (await callWorker({ type: "seed" })).seed;
+  blocks.push(seedBlock("CPU", demo.seed.cpu));
+  $("#seed").innerHTML = blocks.join("");
+}
+
+// ---- benchmark ------------------------------------------------------------------------------------
+
+function selectedSizes() {
+  const sizes = [...document.querySelectorAll("input.size:checked")].map((el) => Number(el.value));
+  for (const s of $("#custom-sizes").value.split(/[\s,]+/)) {
+    if (s === "") continue;
+    const n = Number(s);
+    if (!Number.isInteger(n) || n < 1 || n > 8192) throw new Error(`bad size "${s}" (1 to 8192)`);
+    sizes.push(n);
+  }
+  return [...new Set(sizes)].sort((a, b) => a - b);
+}
+
+function compare(gpu, cpu) {
+  let maxAbs = 0;
+  let maxRef = 0;
+  for (let i = 0; i < cpu.length; i++) {
+    const d = Math.abs(gpu[i] - cpu[i]);
+    if (!(d <= maxAbs)) maxAbs = d; // NaN propagates
+    maxRef = Math.max(maxRef, Math.abs(cpu[i]));
+  }
+  const maxRel = maxAbs / (maxRef || 1);
+  return { maxAbs, maxRel, agree: maxRel <= REL_TOL };
+}
+
+const fmt = (x, d = 1) => (x === undefined ? "—" : x.toFixed(d));
+const fmtErr = (x) => (x === undefined ? "—" : Number.isNaN(x) ? "NaN" : x === 0 ? "0" : x.toExponential(2));
+
+const runsTitle = (x) => (x ? `median of ${x.reps} run(s); compile ${x.compileMs.toFixed(1)} ms` : "");
+
+function renderRow(r) {
+  let tr = document.querySelector(`#results tr[data-size="${r.n}"]`);
+  if (!tr) {
+    tr = document.createElement("tr");
+    tr.dataset.size = r.n;
+    const rows = [...document.querySelectorAll("#results tbody tr")];
+    const after = rows.find((x) => Number(x.dataset.size) > r.n);
+    $("#results tbody").insertBefore(tr, after ?? null);
+  }
+  const agree = r.cmp ? (r.cmp.agree ? "✓ yes" : "✗ no") : r.error ? "error" : "—";
+  tr.dataset.agree = r.cmp ? String(r.cmp.agree) : "";
+  tr.innerHTML = `<td>${r.n}</td>
+    <td class="gpu" data-col="webgpu-ms" title="${runsTitle(r.webgpu)}">${r.webgpu ? fmt(r.webgpu.ms, 2) : r.webgpuError ?? "—"}</td>
+    <td class="gpu" data-col="webgpu-gflops">${fmt(r.webgpu?.gflops, 2)}</td>
+    <td class="cpu" data-col="cpu-ms" title="${runsTitle(r.cpu)}">${r.cpu ? fmt(r.cpu.ms, 2) : r.cpuError ?? "—"}</td>
+    <td class="cpu" data-col="cpu-gflops">${fmt(r.cpu?.gflops, 2)}</td>
+    <td data-col="max-abs">${fmtErr(r.cmp?.maxAbs)}</td>
+    <td data-col="max-rel">${fmtErr(r.cmp?.maxRel)}</td>
+    <td data-col="agree" class="${r.cmp ? (r.cmp.agree ? "agree-yes" : "agree-no") : ""}">${agree}</td>`;
+}
+
+let stopRequested = false;
+
+async function runBenchmark() {
+  let sizes;
+  try {
+    sizes = selectedSizes();
+  } catch (e) {
+    setStatus(e.message, "error");
+    return;
+  }
+  const useGpu = demo.gpu && $("#use-webgpu").checked;
+  const useCpu = $("#use-cpu").checked;
+  if (!sizes.length || !(useGpu || useCpu)) {
+    setStatus("Choose at least one size and one backend.", "ready");
+    return;
+  }
+  $("#run").disabled = true;
+  $("#stop").disabled = false;
+  stopRequested = false;
+  const steps = sizes.length * ((useGpu ? 1 : 0) + (useCpu ? 1 : 0));
+  let done = 0;
+  const progress = $("#progress");
+  progress.max = steps;
+  progress.value = 0;
+  const t0 = performance.now();
+
+  for (const n of sizes) {
+    if (stopRequested) break;
+    const r = { n };
+    const prev = demo.results.findIndex((x) => x.n === n);
+    if (prev >= 0) demo.results.splice(prev, 1);
+    demo.results.push(r);
+    demo.results.sort((x, y) => x.n - y.n);
+    renderRow(r);
+    const a = randomMatrix(n * n, 1234 + n);
+    const b = randomMatrix(n * n, 5678 + n);
+    const step = (backend, what) => {
+      const text = `n = ${n}: ${backend} ${what} (step ${done + 1} of ${steps}, ${((performance.now() - t0) / 1000).toFixed(1)} s)`;
+      setStatus(`Running… ${text}`, "running");
+      $("#progress-text").textContent = text;
+    };
+    if (useGpu) {
+      try {
+        const res = await benchMatmul(Graph, demo.gpu, n, a, b, (p) => step("WebGPU", p));
+        r.webgpu = { ms: res.ms, gflops: res.gflops, reps: res.reps, compileMs: res.compileMs };
+        r.cGpu = res.c;
+      } catch (e) {
+        r.webgpuError = "error";
+        r.error = `WebGPU n=${n}: ${e.message}`;
+      }
+      progress.value = ++done;
+      renderRow(r);
+      drawChart();
+      await sleep(0);
+    }
+    if (useCpu && !stopRequested) {
+      try {
+        step("CPU", "starting");
+        const res = await callWorker({ type: "bench", n, a, b }, (p) => step("CPU", p));
+        r.cpu = { ms: res.ms, gflops: res.gflops, reps: res.reps, compileMs: res.compileMs };
+        r.cCpu = res.c;
+      } catch (e) {
+        r.cpuError = "error";
+        r.error = `CPU n=${n}: ${e.message}`;
+      }
+      progress.value = ++done;
+    }
+    if (r.cGpu && r.cCpu) r.cmp = compare(r.cGpu, r.cCpu);
+    delete r.cGpu; // keep memory bounded over many runs
+    delete r.cCpu;
+    renderRow(r);
+    drawChart();
+    await sleep(0); // let the page paint between sizes
+  }
+
+  $("#run").disabled = false;
+  $("#stop").disabled = true;
+  const errors = demo.results.filter((r) => r.error).map((r) => r.error);
+  const disagree = demo.results.filter((r) => r.cmp && !r.cmp.agree).map((r) => r.n);
+  const secs = ((performance.now() - t0) / 1000).toFixed(1);
+  $("#progress-text").textContent = "";
+  if (errors.length) setStatus(`Finished with errors in ${secs} s: ${errors.join("; ")}`, "error");
+  else if (disagree.length) setStatus(`Finished in ${secs} s, but WebGPU and CPU disagree for n = ${disagree.join(", ")}`, "error");
+  else setStatus(`${stopRequested ? "Stopped" : "Done"} in ${secs} s${useGpu && useCpu ? ": WebGPU and CPU agree" : ""}.`, "done");
+}
+
+// ---- chart (plain SVG) --------------------------------------------------------------------------------
+
+function drawChart() {
+  const svg = $("#chart");
+  const W = 720, H = 320, L = 60, R = 20, T = 30, B = 50;
+  const pts = demo.results.filter((r) => r.webgpu || r.cpu);
+  const series = [
+    { key: "webgpu", label: "WebGPU", color: "var(--gpu)" },
+    { key: "cpu", label: "CPU (wasm)", color: "var(--cpu)" },
+  ];
+  const vals = pts.flatMap((r) => series.map((s) => r[s.key]?.gflops)).filter((v) => v > 0);
+  const maxG = Math.max(0, ...vals);
+  const minG = Math.min(...vals);
+  // A log axis when the backends differ by more than 20x (a software GPU next to a fast CPU, or the reverse).
+  const log = vals.length > 1 && maxG / minG > 20;
+  const x = (i) => L + (pts.length <= 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (pts.length - 1));
+  const ticks = [];
+  let y;
+  if (log) {
+    const lo = Math.floor(Math.log10(minG)), hi = Math.ceil(Math.log10(maxG));
+    y = (v) => T + (H - T - B) * (1 - (Math.log10(v) - lo) / (hi - lo));
+    for (let e = lo; e <= hi; e++) ticks.push(10 ** e);
+  } else {
+    const yMax = niceCeil(maxG || 1);
+    y = (v) => T + (H - T - B) * (1 - v / yMax);
+    for (let k = 0; k <= 4; k++) ticks.push((yMax * k) / 4);
+  }
+  const out = [];
+  for (const v of ticks) {
+    out.push(`<line x1="${L}" x2="${W - R}" y1="${y(v)}" y2="${y(v)}" stroke="#e5e7eb"/>`);
+    out.push(`<text x="${L - 6}" y="${y(v) + 4}" text-anchor="end" font-size="11" fill="#6b7280">${+v.toPrecision(3)}</text>`);
+  }
+  if (log) out.push(`<text x="${W - R}" y="18" text-anchor="end" font-size="11" fill="#6b7280">log scale</text>`);
+  pts.forEach((r, i) => {
+    out.push(`<text x="${x(i)}" y="${H - B + 18}" text-anchor="middle" font-size="11" fill="#374151">${r.n}</text>`);
+  });
+  out.push(`<text x="${(L + W - R) / 2}" y="${H - 10}" text-anchor="middle" font-size="12" fill="#374151">matrix size n (n×n · n×n)</text>`);
+  out.push(`<text x="14" y="${(T + H - B) / 2}" text-anchor="middle" font-size="12" fill="#374151" transform="rotate(-90 14 ${(T + H - B) / 2})">GFLOP/s${log ? " (log)" : ""}</text>`);
+  series.forEach((s, si) => {
+    const p = pts.map((r, i) => (r[s.key] ? [x(i), y(r[s.key].gflops), r[s.key].gflops] : null)).filter(Boolean);
+    if (p.length > 1) out.push(`<polyline fill="none" stroke="${s.color}" stroke-width="2" points="${p.map(([a, b]) => `${a},${b}`).join(" ")}"/>`);
+    for (const [a, b, v] of p) {
+      out.push(`<circle cx="${a}" cy="${b}" r="4" fill="${s.color}"/>`);
+      out.push(`<text x="${a}" y="${b - 8}" text-anchor="middle" font-size="10" fill="${s.color}">${v.toFixed(v < 10 ? 2 : 1)}</text>`);
+    }
+    out.push(`<rect x="${L + 10 + si * 120}" y="8" width="12" height="12" fill="${s.color}"/>`);
+    out.push(`<text x="${L + 28 + si * 120}" y="18" font-size="12" fill="#374151">${s.label}</text>`);
+  });
+  if (!pts.length) out.push(`<text x="${W / 2}" y="${H / 2}" text-anchor="middle" fill="#6b7280">Run a benchmark to draw the chart.</text>`);
+  svg.innerHTML = out.join("");
+}
+
+function niceCeil(v) {
+  const p = 10 ** Math.floor(Math.log10(v));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+// ---- start ---------------------------------------------------------------------------------------
+
+function applyUrl() {
+  const q = new URLSearchParams(location.search);
+  if (q.has("sizes")) {
+    const want = q.get("sizes").split(",").map(Number);
+    const custom = [];
+    const boxes = [...document.querySelectorAll("input.size")];
+    boxes.forEach((el) => (el.checked = want.includes(Number(el.value))));
+    for (const n of want) if (!boxes.some((el) => Number(el.value) === n)) custom.push(n);
+    $("#custom-sizes").value = custom.join(", ");
+  }
+  return q.get("autorun") === "1";
+}
+
+$("#run").addEventListener("click", () => runBenchmark());
+$("#stop").addEventListener("click", () => {
+  stopRequested = true;
+  $("#stop").disabled = true;
+  setStatus("Stopping after the current step…", "running");
+});
+drawChart();
+const autorun = applyUrl();
+demo.ready = setup()
+  .then(() => {
+    setStatus(demo.gpu ? "Ready: WebGPU and CPU." : "Ready: CPU only (no WebGPU).", "ready");
+    $("#run").disabled = false;
+    if (autorun) return runBenchmark();
+  })
+  .catch((e) => {
+    setStatus(`Error: ${e.message}`, "error");
+    console.error(e);
+  });
