@@ -306,6 +306,36 @@ async fn bindings_graph_and_plan() {
     let e = g.matmul(&a, &b).unwrap_err();
     let msg = message(e.into());
     assert!(msg.contains("matmul: incompatible shapes [4, 2] and [3, 2]"), "{msg}");
+
+    // Positional inputs, in the order of inputNames.
+    let av = Float32Array::from(&[2f32, 8., 5., 1., 4., 2., 8., 6.][..]);
+    let bv = Float32Array::from(&[10f32, 5., 9., 9., 5., 4.][..]);
+    let out = plan.run(Array::of2(&av, &bv).into()).await.unwrap();
+    assert_eq!(out[0].to_vec(), SEED);
+    let e = plan.run(Array::of1(&av).into()).await.unwrap_err();
+    let msg = message(e.into());
+    assert!(msg.contains("expected 2 input arrays"), "{msg}");
+
+    // One plan runs once at a time; the second call is rejected with a clear message, the first completes.
+    let (r1, r2) = join2(plan.run(Array::of2(&av, &bv).into()), plan.run(Array::of2(&av, &bv).into())).await;
+    assert_eq!(r1.unwrap()[0].to_vec(), SEED);
+    let msg = message(r2.unwrap_err().into());
+    assert!(msg.contains("already running"), "{msg}");
+}
+
+#[wasm_bindgen_test]
+async fn bindings_device_choice() {
+    let auto = WebDevice::create(None).await.unwrap();
+    assert_eq!(auto.backend(), "webgpu", "auto must pick WebGPU when the browser has it");
+    let cpu = WebDevice::create(Some("cpu".into())).await.unwrap();
+    assert!(cpu.is_cpu());
+    assert_eq!(cpu.info().backend, "cpu");
+    let e = WebDevice::create(Some("vulkan".into())).await.err().unwrap();
+    let msg = message(e.into());
+    assert!(msg.contains("not available in the browser"), "{msg}");
+    let e = WebDevice::create(Some("tpu".into())).await.err().unwrap();
+    let msg = message(e.into());
+    assert!(msg.contains("unknown backend 'tpu'"), "{msg}");
 }
 
 /// Known bug (backend): every GPU storage binding is `read_write`, and WebGPU rejects two writable bindings that
