@@ -34,6 +34,7 @@ pub mod shape;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 
+pub use backend::gpu::matmul::{MatmulChoice, TileConfig, DEFAULT_CONFIG, MATMUL_ENV, TILE_CONFIGS};
 pub use backend::{Capabilities, CompileOptions, PlanStats};
 pub use device::{BackendKind, Device, Plan, BACKEND_ENV};
 pub use dtype::{DType, Data, HostTensor};

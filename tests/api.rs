@@ -88,7 +88,7 @@ fn rerunning_a_plan_creates_no_gpu_objects_and_gives_the_same_result() {
     let y = g.matmul(x, wt).unwrap();
     let y = g.gelu(y).unwrap();
     let s = g.softmax(y).unwrap();
-    let mut plan = device.compile_with(&g, &[s, y], &CompileOptions { poison: true }).unwrap();
+    let mut plan = device.compile_with(&g, &[s, y], &CompileOptions { poison: true, ..Default::default() }).unwrap();
     let xv = HostTensor::f32(&[33, 65], (0..33 * 65).map(|i| (i % 7) as f32 * 0.1).collect()).unwrap();
     let wv = HostTensor::f32(&[17, 65], (0..17 * 65).map(|i| (i % 5) as f32 * -0.1).collect()).unwrap();
     let first = plan.run(&[(x, &xv), (w, &wv)]).unwrap();
@@ -125,6 +125,34 @@ fn dead_nodes_are_not_run_and_memory_is_reused() {
             assert!(st.memory_bytes <= 3 * 4096, "{st:?}");
         }
     }
+}
+
+#[test]
+fn matmul_kernel_choice() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let kernel = |m: usize, k: usize, n: usize, transpose_w: bool, choice: Option<webtensor::MatmulChoice>| {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, &[m, k]).unwrap();
+        let w = if transpose_w {
+            let w = g.input("w", DType::F32, &[n, k]).unwrap();
+            g.t(w).unwrap()
+        } else {
+            g.input("w", DType::F32, &[k, n]).unwrap()
+        };
+        let y = g.matmul(x, w).unwrap();
+        let plan = device.compile_with(&g, &[y], &CompileOptions { poison: false, matmul: choice }).unwrap();
+        plan.stats().kernels[0].clone()
+    };
+    let tiled = Some(webtensor::MatmulChoice::Tiled(webtensor::TILE_CONFIGS[0]));
+    assert!(kernel(1, 1024, 129, true, None).starts_with("matvec"));
+    assert!(kernel(1, 1024, 128, false, None).starts_with("matvec"));
+    assert_eq!(kernel(256, 256, 256, false, tiled), "matmul_tiled 128x128x8");
+    assert_eq!(kernel(256, 256, 256, true, tiled), "matmul_tiled 128x128x8");
+    assert_eq!(kernel(255, 255, 255, false, tiled), "matmul", "K not a multiple of 4: generic kernel");
+    assert_eq!(kernel(256, 256, 256, false, Some(webtensor::MatmulChoice::Generic)), "matmul");
 }
 
 #[test]

@@ -7,7 +7,7 @@ mod common;
 use common::reference::{self as r, Arr};
 use common::{inp, inp_given, inp_map, run_suite, Case};
 use webtensor::DType::{self, F16, F32, I32};
-use webtensor::{Graph, Result, Tensor};
+use webtensor::{Graph, MatmulChoice, Result, Tensor};
 
 const SHAPES: &[&[usize]] = &[&[1], &[7, 13], &[33, 255], &[2, 3, 257], &[1000], &[2, 2, 3, 5]];
 
@@ -78,7 +78,9 @@ fn unary_ops() {
     run_suite("unary", &cases);
 }
 
-fn binary_fn(name: &str) -> (fn(&mut Graph, Tensor, Tensor) -> Result<Tensor>, fn(f64, f64) -> f64) {
+type BinaryBuild = fn(&mut Graph, Tensor, Tensor) -> Result<Tensor>;
+
+fn binary_fn(name: &str) -> (BinaryBuild, fn(f64, f64) -> f64) {
     match name {
         "add" => (|g, a, b| g.add(a, b), |a, b| a + b),
         "sub" => (|g, a, b| g.sub(a, b), |a, b| a - b),
@@ -306,6 +308,62 @@ fn matmul() {
         .tol(0.0),
     );
     run_suite("matmul", &cases);
+}
+
+/// Every matmul kernel (generic, each tiled configuration, mat-vec) on sizes one below, at and one above each
+/// tile size, in every operand layout (row-major and transposed views), f32 and f16, with batch broadcasting.
+#[test]
+fn matmul_kernels() {
+    let mut choices = vec![MatmulChoice::Generic];
+    choices.extend(webtensor::TILE_CONFIGS.iter().map(|&c| MatmulChoice::Tiled(c)));
+    let mut cases = Vec::new();
+    let mk = [(1usize, 4usize), (3, 60), (63, 64), (64, 68), (65, 124), (127, 128), (128, 132), (129, 16)];
+    let ns = [1usize, 4, 63, 64, 65, 127, 128, 129];
+    for &choice in &choices {
+        let tag = match choice {
+            MatmulChoice::Generic => "generic".to_string(),
+            MatmulChoice::Tiled(c) => c.name(),
+        };
+        for (i, &(m, k)) in mk.iter().enumerate() {
+            let n = ns[(i * 3 + 1) % ns.len()];
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                cases.push(
+                    mm_case(format!("{tag}/{m}x{k}x{n}/ta={ta}/tb={tb}"), &[m, k], &[k, n], ta, tb, F32, F32)
+                        .matmul(choice),
+                );
+            }
+            cases.push(
+                mm_case(format!("{tag}/{m}x{k}x{n}/f16"), &[m, k], &[k, n], false, true, F16, F16)
+                    .tol(5e-6)
+                    .matmul(choice),
+            );
+            cases.push(
+                mm_case(format!("{tag}/{m}x{k}x{n}/f32xf16"), &[m, k], &[k, n], false, true, F32, F16).matmul(choice),
+            );
+        }
+        cases.push(
+            mm_case(format!("{tag}/batch"), &[2, 3, 68, 32], &[3, 32, 36], false, false, F32, F32).matmul(choice),
+        );
+        cases.push(
+            mm_case(format!("{tag}/batch/tb"), &[2, 1, 68, 32], &[3, 32, 36], false, true, F32, F32).matmul(choice),
+        );
+        // mat-vec (M = 1): decode-style x @ W^T with W [N, K], and x @ W with W [K, N]
+        for &(k, n) in &[(4usize, 1usize), (64, 63), (68, 64), (1000, 65), (1024, 129), (4096, 8)] {
+            cases.push(
+                mm_case(format!("{tag}/matvec/1x{k}x{n}/nt"), &[1, k], &[k, n], false, true, F32, F32).matmul(choice),
+            );
+            cases.push(
+                mm_case(format!("{tag}/matvec/1x{k}x{n}/nn"), &[1, k], &[k, n], false, false, F32, F32).matmul(choice),
+            );
+            cases.push(
+                mm_case(format!("{tag}/matvec/1x{k}x{n}/f16w"), &[1, k], &[k, n], false, true, F32, F16).matmul(choice),
+            );
+        }
+        cases.push(
+            mm_case(format!("{tag}/matvec/batch"), &[3, 1, 64], &[3, 64, 20], false, true, F32, F32).matmul(choice),
+        );
+    }
+    run_suite("matmul-kernels", &cases);
 }
 
 #[test]

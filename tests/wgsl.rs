@@ -10,7 +10,8 @@ fn every_variant_parses_and_validates() {
     for (name, src) in &variants {
         assert!(!src.contains("{{"), "{name}: unreplaced template token");
         let uses_f16 = src.contains("enable f16;");
-        assert_eq!(uses_f16, src.contains("f16"), "{name}: f16 used without `enable f16;` or enabled needlessly");
+        let mentions_f16 = src.contains("f16>") || src.contains("f16(");
+        assert_eq!(uses_f16, mentions_f16, "{name}: f16 used without `enable f16;` or enabled needlessly");
         let module = match naga::front::wgsl::parse_str(src) {
             Ok(m) => m,
             Err(e) => {
@@ -19,7 +20,10 @@ fn every_variant_parses_and_validates() {
             }
         };
         // Only the capability the variant declares: a variant without f16 must validate without it (B23).
-        let caps = if uses_f16 { Capabilities::SHADER_FLOAT16 } else { Capabilities::empty() };
+        let mut caps = if uses_f16 { Capabilities::SHADER_FLOAT16 } else { Capabilities::empty() };
+        if src.contains("subgroupAdd") {
+            caps |= Capabilities::SUBGROUP;
+        }
         if let Err(e) = Validator::new(ValidationFlags::all(), caps).validate(&module) {
             failures.push(format!("{name}: {}", e.emit_to_string(src)));
         }

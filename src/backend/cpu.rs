@@ -106,6 +106,7 @@ impl Executable for CpuPlan {
             memory_bytes: self.bytes,
             peak_live_bytes: self.bytes,
             buffers: self.program.inputs.len() + self.program.steps.len(),
+            kernels: self.program.steps.iter().map(|&s| self.program.nodes[s].op.name()).collect(),
         }
     }
 }

@@ -5,7 +5,7 @@
 
 pub(crate) mod cpu;
 pub(crate) mod cpu_matmul;
-pub(crate) mod gpu;
+pub mod gpu;
 
 use crate::compile::Program;
 use crate::graph::NodeId;
@@ -76,6 +76,8 @@ pub struct PlanStats {
     pub peak_live_bytes: u64,
     /// Buffers the plan created at compile time.
     pub buffers: usize,
+    /// The kernel of each dispatch, in schedule order (e.g. `matmul_tiled 128x128x8`, `matvec`, `rows softmax`).
+    pub kernels: Vec<String>,
 }
 
 /// Options for [`Device::compile_with`](crate::Device::compile_with).
@@ -84,6 +86,8 @@ pub struct CompileOptions {
     /// Fill every non-input tensor with NaN (0xFFFF… bit patterns) before each run, so that an element a
     /// kernel never writes shows up. For tests; costs one extra write of the plan's memory per run.
     pub poison: bool,
+    /// Pins the GPU matmul kernel for this plan (else `WEBTENSOR_MATMUL`, else the device's tuned choice).
+    pub matmul: Option<gpu::matmul::MatmulChoice>,
 }
 
 /// A device's side of a plan: made once by `compile`, run many times.

@@ -7,7 +7,9 @@ pub mod reference;
 
 use reference::{nmse, u, Arr};
 use std::sync::OnceLock;
-use webtensor::{BackendKind, CompileOptions, DType, Data, Device, Error, Graph, HostTensor, Result, Tensor};
+use webtensor::{
+    BackendKind, CompileOptions, DType, Data, Device, Error, Graph, HostTensor, MatmulChoice, Result, Tensor,
+};
 
 /// The devices every case runs on: the CPU backend, and the GPU adapter (the `WEBTENSOR_BACKEND` override if
 /// set, else the best native adapter). With `REQUIRE_GPU=1`, a missing GPU is a failure.
@@ -78,6 +80,8 @@ pub struct Case {
     pub build: Build,
     pub reference: Reference,
     pub tol: f64,
+    /// The GPU matmul kernel to pin (None: the device's own choice).
+    pub matmul: Option<MatmulChoice>,
 }
 
 /// Default NMSE tolerance for an output dtype: 1e-7 for f32 (the threshold); for f16 outputs the
@@ -98,7 +102,12 @@ impl Case {
         reference: impl Fn(&[Arr]) -> Arr + 'static,
     ) -> Case {
         let tol = inputs.iter().map(|i| tol_for(i.dtype)).fold(0.0, f64::max);
-        Case { name: name.into(), inputs, build: Box::new(build), reference: Box::new(reference), tol }
+        Case { name: name.into(), inputs, build: Box::new(build), reference: Box::new(reference), tol, matmul: None }
+    }
+
+    pub fn matmul(mut self, choice: MatmulChoice) -> Case {
+        self.matmul = Some(choice);
+        self
     }
 
     pub fn tol(mut self, tol: f64) -> Case {
@@ -143,7 +152,7 @@ pub fn run_case(case: &Case, device: &Device) -> Outcome {
         Ok(t) => t,
         Err(e) => return Outcome::Fail(format!("building the graph failed: {e}")),
     };
-    let mut plan = match device.compile_with(&g, &[out], &CompileOptions { poison: true }) {
+    let mut plan = match device.compile_with(&g, &[out], &CompileOptions { poison: true, matmul: case.matmul }) {
         Ok(p) => p,
         Err(Error::Unsupported { reason, .. }) => return Outcome::Skip(reason),
         Err(e) => return Outcome::Fail(format!("compile: {e}")),

@@ -1,6 +1,7 @@
 //! Kernels (stage 4a): for each step of a program, the WGSL variant (a [`KernelKey`]), its uniform parameters
 //! and its dispatch geometry. Shader text comes from `shaders/*.wgsl` with a few `{{TOKEN}}` substitutions.
 
+use super::matmul::{self, MatmulChoice, MatmulShape, TileConfig};
 use crate::compile::Program;
 use crate::graph::{operand_layout, BinaryOp, NodeId, Op, ReduceOp, UnaryOp};
 use crate::shape::Layout;
@@ -20,6 +21,18 @@ pub(crate) enum KernelKind {
         expr: String,
     },
     MatMul,
+    /// `matmul_tiled.wgsl`: register-blocked, vec4 loads (see [`super::matmul`]).
+    MatMulTiled {
+        cfg: TileConfig,
+        a_kcontig: bool,
+        b_ncontig: bool,
+        out_vec4: bool,
+    },
+    /// `matvec.wgsl`: one-row inputs.
+    MatVec {
+        b_ncontig: bool,
+        subgroups: bool,
+    },
     /// A row op of rows.wgsl: 0 softmax, 1 rms_norm, 2 layer_norm, 3 sum, 4 mean, 5 max, 6 argmax.
     Rows {
         op: u32,
@@ -57,13 +70,31 @@ fn wgsl_type(d: DType) -> &'static str {
 }
 
 /// Replaces each `{{NAME}}` and fails if any token is left unreplaced.
-fn render(template: &str, subs: &[(&str, String)]) -> String {
+pub(crate) fn render(template: &str, subs: &[(&str, String)]) -> String {
     let mut s = template.to_string();
     for (k, v) in subs {
         s = s.replace(&format!("{{{{{k}}}}}"), v);
     }
     assert!(!s.contains("{{"), "unreplaced token in WGSL template:\n{s}");
     s
+}
+
+impl KernelKind {
+    /// A short human-readable name: `elementwise`, `matmul`, `matmul_tiled 128x128x8`, `matvec`, ...
+    pub fn name(&self) -> String {
+        match self {
+            KernelKind::Elementwise { .. } => "elementwise".into(),
+            KernelKind::MatMul => "matmul".into(),
+            KernelKind::MatMulTiled { cfg, .. } => format!("matmul_tiled {}", cfg.name()),
+            KernelKind::MatVec { subgroups, .. } => (if *subgroups { "matvec subgroups" } else { "matvec" }).into(),
+            KernelKind::Rows { op, .. } => {
+                let names = ["softmax", "rms_norm", "layer_norm", "sum", "mean", "max", "argmax"];
+                format!("rows {}", names[*op as usize])
+            }
+            KernelKind::GetRows => "get_rows".into(),
+            KernelKind::Concat => "concat".into(),
+        }
+    }
 }
 
 impl KernelKey {
@@ -74,7 +105,14 @@ impl KernelKey {
 
     /// The complete WGSL source of this variant.
     pub fn wgsl(&self) -> String {
-        let enable = if self.uses_f16() { "enable f16;\n" } else { "" };
+        let mut enable = String::new();
+        if self.uses_f16() {
+            enable.push_str("enable f16;\n");
+        }
+        // Browsers require the directive; naga (native) rejects it and gates subgroup ops by capability instead.
+        if cfg!(target_arch = "wasm32") && matches!(self.kind, KernelKind::MatVec { subgroups: true, .. }) {
+            enable.push_str("enable subgroups;\n");
+        }
         let out_t = wgsl_type(self.out).to_string();
         let body = match &self.kind {
             KernelKind::Elementwise { expr } => {
@@ -127,6 +165,9 @@ impl KernelKey {
                         ("HAS_MASK", mask.to_string()),
                     ],
                 )
+            }
+            KernelKind::MatMulTiled { .. } | KernelKind::MatVec { .. } => {
+                matmul::wgsl(self, wgsl_type).expect("a matmul variant")
             }
             KernelKind::GetRows | KernelKind::Concat => render(
                 GATHER,
@@ -201,8 +242,21 @@ fn padded(l: &Layout) -> ([usize; 4], [usize; 4]) {
     l.padded4()
 }
 
-/// Lowers one step of `program` to a dispatch. `max_groups` is the device's per-dimension workgroup limit.
-pub(crate) fn lower(program: &Program, id: NodeId, max_groups: u32) -> Result<Dispatch> {
+/// What lowering needs to know about the device and the plan's options.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Target {
+    /// Workgroups per dispatch dimension.
+    pub max_groups: u32,
+    /// Workgroup memory, in bytes.
+    pub max_shared: u32,
+    /// The subgroup size when the adapter has subgroups and a fixed size.
+    pub subgroup_size: Option<u32>,
+    pub matmul: MatmulChoice,
+}
+
+/// Lowers one step of `program` to a dispatch.
+pub(crate) fn lower(program: &Program, id: NodeId, target: &Target) -> Result<Dispatch> {
+    let max_groups = target.max_groups;
     let nodes = &program.nodes;
     let node = &nodes[id];
     let shape = &node.layout.shape;
@@ -262,23 +316,14 @@ pub(crate) fn lower(program: &Program, id: NodeId, max_groups: u32) -> Result<Di
             put4(&mut p, 1, sa);
             put4(&mut p, 2, sbt);
             put4(&mut p, 3, [oa, ob, 0, 0]);
-            let gx = n.div_ceil(64) as u64;
-            let gy = m.div_ceil(64) as u64;
-            for (g, lim) in [(gx, "N / 64"), (gy, "M / 64"), (batches as u64, "batch")] {
-                if g > max_groups as u64 {
-                    return Err(Error::LimitExceeded {
-                        what: format!("matmul {shape:?}: {lim} = {g} workgroups"),
-                        size: g,
-                        limit_name: "max_compute_workgroups_per_dimension",
-                        limit: max_groups as u64,
-                    });
-                }
-            }
+            let ms = MatmulShape { m, n, k, batches, sa, sb: sbt, oa, ob };
+            let (kind, workgroups) =
+                matmul::choose(&ms, target.matmul, target.subgroup_size, max_groups, target.max_shared)?;
             Ok(Dispatch {
-                key: KernelKey { kind: KernelKind::MatMul, out: node.dtype, ins: vec![dt(a), dt(b)] },
+                key: KernelKey { kind, out: node.dtype, ins: vec![dt(a), dt(b)] },
                 params: p,
                 bindings: vec![id, st(a), st(b)],
-                workgroups: [gx as u32, gy as u32, batches as u32],
+                workgroups,
             })
         }
         Op::Softmax { x, mask, scale } => rows(program, id, x, mask, 0, scale, 0.0, max_groups),
@@ -420,6 +465,21 @@ pub fn all_variants() -> Vec<(String, String)> {
     }
     for (a, b, o) in [(F32, F32, F32), (F16, F16, F16), (F16, F32, F32), (F32, F16, F32)] {
         keys.push(KernelKey { kind: KernelKind::MatMul, out: o, ins: vec![a, b] });
+    }
+    for (a, b, o) in [(F32, F32, F32), (F16, F16, F16), (F16, F32, F32), (F32, F16, F32)] {
+        for cfg in matmul::TILE_CONFIGS {
+            for a_kcontig in [true, false] {
+                for b_ncontig in [true, false] {
+                    for out_vec4 in [true, false] {
+                        let kind = KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4 };
+                        keys.push(KernelKey { kind, out: o, ins: vec![a, b] });
+                    }
+                }
+            }
+        }
+        for (b_ncontig, subgroups) in [(true, false), (false, true), (false, false)] {
+            keys.push(KernelKey { kind: KernelKind::MatVec { b_ncontig, subgroups }, out: o, ins: vec![a, b] });
+        }
     }
     for d in floats {
         for op in 0..=6u32 {

@@ -2,7 +2,10 @@
 //! [`kernels::KernelKey`], and plans ([`plan`]) whose buffers and bind groups are made once at compile time.
 
 pub(crate) mod kernels;
+pub mod matmul;
 mod plan;
+#[cfg(not(target_arch = "wasm32"))]
+mod tune;
 
 use super::{Backend, Capabilities, CompileOptions, Executable, LocalFuture};
 use crate::compile::Program;
@@ -19,6 +22,8 @@ pub(crate) struct GpuBackend {
     pub caps: Capabilities,
     pipelines: Mutex<HashMap<KernelKey, Arc<wgpu::ComputePipeline>>>,
     pub lost: Arc<AtomicBool>,
+    /// The matmul kernel chosen for this device (tuned on first use), once known.
+    matmul: Mutex<Option<matmul::MatmulChoice>>,
 }
 
 /// wgpu's backend set for one of ours.
@@ -133,7 +138,7 @@ impl GpuBackend {
         });
         device.on_uncaptured_error(Arc::new(|e: wgpu::Error| log::error!("webtensor: uncaptured wgpu error: {e}")));
         log::info!("webtensor: using {} ({}, {})", caps.name, caps.backend, caps.device_type);
-        Ok(GpuBackend { device, queue, caps, pipelines: Mutex::new(HashMap::new()), lost })
+        Ok(GpuBackend { device, queue, caps, pipelines: Mutex::new(HashMap::new()), lost, matmul: Mutex::new(None) })
     }
 
     /// The cached pipeline for `key`, created (inside a validation error scope) on first use.
@@ -172,6 +177,40 @@ impl GpuBackend {
         let p = Arc::new(pipeline);
         self.pipelines.lock().expect("pipeline cache poisoned").insert(key.clone(), p.clone());
         Ok(p)
+    }
+
+    /// What lowering needs to know about this device, with the matmul kernel `choice`.
+    pub fn target(&self, choice: matmul::MatmulChoice) -> kernels::Target {
+        let (lo, hi) = self.caps.subgroup_size;
+        kernels::Target {
+            max_groups: self.caps.max_workgroups_per_dimension,
+            max_shared: self.caps.max_workgroup_storage_bytes,
+            subgroup_size: (self.caps.subgroups && lo == hi && lo > 0).then_some(lo),
+            matmul: choice,
+        }
+    }
+
+    /// The matmul kernel for a plan: the plan's pin, else `WEBTENSOR_MATMUL`, else the device's choice, tuned
+    /// on first use natively (the default configuration on wasm).
+    pub async fn matmul_choice(self: &Arc<Self>, pinned: Option<matmul::MatmulChoice>) -> Result<matmul::MatmulChoice> {
+        if let Some(c) = pinned {
+            return Ok(c);
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Ok(v) = std::env::var(matmul::MATMUL_ENV) {
+            if !v.is_empty() {
+                return v.parse();
+            }
+        }
+        if let Some(c) = *self.matmul.lock().expect("matmul choice poisoned") {
+            return Ok(c);
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        let c = Box::pin(tune::tune(self)).await?;
+        #[cfg(target_arch = "wasm32")]
+        let c = matmul::MatmulChoice::Tiled(matmul::DEFAULT_CONFIG);
+        *self.matmul.lock().expect("matmul choice poisoned") = Some(c);
+        Ok(c)
     }
 
     pub fn check_alive(&self, context: &str) -> Result<()> {

@@ -3,6 +3,7 @@
 //! outputs back through one staging buffer.
 
 use super::kernels::{lower, Dispatch};
+use super::matmul::MatmulChoice;
 use super::GpuBackend;
 use crate::backend::{gather, CompileOptions, Executable, LocalFuture, PlanStats};
 use crate::compile::memory::{self, MemoryPlan};
@@ -30,6 +31,7 @@ pub(crate) struct GpuPlan {
     poison: bool,
     pipelines: usize,
     buffers: usize,
+    kernels: Vec<String>,
 }
 
 fn round4(n: u64) -> u64 {
@@ -42,11 +44,11 @@ impl GpuPlan {
         let caps = &gpu.caps;
         let align = (caps.min_storage_offset_alignment as u64).max(PARAMS_BYTES);
         let mem = memory::plan(&program, align, caps.max_buffer_bytes.min(1 << 40), caps.max_storage_binding_bytes)?;
-        let dispatches: Vec<Dispatch> = program
-            .steps
-            .iter()
-            .map(|&s| lower(&program, s, caps.max_workgroups_per_dimension))
-            .collect::<Result<_>>()?;
+        let has_matmul = program.steps.iter().any(|&s| matches!(program.nodes[s].op, crate::graph::Op::MatMul { .. }));
+        let choice = if has_matmul { gpu.matmul_choice(options.matmul).await? } else { MatmulChoice::Generic };
+        let target = gpu.target(choice);
+        let dispatches: Vec<Dispatch> =
+            program.steps.iter().map(|&s| lower(&program, s, &target)).collect::<Result<_>>()?;
 
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
         let arenas: Vec<wgpu::Buffer> = mem
@@ -130,6 +132,7 @@ impl GpuPlan {
             mapped_at_creation: false,
         });
         let buffers = arenas.len() + 2;
+        let kernels = dispatches.iter().map(|d| d.key.kind.name()).collect();
         Ok(GpuPlan {
             gpu,
             program,
@@ -141,6 +144,7 @@ impl GpuPlan {
             poison: options.poison,
             pipelines: keys.len(),
             buffers,
+            kernels,
         })
     }
 
@@ -241,6 +245,7 @@ impl Executable for GpuPlan {
             memory_bytes: self.mem.total_bytes(),
             peak_live_bytes: self.mem.peak_live_bytes,
             buffers: self.buffers,
+            kernels: self.kernels.clone(),
         }
     }
 }

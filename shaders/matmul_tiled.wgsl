@@ -1,0 +1,147 @@
+// matmul_tiled.wgsl — C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]: register-blocked, vec4 loads, f32
+// accumulation; f16 or f32 storage for A, B and C.
+// Bindings: 0 Params, 1 C (out; vec4 when OUT_VEC4), 2 A, 3 B (storage, read_write, vec4 elements).
+// Params: v[0] = (M, N, K, batch dim 1 size); v[1] = A strides (batch0, batch1, row, col) in elements;
+//         v[2] = B strides (batch0, batch1, row, col); v[3] = (A offset, B offset, 0, 0) in elements.
+// Preconditions (checked by the compiler, src/backend/gpu/matmul.rs): each operand's contiguous axis has
+// stride 1 and a length that is a multiple of 4; every other stride and both offsets are multiples of 4.
+// Layout variants: A_KCONTIG (A[m, k] with k contiguous, else m contiguous), B_NCONTIG (B[k, n] with n
+// contiguous, else k contiguous: B is a transposed view of W[n, k], as in x @ W^T).
+// Tile: TM = 64*RM rows by TN = 64*RN columns per workgroup of 16x16 invocations, K in steps of BK; each
+// invocation owns 4*RM rows x 4*RN columns (rows ty*4 + i + 64*r, columns tx*4 + j + 64*s).
+// Dispatch: (ceil(N/TN), ceil(M/TM), batches). Edge tiles are zero-filled, so any M, N, K that meets the
+// preconditions works. CPU reference: backend/cpu_matmul.rs.
+@group(0) @binding(1) var<storage, read_write> c_out: array<{{OUT_STORE}}>;
+@group(0) @binding(2) var<storage, read_write> a_in: array<vec4<{{A_T}}>>;
+@group(0) @binding(3) var<storage, read_write> b_in: array<vec4<{{B_T}}>>;
+
+const RM: u32 = {{RM}}u;
+const RN: u32 = {{RN}}u;
+const BK: u32 = {{BK}}u;
+const TM: u32 = 64u * RM;
+const TN: u32 = 64u * RN;
+const A_KCONTIG: bool = {{A_KCONTIG}};
+const B_NCONTIG: bool = {{B_NCONTIG}};
+const OUT_VEC4: bool = {{OUT_VEC4}};
+const A_LOADS: u32 = TM * BK / 1024u; // vec4 loads of A per invocation per K step
+const B_LOADS: u32 = TN * BK / 1024u;
+
+var<workgroup> a_s: array<vec4<f32>, {{A_SHARED}}>; // [BK][TM / 4]
+var<workgroup> b_s: array<vec4<f32>, {{B_SHARED}}>; // [BK][TN / 4]
+
+fn load_a(idx: u32) -> vec4<f32> {
+    return vec4<f32>(a_in[idx / 4u]);
+}
+fn load_b(idx: u32) -> vec4<f32> {
+    return vec4<f32>(b_in[idx / 4u]);
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let M = P.v[0].x;
+    let N = P.v[0].y;
+    let K = P.v[0].z;
+    let b1 = wg.z % P.v[0].w;
+    let b0 = wg.z / P.v[0].w;
+    let sa = P.v[1];
+    let sb = P.v[2];
+    let a_base = P.v[3].x + b0 * sa.x + b1 * sa.y;
+    let b_base = P.v[3].y + b0 * sb.x + b1 * sb.y;
+    let row0 = wg.y * TM;
+    let col0 = wg.x * TN;
+    let tx = lid3.x;
+    let ty = lid3.y;
+    var acc: array<vec4<f32>, 4u * RM * RN>;
+    for (var k0 = 0u; k0 < K; k0 = k0 + BK) {
+        for (var l = 0u; l < A_LOADS; l = l + 1u) {
+            let e = lid + l * 256u;
+            if (A_KCONTIG) {
+                let m = e / (BK / 4u);
+                let kq = (e % (BK / 4u)) * 4u;
+                let gm = row0 + m;
+                let gk = k0 + kq;
+                var v = vec4<f32>(0.0);
+                if (gm < M && gk < K) {
+                    v = load_a(a_base + gm * sa.z + gk);
+                }
+                a_s[(kq + 0u) * (TM / 4u) + m / 4u][m % 4u] = v.x;
+                a_s[(kq + 1u) * (TM / 4u) + m / 4u][m % 4u] = v.y;
+                a_s[(kq + 2u) * (TM / 4u) + m / 4u][m % 4u] = v.z;
+                a_s[(kq + 3u) * (TM / 4u) + m / 4u][m % 4u] = v.w;
+            } else {
+                let k = e / (TM / 4u);
+                let mq = (e % (TM / 4u)) * 4u;
+                let gm = row0 + mq;
+                let gk = k0 + k;
+                var v = vec4<f32>(0.0);
+                if (gm < M && gk < K) {
+                    v = load_a(a_base + gk * sa.w + gm);
+                }
+                a_s[k * (TM / 4u) + mq / 4u] = v;
+            }
+        }
+        for (var l = 0u; l < B_LOADS; l = l + 1u) {
+            let e = lid + l * 256u;
+            if (B_NCONTIG) {
+                let k = e / (TN / 4u);
+                let nq = (e % (TN / 4u)) * 4u;
+                let gn = col0 + nq;
+                let gk = k0 + k;
+                var v = vec4<f32>(0.0);
+                if (gn < N && gk < K) {
+                    v = load_b(b_base + gk * sb.z + gn);
+                }
+                b_s[k * (TN / 4u) + nq / 4u] = v;
+            } else {
+                let n = e / (BK / 4u);
+                let kq = (e % (BK / 4u)) * 4u;
+                let gn = col0 + n;
+                let gk = k0 + kq;
+                var v = vec4<f32>(0.0);
+                if (gn < N && gk < K) {
+                    v = load_b(b_base + gn * sb.w + gk);
+                }
+                b_s[(kq + 0u) * (TN / 4u) + n / 4u][n % 4u] = v.x;
+                b_s[(kq + 1u) * (TN / 4u) + n / 4u][n % 4u] = v.y;
+                b_s[(kq + 2u) * (TN / 4u) + n / 4u][n % 4u] = v.z;
+                b_s[(kq + 3u) * (TN / 4u) + n / 4u][n % 4u] = v.w;
+            }
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk = kk + 1u) {
+            var a: array<vec4<f32>, RM>;
+            var b: array<vec4<f32>, RN>;
+            for (var r = 0u; r < RM; r = r + 1u) {
+                a[r] = a_s[kk * (TM / 4u) + r * 16u + ty];
+            }
+            for (var s = 0u; s < RN; s = s + 1u) {
+                b[s] = b_s[kk * (TN / 4u) + s * 16u + tx];
+            }
+            for (var r = 0u; r < RM; r = r + 1u) {
+                for (var i = 0u; i < 4u; i = i + 1u) {
+                    for (var s = 0u; s < RN; s = s + 1u) {
+                        let at = (r * 4u + i) * RN + s;
+                        acc[at] = fma(vec4<f32>(a[r][i]), b[s], acc[at]);
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    let c_base = wg.z * M * N;
+    for (var r = 0u; r < RM; r = r + 1u) {
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let gm = row0 + r * 64u + ty * 4u + i;
+            if (gm >= M) {
+                continue;
+            }
+            for (var s = 0u; s < RN; s = s + 1u) {
+                let gn = col0 + s * 64u + tx * 4u;
+                let v = acc[(r * 4u + i) * RN + s];
+                let at = c_base + gm * N + gn;
+                {{STORE}}
+            }
+        }
+    }
+}

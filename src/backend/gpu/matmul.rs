@@ -1,0 +1,222 @@
+//! Matmul kernels (stage 4a, matmul part): which of the three kernels a matmul gets, its parameters, and the
+//! per-device choice of tile configuration.
+//!
+//! - `matvec.wgsl` for one-row inputs (decode-style), vec4 loads, subgroups where the adapter has them;
+//! - `matmul_tiled.wgsl`, register-blocked with vec4 loads, in several tile configurations, for operands whose
+//!   contiguous axis is 4-aligned (row-major, or a transposed view such as `x @ t(w)`);
+//! - `matmul.wgsl`, the generic strided kernel, for everything else (any strides, any sizes).
+//!
+//! The tile configuration is chosen per device on first use: each candidate runs a 512³ problem, is checked
+//! against the CPU backend (a candidate that fails is never used), and the fastest wins. `WEBTENSOR_MATMUL`
+//! pins a choice (a config name, or `generic`); [`crate::CompileOptions::matmul`] pins it per plan.
+
+use super::kernels::{grid, KernelKey, KernelKind};
+use crate::{Error, Result};
+
+/// Environment variable that pins the matmul kernel: a [`TileConfig`] name such as `128x128x8`, or `generic`.
+pub const MATMUL_ENV: &str = "WEBTENSOR_MATMUL";
+
+/// A tile shape of `matmul_tiled.wgsl`: TM = 64·rm rows, TN = 64·rn columns, K steps of bk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TileConfig {
+    pub rm: u32,
+    pub rn: u32,
+    pub bk: u32,
+}
+
+impl TileConfig {
+    /// `TMxTNxBK`, e.g. `128x128x8`.
+    pub fn name(self) -> String {
+        format!("{}x{}x{}", 64 * self.rm, 64 * self.rn, self.bk)
+    }
+
+    /// Workgroup memory the configuration needs, in bytes.
+    pub fn shared_bytes(self) -> u32 {
+        (64 * self.rm + 64 * self.rn) * self.bk * 4
+    }
+}
+
+/// Every tile configuration the tuner may choose from (each loads a whole number of vec4 per invocation).
+pub const TILE_CONFIGS: [TileConfig; 4] = [
+    TileConfig { rm: 2, rn: 2, bk: 8 },
+    TileConfig { rm: 1, rn: 1, bk: 16 },
+    TileConfig { rm: 2, rn: 2, bk: 16 },
+    TileConfig { rm: 2, rn: 1, bk: 16 },
+];
+
+/// The configuration used when nothing was tuned (on wasm, and before tuning).
+pub const DEFAULT_CONFIG: TileConfig = TILE_CONFIGS[0];
+
+/// A pinned or tuned choice of matmul kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatmulChoice {
+    /// Always the generic strided kernel.
+    Generic,
+    /// The tiled kernel with this configuration where its preconditions hold.
+    Tiled(TileConfig),
+}
+
+impl std::str::FromStr for MatmulChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<MatmulChoice> {
+        if s == "generic" {
+            return Ok(MatmulChoice::Generic);
+        }
+        TILE_CONFIGS.iter().find(|c| c.name() == s).map(|&c| MatmulChoice::Tiled(c)).ok_or_else(|| {
+            let names: Vec<String> = TILE_CONFIGS.iter().map(|c| c.name()).collect();
+            Error::Unsupported {
+                op: "matmul".into(),
+                backend: "wgpu".into(),
+                reason: format!("unknown matmul kernel '{s}' (expected generic or one of {})", names.join(", ")),
+            }
+        })
+    }
+}
+
+/// What `lower` needs to know about one matmul: sizes, strides (batch0, batch1, row, col) and offsets in
+/// elements, all already broadcast to the output's batch dims.
+pub(crate) struct MatmulShape {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batches: usize,
+    pub sa: [usize; 4],
+    pub sb: [usize; 4],
+    pub oa: usize,
+    pub ob: usize,
+}
+
+fn aligned(v: &[usize]) -> bool {
+    v.iter().all(|x| x % 4 == 0)
+}
+
+/// The operand layouts the vec4 kernels accept: A's contiguous axis (Some(true) = k), B's (Some(true) = n).
+fn vec4_layouts(s: &MatmulShape) -> (Option<bool>, Option<bool>) {
+    let a = if s.sa[3] == 1 && s.k.is_multiple_of(4) && aligned(&[s.sa[0], s.sa[1], s.sa[2], s.oa]) {
+        Some(true)
+    } else if s.sa[2] == 1 && s.m.is_multiple_of(4) && aligned(&[s.sa[0], s.sa[1], s.sa[3], s.oa]) {
+        Some(false)
+    } else {
+        None
+    };
+    let b = if s.sb[3] == 1 && s.n.is_multiple_of(4) && aligned(&[s.sb[0], s.sb[1], s.sb[2], s.ob]) {
+        Some(true)
+    } else if s.sb[2] == 1 && s.k.is_multiple_of(4) && aligned(&[s.sb[0], s.sb[1], s.sb[3], s.ob]) {
+        Some(false)
+    } else {
+        None
+    };
+    (a, b)
+}
+
+/// The kernel, its workgroup grid, for a matmul of `shape` on a device.
+pub(crate) fn choose(
+    s: &MatmulShape,
+    choice: MatmulChoice,
+    subgroup_size: Option<u32>,
+    max_groups: u32,
+    max_shared: u32,
+) -> Result<(KernelKind, [u32; 3])> {
+    let (a, b) = vec4_layouts(s);
+    let batches = s.batches as u64;
+    let check = |g: u64, what: &str| -> Result<u32> {
+        if g > max_groups as u64 {
+            return Err(Error::LimitExceeded {
+                what: format!("matmul [{}, {}, {}] x {} batches: {what} = {g} workgroups", s.m, s.k, s.n, s.batches),
+                size: g,
+                limit_name: "max_compute_workgroups_per_dimension",
+                limit: max_groups as u64,
+            });
+        }
+        Ok(g as u32)
+    };
+    let z = check(batches, "batches")?;
+    if s.m == 1 && a == Some(true) {
+        if let Some(b_ncontig) = b {
+            let per_group = if b_ncontig { 64 } else { 8 };
+            let [x, y, _] = grid("matmul (mat-vec)", s.n.div_ceil(per_group) as u64, max_groups)?;
+            // subgroupAdd is used when subgroups tile each 32-lane row group exactly
+            let subgroups = subgroup_size.filter(|&g| g > 0 && 32 % g == 0 && !b_ncontig);
+            return Ok((KernelKind::MatVec { b_ncontig, subgroups: subgroups.is_some() }, [x, y, z]));
+        }
+    }
+    if let (MatmulChoice::Tiled(cfg), Some(a_kcontig), Some(b_ncontig)) = (choice, a, b) {
+        if cfg.shared_bytes() <= max_shared {
+            let gx = check(s.n.div_ceil(64 * cfg.rn as usize) as u64, "N / tile")?;
+            let gy = check(s.m.div_ceil(64 * cfg.rm as usize) as u64, "M / tile")?;
+            return Ok((KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4: s.n.is_multiple_of(4) }, [gx, gy, z]));
+        }
+    }
+    let gx = check(s.n.div_ceil(64) as u64, "N / 64")?;
+    let gy = check(s.m.div_ceil(64) as u64, "M / 64")?;
+    Ok((KernelKind::MatMul, [gx, gy, z]))
+}
+
+const TILED: &str = include_str!("../../../shaders/matmul_tiled.wgsl");
+const MATVEC: &str = include_str!("../../../shaders/matvec.wgsl");
+
+/// WGSL body of the tiled and mat-vec variants (the caller prepends `enable`s and common.wgsl).
+pub(crate) fn wgsl(key: &KernelKey, ty: fn(crate::DType) -> &'static str) -> Option<String> {
+    let out_t = ty(key.out);
+    let (a_t, b_t) = (ty(key.ins[0]), ty(key.ins[1]));
+    match key.kind {
+        KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4 } => {
+            let store = if out_vec4 {
+                format!("if (gn < N) {{\n                    c_out[at / 4u] = vec4<{out_t}>(v);\n                }}")
+            } else {
+                format!(
+                    "for (var j = 0u; j < 4u; j = j + 1u) {{\n                    if (gn + j < N) {{\n                        c_out[at + j] = {out_t}(v[j]);\n                    }}\n                }}"
+                )
+            };
+            Some(super::kernels::render(
+                TILED,
+                &[
+                    ("OUT_STORE", if out_vec4 { format!("vec4<{out_t}>") } else { out_t.to_string() }),
+                    ("A_T", a_t.into()),
+                    ("B_T", b_t.into()),
+                    ("RM", cfg.rm.to_string()),
+                    ("RN", cfg.rn.to_string()),
+                    ("BK", cfg.bk.to_string()),
+                    ("A_KCONTIG", a_kcontig.to_string()),
+                    ("B_NCONTIG", b_ncontig.to_string()),
+                    ("OUT_VEC4", out_vec4.to_string()),
+                    ("A_SHARED", (cfg.bk * 16 * cfg.rm).to_string()),
+                    ("B_SHARED", (cfg.bk * 16 * cfg.rn).to_string()),
+                    ("STORE", store),
+                ],
+            ))
+        }
+        KernelKind::MatVec { b_ncontig, subgroups } => {
+            let reduce = if subgroups {
+                format!(
+                    "let sum = subgroupAdd(total);\n        if (sg_lane == 0u) {{\n            part[lid / sg_size].x = sum;\n        }}\n        workgroupBarrier();\n        if (lane == 0u && n < N) {{\n            let per = 32u / sg_size;\n            var t = 0.0;\n            for (var j = 0u; j < per; j = j + 1u) {{\n                t = t + part[row * per + j].x;\n            }}\n            y_out[y_base + n] = {out_t}(t);\n        }}"
+                )
+            } else {
+                format!(
+                    "part[lid] = vec4<f32>(total, 0.0, 0.0, 0.0);\n        workgroupBarrier();\n        for (var h = 16u; h > 0u; h = h >> 1u) {{\n            if (lane < h) {{\n                part[lid].x = part[lid].x + part[lid + h].x;\n            }}\n            workgroupBarrier();\n        }}\n        if (lane == 0u && n < N) {{\n            y_out[y_base + n] = {out_t}(part[lid].x);\n        }}"
+                )
+            };
+            Some(super::kernels::render(
+                MATVEC,
+                &[
+                    ("ENABLE_SUBGROUPS", if subgroups { "enable subgroups;".into() } else { String::new() }),
+                    ("OUT_T", out_t.into()),
+                    ("A_T", a_t.into()),
+                    ("B_T", b_t.into()),
+                    ("B_NCONTIG", b_ncontig.to_string()),
+                    ("SUBGROUPS", subgroups.to_string()),
+                    (
+                        "SUBGROUP_ARGS",
+                        if subgroups {
+                            ",\n        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32".into()
+                        } else {
+                            String::new()
+                        },
+                    ),
+                    ("REDUCE_ROW", reduce),
+                ],
+            ))
+        }
+        _ => None,
+    }
+}
