@@ -296,7 +296,8 @@ function drawChart() {
   const minG = Math.min(...vals);
   // A log axis when the backends differ by more than 20x (a software GPU next to a fast CPU, or the reverse).
   const log = vals.length > 1 && maxG / minG > 20;
-  const x = (i) => L + (pts.length <= 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (pts.length - 1));
+  const P = 30; // keeps the first and last points clear of the axes
+  const x = (i) => L + P + (pts.length <= 1 ? (W - L - R - 2 * P) / 2 : (i * (W - L - R - 2 * P)) / (pts.length - 1));
   const ticks = [];
   let y;
   if (log) {
