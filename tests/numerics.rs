@@ -1,0 +1,196 @@
+//! Numerics at the extremes (issue 5 item 7) and aliasing (item 4), on every backend, against f64.
+
+mod common;
+
+use common::reference::{self as r, Arr};
+use common::{inp_given, run_suite, Case};
+use webtensor::DType::F32;
+
+#[test]
+fn activations_at_large_magnitudes_are_finite_and_right() {
+    let xs: Vec<f64> = vec![
+        -3.0e38, -1e30, -1e4, -100.0, -89.0, -88.0, -20.0, -1e-30, 0.0, 1e-30, 20.0, 88.0, 89.0, 100.0, 1e4, 1e30,
+        3.0e38,
+    ];
+    let n = xs.len();
+    type A = (
+        &'static str,
+        fn(&mut webtensor::Graph, webtensor::Tensor) -> webtensor::Result<webtensor::Tensor>,
+        fn(f64) -> f64,
+    );
+    let ops: [A; 5] = [
+        ("tanh", |g, x| g.tanh(x), f64::tanh),
+        ("sigmoid", |g, x| g.sigmoid(x), r::sigmoid),
+        ("silu", |g, x| g.silu(x), r::silu),
+        ("gelu", |g, x| g.gelu(x), r::gelu_tanh),
+        ("gelu_erf", |g, x| g.gelu_erf(x), r::gelu_erf),
+    ];
+    let mut cases = Vec::new();
+    for (name, op, f) in ops {
+        // gelu and silu of -3e38 are -0 in exact math; x*sigmoid(x) in f32 gives -0 or a tiny value: fine.
+        // But x³ in gelu's tanh form overflows to inf for |x| > 7e12: the result must still be finite.
+        cases.push(
+            Case::new(
+                format!("{name}/extremes"),
+                vec![inp_given(F32, &[n], xs.clone())],
+                move |g, x| op(g, x[0]),
+                move |x| {
+                    x[0].map(|v| {
+                        let y = f(v);
+                        // f32 results of f64 values beyond f32's range: the reference clamps the same way
+                        if y.is_finite() {
+                            y.clamp(-f32::MAX as f64, f32::MAX as f64)
+                        } else {
+                            y
+                        }
+                    })
+                },
+            )
+            .tol(1e-7),
+        );
+    }
+    run_suite("extremes", &cases);
+}
+
+#[test]
+fn softmax_rows_of_neg_inf_and_lowest() {
+    let low = f32::MIN as f64;
+    let ninf = f64::NEG_INFINITY;
+    let rows = vec![
+        vec![ninf; 4],
+        vec![low; 4],
+        vec![low, ninf, low, ninf],
+        vec![ninf, 0.0, ninf, ninf],
+        vec![3.0e38, -3.0e38, 0.0, 1.0],
+        vec![1e4, 1e4 - 1.0, -1e4, 0.0],
+    ];
+    let data: Vec<f64> = rows.concat();
+    let cases = vec![Case::new(
+        "softmax/extreme-rows",
+        vec![inp_given(F32, &[rows.len(), 4], data)],
+        |g, x| g.softmax(x[0]),
+        |x| r::softmax(&x[0], None, 1.0),
+    )];
+    run_suite("softmax-extremes", &cases);
+    // and never NaN for a finite input
+    for device in common::devices() {
+        let mut g = webtensor::Graph::new();
+        let x = g.input("x", F32, &[2, 4]).unwrap();
+        let y = g.softmax(x).unwrap();
+        let v =
+            webtensor::HostTensor::f32(&[2, 4], vec![f32::MIN, f32::MAX, 0.0, 1.0, f32::MIN, f32::MIN, -1.0, f32::MAX])
+                .unwrap();
+        let out = device.compile(&g, &[y]).unwrap().run(&[(x, &v)]).unwrap();
+        assert!(out[0].data.to_f32().iter().all(|v| v.is_finite()), "{:?}", out[0].data);
+    }
+}
+
+#[test]
+fn reductions_over_a_million_elements() {
+    let n = 1_000_000;
+    let cases = vec![
+        Case::new("sum/1e6", vec![common::inp(F32, &[2, n], 3)], |g, x| g.sum(x[0]), |x| r::sum_last(&x[0])).tol(1e-9),
+        Case::new("mean/1e6", vec![common::inp(F32, &[2, n], 3)], |g, x| g.mean(x[0]), |x| r::mean_last(&x[0]))
+            .tol(1e-9),
+        Case::new("max/1e6", vec![common::inp(F32, &[2, n], 3)], |g, x| g.max(x[0]), |x| r::max_last(&x[0])).tol(0.0),
+        Case::new(
+            "sum/1e6-positive",
+            vec![common::inp_map(F32, &[1, n], 4, |v| v.abs() + 1.0)],
+            |g, x| g.sum(x[0]),
+            |x| r::sum_last(&x[0]),
+        )
+        .tol(1e-12),
+        Case::new(
+            "softmax/1e6",
+            vec![common::inp_map(F32, &[1, n], 5, |v| v * 10.0)],
+            |g, x| g.softmax(x[0]),
+            |x| r::softmax(&x[0], None, 1.0),
+        ),
+        Case::new(
+            "rms_norm/1e6",
+            vec![common::inp(F32, &[1, n], 6)],
+            |g, x| g.rms_norm(x[0], 1e-6),
+            |x| r::rms_norm(&x[0], None, 1e-6),
+        ),
+    ];
+    run_suite("long-rows", &cases);
+}
+
+#[test]
+fn aliasing_never_breaks_bindings() {
+    let cases = vec![
+        Case::new(
+            "x+x",
+            vec![common::inp(F32, &[7, 13], 1)],
+            |g, x| g.add(x[0], x[0]),
+            |x| r::binary(&x[0], &x[0], |a, b| a + b),
+        ),
+        Case::new(
+            "x*x^T (square, same buffer)",
+            vec![common::inp(F32, &[13, 13], 1)],
+            |g, x| {
+                let t = g.t(x[0])?;
+                g.mul(x[0], t)
+            },
+            |x| r::binary(&x[0], &x[0].transpose(0, 1), |a, b| a * b),
+        ),
+        Case::new(
+            "overlapping slices",
+            vec![common::inp(F32, &[10, 8], 1)],
+            |g, x| {
+                let a = g.slice(x[0], 0, 0, 7)?;
+                let b = g.slice(x[0], 0, 3, 10)?;
+                g.sub(a, b)
+            },
+            |x| r::binary(&x[0].slice(0, 0, 7), &x[0].slice(0, 3, 10), |a, b| a - b),
+        ),
+        Case::new(
+            "concat(t, t)",
+            vec![common::inp(F32, &[3, 5], 1)],
+            |g, x| g.concat(&[x[0], x[0]], 0),
+            |x| r::concat(&x[0], &x[0], 0),
+        ),
+        Case::new(
+            "matmul(x, x)",
+            vec![common::inp(F32, &[16, 16], 1)],
+            |g, x| g.matmul(x[0], x[0]),
+            |x| r::matmul(&x[0], &x[0]),
+        ),
+        Case::new(
+            "matmul(x, x^T) tiled",
+            vec![common::inp(F32, &[64, 64], 1)],
+            |g, x| {
+                let t = g.t(x[0])?;
+                g.matmul(x[0], t)
+            },
+            |x| r::matmul(&x[0], &x[0].transpose(0, 1)),
+        ),
+        Case::new(
+            "chain reusing memory",
+            vec![common::inp(F32, &[1000], 1)],
+            |g, x| {
+                let mut y = x[0];
+                for _ in 0..6 {
+                    let e = g.tanh(y)?;
+                    y = g.add(e, y)?;
+                }
+                Ok(y)
+            },
+            |x| {
+                let mut y = x[0].clone();
+                for _ in 0..6 {
+                    y = r::binary(&y.map(f64::tanh), &y, |a, b| a + b);
+                }
+                y
+            },
+        ),
+        Case::new(
+            "softmax(x, mask=x)",
+            vec![common::inp(F32, &[5, 9], 1)],
+            |g, x| g.softmax_ext(x[0], Some(x[0]), 0.5),
+            |x| r::softmax(&x[0], Some(&x[0]), 0.5),
+        ),
+    ];
+    let _ = Arr::new(&[1], vec![0.0]);
+    run_suite("aliasing", &cases);
+}
