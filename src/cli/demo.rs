@@ -16,7 +16,7 @@ pub struct DemoArgs {
     /// the best GPU adapter, else the CPU, ignoring that variable.
     #[arg(long, value_enum)]
     backend: Option<BackendArg>,
-    /// Print the NxN plan's statistics (dispatches, pipelines, memory, buffers).
+    /// Print the NxN plan's statistics (dispatches, pipelines, kernels, buffers, memory).
     #[arg(long)]
     stats: bool,
     /// Most timed runs after one warm-up run; the median is reported. Timing stops early after
@@ -227,6 +227,8 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         outln!("\nplan stats ({n}x{n} matmul on {}):", describe(device));
         outln!("  {:<18} {}", "dispatches", s.dispatches);
         outln!("  {:<18} {}", "pipelines", s.pipelines);
+        let kernels = if s.kernels.is_empty() { "-".to_string() } else { s.kernels.join(", ") };
+        outln!("  {:<18} {kernels}", "kernels");
         outln!("  {:<18} {}", "buffers", s.buffers);
         outln!("  {:<18} {}", "memory", util::bytes(s.memory_bytes));
         outln!("  {:<18} {}", "peak live", util::bytes(s.peak_live_bytes));
