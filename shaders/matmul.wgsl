@@ -1,6 +1,8 @@
 // matmul.wgsl — C[b, m, n] = sum_k A[b, m, k] * B[b, k, n], f32 accumulation, strided operands (transposed
 // views and broadcast batch dims read in place), contiguous C.
-// Bindings: 0 Params, 1 C (out), 2 A, 3 B (storage, read_write).
+// Bindings: 0 Params, 1 C (out), 2 A, 3 B, 4.. epilogue operands (storage, read_write).
+// Epilogue: C = epilogue(acc, (b0, b1, m, n)), an elementwise expression fused by the compiler (identity when
+// nothing was fused); its operands are read through strides v[4 + 2k] and offsets v[5 + 2k].x.
 // Params: v[0] = (M, N, K, batch dim 1 size); v[1] = A strides (batch0, batch1, row, col) in elements;
 //         v[2] = B strides (batch0, batch1, row, col); v[3] = (A offset, B offset, 0, 0) in elements.
 // Dispatch: (ceil(N/64), ceil(M/64), batches). Each 16x16 workgroup computes a 64x64 tile of C, 4x4 per
@@ -9,6 +11,9 @@
 @group(0) @binding(1) var<storage, read_write> c_out: array<{{OUT_T}}>;
 @group(0) @binding(2) var<storage, read_write> a_in: array<{{A_T}}>;
 @group(0) @binding(3) var<storage, read_write> b_in: array<{{B_T}}>;
+{{EPI_DECLS}}
+
+{{EPILOGUE}}
 
 const TM: u32 = 64u;
 const TN: u32 = 64u;
@@ -77,7 +82,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         for (var s = 0u; s < 4u; s = s + 1u) {
             let gn = col0 + lid3.x + s * 16u;
             if (gm < M && gn < N) {
-                c_out[c_base + gm * N + gn] = {{OUT_T}}(acc[r][s]);
+                c_out[c_base + gm * N + gn] = {{OUT_T}}(epilogue(acc[r][s], vec4<u32>(b0, b1, gm, gn)));
             }
         }
     }

@@ -1,6 +1,7 @@
 // matmul_tiled.wgsl — C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]: register-blocked, vec4 loads, f32
 // accumulation; f16 or f32 storage for A, B and C.
-// Bindings: 0 Params, 1 C (out; vec4 when OUT_VEC4), 2 A, 3 B (storage, read_write, vec4 elements).
+// Bindings: 0 Params, 1 C (out; vec4 when OUT_VEC4), 2 A, 3 B (storage, read_write, vec4 elements),
+// 4.. epilogue operands (as in matmul.wgsl: C = epilogue(acc, (b0, b1, m, n))).
 // Params: v[0] = (M, N, K, batch dim 1 size); v[1] = A strides (batch0, batch1, row, col) in elements;
 //         v[2] = B strides (batch0, batch1, row, col); v[3] = (A offset, B offset, 0, 0) in elements.
 // Preconditions (checked by the compiler, src/backend/gpu/matmul.rs): each operand's contiguous axis has
@@ -14,6 +15,9 @@
 @group(0) @binding(1) var<storage, read_write> c_out: array<{{OUT_STORE}}>;
 @group(0) @binding(2) var<storage, read_write> a_in: array<vec4<{{A_T}}>>;
 @group(0) @binding(3) var<storage, read_write> b_in: array<vec4<{{B_T}}>>;
+{{EPI_DECLS}}
+
+{{EPILOGUE}}
 
 const RM: u32 = {{RM}}u;
 const RN: u32 = {{RN}}u;

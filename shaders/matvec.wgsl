@@ -1,6 +1,7 @@
 // matvec.wgsl — y[b, 0, n] = sum_k x[b, 0, k] * B[b, k, n] for one-row inputs (decode-style), f32
 // accumulation, f16 or f32 storage; vec4 loads. Bandwidth-bound: every weight is read exactly once.
-// Bindings: 0 Params, 1 y (out), 2 x, 3 B (storage, read_write; x and B as vec4 elements).
+// Bindings: 0 Params, 1 y (out), 2 x, 3 B (storage, read_write; x and B as vec4 elements), 4.. epilogue
+// operands (as in matmul.wgsl: y = epilogue(acc, (b0, b1, 0, n))).
 // Params: as matmul_tiled.wgsl (v[0] = (M = 1, N, K, batch dim 1 size), v[1] x strides, v[2] B strides,
 // v[3] = (x offset, B offset)). Preconditions: x contiguous along K, K % 4 == 0, offsets and strides
 // multiples of 4 (checked in src/backend/gpu/matmul.rs).
@@ -13,6 +14,9 @@
 @group(0) @binding(1) var<storage, read_write> y_out: array<{{OUT_T}}>;
 @group(0) @binding(2) var<storage, read_write> x_in: array<vec4<{{A_T}}>>;
 @group(0) @binding(3) var<storage, read_write> b_in: array<vec4<{{B_T}}>>;
+{{EPI_DECLS}}
+
+{{EPILOGUE}}
 
 const B_NCONTIG: bool = {{B_NCONTIG}};
 const SUBGROUPS: bool = {{SUBGROUPS}};
@@ -71,7 +75,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
         for (var j = 0u; j < 4u; j = j + 1u) {
             if (n + j < N) {
-                y_out[y_base + n + j] = {{OUT_T}}(t[j]);
+                y_out[y_base + n + j] = {{OUT_T}}(epilogue(t[j], vec4<u32>(b0, b1, 0u, n + j)));
             }
         }
     }

@@ -100,10 +100,10 @@ fn rerunning_a_plan_creates_no_gpu_objects_and_gives_the_same_result() {
     let after = device.resource_counts().unwrap();
     assert_eq!(before, after, "[buffers, bind groups, pipelines] changed across runs");
     let st = plan.stats();
-    assert_eq!(st.dispatches, 3);
-    assert_eq!(st.pipelines, 3);
+    assert_eq!(st.dispatches, 2, "gelu is fused into the matmul: {:?}", st.kernels);
+    assert_eq!(st.pipelines, 2);
     // a second plan with the same kernels reuses the cached pipelines
-    let _plan2 = device.compile(&g, &[s]).unwrap();
+    let _plan2 = device.compile(&g, &[s, y]).unwrap();
     assert_eq!(device.resource_counts().unwrap()[2], after[2], "pipelines are cached by key");
 }
 
@@ -117,12 +117,15 @@ fn dead_nodes_are_not_run_and_memory_is_reused() {
         y = g.tanh(y).unwrap();
     }
     for device in common::devices() {
-        let plan = device.compile(&g, &[y]).unwrap();
-        let st = plan.stats();
+        let unfused = CompileOptions { no_fusion: true, ..Default::default() };
+        let st = device.compile_with(&g, &[y], &unfused).unwrap().stats();
         assert_eq!(st.dispatches, 8, "the unused exp is removed");
         if !device.is_cpu() {
             // input + 2 ping-pong buffers for the chain (the output is one of them), not 9 tensors
             assert!(st.memory_bytes <= 3 * 4096, "{st:?}");
+            let fused = device.compile(&g, &[y]).unwrap().stats();
+            assert_eq!(fused.dispatches, 1, "the chain of tanh is one kernel: {fused:?}");
+            assert_eq!(fused.memory_bytes, 2 * 4096, "input and output only: {fused:?}");
         }
     }
 }
@@ -143,7 +146,7 @@ fn matmul_kernel_choice() {
             g.input("w", DType::F32, &[k, n]).unwrap()
         };
         let y = g.matmul(x, w).unwrap();
-        let plan = device.compile_with(&g, &[y], &CompileOptions { poison: false, matmul: choice }).unwrap();
+        let plan = device.compile_with(&g, &[y], &CompileOptions { matmul: choice, ..Default::default() }).unwrap();
         plan.stats().kernels[0].clone()
     };
     let tiled = Some(webtensor::MatmulChoice::Tiled(webtensor::TILE_CONFIGS[0]));

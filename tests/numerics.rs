@@ -56,7 +56,7 @@ fn activations_at_large_magnitudes_are_finite_and_right() {
 fn softmax_rows_of_neg_inf_and_lowest() {
     let low = f32::MIN as f64;
     let ninf = f64::NEG_INFINITY;
-    let rows = vec![
+    let rows = [
         vec![ninf; 4],
         vec![low; 4],
         vec![low, ninf, low, ninf],

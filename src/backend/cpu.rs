@@ -291,6 +291,7 @@ impl CpuPlan {
                 }
             }
             Op::Input { .. } | Op::View { .. } => unreachable!("not a step"),
+            Op::Fused { .. } | Op::MatMulFused { .. } => unreachable!("fusion runs only for GPU plans"),
         }
         Ok(())
     }

@@ -88,6 +88,8 @@ pub struct CompileOptions {
     pub poison: bool,
     /// Pins the GPU matmul kernel for this plan (else `WEBTENSOR_MATMUL`, else the device's tuned choice).
     pub matmul: Option<gpu::matmul::MatmulChoice>,
+    /// Turn off elementwise fusion and in-place execution (GPU plans): one dispatch per op, as built.
+    pub no_fusion: bool,
 }
 
 /// A device's side of a plan: made once by `compile`, run many times.

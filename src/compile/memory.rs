@@ -65,7 +65,16 @@ impl Arena {
 
 /// Plans memory for `program`. `align` (bytes) is the offset alignment every block starts at; `max_arena`
 /// (bytes) caps one arena (a device's max buffer size); `max_tensor` (bytes) caps one tensor (max binding).
-pub(crate) fn plan(program: &Program, align: u64, max_arena: u64, max_tensor: u64) -> Result<MemoryPlan> {
+/// `inplace(step)` lists storage nodes the step may overwrite (see `fuse::inplace_candidates`): the first that
+/// is read for the last time by that step, and is neither an input nor an output, gives its block to the
+/// step's output instead of a new one.
+pub(crate) fn plan(
+    program: &Program,
+    align: u64,
+    max_arena: u64,
+    max_tensor: u64,
+    inplace: &dyn Fn(NodeId) -> Vec<NodeId>,
+) -> Result<MemoryPlan> {
     let round = |n: u64| n.div_ceil(align) * align;
     let mut arenas: Vec<Arena> = Vec::new();
     let mut out = MemoryPlan::default();
@@ -135,8 +144,17 @@ pub(crate) fn plan(program: &Program, align: u64, max_arena: u64, max_tensor: u6
     }
     let mut arena_peak: Vec<u64> = Vec::new();
     let last = program.last_reads();
+    let mut handed_over = vec![false; program.nodes.len()];
     for (step, &id) in program.steps.iter().enumerate() {
-        alloc(id, &mut arenas, &mut out, &mut live_bytes)?;
+        let donor = inplace(id).into_iter().find(|&c| !pinned[c] && !handed_over[c] && last[c] == Some(step));
+        match donor {
+            Some(c) => {
+                let b = out.blocks[&c];
+                out.blocks.insert(id, Block { size: program.storage_bytes(id), ..b });
+                handed_over[c] = true;
+            }
+            None => alloc(id, &mut arenas, &mut out, &mut live_bytes)?,
+        }
         arena_peak.resize(arenas.len(), 0);
         for (a, ar) in arenas.iter().enumerate() {
             arena_peak[a] = arena_peak[a].max(ar.end);
@@ -145,7 +163,7 @@ pub(crate) fn plan(program: &Program, align: u64, max_arena: u64, max_tensor: u6
         freed.sort_unstable();
         freed.dedup();
         for s in freed {
-            if !pinned[s] && last[s] == Some(step) {
+            if !pinned[s] && !handed_over[s] && last[s] == Some(step) {
                 let b = out.blocks[&s];
                 arenas[b.arena].release(b.offset, round(b.size.max(4)));
                 live_bytes -= round(b.size.max(4));
@@ -184,12 +202,28 @@ mod tests {
         let c = g.exp(b).unwrap(); // can take a's block
         let d = g.add(c, x).unwrap();
         let p = Program::new(&g, &[d]).unwrap();
-        let m = plan(&p, 256, 1 << 30, 1 << 30).unwrap();
+        let m = plan(&p, 256, 1 << 30, 1 << 30, &|_| vec![]).unwrap();
         let blk = |t: crate::Tensor| m.blocks[&(t.index())];
         assert_eq!(blk(c).offset, blk(a).offset, "c reuses a's memory");
         assert!(!overlaps(blk(x), blk(a)) && !overlaps(blk(x), blk(c)) && !overlaps(blk(x), blk(d)));
         assert!(!overlaps(blk(a), blk(b)) && !overlaps(blk(b), blk(c)) && !overlaps(blk(c), blk(d)));
-        assert_eq!(m.total_bytes(), 4 * 256);
+        assert_eq!(m.total_bytes(), 3 * 256, "x, a and b are live together at most");
+    }
+
+    #[test]
+    fn in_place_takes_the_dying_operand_block() {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, &[64]).unwrap();
+        let a = g.exp(x).unwrap();
+        let b = g.tanh(a).unwrap(); // may overwrite a
+        let c = g.add(b, x).unwrap(); // may overwrite b (x is an input: never)
+        let p = Program::new(&g, &[c]).unwrap();
+        let m = plan(&p, 256, 1 << 30, 1 << 30, &|s| crate::compile::fuse::inplace_candidates(&p, s)).unwrap();
+        let blk = |t: crate::Tensor| m.blocks[&(t.index())];
+        assert_eq!(blk(b).offset, blk(a).offset);
+        assert_eq!(blk(c).offset, blk(b).offset, "the output may reuse a dying temporary");
+        assert_ne!(blk(c).offset, blk(x).offset, "inputs are never overwritten");
+        assert_eq!(m.total_bytes(), 2 * 256);
     }
 
     #[test]
@@ -198,7 +232,7 @@ mod tests {
         let x = g.input("x", DType::F32, &[1000]).unwrap();
         let y = g.exp(x).unwrap();
         let p = Program::new(&g, &[y]).unwrap();
-        let e = plan(&p, 256, 1 << 30, 1024).unwrap_err();
+        let e = plan(&p, 256, 1 << 30, 1024, &|_| vec![]).unwrap_err();
         assert!(e.to_string().contains("max_storage_buffer_binding_size"), "{e}");
     }
 }

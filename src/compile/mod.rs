@@ -3,6 +3,7 @@
 //! The result, a [`Program`], is what every backend turns into an executable plan. The memory plan
 //! ([`memory`]) is computed from it.
 
+pub(crate) mod fuse;
 pub(crate) mod memory;
 
 use crate::graph::{Node, NodeId, Op};

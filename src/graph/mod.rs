@@ -117,6 +117,18 @@ pub(crate) enum Op {
         b: NodeId,
         axis: usize,
     },
+    /// Made by the fusion pass, never by the graph API: an elementwise expression over `srcs`.
+    Fused {
+        expr: crate::compile::fuse::Expr,
+        srcs: Vec<NodeId>,
+    },
+    /// Made by the fusion pass: a matmul whose product passes through `expr` (its `Acc`) before the store.
+    MatMulFused {
+        a: NodeId,
+        b: NodeId,
+        expr: crate::compile::fuse::Expr,
+        srcs: Vec<NodeId>,
+    },
 }
 
 impl Op {
@@ -129,6 +141,8 @@ impl Op {
             Op::Binary { a, b, .. } | Op::MatMul { a, b } | Op::Concat { a, b, .. } => vec![a, b],
             Op::Softmax { x, mask, .. } => std::iter::once(x).chain(mask).collect(),
             Op::GetRows { table, idx } => vec![table, idx],
+            Op::Fused { ref srcs, .. } => srcs.clone(),
+            Op::MatMulFused { a, b, ref srcs, .. } => [a, b].into_iter().chain(srcs.iter().copied()).collect(),
         }
     }
 
@@ -146,6 +160,8 @@ impl Op {
             Op::Reduce { op, .. } => format!("{op:?}").to_lowercase(),
             Op::GetRows { .. } => "get_rows".into(),
             Op::Concat { .. } => "concat".into(),
+            Op::Fused { .. } => "fused".into(),
+            Op::MatMulFused { .. } => "matmul+epilogue".into(),
         }
     }
 }

@@ -82,6 +82,8 @@ pub struct Case {
     pub tol: f64,
     /// The GPU matmul kernel to pin (None: the device's own choice).
     pub matmul: Option<MatmulChoice>,
+    /// Compile without fusion and in-place execution.
+    pub no_fusion: bool,
 }
 
 /// Default NMSE tolerance for an output dtype: 1e-7 for f32 (the threshold); for f16 outputs the
@@ -102,11 +104,25 @@ impl Case {
         reference: impl Fn(&[Arr]) -> Arr + 'static,
     ) -> Case {
         let tol = inputs.iter().map(|i| tol_for(i.dtype)).fold(0.0, f64::max);
-        Case { name: name.into(), inputs, build: Box::new(build), reference: Box::new(reference), tol, matmul: None }
+        Case {
+            name: name.into(),
+            inputs,
+            build: Box::new(build),
+            reference: Box::new(reference),
+            tol,
+            matmul: None,
+            no_fusion: false,
+        }
     }
 
     pub fn matmul(mut self, choice: MatmulChoice) -> Case {
         self.matmul = Some(choice);
+        self
+    }
+
+    pub fn unfused(mut self) -> Case {
+        self.no_fusion = true;
+        self.name.push_str("/unfused");
         self
     }
 
@@ -152,7 +168,11 @@ pub fn run_case(case: &Case, device: &Device) -> Outcome {
         Ok(t) => t,
         Err(e) => return Outcome::Fail(format!("building the graph failed: {e}")),
     };
-    let mut plan = match device.compile_with(&g, &[out], &CompileOptions { poison: true, matmul: case.matmul }) {
+    let mut plan = match device.compile_with(
+        &g,
+        &[out],
+        &CompileOptions { poison: true, matmul: case.matmul, no_fusion: case.no_fusion },
+    ) {
         Ok(p) => p,
         Err(Error::Unsupported { reason, .. }) => return Outcome::Skip(reason),
         Err(e) => return Outcome::Fail(format!("compile: {e}")),

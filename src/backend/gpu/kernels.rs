@@ -1,7 +1,7 @@
 //! Kernels (stage 4a): for each step of a program, the WGSL variant (a [`KernelKey`]), its uniform parameters
 //! and its dispatch geometry. Shader text comes from `shaders/*.wgsl` with a few `{{TOKEN}}` substitutions.
 
-use super::matmul::{self, MatmulChoice, MatmulShape, TileConfig};
+use super::matmul::{self, MatmulChoice, TileConfig};
 use crate::compile::Program;
 use crate::graph::{operand_layout, BinaryOp, NodeId, Op, ReduceOp, UnaryOp};
 use crate::shape::Layout;
@@ -20,18 +20,23 @@ pub(crate) enum KernelKind {
     Elementwise {
         expr: String,
     },
-    MatMul,
+    /// `matmul.wgsl`, with an optional epilogue expression over `acc` and operands x0.. (bindings 4..).
+    MatMul {
+        epi: Option<String>,
+    },
     /// `matmul_tiled.wgsl`: register-blocked, vec4 loads (see [`super::matmul`]).
     MatMulTiled {
         cfg: TileConfig,
         a_kcontig: bool,
         b_ncontig: bool,
         out_vec4: bool,
+        epi: Option<String>,
     },
     /// `matvec.wgsl`: one-row inputs.
     MatVec {
         b_ncontig: bool,
         subgroups: bool,
+        epi: Option<String>,
     },
     /// A row op of rows.wgsl: 0 softmax, 1 rms_norm, 2 layer_norm, 3 sum, 4 mean, 5 max, 6 argmax.
     Rows {
@@ -50,6 +55,8 @@ pub(crate) struct KernelKey {
     pub out: DType,
     /// Storage dtypes of the inputs, in binding order.
     pub ins: Vec<DType>,
+    /// For each binding (output first, then inputs), the first binding over the same memory (itself when none).
+    pub alias: Vec<usize>,
 }
 
 /// One dispatch of a plan: the kernel, its uniform block, the storage nodes bound (output first), and the grid.
@@ -84,9 +91,15 @@ impl KernelKind {
     pub fn name(&self) -> String {
         match self {
             KernelKind::Elementwise { .. } => "elementwise".into(),
-            KernelKind::MatMul => "matmul".into(),
-            KernelKind::MatMulTiled { cfg, .. } => format!("matmul_tiled {}", cfg.name()),
-            KernelKind::MatVec { subgroups, .. } => (if *subgroups { "matvec subgroups" } else { "matvec" }).into(),
+            KernelKind::MatMul { epi } => format!("matmul{}", if epi.is_some() { "+epilogue" } else { "" }),
+            KernelKind::MatMulTiled { cfg, epi, .. } => {
+                format!("matmul_tiled {}{}", cfg.name(), if epi.is_some() { "+epilogue" } else { "" })
+            }
+            KernelKind::MatVec { subgroups, epi, .. } => format!(
+                "matvec{}{}",
+                if *subgroups { " subgroups" } else { "" },
+                if epi.is_some() { "+epilogue" } else { "" }
+            ),
             KernelKind::Rows { op, .. } => {
                 let names = ["softmax", "rms_norm", "layer_norm", "sum", "mean", "max", "argmax"];
                 format!("rows {}", names[*op as usize])
@@ -137,10 +150,19 @@ impl KernelKey {
                     &[("OUT_T", out_t), ("C", c.into()), ("DECLS", decls), ("LOADS", loads), ("EXPR", expr.clone())],
                 )
             }
-            KernelKind::MatMul => render(
-                MATMUL,
-                &[("OUT_T", out_t), ("A_T", wgsl_type(self.ins[0]).into()), ("B_T", wgsl_type(self.ins[1]).into())],
-            ),
+            KernelKind::MatMul { epi } => {
+                let (decls, f) = self.epilogue(epi.as_deref());
+                render(
+                    MATMUL,
+                    &[
+                        ("OUT_T", out_t),
+                        ("A_T", wgsl_type(self.ins[0]).into()),
+                        ("B_T", wgsl_type(self.ins[1]).into()),
+                        ("EPI_DECLS", decls),
+                        ("EPILOGUE", f),
+                    ],
+                )
+            }
             KernelKind::Rows { op, mask } => {
                 let (decl, f) = if *mask {
                     (
@@ -179,7 +201,91 @@ impl KernelKey {
                 ],
             ),
         };
-        format!("{enable}{COMMON}\n{body}")
+        let src = format!("{enable}{COMMON}\n{body}");
+        if self.alias.iter().enumerate().all(|(i, &a)| a == i) {
+            return src;
+        }
+        apply_aliases(src, &self.binding_names(), &self.alias)
+    }
+
+    /// Bindings 4.. and the `epilogue(acc, coords)` function of a matmul variant: the expression over `acc` and
+    /// the extra operands (`ins[2..]`), each read at the output element's coordinates (b0, b1, m, n) through the
+    /// strides in Params v[4 + 2k] and the offset in v[5 + 2k].x.
+    pub fn epilogue(&self, epi: Option<&str>) -> (String, String) {
+        let Some(expr) = epi else {
+            return (String::new(), "fn epilogue(acc: f32, c: vec4<u32>) -> f32 {\n    return acc;\n}".into());
+        };
+        let extra = &self.ins[2..];
+        let decls = (0..extra.len())
+            .map(|k| {
+                format!("@group(0) @binding({}) var<storage, read_write> e{k}: array<{}>;", 4 + k, wgsl_type(extra[k]))
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let loads: String = (0..extra.len())
+            .map(|k| format!("    let x{k} = f32(e{k}[at(c, P.v[{}], P.v[{}].x)]);\n", 4 + 2 * k, 5 + 2 * k))
+            .collect();
+        (decls, format!("fn epilogue(acc: f32, c: vec4<u32>) -> f32 {{\n{loads}    return {expr};\n}}"))
+    }
+
+    /// The WGSL variable behind each logical binding (1..), in binding order.
+    fn binding_names(&self) -> Vec<String> {
+        let n = self.ins.len();
+        let fixed: &[&str] = match self.kind {
+            KernelKind::Elementwise { .. } => &["out"],
+            KernelKind::MatMul { .. } | KernelKind::MatMulTiled { .. } => &["c_out", "a_in", "b_in"],
+            KernelKind::MatVec { .. } => &["y_out", "x_in", "b_in"],
+            KernelKind::Rows { .. } => &["out", "x_in", "m_in"],
+            KernelKind::GetRows | KernelKind::Concat => &["out", "src0", "src1"],
+        };
+        let mut names: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
+        match self.kind {
+            KernelKind::Elementwise { .. } => names.extend((0..n).map(|k| format!("in{k}"))),
+            KernelKind::MatMul { .. } | KernelKind::MatMulTiled { .. } | KernelKind::MatVec { .. } => {
+                names.extend((0..n.saturating_sub(2)).map(|k| format!("e{k}")))
+            }
+            _ => {}
+        }
+        names.truncate(n + 1);
+        names
+    }
+}
+
+/// Makes logical binding `i` use the variable of binding `alias[i]` (an earlier one over the same memory):
+/// its declaration is dropped and its name replaced. WebGPU rejects two bindings of overlapping ranges in one
+/// dispatch when either is writable, so one binding serves both.
+fn apply_aliases(src: String, names: &[String], alias: &[usize]) -> String {
+    let mut out = src;
+    for (i, &a) in alias.iter().enumerate() {
+        if a == i {
+            continue;
+        }
+        let (from, to) = (&names[i], &names[a]);
+        out = out.lines().filter(|l| !l.contains(&format!("> {from}: array<"))).collect::<Vec<_>>().join("\n");
+        let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let mut res = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        let mut prev: Option<char> = None;
+        while let Some(pos) = rest.find(from.as_str()) {
+            let before = rest[..pos].chars().next_back().or(prev);
+            let after = rest[pos + from.len()..].chars().next();
+            res.push_str(&rest[..pos]);
+            let whole = !before.is_some_and(ident) && !after.is_some_and(ident);
+            res.push_str(if whole { to } else { from });
+            prev = from.chars().next_back();
+            rest = &rest[pos + from.len()..];
+        }
+        res.push_str(rest);
+        out = res;
+    }
+    out
+}
+
+impl KernelKey {
+    /// The key with no aliased bindings.
+    pub fn new(kind: KernelKind, out: DType, ins: Vec<DType>) -> KernelKey {
+        let alias = (0..=ins.len()).collect();
+        KernelKey { kind, out, ins, alias }
     }
 }
 
@@ -232,7 +338,7 @@ pub(crate) fn grid(what: &str, groups: u64, max_per_dim: u32) -> Result<[u32; 3]
     Ok([max as u32, y as u32, 1])
 }
 
-fn put4(p: &mut [u32; 64], slot: usize, v: [usize; 4]) {
+pub(crate) fn put4(p: &mut [u32; 64], slot: usize, v: [usize; 4]) {
     for (j, x) in v.iter().enumerate() {
         p[slot * 4 + j] = *x as u32;
     }
@@ -274,11 +380,7 @@ pub(crate) fn lower(program: &Program, id: NodeId, target: &Target) -> Result<Di
             p[(3 + 2 * k) * 4] = l.offset as u32;
         }
         Ok(Dispatch {
-            key: KernelKey {
-                kind: KernelKind::Elementwise { expr },
-                out: node.dtype,
-                ins: srcs.iter().map(|&s| dt(s)).collect(),
-            },
+            key: KernelKey::new(KernelKind::Elementwise { expr }, node.dtype, srcs.iter().map(|&s| dt(s)).collect()),
             params: *p,
             bindings: std::iter::once(id).chain(srcs.iter().map(|&s| st(s))).collect(),
             workgroups: grid(&name, (numel as u64).div_ceil(256), max_groups)?,
@@ -287,44 +389,10 @@ pub(crate) fn lower(program: &Program, id: NodeId, target: &Target) -> Result<Di
     match node.op {
         Op::Unary { op, x } => elementwise(unary_expr(op, "x0"), &[x], &mut p),
         Op::Binary { op, a, b } => elementwise(binary_expr(op, "x0", "x1"), &[a, b], &mut p),
-        Op::MatMul { a, b } => {
-            let r = shape.len();
-            let (m, n) = (shape[r - 2], shape[r - 1]);
-            let k = nodes[a].layout.shape[nodes[a].layout.rank() - 1];
-            let mut batch4 = [1usize; 4];
-            batch4[4 - (r - 2)..].copy_from_slice(&shape[..r - 2]);
-            let full = |src: NodeId, rows: usize, cols: usize| {
-                let mut s = shape[..r - 2].to_vec();
-                s.extend([rows, cols]);
-                let l = operand_layout(&nodes[src].layout, &s);
-                let (_, strides) = l.padded4();
-                // padded4 zeroes strides of size-1 dims; rows/cols strides stay valid for any index < 1
-                let mut sb = [0usize; 4];
-                let nb = r - 2;
-                if nb == 2 {
-                    sb[0] = strides[0];
-                    sb[1] = strides[1];
-                } else if nb == 1 {
-                    sb[1] = strides[1];
-                }
-                ([sb[0], sb[1], strides[2], strides[3]], l.offset)
-            };
-            let (sa, oa) = full(a, m, k);
-            let (sbt, ob) = full(b, k, n);
-            let batches = batch4[2] * batch4[3];
-            put4(&mut p, 0, [m, n, k, batch4[3]]);
-            put4(&mut p, 1, sa);
-            put4(&mut p, 2, sbt);
-            put4(&mut p, 3, [oa, ob, 0, 0]);
-            let ms = MatmulShape { m, n, k, batches, sa, sb: sbt, oa, ob };
-            let (kind, workgroups) =
-                matmul::choose(&ms, target.matmul, target.subgroup_size, max_groups, target.max_shared)?;
-            Ok(Dispatch {
-                key: KernelKey { kind, out: node.dtype, ins: vec![dt(a), dt(b)] },
-                params: p,
-                bindings: vec![id, st(a), st(b)],
-                workgroups,
-            })
+        Op::MatMul { a, b } => matmul::lower(program, id, a, b, None, target),
+        Op::MatMulFused { a, b, ref expr, ref srcs } => matmul::lower(program, id, a, b, Some((expr, srcs)), target),
+        Op::Fused { ref expr, ref srcs } => {
+            elementwise(expr.render(&|k| format!("x{k}"), unary_expr, binary_expr), srcs, &mut p)
         }
         Op::Softmax { x, mask, scale } => rows(program, id, x, mask, 0, scale, 0.0, max_groups),
         Op::RmsNorm { x, eps } => rows(program, id, x, None, 1, 1.0, eps, max_groups),
@@ -347,7 +415,7 @@ pub(crate) fn lower(program: &Program, id: NodeId, target: &Target) -> Result<Di
             put4(&mut p, 2, istrides);
             put4(&mut p, 3, [li.offset, lt.strides[0], lt.strides[1], 0]);
             Ok(Dispatch {
-                key: KernelKey { kind: KernelKind::GetRows, out: node.dtype, ins: vec![dt(table), dt(idx)] },
+                key: KernelKey::new(KernelKind::GetRows, node.dtype, vec![dt(table), dt(idx)]),
                 params: p,
                 bindings: vec![id, st(table), st(idx)],
                 workgroups: grid("get_rows", (numel as u64).div_ceil(256), max_groups)?,
@@ -363,7 +431,7 @@ pub(crate) fn lower(program: &Program, id: NodeId, target: &Target) -> Result<Di
             put4(&mut p, 3, lb.padded4().1);
             put4(&mut p, 4, [la.offset, lb.offset, 0, 0]);
             Ok(Dispatch {
-                key: KernelKey { kind: KernelKind::Concat, out: node.dtype, ins: vec![dt(a), dt(b)] },
+                key: KernelKey::new(KernelKind::Concat, node.dtype, vec![dt(a), dt(b)]),
                 params: p,
                 bindings: vec![id, st(a), st(b)],
                 workgroups: grid("concat", (numel as u64).div_ceil(256), max_groups)?,
@@ -410,7 +478,7 @@ fn rows(
         bindings.push(nodes[m].storage);
     }
     Ok(Dispatch {
-        key: KernelKey { kind: KernelKind::Rows { op, mask: mask.is_some() }, out: nodes[id].dtype, ins },
+        key: KernelKey::new(KernelKind::Rows { op, mask: mask.is_some() }, nodes[id].dtype, ins),
         params: p,
         bindings,
         workgroups: grid(&nodes[id].op.name(), nrows as u64, max_groups)?,
@@ -442,57 +510,70 @@ pub fn all_variants() -> Vec<(String, String)> {
     ];
     for op in unary {
         for d in floats {
-            keys.push(KernelKey { kind: KernelKind::Elementwise { expr: unary_expr(op, "x0") }, out: d, ins: vec![d] });
+            keys.push(KernelKey::new(KernelKind::Elementwise { expr: unary_expr(op, "x0") }, d, vec![d]));
         }
     }
     for op in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Sqr, UnaryOp::Copy] {
-        keys.push(KernelKey { kind: KernelKind::Elementwise { expr: unary_expr(op, "x0") }, out: I32, ins: vec![I32] });
+        keys.push(KernelKey::new(KernelKind::Elementwise { expr: unary_expr(op, "x0") }, I32, vec![I32]));
     }
     for (from, to) in [(F32, F16), (F16, F32), (F32, I32), (I32, F32), (F16, I32), (I32, F16)] {
-        keys.push(KernelKey { kind: KernelKind::Elementwise { expr: "x0".into() }, out: to, ins: vec![from] });
+        keys.push(KernelKey::new(KernelKind::Elementwise { expr: "x0".into() }, to, vec![from]));
     }
     for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
         for (a, b, o) in [(F32, F32, F32), (F16, F16, F16), (F16, F32, F32), (F32, F16, F32), (I32, I32, I32)] {
             if op == BinaryOp::Div && o == I32 {
                 continue;
             }
-            keys.push(KernelKey {
-                kind: KernelKind::Elementwise { expr: binary_expr(op, "x0", "x1") },
-                out: o,
-                ins: vec![a, b],
-            });
+            keys.push(KernelKey::new(KernelKind::Elementwise { expr: binary_expr(op, "x0", "x1") }, o, vec![a, b]));
         }
     }
+    let epis = [None, Some("wt_silu((acc + x0))".to_string())];
     for (a, b, o) in [(F32, F32, F32), (F16, F16, F16), (F16, F32, F32), (F32, F16, F32)] {
-        keys.push(KernelKey { kind: KernelKind::MatMul, out: o, ins: vec![a, b] });
-    }
-    for (a, b, o) in [(F32, F32, F32), (F16, F16, F16), (F16, F32, F32), (F32, F16, F32)] {
-        for cfg in matmul::TILE_CONFIGS {
-            for a_kcontig in [true, false] {
-                for b_ncontig in [true, false] {
-                    for out_vec4 in [true, false] {
-                        let kind = KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4 };
-                        keys.push(KernelKey { kind, out: o, ins: vec![a, b] });
+        for epi in &epis {
+            let ins = if epi.is_some() { vec![a, b, o] } else { vec![a, b] };
+            keys.push(KernelKey::new(KernelKind::MatMul { epi: epi.clone() }, o, ins.clone()));
+            for cfg in matmul::TILE_CONFIGS {
+                for a_kcontig in [true, false] {
+                    for b_ncontig in [true, false] {
+                        for out_vec4 in [true, false] {
+                            let kind =
+                                KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, epi: epi.clone() };
+                            keys.push(KernelKey::new(kind, o, ins.clone()));
+                        }
                     }
                 }
             }
-        }
-        for (b_ncontig, subgroups) in [(true, false), (false, true), (false, false)] {
-            keys.push(KernelKey { kind: KernelKind::MatVec { b_ncontig, subgroups }, out: o, ins: vec![a, b] });
+            for (b_ncontig, subgroups) in [(true, false), (false, true), (false, false)] {
+                let kind = KernelKind::MatVec { b_ncontig, subgroups, epi: epi.clone() };
+                keys.push(KernelKey::new(kind, o, ins.clone()));
+            }
         }
     }
+    // shared memory bound once: matmul(x, x), x + x, softmax(x, mask = x), in-place x = exp(x)
+    let mut k = KernelKey::new(KernelKind::MatMul { epi: None }, F32, vec![F32, F32]);
+    k.alias = vec![0, 1, 1];
+    keys.push(k);
+    let mut k = KernelKey::new(KernelKind::Elementwise { expr: "(x0 + x1)".into() }, F32, vec![F32, F32]);
+    k.alias = vec![0, 1, 1];
+    keys.push(k);
+    let mut k = KernelKey::new(KernelKind::Rows { op: 0, mask: true }, F32, vec![F32, F32]);
+    k.alias = vec![0, 0, 0];
+    keys.push(k);
+    let mut k = KernelKey::new(KernelKind::Elementwise { expr: "exp(x0)".into() }, F32, vec![F32]);
+    k.alias = vec![0, 0];
+    keys.push(k);
     for d in floats {
         for op in 0..=6u32 {
             let out = if op == 6 { I32 } else { d };
-            keys.push(KernelKey { kind: KernelKind::Rows { op, mask: false }, out, ins: vec![d] });
+            keys.push(KernelKey::new(KernelKind::Rows { op, mask: false }, out, vec![d]));
         }
         for m in floats {
-            keys.push(KernelKey { kind: KernelKind::Rows { op: 0, mask: true }, out: d, ins: vec![d, m] });
+            keys.push(KernelKey::new(KernelKind::Rows { op: 0, mask: true }, d, vec![d, m]));
         }
     }
     for d in [F32, F16, I32] {
-        keys.push(KernelKey { kind: KernelKind::GetRows, out: d, ins: vec![d, I32] });
-        keys.push(KernelKey { kind: KernelKind::Concat, out: d, ins: vec![d, d] });
+        keys.push(KernelKey::new(KernelKind::GetRows, d, vec![d, I32]));
+        keys.push(KernelKey::new(KernelKind::Concat, d, vec![d, d]));
     }
     keys.into_iter().map(|k| (format!("{k:?}"), k.wgsl())).collect()
 }

@@ -10,7 +10,10 @@
 //! against the CPU backend (a candidate that fails is never used), and the fastest wins. `WEBTENSOR_MATMUL`
 //! pins a choice (a config name, or `generic`); [`crate::CompileOptions::matmul`] pins it per plan.
 
-use super::kernels::{grid, KernelKey, KernelKind};
+use super::kernels::{binary_expr, grid, put4, unary_expr, Dispatch, KernelKey, KernelKind, Target};
+use crate::compile::fuse::Expr;
+use crate::compile::Program;
+use crate::graph::{operand_layout, NodeId};
 use crate::{Error, Result};
 
 /// Environment variable that pins the matmul kernel: a [`TileConfig`] name such as `128x128x8`, or `generic`.
@@ -109,15 +112,19 @@ fn vec4_layouts(s: &MatmulShape) -> (Option<bool>, Option<bool>) {
     (a, b)
 }
 
-/// The kernel, its workgroup grid, for a matmul of `shape` on a device.
+/// The kernel, its workgroup grid, for a matmul of `shape` on a device. `epi` is a fused epilogue; when
+/// `scalar_only` (an epilogue operand shares memory with A or B, so one scalar binding must serve both), the
+/// generic kernel is used.
 pub(crate) fn choose(
     s: &MatmulShape,
+    epi: Option<String>,
+    scalar_only: bool,
     choice: MatmulChoice,
     subgroup_size: Option<u32>,
     max_groups: u32,
     max_shared: u32,
 ) -> Result<(KernelKind, [u32; 3])> {
-    let (a, b) = vec4_layouts(s);
+    let (a, b) = if scalar_only { (None, None) } else { vec4_layouts(s) };
     let batches = s.batches as u64;
     let check = |g: u64, what: &str| -> Result<u32> {
         if g > max_groups as u64 {
@@ -137,19 +144,76 @@ pub(crate) fn choose(
             let [x, y, _] = grid("matmul (mat-vec)", s.n.div_ceil(per_group) as u64, max_groups)?;
             // subgroupAdd is used when subgroups tile each 32-lane row group exactly
             let subgroups = subgroup_size.filter(|&g| g > 0 && 32 % g == 0 && !b_ncontig);
-            return Ok((KernelKind::MatVec { b_ncontig, subgroups: subgroups.is_some() }, [x, y, z]));
+            return Ok((KernelKind::MatVec { b_ncontig, subgroups: subgroups.is_some(), epi }, [x, y, z]));
         }
     }
     if let (MatmulChoice::Tiled(cfg), Some(a_kcontig), Some(b_ncontig)) = (choice, a, b) {
         if cfg.shared_bytes() <= max_shared {
             let gx = check(s.n.div_ceil(64 * cfg.rn as usize) as u64, "N / tile")?;
             let gy = check(s.m.div_ceil(64 * cfg.rm as usize) as u64, "M / tile")?;
-            return Ok((KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4: s.n.is_multiple_of(4) }, [gx, gy, z]));
+            let out_vec4 = s.n.is_multiple_of(4);
+            return Ok((KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, epi }, [gx, gy, z]));
         }
     }
     let gx = check(s.n.div_ceil(64) as u64, "N / 64")?;
     let gy = check(s.m.div_ceil(64) as u64, "M / 64")?;
-    Ok((KernelKind::MatMul, [gx, gy, z]))
+    Ok((KernelKind::MatMul { epi }, [gx, gy, z]))
+}
+
+/// Lowers matmul step `id` (`a @ b`, optionally with a fused epilogue over `srcs`) to a dispatch.
+pub(crate) fn lower(
+    program: &Program,
+    id: NodeId,
+    a: NodeId,
+    b: NodeId,
+    epilogue: Option<(&Expr, &[NodeId])>,
+    target: &Target,
+) -> Result<Dispatch> {
+    let nodes = &program.nodes;
+    let shape = &nodes[id].layout.shape;
+    let r = shape.len();
+    let (m, n) = (shape[r - 2], shape[r - 1]);
+    let k = nodes[a].layout.shape[nodes[a].layout.rank() - 1];
+    let mut batch4 = [1usize; 4];
+    batch4[4 - (r - 2)..].copy_from_slice(&shape[..r - 2]);
+    // strides (batch0, batch1, row, col) of an operand broadcast to [batch.., rows, cols]
+    let full = |src: NodeId, rows: usize, cols: usize| {
+        let mut s = shape[..r - 2].to_vec();
+        s.extend([rows, cols]);
+        let l = operand_layout(&nodes[src].layout, &s);
+        let (_, st) = l.padded4();
+        let nb = r - 2;
+        let b0 = if nb == 2 { st[0] } else { 0 };
+        let b1 = if nb >= 1 { st[1] } else { 0 };
+        ([b0, b1, st[2], st[3]], l.offset)
+    };
+    let (sa, oa) = full(a, m, k);
+    let (sb, ob) = full(b, k, n);
+    let batches = batch4[2] * batch4[3];
+    let mut p = [0u32; 64];
+    put4(&mut p, 0, [m, n, k, batch4[3]]);
+    put4(&mut p, 1, sa);
+    put4(&mut p, 2, sb);
+    put4(&mut p, 3, [oa, ob, 0, 0]);
+    let mut ins = vec![nodes[a].dtype, nodes[b].dtype];
+    let mut bindings = vec![id, nodes[a].storage, nodes[b].storage];
+    let mut epi = None;
+    let mut scalar_only = false;
+    if let Some((expr, srcs)) = epilogue {
+        for (j, &s) in srcs.iter().enumerate() {
+            let l = operand_layout(&nodes[s].layout, shape);
+            put4(&mut p, 4 + 2 * j, l.padded4().1);
+            p[(5 + 2 * j) * 4] = l.offset as u32;
+            ins.push(nodes[s].dtype);
+            bindings.push(nodes[s].storage);
+            scalar_only |= nodes[s].storage == nodes[a].storage || nodes[s].storage == nodes[b].storage;
+        }
+        epi = Some(expr.render(&|j| format!("x{j}"), unary_expr, binary_expr));
+    }
+    let ms = MatmulShape { m, n, k, batches, sa, sb, oa, ob };
+    let (kind, workgroups) =
+        choose(&ms, epi, scalar_only, target.matmul, target.subgroup_size, target.max_groups, target.max_shared)?;
+    Ok(Dispatch { key: KernelKey::new(kind, nodes[id].dtype, ins), params: p, bindings, workgroups })
 }
 
 const TILED: &str = include_str!("../../../shaders/matmul_tiled.wgsl");
@@ -160,12 +224,15 @@ pub(crate) fn wgsl(key: &KernelKey, ty: fn(crate::DType) -> &'static str) -> Opt
     let out_t = ty(key.out);
     let (a_t, b_t) = (ty(key.ins[0]), ty(key.ins[1]));
     match key.kind {
-        KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4 } => {
+        KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, ref epi } => {
+            let (decls, f) = key.epilogue(epi.as_deref());
             let store = if out_vec4 {
-                format!("if (gn < N) {{\n                    c_out[at / 4u] = vec4<{out_t}>(v);\n                }}")
+                format!(
+                    "if (gn < N) {{\n                    let c4 = vec4<u32>(b0, b1, gm, gn);\n                    let e = vec4<f32>(epilogue(v.x, c4), epilogue(v.y, c4 + vec4<u32>(0u, 0u, 0u, 1u)), epilogue(v.z, c4 + vec4<u32>(0u, 0u, 0u, 2u)), epilogue(v.w, c4 + vec4<u32>(0u, 0u, 0u, 3u)));\n                    c_out[at / 4u] = vec4<{out_t}>(e);\n                }}"
+                )
             } else {
                 format!(
-                    "for (var j = 0u; j < 4u; j = j + 1u) {{\n                    if (gn + j < N) {{\n                        c_out[at + j] = {out_t}(v[j]);\n                    }}\n                }}"
+                    "for (var j = 0u; j < 4u; j = j + 1u) {{\n                    if (gn + j < N) {{\n                        c_out[at + j] = {out_t}(epilogue(v[j], vec4<u32>(b0, b1, gm, gn + j)));\n                    }}\n                }}"
                 )
             };
             Some(super::kernels::render(
@@ -183,17 +250,20 @@ pub(crate) fn wgsl(key: &KernelKey, ty: fn(crate::DType) -> &'static str) -> Opt
                     ("A_SHARED", (cfg.bk * 16 * cfg.rm).to_string()),
                     ("B_SHARED", (cfg.bk * 16 * cfg.rn).to_string()),
                     ("STORE", store),
+                    ("EPI_DECLS", decls),
+                    ("EPILOGUE", f),
                 ],
             ))
         }
-        KernelKind::MatVec { b_ncontig, subgroups } => {
+        KernelKind::MatVec { b_ncontig, subgroups, ref epi } => {
+            let (decls, f) = key.epilogue(epi.as_deref());
             let reduce = if subgroups {
                 format!(
-                    "let sum = subgroupAdd(total);\n        if (sg_lane == 0u) {{\n            part[lid / sg_size].x = sum;\n        }}\n        workgroupBarrier();\n        if (lane == 0u && n < N) {{\n            let per = 32u / sg_size;\n            var t = 0.0;\n            for (var j = 0u; j < per; j = j + 1u) {{\n                t = t + part[row * per + j].x;\n            }}\n            y_out[y_base + n] = {out_t}(t);\n        }}"
+                    "let sum = subgroupAdd(total);\n        if (sg_lane == 0u) {{\n            part[lid / sg_size].x = sum;\n        }}\n        workgroupBarrier();\n        if (lane == 0u && n < N) {{\n            let per = 32u / sg_size;\n            var t = 0.0;\n            for (var j = 0u; j < per; j = j + 1u) {{\n                t = t + part[row * per + j].x;\n            }}\n            y_out[y_base + n] = {out_t}(epilogue(t, vec4<u32>(b0, b1, 0u, n)));\n        }}"
                 )
             } else {
                 format!(
-                    "part[lid] = vec4<f32>(total, 0.0, 0.0, 0.0);\n        workgroupBarrier();\n        for (var h = 16u; h > 0u; h = h >> 1u) {{\n            if (lane < h) {{\n                part[lid].x = part[lid].x + part[lid + h].x;\n            }}\n            workgroupBarrier();\n        }}\n        if (lane == 0u && n < N) {{\n            y_out[y_base + n] = {out_t}(part[lid].x);\n        }}"
+                    "part[lid] = vec4<f32>(total, 0.0, 0.0, 0.0);\n        workgroupBarrier();\n        for (var h = 16u; h > 0u; h = h >> 1u) {{\n            if (lane < h) {{\n                part[lid].x = part[lid].x + part[lid + h].x;\n            }}\n            workgroupBarrier();\n        }}\n        if (lane == 0u && n < N) {{\n            y_out[y_base + n] = {out_t}(epilogue(part[lid].x, vec4<u32>(b0, b1, 0u, n)));\n        }}"
                 )
             };
             Some(super::kernels::render(
@@ -214,6 +284,8 @@ pub(crate) fn wgsl(key: &KernelKey, ty: fn(crate::DType) -> &'static str) -> Opt
                         },
                     ),
                     ("REDUCE_ROW", reduce),
+                    ("EPI_DECLS", decls),
+                    ("EPILOGUE", f),
                 ],
             ))
         }

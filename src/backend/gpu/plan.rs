@@ -6,9 +6,11 @@ use super::kernels::{lower, Dispatch};
 use super::matmul::MatmulChoice;
 use super::GpuBackend;
 use crate::backend::{gather, CompileOptions, Executable, LocalFuture, PlanStats};
+use crate::compile::fuse;
 use crate::compile::memory::{self, MemoryPlan};
 use crate::compile::Program;
 use crate::graph::NodeId;
+use crate::graph::Op;
 use crate::{Data, Error, HostTensor, Result};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -43,12 +45,28 @@ impl GpuPlan {
         gpu.check_alive("compile")?;
         let caps = &gpu.caps;
         let align = (caps.min_storage_offset_alignment as u64).max(PARAMS_BYTES);
-        let mem = memory::plan(&program, align, caps.max_buffer_bytes.min(1 << 40), caps.max_storage_binding_bytes)?;
-        let has_matmul = program.steps.iter().any(|&s| matches!(program.nodes[s].op, crate::graph::Op::MatMul { .. }));
+        let program = if options.no_fusion { program } else { fuse::fuse(program) };
+        let mem =
+            memory::plan(&program, align, caps.max_buffer_bytes.min(1 << 40), caps.max_storage_binding_bytes, &|s| {
+                if options.no_fusion {
+                    vec![]
+                } else {
+                    fuse::inplace_candidates(&program, s)
+                }
+            })?;
+        let has_matmul =
+            program.steps.iter().any(|&s| matches!(program.nodes[s].op, Op::MatMul { .. } | Op::MatMulFused { .. }));
         let choice = if has_matmul { gpu.matmul_choice(options.matmul).await? } else { MatmulChoice::Generic };
         let target = gpu.target(choice);
-        let dispatches: Vec<Dispatch> =
+        let mut dispatches: Vec<Dispatch> =
             program.steps.iter().map(|&s| lower(&program, s, &target)).collect::<Result<_>>()?;
+        // one binding per memory range: WebGPU rejects overlapping bindings in a dispatch when one is writable
+        for d in &mut dispatches {
+            let blocks: Vec<(usize, u64)> =
+                d.bindings.iter().map(|n| (mem.blocks[n].arena, mem.blocks[n].offset)).collect();
+            d.key.alias =
+                (0..blocks.len()).map(|i| blocks.iter().position(|b| *b == blocks[i]).expect("present")).collect();
+        }
 
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
         let arenas: Vec<wgpu::Buffer> = mem
@@ -95,6 +113,9 @@ impl GpuPlan {
                 }),
             }];
             for (b, &node) in d.bindings.iter().enumerate() {
+                if d.key.alias[b] != b {
+                    continue; // served by the earlier binding over the same memory
+                }
                 let blk = mem.blocks[&node];
                 entries.push(wgpu::BindGroupEntry {
                     binding: b as u32 + 1,

@@ -67,7 +67,7 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulChoice> {
     let mut best: Option<(Duration, MatmulChoice)> = None;
     for cfg in TILE_CONFIGS.iter().filter(|c| c.shared_bytes() <= gpu.caps.max_workgroup_storage_bytes) {
         let choice = MatmulChoice::Tiled(*cfg);
-        let options = CompileOptions { poison: true, matmul: Some(choice) };
+        let options = CompileOptions { poison: true, matmul: Some(choice), ..Default::default() };
         let mut plan = match GpuPlan::new(gpu.clone(), Program::new(&g, &[c])?, &options).await {
             Ok(p) => p,
             Err(e) => {

@@ -1,0 +1,273 @@
+//! Fusion, in-place execution and memory (issue 5 items 1-2): fused plans give the reference's values in fewer
+//! dispatches, and the planned memory of a transformer block stays within 1.1x of the most memory its tensors
+//! ever need at once.
+
+mod common;
+
+use common::reference::{self as r, Arr};
+use common::{inp, run_suite, Case};
+use webtensor::DType::F32;
+use webtensor::{CompileOptions, Graph, Result, Tensor};
+
+fn silu(a: &Arr) -> Arr {
+    a.map(r::silu)
+}
+fn add(a: &Arr, b: &Arr) -> Arr {
+    r::binary(a, b, |x, y| x + y)
+}
+fn mul(a: &Arr, b: &Arr) -> Arr {
+    r::binary(a, b, |x, y| x * y)
+}
+fn t(a: &Arr) -> Arr {
+    a.transpose(a.shape.len() - 2, a.shape.len() - 1)
+}
+
+/// `silu(x @ W1ᵀ + b1) * (x @ W3ᵀ + b3)`: a gated feed-forward block.
+fn ffn(g: &mut Graph, x: Tensor, w1: Tensor, b1: Tensor, w3: Tensor, b3: Tensor) -> Result<Tensor> {
+    let w1t = g.t(w1)?;
+    let h1 = g.matmul(x, w1t)?;
+    let h1 = g.add(h1, b1)?;
+    let h1 = g.silu(h1)?;
+    let w3t = g.t(w3)?;
+    let h3 = g.matmul(x, w3t)?;
+    let h3 = g.add(h3, b3)?;
+    g.mul(h1, h3)
+}
+
+fn ffn_ref(x: &[Arr]) -> Arr {
+    mul(&silu(&add(&r::matmul(&x[0], &t(&x[1])), &x[2])), &add(&r::matmul(&x[0], &t(&x[3])), &x[4]))
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case::new(
+            "chain-with-broadcasts",
+            vec![inp(F32, &[7, 33], 1), inp(F32, &[33], 2), inp(F32, &[7, 1], 3)],
+            |g, x| {
+                let a = g.mul(x[0], x[1])?;
+                let a = g.add(a, x[2])?;
+                let a = g.silu(a)?;
+                let a = g.scale(a, 0.5)?;
+                g.sub(a, x[0])
+            },
+            |x| {
+                let a = add(&mul(&x[0], &x[1]), &x[2]);
+                r::binary(&silu(&a).map(|v| v * 0.5), &x[0], |p, q| p - q)
+            },
+        ),
+        Case::new(
+            "matmul+bias+relu+residual",
+            vec![inp(F32, &[65, 36], 1), inp(F32, &[20, 36], 2), inp(F32, &[20], 3), inp(F32, &[65, 20], 4)],
+            |g, x| {
+                let wt = g.t(x[1])?;
+                let y = g.matmul(x[0], wt)?;
+                let y = g.add(y, x[2])?;
+                let y = g.relu(y)?;
+                g.add(y, x[3])
+            },
+            |x| add(&add(&r::matmul(&x[0], &t(&x[1])), &x[2]).map(r::relu), &x[3]),
+        ),
+        Case::new(
+            "matvec+bias+gelu (decode)",
+            vec![inp(F32, &[1, 128], 1), inp(F32, &[96, 128], 2), inp(F32, &[96], 3)],
+            |g, x| {
+                let wt = g.t(x[1])?;
+                let y = g.matmul(x[0], wt)?;
+                let y = g.add(y, x[2])?;
+                g.gelu(y)
+            },
+            |x| add(&r::matmul(&x[0], &t(&x[1])), &x[2]).map(r::gelu_tanh),
+        ),
+        Case::new(
+            "ffn",
+            vec![
+                inp(F32, &[33, 64], 1),
+                inp(F32, &[48, 64], 2),
+                inp(F32, &[48], 3),
+                inp(F32, &[48, 64], 4),
+                inp(F32, &[48], 5),
+            ],
+            |g, x| ffn(g, x[0], x[1], x[2], x[3], x[4]),
+            ffn_ref,
+        ),
+        Case::new(
+            "batched-matmul+scale+mask-softmax",
+            vec![inp(F32, &[4, 16, 8], 1), inp(F32, &[4, 16, 8], 2), inp(F32, &[16, 16], 3)],
+            |g, x| {
+                let kt = g.t(x[1])?;
+                let s = g.matmul(x[0], kt)?;
+                let s = g.scale(s, 0.35)?;
+                g.softmax_ext(s, Some(x[2]), 1.0)
+            },
+            |x| r::softmax(&r::matmul(&x[0], &t(&x[1])).map(|v| v * 0.35), Some(&x[2]), 1.0),
+        ),
+        Case::new(
+            "x@x+x (epilogue operand shares A's memory)",
+            vec![inp(F32, &[32, 32], 1)],
+            |g, x| {
+                let y = g.matmul(x[0], x[0])?;
+                g.add(y, x[0])
+            },
+            |x| add(&r::matmul(&x[0], &x[0]), &x[0]),
+        ),
+        Case::new(
+            "intermediate used twice stays materialized",
+            vec![inp(F32, &[5, 9], 1)],
+            |g, x| {
+                let e = g.exp(x[0])?;
+                let s = g.sum(e)?;
+                g.div(e, s)
+            },
+            |x| {
+                let e = x[0].map(f64::exp);
+                r::binary(&e, &r::sum_last(&e), |a, b| a / b)
+            },
+        ),
+    ]
+}
+
+#[test]
+fn fused_plans_match_the_reference() {
+    let mut all = cases();
+    all.extend(cases().into_iter().map(Case::unfused));
+    run_suite("fusion", &all);
+}
+
+#[test]
+fn dispatch_counts() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[64, 64]).unwrap();
+    let w1 = g.input("w1", F32, &[128, 64]).unwrap();
+    let b1 = g.input("b1", F32, &[128]).unwrap();
+    let w3 = g.input("w3", F32, &[128, 64]).unwrap();
+    let b3 = g.input("b3", F32, &[128]).unwrap();
+    let y = ffn(&mut g, x, w1, b1, w3, b3).unwrap();
+    let fused = device.compile(&g, &[y]).unwrap().stats();
+    assert!(fused.dispatches <= 3, "FFN in {} dispatches: {:?}", fused.dispatches, fused.kernels);
+    assert_eq!(fused.dispatches, 2, "{:?}", fused.kernels);
+    assert!(
+        fused.kernels[1].contains("+epilogue"),
+        "the gating runs in the second matmul's store: {:?}",
+        fused.kernels
+    );
+    let unfused = device.compile_with(&g, &[y], &CompileOptions { no_fusion: true, ..Default::default() }).unwrap();
+    assert_eq!(unfused.stats().dispatches, 6, "2 matmuls, 2 adds, silu, mul");
+    // one fewer intermediate [64, 128] f32 (32 KiB) is all the fused plan keeps besides inputs and output
+    let inputs = (64 * 64 + 2 * 128 * 64 + 2 * 128) * 4;
+    assert_eq!(fused.peak_live_bytes, (inputs + 2 * 64 * 128 * 4) as u64, "{fused:?}");
+    assert!(fused.memory_bytes < unfused.stats().memory_bytes);
+    assert_eq!(fused.pipelines, 2);
+}
+
+/// Sizes in bytes of every tensor of `g`'s schedule as built, and the largest sum of those live at one point:
+/// a tensor is live from the op that makes it to its last reader; inputs and outputs for the whole run; views
+/// own no memory.
+fn max_live_bytes(g: &Graph, nodes: &[(Tensor, Vec<Tensor>, bool)], outputs: &[Tensor]) -> u64 {
+    let size = |t: Tensor| (g.shape(t).unwrap().iter().product::<usize>() * 4) as u64;
+    let mut last = std::collections::HashMap::new();
+    for (i, (_, srcs, _)) in nodes.iter().enumerate() {
+        for s in srcs {
+            last.insert(*s, i);
+        }
+    }
+    let pinned = |t: Tensor| g.input_name(t).is_some() || outputs.contains(&t);
+    let mut best = 0;
+    for i in 0..nodes.len() {
+        let live: u64 = nodes
+            .iter()
+            .enumerate()
+            .filter(|&(j, (t, _, owns))| {
+                *owns && (pinned(*t) || (j <= i && last.get(t).is_some_and(|&l| l >= i)) || j == i)
+            })
+            .map(|(_, (t, _, _))| size(*t))
+            .sum();
+        best = best.max(live);
+    }
+    best
+}
+
+#[test]
+fn transformer_block_memory_within_1_1x_of_live_tensors() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let (s, d, h, hd, f) = (64usize, 128usize, 4usize, 32usize, 256usize);
+    let mut g = Graph::new();
+    // (tensor, operands, owns memory) in schedule order, recorded as the graph is built
+    let mut rec: Vec<(Tensor, Vec<Tensor>, bool)> = Vec::new();
+    macro_rules! op {
+        ($e:expr, [$($src:expr),*], $owns:expr) => {{
+            let t = $e.unwrap();
+            rec.push((t, vec![$($src),*], $owns));
+            t
+        }};
+    }
+    let x = op!(g.input("x", F32, &[s, d]), [], true);
+    let w = |g: &mut Graph, rec: &mut Vec<_>, name: &str, shape: &[usize]| {
+        let t = g.input(name, F32, shape).unwrap();
+        rec.push((t, vec![], true));
+        t
+    };
+    let (wq, wk, wv, wo) = (
+        w(&mut g, &mut rec, "wq", &[d, d]),
+        w(&mut g, &mut rec, "wk", &[d, d]),
+        w(&mut g, &mut rec, "wv", &[d, d]),
+        w(&mut g, &mut rec, "wo", &[d, d]),
+    );
+    let (w1, w3, w2) =
+        (w(&mut g, &mut rec, "w1", &[f, d]), w(&mut g, &mut rec, "w3", &[f, d]), w(&mut g, &mut rec, "w2", &[d, f]));
+    let (g1, g2, mask) =
+        (w(&mut g, &mut rec, "g1", &[d]), w(&mut g, &mut rec, "g2", &[d]), w(&mut g, &mut rec, "mask", &[s, s]));
+    let n1 = op!(g.rms_norm(x, 1e-6), [x], true);
+    let h1 = op!(g.mul(n1, g1), [n1, g1], true);
+    let proj = |g: &mut Graph, rec: &mut Vec<(Tensor, Vec<Tensor>, bool)>, a: Tensor, wt: Tensor| {
+        let v = g.t(wt).unwrap();
+        rec.push((v, vec![wt], false));
+        let y = g.matmul(a, v).unwrap();
+        rec.push((y, vec![a, v, wt], true));
+        y
+    };
+    let q = proj(&mut g, &mut rec, h1, wq);
+    let k = proj(&mut g, &mut rec, h1, wk);
+    let v = proj(&mut g, &mut rec, h1, wv);
+    let heads = |g: &mut Graph, rec: &mut Vec<(Tensor, Vec<Tensor>, bool)>, t: Tensor| {
+        let r = g.reshape(t, &[s, h, hd]).unwrap();
+        let p = g.permute(r, &[1, 0, 2]).unwrap();
+        rec.push((p, vec![t], false));
+        p
+    };
+    let (qh, kh, vh) = (heads(&mut g, &mut rec, q), heads(&mut g, &mut rec, k), heads(&mut g, &mut rec, v));
+    let kt = op!(g.t(kh), [kh], false);
+    let sc = op!(g.matmul(qh, kt), [qh, kt, q, k], true);
+    let att = op!(g.softmax_ext(sc, Some(mask), 1.0 / (hd as f32).sqrt()), [sc, mask], true);
+    let o = op!(g.matmul(att, vh), [att, vh, v], true);
+    let op_ = op!(g.permute(o, &[1, 0, 2]), [o], false);
+    let oc = op!(g.reshape(op_, &[s, d]), [op_, o], true); // a copy: the permuted view is not contiguous
+    let a = proj(&mut g, &mut rec, oc, wo);
+    let x2 = op!(g.add(x, a), [x, a], true);
+    let n2 = op!(g.rms_norm(x2, 1e-6), [x2], true);
+    let h2 = op!(g.mul(n2, g2), [n2, g2], true);
+    let u1 = proj(&mut g, &mut rec, h2, w1);
+    let u1 = op!(g.silu(u1), [u1], true);
+    let u3 = proj(&mut g, &mut rec, h2, w3);
+    let gate = op!(g.mul(u1, u3), [u1, u3], true);
+    let down = proj(&mut g, &mut rec, gate, w2);
+    let y = op!(g.add(x2, down), [x2, down], true);
+    let bound = max_live_bytes(&g, &rec, &[y]);
+    for (label, options) in
+        [("fused", CompileOptions::default()), ("unfused", CompileOptions { no_fusion: true, ..Default::default() })]
+    {
+        let st = device.compile_with(&g, &[y], &options).unwrap().stats();
+        println!("{label}: planned {} B, largest live sum {bound} B, {} dispatches", st.memory_bytes, st.dispatches);
+        assert!(
+            st.memory_bytes as f64 <= 1.1 * bound as f64,
+            "{label}: planned {} B > 1.1 x {bound} B ({st:?})",
+            st.memory_bytes
+        );
+    }
+}
