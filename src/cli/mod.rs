@@ -5,6 +5,7 @@
 //! `error: ...`, and a non-zero exit: 1 for a failed command, 2 for bad usage. A panic would be a bug; the
 //! panic hook still reports it as one line, without a backtrace.
 
+mod bench;
 mod demo;
 mod info;
 mod matmul;
@@ -31,6 +32,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Multiply two tensors read from .npy or .safetensors files and write the product as .npy.
     Matmul(matmul::MatmulArgs),
+    /// Benchmarks against the peers on this machine (numpy, PyTorch): `webtensor bench matmul --help`.
+    Bench(bench::BenchArgs),
 }
 
 /// `--backend`: which device to run on. Without the flag, `Device::best()` decides (and honours
@@ -174,6 +177,7 @@ pub fn main() -> ExitCode {
         Command::Info(args) => info::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Matmul(args) => matmul::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

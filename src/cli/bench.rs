@@ -1,0 +1,497 @@
+//! `webtensor bench matmul`: this library (the chosen device and the CPU backend) against the peers present on
+//! the machine — numpy on the CPU, PyTorch on CUDA (f32 with TF32 off, TF32, f16) — in ONE run, interleaved
+//! sample by sample, with a progress bar. Writes `matmul.md`, `matmul.json` and `matmul.svg` to `--out` and
+//! prints the markdown table last.
+//!
+//! Method (also written into the reports): every figure is the median of `--repeats` samples taken after a
+//! warm-up; in each round every library takes one sample in turn. For webtensor, "run" is `Plan::run` of a
+//! plan with one op (upload + dispatch + readback) and the headline "kernel" figure is the marginal time of
+//! one op: (run of a plan chaining 1+Q ops − run of the one-op plan) / Q. The uploads and the readback are the
+//! same in both plans and cancel, so the kernel figure compares with the peers, whose data stay on their
+//! device. 1 GFLOP = 10⁹ floating-point operations, 2·M·N·K per matmul. Mat-vec reports GB/s of weights
+//! (bytes of W / time); copy bandwidth is (read + write bytes) / time of a plain copy (`Graph::contiguous`,
+//! torch's `dst.copy_(src)`), the yardstick for mat-vec.
+
+mod peer;
+mod report;
+
+use super::util::{emit, outln, SplitMix64};
+use super::{choose_device, describe, BackendArg, CliError};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use webtensor::{DType, Data, Device, Graph, HostTensor, Plan, Tensor};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// Matmul (and with --matvec: mat-vec and copy bandwidth) against numpy and PyTorch, interleaved in one run;
+    /// writes markdown, JSON and an SVG plot to --out and prints the table last.
+    Matmul(MatmulArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PeerArg {
+    Numpy,
+    Torch,
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DtypeArg {
+    F32,
+    F16,
+    All,
+}
+
+#[derive(clap::Args)]
+pub struct MatmulArgs {
+    /// Sizes N of the square N×N · N×N matmuls.
+    #[arg(long, value_delimiter = ',', default_value = "256,512,1024,2048",
+          value_parser = clap::value_parser!(u32).range(1..=32768))]
+    sizes: Vec<u32>,
+    /// Peers to run alongside: numpy (CPU, its BLAS), torch (CUDA: f32 with TF32 off, TF32, f16), or none.
+    /// A peer that is not installed is reported as absent.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "numpy,torch")]
+    vs: Vec<PeerArg>,
+    /// Device for webtensor besides the CPU backend. Without the flag, Device::best() decides and honours
+    /// WEBTENSOR_BACKEND.
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
+    /// Element type of the matmuls (f16: f16 in, f16 out, f32 accumulation).
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: DtypeArg,
+    /// Also time mat-vec 1×K · K×N (K = N) with f16 weights, as W [K, N] and as a transposed view of W [N, K],
+    /// and the device's copy bandwidth.
+    #[arg(long)]
+    matvec: bool,
+    /// K = N of the mat-vec [default: 8192; 4096 on software adapters such as lavapipe].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(4..=65536))]
+    matvec_size: Option<u32>,
+    /// Timed samples per library and workload, after one warm-up; medians are reported.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeats: u32,
+    /// Folder for matmul.md, matmul.json and matmul.svg (created if missing).
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    /// Largest N timed on the CPU (webtensor's CPU backend and numpy); 0 leaves the CPU out.
+    #[arg(long, default_value_t = 4096)]
+    cpu_max: usize,
+    /// Python interpreter that runs the peers.
+    #[arg(long, default_value = "python3")]
+    python: String,
+}
+
+/// Target time of a chained plan; Q = clamp(this / one-op run time, 2, 64).
+const CHAIN_SECONDS: f64 = 0.15;
+/// Pause before each CPU-bound sample, so that the previous library's spinning worker threads (OpenBLAS,
+/// rayon) have gone to sleep and do not steal cores from the next.
+const SETTLE: Duration = Duration::from_millis(50);
+/// Bytes copied by the copy-bandwidth workload (less where the device's largest binding is smaller).
+const COPY_BYTES: u64 = 256 << 20;
+
+/// One thing to time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Work {
+    /// `[n, n] @ [n, n]`.
+    MatMul { n: usize, dtype: DType },
+    /// `[1, k] f32 @ [k, k] f16`; `transposed`: the weight is stored [k, k] and read as `t(w)`.
+    MatVec { k: usize, transposed: bool },
+    /// A copy of `bytes` of f32.
+    Copy { bytes: usize },
+}
+
+impl Work {
+    pub fn flops(&self) -> f64 {
+        match *self {
+            Work::MatMul { n, .. } => 2.0 * (n as f64).powi(3),
+            Work::MatVec { k, .. } => 2.0 * (k as f64).powi(2),
+            Work::Copy { .. } => 0.0,
+        }
+    }
+
+    /// Bytes that define the bandwidth figure: W for mat-vec, read + write for copy.
+    pub fn bytes(&self) -> f64 {
+        match *self {
+            Work::MatMul { .. } => 0.0,
+            Work::MatVec { k, .. } => 2.0 * (k as f64).powi(2),
+            Work::Copy { bytes } => 2.0 * bytes as f64,
+        }
+    }
+
+    pub fn title(&self) -> String {
+        match *self {
+            Work::MatMul { n, dtype } => format!("matmul {n}³ {}", short(dtype)),
+            Work::MatVec { k, transposed: false } => format!("mat-vec 1×{k} · {k}×{k} (W [K, N] f16)"),
+            Work::MatVec { k, transposed: true } => format!("mat-vec 1×{k} · ({k}×{k})ᵀ (W [N, K] f16)"),
+            Work::Copy { bytes } => format!("copy {} MiB f32", bytes >> 20),
+        }
+    }
+
+    /// The request that prepares this workload in the peer helper.
+    fn peer_spec(&self) -> Value {
+        match *self {
+            Work::MatMul { n, dtype } => json!({"kind": "matmul", "m": n, "k": n, "n": n, "dtype": short(dtype)}),
+            Work::MatVec { k, transposed } => {
+                json!({"kind": "matmul", "m": 1, "k": k, "n": k, "dtype": "f16", "transpose_b": transposed})
+            }
+            Work::Copy { bytes } => json!({"kind": "copy", "bytes": bytes}),
+        }
+    }
+}
+
+pub fn short(d: DType) -> &'static str {
+    match d {
+        DType::F16 => "f16",
+        DType::I32 => "i32",
+        DType::F32 => "f32",
+    }
+}
+
+/// One library's figures for one workload.
+pub struct Entry {
+    /// e.g. `webtensor vulkan`, `webtensor cpu`, `numpy`, `torch-tf32`.
+    pub label: String,
+    pub ours: bool,
+    /// Runs on the CPU (numpy, the CPU backend, a software adapter): compared with CPU peers.
+    pub on_cpu: bool,
+    pub outcome: Result<Timing, String>,
+}
+
+pub struct Timing {
+    /// Seconds per op (webtensor: the marginal kernel time).
+    pub s: f64,
+    /// webtensor only: seconds of `Plan::run` of the one-op plan.
+    pub run_s: Option<f64>,
+    /// webtensor only: the plan's kernels (`PlanStats::kernels`) and the chain length Q.
+    pub kernels: Vec<String>,
+    pub chain: usize,
+}
+
+pub struct Measured {
+    pub work: Work,
+    pub entries: Vec<Entry>,
+}
+
+/// A compiled plan of `reps` chained ops and the input handles, in the order of the workload's data.
+struct Built {
+    plan: Plan,
+    inputs: Vec<Tensor>,
+}
+
+fn build(device: &Device, work: Work, reps: usize) -> webtensor::Result<Built> {
+    let mut g = Graph::new();
+    let (inputs, out) = match work {
+        Work::MatMul { n, dtype } => {
+            let (a, b) = (g.input("a", dtype, &[n, n])?, g.input("b", dtype, &[n, n])?);
+            let mut x = a;
+            for _ in 0..reps {
+                x = g.matmul(x, b)?;
+            }
+            (vec![a, b], x)
+        }
+        Work::MatVec { k, transposed } => {
+            let (x, w) = (g.input("x", DType::F32, &[1, k])?, g.input("w", DType::F16, &[k, k])?);
+            let w2 = if transposed { g.t(w)? } else { w };
+            let mut y = x;
+            for _ in 0..reps {
+                y = g.matmul(y, w2)?;
+            }
+            (vec![x, w], y)
+        }
+        Work::Copy { bytes } => {
+            let len = bytes / 4;
+            let x = g.input("x", DType::F32, &[len])?;
+            let mut y = x;
+            for i in 0..reps {
+                // Each copy reads its source through a reshape view, which keeps the copies from being fused
+                // into one kernel.
+                let shape: &[usize] = if i % 2 == 0 { &[len / 4, 4] } else { &[len] };
+                let v = g.reshape(y, shape)?;
+                y = g.contiguous(v)?;
+            }
+            // Read back 64 elements, not the whole tensor.
+            let flat = g.reshape(y, &[len])?;
+            let head = g.slice(flat, 0, 0, 64)?;
+            (vec![x], g.contiguous(head)?)
+        }
+    };
+    Ok(Built { plan: device.compile(&g, &[out])?, inputs })
+}
+
+/// Inputs of a workload. Chains stay bounded: B and W are scaled by √(3/K), so every product keeps the
+/// variance of its input (no overflow, no subnormals).
+fn data(work: Work) -> webtensor::Result<Vec<HostTensor>> {
+    let mut rng = SplitMix64::new(0xBE7C);
+    let mut tensor = |shape: &[usize], scale: f32, dtype: DType| {
+        let v: Vec<f32> = (0..shape.iter().product()).map(|_| rng.next_f32() * scale).collect();
+        let d = match dtype {
+            DType::F16 => Data::F16(v.into_iter().map(half::f16::from_f32).collect()),
+            _ => Data::F32(v),
+        };
+        HostTensor::new(shape, d)
+    };
+    match work {
+        Work::MatMul { n, dtype } => {
+            Ok(vec![tensor(&[n, n], 1.0, dtype)?, tensor(&[n, n], (3.0 / n as f32).sqrt(), dtype)?])
+        }
+        Work::MatVec { k, .. } => {
+            Ok(vec![tensor(&[1, k], 1.0, DType::F32)?, tensor(&[k, k], (3.0 / k as f32).sqrt(), DType::F16)?])
+        }
+        Work::Copy { bytes } => Ok(vec![tensor(&[bytes / 4], 1.0, DType::F32)?]),
+    }
+}
+
+fn run_once(b: &mut Built, data: &[HostTensor]) -> webtensor::Result<f64> {
+    let inputs: Vec<(Tensor, &HostTensor)> = b.inputs.iter().copied().zip(data).collect();
+    let t0 = Instant::now();
+    b.plan.run(&inputs)?;
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+/// webtensor on one device for one workload: the one-op plan, the chained plan, their samples.
+struct Ours {
+    one: Built,
+    chain: Built,
+    q: usize,
+    one_s: Vec<f64>,
+    chain_s: Vec<f64>,
+}
+
+impl Ours {
+    /// Compiles both plans, warms them up and chooses Q from the one-op run time.
+    fn new(device: &Device, work: Work, data: &[HostTensor]) -> webtensor::Result<Ours> {
+        let mut one = build(device, work, 1)?;
+        run_once(&mut one, data)?;
+        let t1 = run_once(&mut one, data)?;
+        let q = ((CHAIN_SECONDS / t1.max(1e-6)).ceil() as usize).clamp(2, 64);
+        let mut chain = build(device, work, 1 + q)?;
+        let (d1, dq) = (one.plan.stats().dispatches, chain.plan.stats().dispatches);
+        if dq < d1 + q {
+            return Err(webtensor::Error::Unsupported {
+                op: "bench".into(),
+                backend: device.capabilities().backend.clone(),
+                reason: format!("the compiler merged the chained ops ({dq} dispatches for {} ops)", 1 + q),
+            });
+        }
+        run_once(&mut chain, data)?;
+        Ok(Ours { one, chain, q, one_s: vec![], chain_s: vec![] })
+    }
+
+    fn sample(&mut self, data: &[HostTensor]) -> webtensor::Result<()> {
+        self.one_s.push(run_once(&mut self.one, data)?);
+        self.chain_s.push(run_once(&mut self.chain, data)?);
+        Ok(())
+    }
+
+    fn timing(mut self) -> Result<Timing, String> {
+        let (one, chain) = (median(&mut self.one_s), median(&mut self.chain_s));
+        let s = (chain - one) / self.q as f64;
+        if s <= 0.0 {
+            return Err(format!("too noisy: the {}-op chain ran no slower than one op", 1 + self.q));
+        }
+        Ok(Timing { s, run_s: Some(one), kernels: self.one.plan.stats().kernels, chain: self.q })
+    }
+}
+
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// A library taking part in one workload: webtensor on a device, or a prepared peer case.
+enum Runner {
+    Ours(Box<Ours>),
+    Peer(String),
+}
+
+pub fn run(args: &BenchArgs) -> Result<(), CliError> {
+    match &args.what {
+        What::Matmul(m) => matmul(m),
+    }
+}
+
+fn matmul(args: &MatmulArgs) -> Result<(), CliError> {
+    let started = Instant::now();
+    let chosen = choose_device(args.backend)?;
+    let mut devices = vec![chosen.device.clone()];
+    if !chosen.device.is_cpu() && args.cpu_max > 0 {
+        devices.push(Device::cpu());
+    }
+    let software = chosen.device.capabilities().device_type == "Cpu";
+    eprintln!("webtensor bench: device {} (chosen by {})", describe(&chosen.device), chosen.how);
+
+    let want = |p: PeerArg| args.vs.contains(&p);
+    let mut peers = if want(PeerArg::Numpy) || want(PeerArg::Torch) {
+        peer::Peers::start(&args.python)
+    } else {
+        peer::Peers::none()
+    };
+
+    let mut works = Vec::new();
+    let dtypes: &[DType] = match args.dtype {
+        DtypeArg::F32 => &[DType::F32],
+        DtypeArg::F16 => &[DType::F16],
+        DtypeArg::All => &[DType::F32, DType::F16],
+    };
+    for &dtype in dtypes {
+        works.extend(args.sizes.iter().map(|&n| Work::MatMul { n: n as usize, dtype }));
+    }
+    if args.matvec {
+        let k = args.matvec_size.map_or(if software { 4096 } else { 8192 }, |k| k as usize);
+        works.push(Work::MatVec { k, transposed: false });
+        works.push(Work::MatVec { k, transposed: true });
+        if !chosen.device.is_cpu() || want(PeerArg::Torch) {
+            let max = chosen.device.capabilities().max_storage_binding_bytes.min(COPY_BYTES);
+            works.push(Work::Copy { bytes: (max as usize / 4096) * 4096 });
+        }
+    }
+
+    let pb = ProgressBar::new((works.len() * (args.repeats as usize + 1)) as u64);
+    if let Ok(style) = ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {msg}") {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    let mut measured = Vec::new();
+    for &work in &works {
+        pb.set_message(format!("{}: preparing", work.title()));
+        measured.push(measure(args, work, &devices, &mut peers, &pb)?);
+    }
+    pb.finish_and_clear();
+
+    let doc = report::Doc::new(&measured, &devices, &peers.hello, args, started.elapsed());
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| CliError::Msg(format!("cannot create {}: {e}", args.out.display())))?;
+    let write = |name: &str, text: &str| {
+        let path = args.out.join(name);
+        std::fs::write(&path, text).map_err(|e| CliError::Msg(format!("cannot write {}: {e}", path.display())))?;
+        Ok::<PathBuf, CliError>(path)
+    };
+    let md = doc.markdown();
+    let json = serde_json::to_string_pretty(&doc.json()).map_err(|e| CliError::Msg(format!("JSON: {e}")))?;
+    let paths = [write("matmul.md", &md)?, write("matmul.json", &json)?];
+    let svg = args.out.join("matmul.svg");
+    match doc.plot(&svg) {
+        Ok(true) => outln!("wrote {}, {} and {}", paths[0].display(), paths[1].display(), svg.display()),
+        Ok(false) => outln!("wrote {} and {} (no matmul figures to plot)", paths[0].display(), paths[1].display()),
+        Err(e) => outln!("wrote {} and {}; the plot failed: {e}", paths[0].display(), paths[1].display()),
+    }
+    outln!();
+    emit(&md);
+    Ok(())
+}
+
+/// Times `work` with every library that applies: webtensor on each device, then the peers, one sample each
+/// per round.
+fn measure(
+    args: &MatmulArgs,
+    work: Work,
+    devices: &[Device],
+    peers: &mut peer::Peers,
+    pb: &ProgressBar,
+) -> Result<Measured, CliError> {
+    let cpu_ok = |n: usize| n <= args.cpu_max;
+    let size = match work {
+        Work::MatMul { n, .. } => n,
+        Work::MatVec { k, .. } => k,
+        Work::Copy { .. } => 0,
+    };
+    let data = data(work)?;
+    // (entry, runner); entries whose outcome is already an Err (skipped, absent, failed) have no runner.
+    let mut runners: Vec<(Entry, Option<Runner>)> = Vec::new();
+    for d in devices {
+        let c = d.capabilities();
+        let entry = |outcome| Entry {
+            label: format!("webtensor {}", c.backend),
+            ours: true,
+            on_cpu: c.device_type == "Cpu",
+            outcome,
+        };
+        let needs_f16 = !matches!(work, Work::Copy { .. } | Work::MatMul { dtype: DType::F32, .. });
+        if d.is_cpu() && matches!(work, Work::Copy { .. }) {
+            continue; // the CPU backend's copy is its f64 reference loop, not a bandwidth figure
+        } else if d.is_cpu() && !cpu_ok(size) {
+            runners.push((entry(Err(format!("skipped: N > --cpu-max {}", args.cpu_max))), None));
+        } else if needs_f16 && !c.dtypes.contains(&DType::F16) {
+            runners.push((entry(Err("n/a: no f16 on this device (SHADER_F16)".into())), None));
+        } else {
+            match Ours::new(d, work, &data) {
+                Ok(o) => runners.push((entry(Ok(empty_timing())), Some(Runner::Ours(Box::new(o))))),
+                Err(e) => runners.push((entry(Err(format!("failed: {e}"))), None)),
+            }
+        }
+    }
+    let mut libs: Vec<(&str, bool)> = Vec::new();
+    if args.vs.contains(&PeerArg::Numpy) && matches!(work, Work::MatMul { dtype: DType::F32, .. }) {
+        libs.push(("numpy", true));
+    }
+    if args.vs.contains(&PeerArg::Torch) {
+        match work {
+            Work::MatMul { dtype: DType::F32, .. } => libs.extend([("torch-f32", false), ("torch-tf32", false)]),
+            Work::MatMul { .. } | Work::MatVec { .. } => libs.push(("torch-f16", false)),
+            Work::Copy { .. } => libs.push(("torch", false)),
+        }
+    }
+    for (i, &(lib, on_cpu)) in libs.iter().enumerate() {
+        let entry = |outcome| Entry { label: lib.to_string(), ours: false, on_cpu, outcome };
+        let id = format!("p{i}");
+        if on_cpu && !cpu_ok(size) {
+            runners.push((entry(Err(format!("skipped: N > --cpu-max {}", args.cpu_max))), None));
+        } else {
+            match peers.prepare(&id, lib, &work.peer_spec()) {
+                Ok(()) => runners.push((entry(Ok(empty_timing())), Some(Runner::Peer(id)))),
+                Err(why) => runners.push((entry(Err(why)), None)),
+            }
+        }
+    }
+    pb.inc(1);
+
+    let mut samples: Vec<Vec<f64>> = vec![vec![]; runners.len()];
+    for round in 0..args.repeats {
+        pb.set_message(format!("{}: round {}/{}", work.title(), round + 1, args.repeats));
+        for (i, (entry, runner)) in runners.iter_mut().enumerate() {
+            let (Some(runner), Ok(_)) = (runner, &entry.outcome) else { continue };
+            if entry.on_cpu {
+                std::thread::sleep(SETTLE);
+            }
+            let r = match runner {
+                Runner::Ours(o) => o.sample(&data).map_err(|e| format!("failed: {e}")),
+                Runner::Peer(id) => peers.time(id).map(|s| samples[i].push(s)),
+            };
+            if let Err(e) = r {
+                entry.outcome = Err(e);
+            }
+        }
+        pb.inc(1);
+    }
+    let mut entries = Vec::new();
+    for ((mut entry, runner), mut s) in runners.into_iter().zip(samples) {
+        if let Some(Runner::Peer(id)) = &runner {
+            peers.free(id);
+        }
+        if let (Some(runner), Ok(_)) = (runner, &entry.outcome) {
+            entry.outcome = match runner {
+                Runner::Ours(o) => o.timing(),
+                Runner::Peer(_) => Ok(Timing { s: median(&mut s), ..empty_timing() }),
+            };
+        }
+        entries.push(entry);
+    }
+    Ok(Measured { work, entries })
+}
+
+fn empty_timing() -> Timing {
+    Timing { s: f64::NAN, run_s: None, kernels: vec![], chain: 0 }
+}
