@@ -7,8 +7,7 @@
 // Dispatch: ceil(count / 256) workgroups of 256, split over x and y.
 // Tokens: OUT_T storage type of out, C compute type, DECLS input bindings, LOADS operand loads,
 // EXPR the expression. CPU reference: backend/cpu.rs (Unary, Binary).
-@group(0) @binding(1) var<storage, read_write> out: array<{{OUT_T}}>;
-{{DECLS}}
+{{BINDINGS}}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -18,5 +17,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     let c = coords4(i, P.v[1]);
 {{LOADS}}
-    out[i] = {{OUT_T}}({{EXPR}});
+    st_out(i, {{OUT_C}}({{EXPR}}));
 }

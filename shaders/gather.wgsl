@@ -6,9 +6,7 @@
 // Params (concat): v[0] = (count, axis in rank-4 coordinates, split = size of src0 along axis, 0);
 //   v[1] = output shape; v[2] = src0 strides; v[3] = src1 strides; v[4] = (src0 offset, src1 offset).
 // Dispatch: ceil(count / 256) workgroups of 256, split over x and y. CPU reference: backend/cpu.rs.
-@group(0) @binding(1) var<storage, read_write> out: array<{{OUT_T}}>;
-@group(0) @binding(2) var<storage, read_write> src0: array<{{S0_T}}>;
-@group(0) @binding(3) var<storage, read_write> src1: array<{{S1_T}}>;
+{{BINDINGS}}
 
 const CONCAT: bool = {{CONCAT}};
 
@@ -24,20 +22,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         let ax = P.v[0].y;
         let split = P.v[0].z;
         if (c[ax] < split) {
-            out[i] = {{OUT_T}}(src0[at(c, P.v[2], P.v[4].x)]);
+            st_out(i, {{OUT_C}}(ld_src0(at(c, P.v[2], P.v[4].x))));
         } else {
             c[ax] = c[ax] - split;
-            out[i] = {{OUT_T}}(src1[at(c, P.v[3], P.v[4].y)]);
+            st_out(i, {{OUT_C}}(ld_src1(at(c, P.v[3], P.v[4].y))));
         }
         return;
     }
     let D = P.v[0].y;
     let r = i / D;
     let col = i % D;
-    let row = i32(src1[at(coords4(r, P.v[1]), P.v[2], P.v[3].x)]);
+    let row = i32(ld_src1(at(coords4(r, P.v[1]), P.v[2], P.v[3].x)));
     if (row < 0 || u32(row) >= P.v[0].z) {
-        out[i] = {{OUT_T}}(0);
+        st_out(i, {{OUT_C}}(0));
         return;
     }
-    out[i] = src0[P.v[0].w + u32(row) * P.v[3].y + col * P.v[3].z];
+    st_out(i, {{OUT_C}}(ld_src0(P.v[0].w + u32(row) * P.v[3].y + col * P.v[3].z)));
 }

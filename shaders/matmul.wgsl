@@ -8,10 +8,7 @@
 // Dispatch: (ceil(N/64), ceil(M/64), batches). Each 16x16 workgroup computes a 64x64 tile of C, 4x4 per
 // invocation, stepping K by 16 through workgroup memory; edges are zero-filled, so any M, N, K works.
 // CPU reference: backend/cpu_matmul.rs.
-@group(0) @binding(1) var<storage, read_write> c_out: array<{{OUT_T}}>;
-@group(0) @binding(2) var<storage, read_write> a_in: array<{{A_T}}>;
-@group(0) @binding(3) var<storage, read_write> b_in: array<{{B_T}}>;
-{{EPI_DECLS}}
+{{BINDINGS}}
 
 {{EPILOGUE}}
 
@@ -47,7 +44,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             let gk = k0 + ak;
             var av = 0.0;
             if (gm < M && gk < K) {
-                av = f32(a_in[a_base + gm * sa.z + gk * sa.w]);
+                av = f32(ld_a_in(a_base + gm * sa.z + gk * sa.w));
             }
             a_s[ak * TM + am] = av;
             let bn = e % TN;
@@ -56,7 +53,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             let gk2 = k0 + bk;
             var bv = 0.0;
             if (gn < N && gk2 < K) {
-                bv = f32(b_in[b_base + gk2 * sb.z + gn * sb.w]);
+                bv = f32(ld_b_in(b_base + gk2 * sb.z + gn * sb.w));
             }
             b_s[bk * TN + bn] = bv;
         }
@@ -82,7 +79,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         for (var s = 0u; s < 4u; s = s + 1u) {
             let gn = col0 + lid3.x + s * 16u;
             if (gm < M && gn < N) {
-                c_out[c_base + gm * N + gn] = {{OUT_T}}(epilogue(acc[r][s], vec4<u32>(b0, b1, gm, gn)));
+                st_c_out(c_base + gm * N + gn, epilogue(acc[r][s], vec4<u32>(b0, b1, gm, gn)));
             }
         }
     }

@@ -12,10 +12,7 @@
 // invocation owns 4*RM rows x 4*RN columns (rows ty*4 + i + 64*r, columns tx*4 + j + 64*s).
 // Dispatch: (ceil(N/TN), ceil(M/TM), batches). Edge tiles are zero-filled, so any M, N, K that meets the
 // preconditions works. CPU reference: backend/cpu_matmul.rs.
-@group(0) @binding(1) var<storage, read_write> c_out: array<{{OUT_STORE}}>;
-@group(0) @binding(2) var<storage, read_write> a_in: array<vec4<{{A_T}}>>;
-@group(0) @binding(3) var<storage, read_write> b_in: array<vec4<{{B_T}}>>;
-{{EPI_DECLS}}
+{{BINDINGS}}
 
 {{EPILOGUE}}
 
@@ -33,12 +30,6 @@ const B_LOADS: u32 = TN * BK / 1024u;
 var<workgroup> a_s: array<vec4<f32>, {{A_SHARED}}>; // [BK][TM / 4]
 var<workgroup> b_s: array<vec4<f32>, {{B_SHARED}}>; // [BK][TN / 4]
 
-fn load_a(idx: u32) -> vec4<f32> {
-    return vec4<f32>(a_in[idx / 4u]);
-}
-fn load_b(idx: u32) -> vec4<f32> {
-    return vec4<f32>(b_in[idx / 4u]);
-}
 
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
@@ -67,7 +58,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
                 let gk = k0 + kq;
                 var v = vec4<f32>(0.0);
                 if (gm < M && gk < K) {
-                    v = load_a(a_base + gm * sa.z + gk);
+                    v = ld4_a_in(a_base + gm * sa.z + gk);
                 }
                 a_s[(kq + 0u) * (TM / 4u) + m / 4u][m % 4u] = v.x;
                 a_s[(kq + 1u) * (TM / 4u) + m / 4u][m % 4u] = v.y;
@@ -80,7 +71,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
                 let gk = k0 + k;
                 var v = vec4<f32>(0.0);
                 if (gm < M && gk < K) {
-                    v = load_a(a_base + gk * sa.w + gm);
+                    v = ld4_a_in(a_base + gk * sa.w + gm);
                 }
                 a_s[k * (TM / 4u) + mq / 4u] = v;
             }
@@ -94,7 +85,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
                 let gk = k0 + k;
                 var v = vec4<f32>(0.0);
                 if (gn < N && gk < K) {
-                    v = load_b(b_base + gk * sb.z + gn);
+                    v = ld4_b_in(b_base + gk * sb.z + gn);
                 }
                 b_s[k * (TN / 4u) + nq / 4u] = v;
             } else {
@@ -104,7 +95,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
                 let gk = k0 + kq;
                 var v = vec4<f32>(0.0);
                 if (gn < N && gk < K) {
-                    v = load_b(b_base + gn * sb.w + gk);
+                    v = ld4_b_in(b_base + gn * sb.w + gk);
                 }
                 b_s[(kq + 0u) * (TN / 4u) + n / 4u][n % 4u] = v.x;
                 b_s[(kq + 1u) * (TN / 4u) + n / 4u][n % 4u] = v.y;

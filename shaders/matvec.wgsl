@@ -11,10 +11,7 @@
 // B_NCONTIG = true (W[k, n], n contiguous): a workgroup handles 64 outputs (16 invocations x vec4) and
 //   splits K 16 ways; the 16 partial vec4 meet in workgroup memory. Dispatch: ceil(N/64) workgroups.
 // Workgroups are split over x and y when there are more than the per-dimension limit; z is the batch.
-@group(0) @binding(1) var<storage, read_write> y_out: array<{{OUT_T}}>;
-@group(0) @binding(2) var<storage, read_write> x_in: array<vec4<{{A_T}}>>;
-@group(0) @binding(3) var<storage, read_write> b_in: array<vec4<{{B_T}}>>;
-{{EPI_DECLS}}
+{{BINDINGS}}
 
 {{EPILOGUE}}
 
@@ -45,7 +42,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         if (n < N) {
             let w_base = (b_base + n * sb.w) / 4u;
             for (var k4 = lane; k4 < K4; k4 = k4 + 32u) {
-                s = fma(vec4<f32>(x_in[x_base + k4]), vec4<f32>(b_in[w_base + k4]), s);
+                s = fma(ld4_x_in((x_base + k4) * 4u), ld4_b_in((w_base + k4) * 4u), s);
             }
         }
         var total = s.x + s.y + s.z + s.w;
@@ -58,12 +55,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     var s = vec4<f32>(0.0);
     if (n < N) {
         for (var k4 = slice; k4 < K4; k4 = k4 + 16u) {
-            let xv = vec4<f32>(x_in[x_base + k4]);
+            let xv = ld4_x_in((x_base + k4) * 4u);
             let k = k4 * 4u;
-            s = fma(vec4<f32>(xv.x), load_b4(b_base + k * sb.z + n), s);
-            s = fma(vec4<f32>(xv.y), load_b4(b_base + (k + 1u) * sb.z + n), s);
-            s = fma(vec4<f32>(xv.z), load_b4(b_base + (k + 2u) * sb.z + n), s);
-            s = fma(vec4<f32>(xv.w), load_b4(b_base + (k + 3u) * sb.z + n), s);
+            s = fma(vec4<f32>(xv.x), ld4_b_in(b_base + k * sb.z + n), s);
+            s = fma(vec4<f32>(xv.y), ld4_b_in(b_base + (k + 1u) * sb.z + n), s);
+            s = fma(vec4<f32>(xv.z), ld4_b_in(b_base + (k + 2u) * sb.z + n), s);
+            s = fma(vec4<f32>(xv.w), ld4_b_in(b_base + (k + 3u) * sb.z + n), s);
         }
     }
     part[lid] = s;
@@ -75,13 +72,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
         for (var j = 0u; j < 4u; j = j + 1u) {
             if (n + j < N) {
-                y_out[y_base + n + j] = {{OUT_T}}(epilogue(t[j], vec4<u32>(b0, b1, 0u, n + j)));
+                st_y_out(y_base + n + j, epilogue(t[j], vec4<u32>(b0, b1, 0u, n + j)));
             }
         }
     }
-}
-
-// Four consecutive weights of a row, starting at element idx (a multiple of 4).
-fn load_b4(idx: u32) -> vec4<f32> {
-    return vec4<f32>(b_in[idx / 4u]);
 }

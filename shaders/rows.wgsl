@@ -7,9 +7,7 @@
 // Dispatch: one workgroup per row, split over x and y.
 // Token OP selects the op at compile time (a WGSL const), OUT_T/X_T/M_T the storage types.
 // CPU reference: backend/cpu.rs (Softmax, RmsNorm, LayerNorm, Reduce).
-@group(0) @binding(1) var<storage, read_write> out: array<{{OUT_T}}>;
-@group(0) @binding(2) var<storage, read_write> x_in: array<{{X_T}}>;
-{{MASK_DECL}}
+{{BINDINGS}}
 
 const OP: u32 = {{OP}}u; // 0 softmax, 1 rms_norm, 2 layer_norm, 3 sum, 4 mean, 5 max, 6 argmax
 const HAS_MASK: bool = {{HAS_MASK}};
@@ -46,7 +44,7 @@ fn row_max(v: f32, lid: u32) -> f32 {
 }
 
 fn load_x(base: u32, j: u32) -> f32 {
-    return f32(x_in[base + j * P.v[2].w]);
+    return f32(ld_x_in(base + j * P.v[2].w));
 }
 
 {{MASK_FN}}
@@ -102,7 +100,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             workgroupBarrier();
         }
         if (lid == 0u) {
-            out[row] = {{OUT_T}}(red_i[0]);
+            st_out(row, {{OUT_C}}(red_i[0]));
         }
         return;
     }
@@ -113,7 +111,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
         let total = row_sum(s, lid);
         if (lid == 0u) {
-            out[row] = {{OUT_T}}(select(total, total / f32(N), OP == 4u));
+            st_out(row, {{OUT_C}}(select(total, total / f32(N), OP == 4u)));
         }
         return;
     }
@@ -124,7 +122,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
         let total = row_max(m, lid);
         if (lid == 0u) {
-            out[row] = {{OUT_T}}(total);
+            st_out(row, {{OUT_C}}(total));
         }
         return;
     }
@@ -144,7 +142,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         let total = row_sum(s, lid);
         let inv = select(0.0, 1.0 / total, total > 0.0);
         for (var j = lid; j < N; j = j + WG) {
-            out[ob + j] = {{OUT_T}}(exp(value(xb, mb, j) - mx) * inv);
+            st_out(ob + j, {{OUT_C}}(exp(value(xb, mb, j) - mx) * inv));
         }
         return;
     }
@@ -164,6 +162,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     let inv = inverseSqrt(row_sum(q, lid) / f32(N) + bitcast<f32>(P.v[4].y));
     for (var j = lid; j < N; j = j + WG) {
-        out[ob + j] = {{OUT_T}}((load_x(xb, j) - mean) * inv);
+        st_out(ob + j, {{OUT_C}}((load_x(xb, j) - mean) * inv));
     }
 }

@@ -124,6 +124,14 @@ impl Device {
         pollster::block_on(Device::best_async())
     }
 
+    /// A GPU device with SHADER_F16 left off (see `testing::device_without_f16`).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn without_f16(kind: BackendKind) -> Result<Device> {
+        let gpu = pollster::block_on(GpuBackend::new_with(kind, false))?;
+        #[allow(clippy::arc_with_non_send_sync)]
+        Ok(Device { backend: Arc::new(Arc::new(gpu)) })
+    }
+
     /// Blocking form of [`Device::with_backend_async`] (native only).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn with_backend(kind: BackendKind) -> Result<Device> {
@@ -153,12 +161,43 @@ impl Device {
         self.backend.resource_counts()
     }
 
+    /// Destroys the GPU device (`wgpu::Device::destroy`): a real device loss, for tests. Every later compile on
+    /// this device and every run of its plans fails with [`Error::Gpu`]. Does nothing on the CPU.
+    #[doc(hidden)]
+    pub fn destroy_for_tests(&self) {
+        if let Some(gpu) = self.backend.as_gpu() {
+            gpu.device.destroy();
+        }
+    }
+
+    /// Builds a compute pipeline from `wgsl` (entry point `main`) on the path that `compile` builds its kernels
+    /// on, for tests of shader validation errors.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when the shader or the pipeline fails validation or the device was lost;
+    /// [`Error::Unsupported`] on the CPU.
+    #[doc(hidden)]
+    pub async fn build_wgsl_for_tests(&self, wgsl: &str) -> Result<()> {
+        match self.backend.as_gpu() {
+            Some(gpu) => gpu.create_pipeline(wgsl, "a test shader").await.map(drop),
+            None => Err(Error::Unsupported {
+                op: "a WGSL shader".into(),
+                backend: "cpu".into(),
+                reason: "the CPU backend runs no shaders".into(),
+            }),
+        }
+    }
+
     /// Compiles `outputs` of `graph` into a plan for this device, asynchronously.
     ///
     /// # Errors
     /// [`Error::ForeignTensor`] for an output of another graph; [`Error::Unsupported`] when the device cannot
     /// run an op (for example f16 without SHADER_F16); [`Error::LimitExceeded`] when a tensor exceeds the
-    /// device's binding size; [`Error::Gpu`] when a pipeline fails to build.
+    /// device's binding size, or a buffer of the plan (an arena, the readback of the outputs) its
+    /// `max_buffer_size`; [`Error::Gpu`] when a pipeline fails validation (wgpu's message names the problem;
+    /// the failing WGSL is logged at debug level), when the plan's memory cannot be allocated (out of memory),
+    /// or when the device was lost (the message says so; a new [`Device`] can then be created and used).
+    /// Device faults never panic.
     pub async fn compile_async(&self, graph: &Graph, outputs: &[Tensor], options: &CompileOptions) -> Result<Plan> {
         let program = Program::new(graph, outputs)?;
         let inputs = program
@@ -199,7 +238,11 @@ impl Plan {
     ///
     /// # Errors
     /// [`Error::BadInput`] when an input is missing, given twice, not an input of the graph, or has the wrong
-    /// dtype or shape; [`Error::Gpu`] when the device fails or is lost.
+    /// dtype or shape; [`Error::Gpu`] when the device is lost (the message says so, and every later run of
+    /// this plan fails the same way at once: create a new [`Device`] and compile again), on an out-of-memory
+    /// or validation error, or natively when the GPU does not finish and map the outputs within the bound set
+    /// by [`READBACK_TIMEOUT_ENV`](crate::READBACK_TIMEOUT_ENV) (60 s by default). Device faults never panic,
+    /// and a run never waits past that bound.
     pub async fn run_async(&mut self, inputs: &[(Tensor, &HostTensor)]) -> Result<Vec<HostTensor>> {
         let mut given: Vec<(NodeId, &HostTensor)> = Vec::new();
         for &(t, v) in inputs {

@@ -35,6 +35,7 @@ pub mod shape;
 pub mod wasm;
 
 pub use backend::gpu::matmul::{MatmulChoice, TileConfig, DEFAULT_CONFIG, MATMUL_ENV, TILE_CONFIGS};
+pub use backend::gpu::READBACK_TIMEOUT_ENV;
 pub use backend::{Capabilities, CompileOptions, PlanStats};
 pub use device::{BackendKind, Device, Plan, BACKEND_ENV};
 pub use dtype::{DType, Data, HostTensor};
@@ -45,4 +46,11 @@ pub use graph::{Graph, Tensor};
 #[doc(hidden)]
 pub mod testing {
     pub use crate::backend::gpu::kernels::all_variants as wgsl_variants;
+
+    /// A GPU device of `kind` created without SHADER_F16, so f16 tensors are stored packed in u32 words and
+    /// unpacked in the shader, as on adapters that lack the feature (the browser's, GL).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn device_without_f16(kind: crate::BackendKind) -> crate::Result<crate::Device> {
+        crate::Device::without_f16(kind)
+    }
 }

@@ -338,11 +338,9 @@ async fn bindings_device_choice() {
     assert!(msg.contains("unknown backend 'tpu'"), "{msg}");
 }
 
-/// Known bug (backend): every GPU storage binding is `read_write`, and WebGPU rejects two writable bindings that
-/// overlap in one dispatch, so an op whose two operands share storage (`x + x`, `matmul(x, t(x))`) fails in the
-/// browser ("Writable storage buffer binding aliasing"). wgpu's native backends do not check this.
+/// WebGPU rejects two bindings that overlap in one dispatch when one is writable, and wgpu's native backends do
+/// not check it: operands that share memory (`x + x`, `matmul(x, t(x))`, in-place) must be bound once.
 #[wasm_bindgen_test]
-#[ignore = "backend bug: overlapping writable bindings are rejected by WebGPU (x + x)"]
 async fn same_operand_twice_webgpu() {
     let device = gpu().await;
     let mut g = Graph::new();
@@ -352,13 +350,32 @@ async fn same_operand_twice_webgpu() {
     let av = HostTensor::f32(&[8], (0..8).map(|i| i as f32).collect()).unwrap();
     let out = plan.run_async(&[(a, &av)]).await.unwrap();
     assert_eq!(out[0].data.to_f32(), (0..8).map(|i| 2.0 * i as f32).collect::<Vec<_>>());
+
+    // matmul(x, t(x)), concat(t, t), softmax(x, mask = x), and an in-place chain, against the CPU backend
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[8, 8]).unwrap();
+    let xt = g.t(x).unwrap();
+    let m = g.matmul(x, xt).unwrap();
+    let c = g.concat(&[x, x], 0).unwrap();
+    let s = g.softmax_ext(x, Some(x), 0.5).unwrap();
+    let e = g.exp(m).unwrap();
+    let e = g.tanh(e).unwrap();
+    let e = g.softmax(e).unwrap();
+    let xv = HostTensor::f32(&[8, 8], (0..64).map(|i| (i % 7) as f32 * 0.25 - 0.5).collect()).unwrap();
+    let mut gpu_plan = device.compile_async(&g, &[m, c, s, e], &CompileOptions::default()).await.unwrap();
+    let got = gpu_plan.run_async(&[(x, &xv)]).await.unwrap();
+    let mut cpu_plan = Device::cpu().compile_async(&g, &[m, c, s, e], &CompileOptions::default()).await.unwrap();
+    let want = cpu_plan.run_async(&[(x, &xv)]).await.unwrap();
+    for (gt, wt) in got.iter().zip(&want) {
+        for (p, q) in gt.data.to_f32().iter().zip(wt.data.to_f32()) {
+            assert!((p - q).abs() <= 1e-5 * (1.0 + q.abs()), "{p} vs {q}");
+        }
+    }
 }
 
-/// Known bug (compile): on wasm32 `usize` is 32 bits, and `Program::storage_bytes` multiplies the element count
-/// by the element size in `usize`, so a tensor of 4 GiB or more overflows (a panic in debug builds, a wrapped
-/// size in release builds) instead of being rejected with `LimitExceeded`. Fix: compute it in `u64`.
+/// On wasm32 `usize` is 32 bits: byte sizes are computed in u64, so a tensor of 4 GiB or more is rejected with
+/// `LimitExceeded` rather than overflowing.
 #[wasm_bindgen_test]
-#[ignore = "compile bug: byte sizes overflow usize on wasm32 for tensors >= 4 GiB"]
 async fn huge_tensor_is_rejected_not_overflowed() {
     for device in devices().await {
         let mut g = Graph::new();

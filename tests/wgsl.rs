@@ -21,6 +21,10 @@ fn every_variant_parses_and_validates() {
         };
         // Only the capability the variant declares: a variant without f16 must validate without it (B23).
         let mut caps = if uses_f16 { Capabilities::SHADER_FLOAT16 } else { Capabilities::empty() };
+        if src.contains("pack2x16float") {
+            // granted by wgpu on every backend with DownlevelFlags::SHADER_F16_IN_F32 (WebGPU: always)
+            caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+        }
         if src.contains("subgroupAdd") {
             caps |= Capabilities::SUBGROUP;
         }

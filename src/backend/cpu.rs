@@ -9,6 +9,9 @@ use crate::shape::Layout;
 use crate::{DType, Data, Error, HostTensor, Result};
 use half::f16;
 
+/// Largest tensor the CPU backend holds, in bytes: 2 GiB on wasm32 (4 GiB address space), 16 GiB natively.
+const MAX_TENSOR_BYTES: u64 = if cfg!(target_pointer_width = "32") { 1 << 31 } else { 1 << 34 };
+
 pub(crate) struct CpuBackend {
     caps: Capabilities,
 }
@@ -22,8 +25,8 @@ impl CpuBackend {
                 name: format!("{} CPU, {threads} threads", std::env::consts::ARCH),
                 device_type: "Cpu".into(),
                 driver: "webtensor cpu".into(),
-                max_storage_binding_bytes: u32::MAX as u64 * 4,
-                max_buffer_bytes: u32::MAX as u64 * 4,
+                max_storage_binding_bytes: MAX_TENSOR_BYTES,
+                max_buffer_bytes: MAX_TENSOR_BYTES,
                 max_workgroup_storage_bytes: 0,
                 max_invocations_per_workgroup: 0,
                 max_workgroups_per_dimension: 0,
@@ -53,8 +56,18 @@ impl Backend for CpuBackend {
         let mut bytes = 0;
         for &id in program.inputs.iter().chain(&program.steps) {
             let n = &program.nodes[id];
+            let size = program.storage_bytes(id);
+            if size > MAX_TENSOR_BYTES {
+                let e = Error::LimitExceeded {
+                    what: format!("{} {} {:?} on the CPU backend", n.op.name(), n.dtype, n.layout.shape),
+                    size,
+                    limit_name: "the CPU backend's largest tensor",
+                    limit: MAX_TENSOR_BYTES,
+                };
+                return Box::pin(async move { Err(e) });
+            }
             bufs[id] = Some(filled(n.dtype, n.layout.numel()));
-            bytes += program.storage_bytes(id);
+            bytes += size;
         }
         let plan: Box<dyn Executable> = Box::new(CpuPlan { program, bufs, poison: options.poison, bytes });
         Box::pin(async move { Ok(plan) })

@@ -106,6 +106,10 @@ pub(crate) trait Backend: MaybeSendSync {
     fn resource_counts(&self) -> Option<[isize; 3]> {
         None
     }
+    /// The wgpu backend behind this device, if it is one (for the testing hooks on `Device`).
+    fn as_gpu(&self) -> Option<&std::sync::Arc<gpu::GpuBackend>> {
+        None
+    }
     fn compile<'a>(
         &'a self,
         program: Program,

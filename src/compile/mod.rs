@@ -51,7 +51,7 @@ impl Program {
     /// Size in bytes of the storage owned by `id` (an input or a step).
     pub fn storage_bytes(&self, id: NodeId) -> u64 {
         let n = &self.nodes[id];
-        (n.layout.numel() * n.dtype.size_bytes()) as u64
+        n.layout.numel() as u64 * n.dtype.size_bytes() as u64
     }
 
     /// The name of input node `id`.

@@ -27,7 +27,13 @@ pub fn devices() -> &'static [Device] {
         match gpu {
             Some(d) => {
                 eprintln!("GPU device: {} ({})", d.capabilities().name, d.capabilities().backend);
-                v.push(d)
+                // the same adapter with SHADER_F16 off: f16 tensors take the packed path (B23)
+                let kind: BackendKind = d.capabilities().backend.parse().expect("a known backend");
+                let packed = d.capabilities().shader_f16.then(|| webtensor::testing::device_without_f16(kind));
+                v.push(d);
+                if let Some(p) = packed {
+                    v.push(p.expect("the same adapter without SHADER_F16"));
+                }
             }
             None => {
                 let msg = "no GPU adapter: GPU cases SKIPPED";

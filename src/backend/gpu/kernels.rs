@@ -7,12 +7,6 @@ use crate::graph::{operand_layout, BinaryOp, NodeId, Op, ReduceOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Error, Result};
 
-const COMMON: &str = include_str!("../../../shaders/common.wgsl");
-const ELEMENTWISE: &str = include_str!("../../../shaders/elementwise.wgsl");
-const MATMUL: &str = include_str!("../../../shaders/matmul.wgsl");
-const ROWS: &str = include_str!("../../../shaders/rows.wgsl");
-const GATHER: &str = include_str!("../../../shaders/gather.wgsl");
-
 /// Which shader file and which compile-time variant of it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum KernelKind {
@@ -57,6 +51,8 @@ pub(crate) struct KernelKey {
     pub ins: Vec<DType>,
     /// For each binding (output first, then inputs), the first binding over the same memory (itself when none).
     pub alias: Vec<usize>,
+    /// f16 tensors are stored as pairs in u32 words and unpacked in the shader (the adapter lacks SHADER_F16).
+    pub packed_f16: bool,
 }
 
 /// One dispatch of a plan: the kernel, its uniform block, the storage nodes bound (output first), and the grid.
@@ -66,14 +62,6 @@ pub(crate) struct Dispatch {
     pub params: [u32; 64],
     pub bindings: Vec<NodeId>,
     pub workgroups: [u32; 3],
-}
-
-fn wgsl_type(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "f32",
-        DType::F16 => "f16",
-        DType::I32 => "i32",
-    }
 }
 
 /// Replaces each `{{NAME}}` and fails if any token is left unreplaced.
@@ -111,181 +99,10 @@ impl KernelKind {
 }
 
 impl KernelKey {
-    /// Whether the variant needs `enable f16;`.
-    pub fn uses_f16(&self) -> bool {
-        self.out == DType::F16 || self.ins.contains(&DType::F16)
-    }
-
-    /// The complete WGSL source of this variant.
-    pub fn wgsl(&self) -> String {
-        let mut enable = String::new();
-        if self.uses_f16() {
-            enable.push_str("enable f16;\n");
-        }
-        // Browsers require the directive; naga (native) rejects it and gates subgroup ops by capability instead.
-        if cfg!(target_arch = "wasm32") && matches!(self.kind, KernelKind::MatVec { subgroups: true, .. }) {
-            enable.push_str("enable subgroups;\n");
-        }
-        let out_t = wgsl_type(self.out).to_string();
-        let body = match &self.kind {
-            KernelKind::Elementwise { expr } => {
-                let int = self.out == DType::I32 && self.ins.iter().all(|&d| d == DType::I32);
-                let c = if int { "i32" } else { "f32" };
-                let decls = (0..self.ins.len())
-                    .map(|k| {
-                        format!(
-                            "@group(0) @binding({}) var<storage, read_write> in{k}: array<{}>;",
-                            k + 2,
-                            wgsl_type(self.ins[k])
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                let loads = (0..self.ins.len())
-                    .map(|k| format!("    let x{k} = {c}(in{k}[at(c, P.v[{}], P.v[{}].x)]);", 2 + 2 * k, 3 + 2 * k))
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                render(
-                    ELEMENTWISE,
-                    &[("OUT_T", out_t), ("C", c.into()), ("DECLS", decls), ("LOADS", loads), ("EXPR", expr.clone())],
-                )
-            }
-            KernelKind::MatMul { epi } => {
-                let (decls, f) = self.epilogue(epi.as_deref());
-                render(
-                    MATMUL,
-                    &[
-                        ("OUT_T", out_t),
-                        ("A_T", wgsl_type(self.ins[0]).into()),
-                        ("B_T", wgsl_type(self.ins[1]).into()),
-                        ("EPI_DECLS", decls),
-                        ("EPILOGUE", f),
-                    ],
-                )
-            }
-            KernelKind::Rows { op, mask } => {
-                let (decl, f) = if *mask {
-                    (
-                        format!(
-                            "@group(0) @binding(3) var<storage, read_write> m_in: array<{}>;",
-                            wgsl_type(self.ins[1])
-                        ),
-                        "fn load_mask(base: u32, j: u32) -> f32 {\n    return f32(m_in[base + j * P.v[3].w]);\n}"
-                            .to_string(),
-                    )
-                } else {
-                    (String::new(), "fn load_mask(base: u32, j: u32) -> f32 {\n    return 0.0;\n}".to_string())
-                };
-                render(
-                    ROWS,
-                    &[
-                        ("OUT_T", out_t),
-                        ("X_T", wgsl_type(self.ins[0]).into()),
-                        ("MASK_DECL", decl),
-                        ("MASK_FN", f),
-                        ("OP", op.to_string()),
-                        ("HAS_MASK", mask.to_string()),
-                    ],
-                )
-            }
-            KernelKind::MatMulTiled { .. } | KernelKind::MatVec { .. } => {
-                matmul::wgsl(self, wgsl_type).expect("a matmul variant")
-            }
-            KernelKind::GetRows | KernelKind::Concat => render(
-                GATHER,
-                &[
-                    ("OUT_T", out_t),
-                    ("S0_T", wgsl_type(self.ins[0]).into()),
-                    ("S1_T", wgsl_type(self.ins[1]).into()),
-                    ("CONCAT", (self.kind == KernelKind::Concat).to_string()),
-                ],
-            ),
-        };
-        let src = format!("{enable}{COMMON}\n{body}");
-        if self.alias.iter().enumerate().all(|(i, &a)| a == i) {
-            return src;
-        }
-        apply_aliases(src, &self.binding_names(), &self.alias)
-    }
-
-    /// Bindings 4.. and the `epilogue(acc, coords)` function of a matmul variant: the expression over `acc` and
-    /// the extra operands (`ins[2..]`), each read at the output element's coordinates (b0, b1, m, n) through the
-    /// strides in Params v[4 + 2k] and the offset in v[5 + 2k].x.
-    pub fn epilogue(&self, epi: Option<&str>) -> (String, String) {
-        let Some(expr) = epi else {
-            return (String::new(), "fn epilogue(acc: f32, c: vec4<u32>) -> f32 {\n    return acc;\n}".into());
-        };
-        let extra = &self.ins[2..];
-        let decls = (0..extra.len())
-            .map(|k| {
-                format!("@group(0) @binding({}) var<storage, read_write> e{k}: array<{}>;", 4 + k, wgsl_type(extra[k]))
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        let loads: String = (0..extra.len())
-            .map(|k| format!("    let x{k} = f32(e{k}[at(c, P.v[{}], P.v[{}].x)]);\n", 4 + 2 * k, 5 + 2 * k))
-            .collect();
-        (decls, format!("fn epilogue(acc: f32, c: vec4<u32>) -> f32 {{\n{loads}    return {expr};\n}}"))
-    }
-
-    /// The WGSL variable behind each logical binding (1..), in binding order.
-    fn binding_names(&self) -> Vec<String> {
-        let n = self.ins.len();
-        let fixed: &[&str] = match self.kind {
-            KernelKind::Elementwise { .. } => &["out"],
-            KernelKind::MatMul { .. } | KernelKind::MatMulTiled { .. } => &["c_out", "a_in", "b_in"],
-            KernelKind::MatVec { .. } => &["y_out", "x_in", "b_in"],
-            KernelKind::Rows { .. } => &["out", "x_in", "m_in"],
-            KernelKind::GetRows | KernelKind::Concat => &["out", "src0", "src1"],
-        };
-        let mut names: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
-        match self.kind {
-            KernelKind::Elementwise { .. } => names.extend((0..n).map(|k| format!("in{k}"))),
-            KernelKind::MatMul { .. } | KernelKind::MatMulTiled { .. } | KernelKind::MatVec { .. } => {
-                names.extend((0..n.saturating_sub(2)).map(|k| format!("e{k}")))
-            }
-            _ => {}
-        }
-        names.truncate(n + 1);
-        names
-    }
-}
-
-/// Makes logical binding `i` use the variable of binding `alias[i]` (an earlier one over the same memory):
-/// its declaration is dropped and its name replaced. WebGPU rejects two bindings of overlapping ranges in one
-/// dispatch when either is writable, so one binding serves both.
-fn apply_aliases(src: String, names: &[String], alias: &[usize]) -> String {
-    let mut out = src;
-    for (i, &a) in alias.iter().enumerate() {
-        if a == i {
-            continue;
-        }
-        let (from, to) = (&names[i], &names[a]);
-        out = out.lines().filter(|l| !l.contains(&format!("> {from}: array<"))).collect::<Vec<_>>().join("\n");
-        let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-        let mut res = String::with_capacity(out.len());
-        let mut rest = out.as_str();
-        let mut prev: Option<char> = None;
-        while let Some(pos) = rest.find(from.as_str()) {
-            let before = rest[..pos].chars().next_back().or(prev);
-            let after = rest[pos + from.len()..].chars().next();
-            res.push_str(&rest[..pos]);
-            let whole = !before.is_some_and(ident) && !after.is_some_and(ident);
-            res.push_str(if whole { to } else { from });
-            prev = from.chars().next_back();
-            rest = &rest[pos + from.len()..];
-        }
-        res.push_str(rest);
-        out = res;
-    }
-    out
-}
-
-impl KernelKey {
     /// The key with no aliased bindings.
     pub fn new(kind: KernelKind, out: DType, ins: Vec<DType>) -> KernelKey {
         let alias = (0..=ins.len()).collect();
-        KernelKey { kind, out, ins, alias }
+        KernelKey { kind, out, ins, alias, packed_f16: false }
     }
 }
 
@@ -575,5 +392,12 @@ pub fn all_variants() -> Vec<(String, String)> {
         keys.push(KernelKey::new(KernelKind::GetRows, d, vec![d, I32]));
         keys.push(KernelKey::new(KernelKind::Concat, d, vec![d, d]));
     }
+    // every f16 variant again with f16 packed in u32 words (adapters without SHADER_F16)
+    let packed: Vec<KernelKey> = keys
+        .iter()
+        .filter(|k| k.out == F16 || k.ins.contains(&F16))
+        .map(|k| KernelKey { packed_f16: true, ..k.clone() })
+        .collect();
+    keys.extend(packed);
     keys.into_iter().map(|k| (format!("{k:?}"), k.wgsl())).collect()
 }

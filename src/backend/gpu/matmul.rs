@@ -220,27 +220,21 @@ const TILED: &str = include_str!("../../../shaders/matmul_tiled.wgsl");
 const MATVEC: &str = include_str!("../../../shaders/matvec.wgsl");
 
 /// WGSL body of the tiled and mat-vec variants (the caller prepends `enable`s and common.wgsl).
-pub(crate) fn wgsl(key: &KernelKey, ty: fn(crate::DType) -> &'static str) -> Option<String> {
-    let out_t = ty(key.out);
-    let (a_t, b_t) = (ty(key.ins[0]), ty(key.ins[1]));
+/// WGSL body of the tiled and mat-vec variants, given the generated storage bindings and accessors (the
+/// caller prepends `enable`s and common.wgsl).
+pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> Option<String> {
     match key.kind {
         KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, ref epi } => {
-            let (decls, f) = key.epilogue(epi.as_deref());
             let store = if out_vec4 {
-                format!(
-                    "if (gn < N) {{\n                    let c4 = vec4<u32>(b0, b1, gm, gn);\n                    let e = vec4<f32>(epilogue(v.x, c4), epilogue(v.y, c4 + vec4<u32>(0u, 0u, 0u, 1u)), epilogue(v.z, c4 + vec4<u32>(0u, 0u, 0u, 2u)), epilogue(v.w, c4 + vec4<u32>(0u, 0u, 0u, 3u)));\n                    c_out[at / 4u] = vec4<{out_t}>(e);\n                }}"
-                )
+                "if (gn < N) {\n                    let c4 = vec4<u32>(b0, b1, gm, gn);\n                    let e = vec4<f32>(epilogue(v.x, c4), epilogue(v.y, c4 + vec4<u32>(0u, 0u, 0u, 1u)), epilogue(v.z, c4 + vec4<u32>(0u, 0u, 0u, 2u)), epilogue(v.w, c4 + vec4<u32>(0u, 0u, 0u, 3u)));\n                    st4_c_out(at, e);\n                }"
             } else {
-                format!(
-                    "for (var j = 0u; j < 4u; j = j + 1u) {{\n                    if (gn + j < N) {{\n                        c_out[at + j] = {out_t}(epilogue(v[j], vec4<u32>(b0, b1, gm, gn + j)));\n                    }}\n                }}"
-                )
+                "for (var j = 0u; j < 4u; j = j + 1u) {\n                    if (gn + j < N) {\n                        st_c_out(at + j, epilogue(v[j], vec4<u32>(b0, b1, gm, gn + j)));\n                    }\n                }"
             };
             Some(super::kernels::render(
                 TILED,
                 &[
-                    ("OUT_STORE", if out_vec4 { format!("vec4<{out_t}>") } else { out_t.to_string() }),
-                    ("A_T", a_t.into()),
-                    ("B_T", b_t.into()),
+                    ("BINDINGS", bindings),
+                    ("EPILOGUE", key.epilogue(epi.as_deref())),
                     ("RM", cfg.rm.to_string()),
                     ("RN", cfg.rn.to_string()),
                     ("BK", cfg.bk.to_string()),
@@ -249,43 +243,30 @@ pub(crate) fn wgsl(key: &KernelKey, ty: fn(crate::DType) -> &'static str) -> Opt
                     ("OUT_VEC4", out_vec4.to_string()),
                     ("A_SHARED", (cfg.bk * 16 * cfg.rm).to_string()),
                     ("B_SHARED", (cfg.bk * 16 * cfg.rn).to_string()),
-                    ("STORE", store),
-                    ("EPI_DECLS", decls),
-                    ("EPILOGUE", f),
+                    ("STORE", store.into()),
                 ],
             ))
         }
         KernelKind::MatVec { b_ncontig, subgroups, ref epi } => {
-            let (decls, f) = key.epilogue(epi.as_deref());
             let reduce = if subgroups {
-                format!(
-                    "let sum = subgroupAdd(total);\n        if (sg_lane == 0u) {{\n            part[lid / sg_size].x = sum;\n        }}\n        workgroupBarrier();\n        if (lane == 0u && n < N) {{\n            let per = 32u / sg_size;\n            var t = 0.0;\n            for (var j = 0u; j < per; j = j + 1u) {{\n                t = t + part[row * per + j].x;\n            }}\n            y_out[y_base + n] = {out_t}(epilogue(t, vec4<u32>(b0, b1, 0u, n)));\n        }}"
-                )
+                "let sum = subgroupAdd(total);\n        if (sg_lane == 0u) {\n            part[lid / sg_size].x = sum;\n        }\n        workgroupBarrier();\n        if (lane == 0u && n < N) {\n            let per = 32u / sg_size;\n            var t = 0.0;\n            for (var j = 0u; j < per; j = j + 1u) {\n                t = t + part[row * per + j].x;\n            }\n            st_y_out(y_base + n, epilogue(t, vec4<u32>(b0, b1, 0u, n)));\n        }"
             } else {
-                format!(
-                    "part[lid] = vec4<f32>(total, 0.0, 0.0, 0.0);\n        workgroupBarrier();\n        for (var h = 16u; h > 0u; h = h >> 1u) {{\n            if (lane < h) {{\n                part[lid].x = part[lid].x + part[lid + h].x;\n            }}\n            workgroupBarrier();\n        }}\n        if (lane == 0u && n < N) {{\n            y_out[y_base + n] = {out_t}(epilogue(part[lid].x, vec4<u32>(b0, b1, 0u, n)));\n        }}"
-                )
+                "part[lid] = vec4<f32>(total, 0.0, 0.0, 0.0);\n        workgroupBarrier();\n        for (var h = 16u; h > 0u; h = h >> 1u) {\n            if (lane < h) {\n                part[lid].x = part[lid].x + part[lid + h].x;\n            }\n            workgroupBarrier();\n        }\n        if (lane == 0u && n < N) {\n            st_y_out(y_base + n, epilogue(part[lid].x, vec4<u32>(b0, b1, 0u, n)));\n        }"
+            };
+            let sg_args = if subgroups {
+                ",\n        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32"
+            } else {
+                ""
             };
             Some(super::kernels::render(
                 MATVEC,
                 &[
-                    ("ENABLE_SUBGROUPS", if subgroups { "enable subgroups;".into() } else { String::new() }),
-                    ("OUT_T", out_t.into()),
-                    ("A_T", a_t.into()),
-                    ("B_T", b_t.into()),
+                    ("BINDINGS", bindings),
+                    ("EPILOGUE", key.epilogue(epi.as_deref())),
                     ("B_NCONTIG", b_ncontig.to_string()),
                     ("SUBGROUPS", subgroups.to_string()),
-                    (
-                        "SUBGROUP_ARGS",
-                        if subgroups {
-                            ",\n        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32".into()
-                        } else {
-                            String::new()
-                        },
-                    ),
-                    ("REDUCE_ROW", reduce),
-                    ("EPI_DECLS", decls),
-                    ("EPILOGUE", f),
+                    ("SUBGROUP_ARGS", sg_args.into()),
+                    ("REDUCE_ROW", reduce.into()),
                 ],
             ))
         }

@@ -1,9 +1,11 @@
 //! The wgpu backend: adapter and device setup with the adapter's real limits, a pipeline cache keyed by
 //! [`kernels::KernelKey`], and plans ([`plan`]) whose buffers and bind groups are made once at compile time.
 
+mod codegen;
 pub(crate) mod kernels;
 pub mod matmul;
 mod plan;
+pub use plan::READBACK_TIMEOUT_ENV;
 #[cfg(not(target_arch = "wasm32"))]
 mod tune;
 
@@ -109,6 +111,12 @@ impl GpuBackend {
     /// Requests a high-performance adapter of `kind` and a device with the adapter's own limits and the
     /// features we use (SHADER_F16, SUBGROUP) where present.
     pub async fn new(kind: BackendKind) -> Result<GpuBackend> {
+        GpuBackend::new_with(kind, true).await
+    }
+
+    /// As [`GpuBackend::new`]; `allow_f16 = false` leaves SHADER_F16 off even where the adapter has it, so f16
+    /// tensors take the packed path (as on adapters without the feature).
+    pub async fn new_with(kind: BackendKind, allow_f16: bool) -> Result<GpuBackend> {
         let backends = wgpu_backends(kind);
         let inst = instance(backends);
         let adapter = inst
@@ -118,8 +126,14 @@ impl GpuBackend {
             })
             .await
             .map_err(|e| Error::NoDevice(format!("no {kind:?} adapter: {e}")))?;
-        let caps = capabilities(&adapter);
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        let mut caps = capabilities(&adapter);
+        let mut wanted = wgpu::Features::SUBGROUP;
+        if allow_f16 {
+            wanted |= wgpu::Features::SHADER_F16;
+        } else {
+            caps.shader_f16 = false;
+            caps.name.push_str(" [SHADER_F16 off]");
+        }
         let features = adapter.features() & wanted;
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -141,9 +155,9 @@ impl GpuBackend {
         Ok(GpuBackend { device, queue, caps, pipelines: Mutex::new(HashMap::new()), lost, matmul: Mutex::new(None) })
     }
 
-    /// The cached pipeline for `key`, created (inside a validation error scope) on first use.
+    /// The cached pipeline for `key`, built by [`GpuBackend::create_pipeline`] on first use.
     pub async fn pipeline(&self, key: &KernelKey) -> Result<Arc<wgpu::ComputePipeline>> {
-        if let Some(p) = self.pipelines.lock().expect("pipeline cache poisoned").get(key) {
+        if let Some(p) = self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
             return Ok(p.clone());
         }
         if key.uses_f16() && !self.caps.shader_f16 {
@@ -153,11 +167,24 @@ impl GpuBackend {
                 reason: "f16 tensors need the SHADER_F16 feature, which this adapter lacks".into(),
             });
         }
-        let src = key.wgsl();
+        let p = Arc::new(self.create_pipeline(&key.wgsl(), &format!("{:?}", key.kind)).await?);
+        self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), p.clone());
+        Ok(p)
+    }
+
+    /// Builds a compute pipeline from the WGSL `src` (entry point `main`, layout derived from the shader)
+    /// inside a validation error scope. `what` names the kernel in errors and logs.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when the shader or the pipeline fails validation (the message is wgpu's, which names
+    /// the problem; the failing WGSL is logged at debug level), or when the device was lost.
+    pub async fn create_pipeline(&self, src: &str, what: &str) -> Result<wgpu::ComputePipeline> {
+        let context = format!("creating the pipeline for {what}");
+        self.check_alive(&context)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("webtensor"),
-            source: wgpu::ShaderSource::Wgsl(src.as_str().into()),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
         });
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some("webtensor"),
@@ -168,15 +195,12 @@ impl GpuBackend {
             cache: None,
         });
         if let Some(e) = scope.pop().await {
-            log::debug!("webtensor: failing WGSL for {key:?}:\n{src}");
-            return Err(Error::Gpu {
-                context: format!("creating the pipeline for {:?}", key.kind),
-                message: e.to_string(),
-            });
+            log::debug!("webtensor: failing WGSL for {what}:\n{src}");
+            return Err(Error::Gpu { context, message: e.to_string() });
         }
-        let p = Arc::new(pipeline);
-        self.pipelines.lock().expect("pipeline cache poisoned").insert(key.clone(), p.clone());
-        Ok(p)
+        // wgpu reports no errors for work on a lost device, so an empty scope proves nothing then
+        self.check_alive(&context)?;
+        Ok(pipeline)
     }
 
     /// What lowering needs to know about this device, with the matmul kernel `choice`.
@@ -202,31 +226,65 @@ impl GpuBackend {
                 return v.parse();
             }
         }
-        if let Some(c) = *self.matmul.lock().expect("matmul choice poisoned") {
+        if let Some(c) = *self.matmul.lock().unwrap_or_else(|e| e.into_inner()) {
             return Ok(c);
         }
         #[cfg(not(target_arch = "wasm32"))]
         let c = Box::pin(tune::tune(self)).await?;
         #[cfg(target_arch = "wasm32")]
         let c = matmul::MatmulChoice::Tiled(matmul::DEFAULT_CONFIG);
-        *self.matmul.lock().expect("matmul choice poisoned") = Some(c);
+        *self.matmul.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
         Ok(c)
     }
 
+    /// `Err(`[`Error::Gpu`]`)` saying that the device was lost, once wgpu has reported the loss. Natively the
+    /// device is polled first (without waiting), so that a loss wgpu only reports from a poll (for example
+    /// after `wgpu::Device::destroy`) is seen here.
     pub fn check_alive(&self, context: &str) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if !self.lost.load(Ordering::SeqCst) {
+            // a poll that fails reports the loss through the callback, or fails again in the caller's wait
+            let _ = self.poll(wgpu::PollType::Poll);
+        }
         if self.lost.load(Ordering::SeqCst) {
-            return Err(Error::Gpu {
-                context: context.into(),
-                message: "the device was lost; create a new Device".into(),
-            });
+            return Err(self.lost_error(context));
         }
         Ok(())
+    }
+
+    fn lost_error(&self, context: &str) -> Error {
+        Error::Gpu { context: context.into(), message: "the device was lost; create a new Device".into() }
+    }
+
+    /// Polls the device (native only). wgpu panics when a poll meets a device error (for example a GPU that
+    /// was reset); that panic is caught here and returned as [`Error::Gpu`], as is a wait that times out.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn poll(&self, poll: wgpu::PollType) -> Result<wgpu::PollStatus> {
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.device.poll(poll)));
+        match polled {
+            Ok(Ok(status)) => Ok(status),
+            Ok(Err(e)) => Err(Error::Gpu { context: "polling the device".into(), message: e.to_string() }),
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "wgpu panicked".into());
+                log::error!("webtensor: device poll failed: {message}");
+                self.lost.store(true, Ordering::SeqCst);
+                Err(self.lost_error("polling the device"))
+            }
+        }
     }
 }
 
 impl Backend for Arc<GpuBackend> {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
+    }
+
+    fn as_gpu(&self) -> Option<&Arc<GpuBackend>> {
+        Some(self)
     }
 
     fn resource_counts(&self) -> Option<[isize; 3]> {

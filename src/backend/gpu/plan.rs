@@ -17,9 +17,34 @@ use std::sync::Arc;
 
 /// Bytes per dispatch's uniform block (16 x vec4<u32>), also its alignment in the uniform buffer.
 const PARAMS_BYTES: u64 = 256;
-/// How long a readback may wait for the GPU before it is reported as failed, natively.
+/// Environment variable: how long, in milliseconds, a run waits natively for the GPU to finish its work and
+/// map the outputs before it fails with [`Error::Gpu`] (default 60000, i.e. 60 s). Read once per process.
+///
+/// The bound turns a GPU that never finishes into an error; it is not a performance budget. A real GPU's
+/// driver resets a dispatch that runs for seconds (Windows TDR: 2 s) and the device is then reported lost, so
+/// the timeout only matters where no watchdog exists, such as lavapipe, where a large plan on a slow CPU can
+/// legitimately take tens of seconds: hence the default of a minute. In the browser the runtime bounds the
+/// wait (the map fails when the device is lost) and this variable is not read.
+pub const READBACK_TIMEOUT_ENV: &str = "WEBTENSOR_READBACK_TIMEOUT_MS";
+
+/// The readback bound: `WEBTENSOR_READBACK_TIMEOUT_MS` if set to a positive number, else 60 s.
 #[cfg(not(target_arch = "wasm32"))]
-const READBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+fn readback_timeout() -> std::time::Duration {
+    static TIMEOUT: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| {
+        let default = std::time::Duration::from_secs(60);
+        match std::env::var(READBACK_TIMEOUT_ENV) {
+            Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => std::time::Duration::from_millis(ms),
+                _ => {
+                    log::warn!("webtensor: ignoring {READBACK_TIMEOUT_ENV}={v:?} (not a positive number of ms)");
+                    default
+                }
+            },
+            _ => default,
+        }
+    })
+}
 
 pub(crate) struct GpuPlan {
     gpu: Arc<GpuBackend>,
@@ -46,14 +71,14 @@ impl GpuPlan {
         let caps = &gpu.caps;
         let align = (caps.min_storage_offset_alignment as u64).max(PARAMS_BYTES);
         let program = if options.no_fusion { program } else { fuse::fuse(program) };
-        let mem =
-            memory::plan(&program, align, caps.max_buffer_bytes.min(1 << 40), caps.max_storage_binding_bytes, &|s| {
-                if options.no_fusion {
-                    vec![]
-                } else {
-                    fuse::inplace_candidates(&program, s)
-                }
-            })?;
+        let inplace = |s| {
+            let mut c = if options.no_fusion { vec![] } else { fuse::inplace_candidates(&program, s) };
+            // a packed f16 output is written with atomics, so it cannot also serve as a plain input
+            c.retain(|&n| caps.shader_f16 || program.nodes[n].dtype != crate::DType::F16);
+            c
+        };
+        let max_arena = caps.max_buffer_bytes.min(1 << 40);
+        let mem = memory::plan(&program, align, max_arena, caps.max_storage_binding_bytes, &inplace)?;
         let has_matmul =
             program.steps.iter().any(|&s| matches!(program.nodes[s].op, Op::MatMul { .. } | Op::MatMulFused { .. }));
         let choice = if has_matmul { gpu.matmul_choice(options.matmul).await? } else { MatmulChoice::Generic };
@@ -66,8 +91,38 @@ impl GpuPlan {
                 d.bindings.iter().map(|n| (mem.blocks[n].arena, mem.blocks[n].offset)).collect();
             d.key.alias =
                 (0..blocks.len()).map(|i| blocks.iter().position(|b| *b == blocks[i]).expect("present")).collect();
+            let has_f16 = d.key.out == crate::DType::F16 || d.key.ins.contains(&crate::DType::F16);
+            d.key.packed_f16 = !caps.shader_f16 && has_f16;
         }
 
+        let mut readback = Vec::new();
+        let mut staging_size = 0u64;
+        for &o in &program.outputs {
+            let s = program.nodes[o].storage;
+            if !readback.iter().any(|&(n, _)| n == s) {
+                readback.push((s, staging_size));
+                staging_size += round4(mem.blocks[&s].size).div_ceil(256) * 256;
+            }
+        }
+        let uniform_stride = PARAMS_BYTES.max(caps.min_uniform_offset_alignment as u64);
+        let uniform_size = (dispatches.len() as u64 * uniform_stride).max(PARAMS_BYTES);
+        // wgpu rejects a buffer over max_buffer_size with a validation error; say which limit instead
+        let sizes = mem.arena_bytes.iter().map(|&b| ("the plan's memory arena", b));
+        for (what, size) in sizes.chain([("the readback of the outputs", staging_size), ("the uniforms", uniform_size)])
+        {
+            if size > caps.max_buffer_bytes {
+                return Err(Error::LimitExceeded {
+                    what: what.into(),
+                    size,
+                    limit_name: "max_buffer_size",
+                    limit: caps.max_buffer_bytes,
+                });
+            }
+        }
+
+        // allocation fails with an out-of-memory error (or a validation error) in these scopes, not a panic
+        let validation = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
         let arenas: Vec<wgpu::Buffer> = mem
             .arena_bytes
@@ -81,10 +136,9 @@ impl GpuPlan {
                 })
             })
             .collect();
-        let uniform_stride = PARAMS_BYTES.max(caps.min_uniform_offset_alignment as u64);
         let uniforms = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("webtensor params"),
-            size: (dispatches.len() as u64 * uniform_stride).max(PARAMS_BYTES),
+            size: uniform_size,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
@@ -95,6 +149,26 @@ impl GpuPlan {
         }
         if !params.is_empty() {
             gpu.queue.write_buffer(&uniforms, 0, &params);
+        }
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("webtensor readback"),
+            size: staging_size.max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let (oom, validation) = (oom.pop(), validation.pop());
+        let bytes = mem.total_bytes() + uniform_size + staging_size;
+        if let Some(e) = oom.await {
+            return Err(Error::Gpu {
+                context: format!("allocating {bytes} bytes of GPU memory for the plan (out of memory)"),
+                message: e.to_string(),
+            });
+        }
+        if let Some(e) = validation.await {
+            return Err(Error::Gpu {
+                context: format!("allocating {bytes} bytes for the plan"),
+                message: e.to_string(),
+            });
         }
 
         let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -136,22 +210,8 @@ impl GpuPlan {
         if let Some(e) = scope.pop().await {
             return Err(Error::Gpu { context: "creating bind groups".into(), message: e.to_string() });
         }
-
-        let mut readback = Vec::new();
-        let mut staging_size = 0u64;
-        for &o in &program.outputs {
-            let s = program.nodes[o].storage;
-            if !readback.iter().any(|&(n, _)| n == s) {
-                readback.push((s, staging_size));
-                staging_size += round4(mem.blocks[&s].size).div_ceil(256) * 256;
-            }
-        }
-        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("webtensor readback"),
-            size: staging_size.max(4),
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        // wgpu reports no errors for work on a lost device: a device lost during compile shows up only here
+        gpu.check_alive("compile")?;
         let buffers = arenas.len() + 2;
         let kernels = dispatches.iter().map(|d| d.key.kind.name()).collect();
         Ok(GpuPlan {
@@ -229,29 +289,62 @@ impl GpuPlan {
     }
 }
 
-/// Maps `staging` for reading and returns its bytes. Natively the device is polled (with a timeout) so the map
-/// completes; on wasm the browser completes it and this future simply awaits the callback.
+/// Maps `staging` for reading and returns its bytes. Natively the device is polled until the GPU is done, for
+/// at most [`READBACK_TIMEOUT_ENV`] (60 s by default), and the map has then completed or failed: this never
+/// blocks longer. On wasm the browser completes (or, when the device is lost, fails) the map and this future
+/// awaits its callback.
+///
+/// # Errors
+/// [`Error::Gpu`] when the device is lost, the wait times out, or the map fails. The buffer is left unmapped
+/// in every case, so a later run can map it again.
 async fn read_staging(gpu: &GpuBackend, staging: &wgpu::Buffer) -> Result<Vec<u8>> {
     let (tx, rx) = futures_channel::oneshot::channel();
     staging.map_async(wgpu::MapMode::Read, .., move |r| {
         let _ = tx.send(r);
     });
+    match wait_for_map(gpu, rx).await {
+        Ok(()) => {
+            let bytes = staging.get_mapped_range(..).map(|view| view.to_vec());
+            staging.unmap();
+            bytes.map_err(|e| Error::Gpu { context: "readback".into(), message: e.to_string() })
+        }
+        Err(e) => {
+            // Forget the failed or still pending map, else every later map of this buffer fails at once. (On a
+            // buffer whose map failed, unmapping is itself an error; the scope swallows it.)
+            let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            staging.unmap();
+            drop(scope);
+            Err(e)
+        }
+    }
+}
+
+/// Waits for the map callback of [`read_staging`]: see there.
+async fn wait_for_map(
+    gpu: &GpuBackend,
+    rx: futures_channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+) -> Result<()> {
+    let failed = |message: String| Error::Gpu { context: "readback".into(), message };
     #[cfg(not(target_arch = "wasm32"))]
-    gpu.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(READBACK_TIMEOUT) }).map_err(|e| {
-        Error::Gpu { context: "readback".into(), message: format!("{e} (waited up to {READBACK_TIMEOUT:?})") }
-    })?;
-    let mapped = rx
-        .await
-        .map_err(|_| Error::Gpu { context: "readback".into(), message: "the map callback was dropped".into() })?;
-    mapped.map_err(|e| {
-        gpu.check_alive("readback").err().unwrap_or(Error::Gpu { context: "readback".into(), message: e.to_string() })
-    })?;
-    let bytes = staging
-        .get_mapped_range(..)
-        .map_err(|e| Error::Gpu { context: "readback".into(), message: e.to_string() })?
-        .to_vec();
-    staging.unmap();
-    Ok(bytes)
+    let mapped = {
+        let mut rx = rx;
+        let timeout = readback_timeout();
+        if let Err(e) = gpu.poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(timeout) }) {
+            gpu.check_alive("readback")?;
+            return Err(failed(format!(
+                "the GPU did not finish within {timeout:?} ({e}); {READBACK_TIMEOUT_ENV} sets this bound"
+            )));
+        }
+        // the wait covered every submission, so the map has completed (or failed) by now: never block here
+        match rx.try_recv() {
+            Ok(Some(mapped)) => mapped,
+            Ok(None) => return Err(failed("the GPU finished but the buffer was not mapped".into())),
+            Err(_) => return Err(failed("the map callback was dropped".into())),
+        }
+    };
+    #[cfg(target_arch = "wasm32")]
+    let mapped = rx.await.map_err(|_| failed("the map callback was dropped".into()))?;
+    mapped.map_err(|e| gpu.check_alive("readback").err().unwrap_or_else(|| failed(e.to_string())))
 }
 
 impl Executable for GpuPlan {
