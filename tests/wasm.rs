@@ -385,3 +385,46 @@ async fn huge_tensor_is_rejected_not_overflowed() {
         assert!(r.is_err(), "compiling an 8 GiB tensor succeeded on {}", device.capabilities().backend);
     }
 }
+
+/// f16 tensors on the browser's adapter, which lacks shader-f16: stored packed in u32 words and unpacked in the
+/// shader (issue 5, B23), odd element counts and offsets included; fused chains and a matmul epilogue too.
+#[wasm_bindgen_test]
+async fn f16_packed_and_fused_ops_match_the_cpu() {
+    let device = gpu().await;
+    assert!(!device.capabilities().shader_f16, "SwiftShader is expected to lack shader-f16");
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F16, &[7, 33]).unwrap();
+    let w = g.input("w", DType::F16, &[13, 33]).unwrap();
+    let b = g.input("b", DType::F32, &[13]).unwrap();
+    let wt = g.t(w).unwrap();
+    let y = g.matmul(x, wt).unwrap(); // f16 x f16 -> f16
+    let y = g.cast(y, DType::F32).unwrap();
+    let y = g.add(y, b).unwrap();
+    let y = g.silu(y).unwrap(); // fused chain
+    let s = g.softmax(x).unwrap(); // f16 rows
+    let n = g.rms_norm(x, 1e-6).unwrap();
+    let tail = g.slice(x, 1, 3, 30).unwrap(); // odd offset view of packed words
+    let e = g.exp(tail).unwrap();
+    let values = |n: usize, k: u32| -> Vec<half::f16> {
+        (0..n as u32).map(|i| half::f16::from_f32(((i * 37 + k) % 101) as f32 / 50.0 - 1.0)).collect()
+    };
+    let xv = HostTensor::new(&[7, 33], webtensor::Data::F16(values(7 * 33, 1))).unwrap();
+    let wv = HostTensor::new(&[13, 33], webtensor::Data::F16(values(13 * 33, 2))).unwrap();
+    let bv = HostTensor::f32(&[13], (0..13).map(|i| i as f32 * 0.1).collect()).unwrap();
+    let feed = [(x, &xv), (w, &wv), (b, &bv)];
+    let outs = [y, s, n, e];
+    let got =
+        device.compile_async(&g, &outs, &CompileOptions::default()).await.unwrap().run_async(&feed).await.unwrap();
+    let want = Device::cpu()
+        .compile_async(&g, &outs, &CompileOptions::default())
+        .await
+        .unwrap()
+        .run_async(&feed)
+        .await
+        .unwrap();
+    for (gt, wt) in got.iter().zip(&want) {
+        assert_eq!(gt.shape, wt.shape);
+        let want64: Vec<f64> = wt.data.to_f64();
+        assert_close(&gt.data.to_f32(), &want64, 2e-3, "f16 on WebGPU vs CPU");
+    }
+}
