@@ -3,7 +3,8 @@
 // Bindings: 0 Params, 1 out (storage; contiguous, N or 1 values per row), 2 x, 3 mask (storage, read_write;
 // the mask binding exists only in the softmax-with-mask variant).
 // Params: v[0] = (N = row length, rows, x offset, mask offset) in elements; v[1] = x shape (rank 4);
-//         v[2] = x strides; v[3] = mask strides (broadcast to x's shape); v[4].x = scale bits, v[4].y = eps bits.
+//         v[2] = x strides; v[3] = mask strides (broadcast to x's shape); v[4].x = scale bits, v[4].y = eps bits,
+//         v[4].z = index of the first row (a chunk of a larger tensor), v[4].w = output offset in elements.
 // Dispatch: one workgroup per row, split over x and y.
 // Token OP selects the op at compile time (a WGSL const), OUT_T/X_T/M_T the storage types.
 // CPU reference: backend/cpu.rs (Softmax, RmsNorm, LayerNorm, Reduce).
@@ -69,7 +70,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         return; // uniform per workgroup: every invocation of this row leaves together
     }
     let shape = P.v[1];
-    let c = coords4(row, vec4<u32>(1u, shape.x, shape.y, shape.z));
+    let c = coords4(row + P.v[4].z, vec4<u32>(1u, shape.x, shape.y, shape.z));
     let rc = vec4<u32>(c.y, c.z, c.w, 0u);
     let xb = at(rc, P.v[2], P.v[0].z);
     let mb = at(rc, P.v[3], P.v[0].w);
@@ -100,7 +101,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             workgroupBarrier();
         }
         if (lid == 0u) {
-            st_out(row, {{OUT_C}}(red_i[0]));
+            st_out(row + P.v[4].w, {{OUT_C}}(red_i[0]));
         }
         return;
     }
@@ -111,7 +112,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
         let total = row_sum(s, lid);
         if (lid == 0u) {
-            st_out(row, {{OUT_C}}(select(total, total / f32(N), OP == 4u)));
+            st_out(row + P.v[4].w, {{OUT_C}}(select(total, total / f32(N), OP == 4u)));
         }
         return;
     }
@@ -122,11 +123,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
         let total = row_max(m, lid);
         if (lid == 0u) {
-            st_out(row, {{OUT_C}}(total));
+            st_out(row + P.v[4].w, {{OUT_C}}(total));
         }
         return;
     }
-    let ob = row * N;
+    let ob = row * N + P.v[4].w;
     if (OP == 0u) {
         var m = -3.402823466e38;
         for (var j = lid; j < N; j = j + WG) {

@@ -4,6 +4,7 @@
 mod codegen;
 pub(crate) mod kernels;
 pub mod matmul;
+mod split;
 mod plan;
 pub use plan::READBACK_TIMEOUT_ENV;
 #[cfg(not(target_arch = "wasm32"))]

@@ -4,6 +4,7 @@
 
 use super::kernels::{lower, Dispatch};
 use super::matmul::MatmulChoice;
+use super::split::{split, Chunk};
 use super::GpuBackend;
 use crate::backend::{gather, CompileOptions, Executable, LocalFuture, PlanStats};
 use crate::compile::fuse;
@@ -78,7 +79,8 @@ impl GpuPlan {
             c
         };
         let max_arena = caps.max_buffer_bytes.min(1 << 40);
-        let mem = memory::plan(&program, align, max_arena, caps.max_storage_binding_bytes, &inplace)?;
+        // a tensor may exceed one binding (it is then split, see `split`), not one buffer
+        let mem = memory::plan(&program, align, max_arena, max_arena, &inplace)?;
         let has_matmul =
             program.steps.iter().any(|&s| matches!(program.nodes[s].op, Op::MatMul { .. } | Op::MatMulFused { .. }));
         let choice = if has_matmul { gpu.matmul_choice(options.matmul).await? } else { MatmulChoice::Generic };
@@ -94,6 +96,12 @@ impl GpuPlan {
             let has_f16 = d.key.out == crate::DType::F16 || d.key.ins.contains(&crate::DType::F16);
             d.key.packed_f16 = !caps.shader_f16 && has_f16;
         }
+        let max_binding = caps.max_storage_binding_bytes;
+        let chunks: Vec<Vec<Chunk>> = dispatches
+            .iter()
+            .map(|d| split(d, &program, &mem, max_binding, align, caps.max_workgroups_per_dimension))
+            .collect::<Result<_>>()?;
+        let n_chunks: usize = chunks.iter().map(Vec::len).sum();
 
         let mut readback = Vec::new();
         let mut staging_size = 0u64;
@@ -105,7 +113,7 @@ impl GpuPlan {
             }
         }
         let uniform_stride = PARAMS_BYTES.max(caps.min_uniform_offset_alignment as u64);
-        let uniform_size = (dispatches.len() as u64 * uniform_stride).max(PARAMS_BYTES);
+        let uniform_size = (n_chunks as u64 * uniform_stride).max(PARAMS_BYTES);
         // wgpu rejects a buffer over max_buffer_size with a validation error; say which limit instead
         let sizes = mem.arena_bytes.iter().map(|&b| ("the plan's memory arena", b));
         for (what, size) in sizes.chain([("the readback of the outputs", staging_size), ("the uniforms", uniform_size)])
@@ -142,10 +150,10 @@ impl GpuPlan {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let mut params = vec![0u8; (dispatches.len() as u64 * uniform_stride) as usize];
-        for (i, d) in dispatches.iter().enumerate() {
+        let mut params = vec![0u8; (n_chunks as u64 * uniform_stride) as usize];
+        for (i, c) in chunks.iter().flatten().enumerate() {
             let at = i * uniform_stride as usize;
-            params[at..at + PARAMS_BYTES as usize].copy_from_slice(bytemuck::cast_slice(&d.params));
+            params[at..at + PARAMS_BYTES as usize].copy_from_slice(bytemuck::cast_slice(&c.params));
         }
         if !params.is_empty() {
             gpu.queue.write_buffer(&uniforms, 0, &params);
@@ -174,7 +182,9 @@ impl GpuPlan {
         let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut steps = Vec::new();
         let mut keys = HashSet::new();
-        for (i, d) in dispatches.iter().enumerate() {
+        let per_chunk = dispatches.iter().zip(&chunks).flat_map(|(d, cs)| cs.iter().map(move |c| (d, c)));
+        for (i, (d, chunk)) in per_chunk.enumerate() {
+            let i = i as u64;
             let pipeline = gpu.pipeline(&d.key).await?;
             keys.insert(d.key.clone());
             let layout = pipeline.get_bind_group_layout(0);
@@ -182,7 +192,7 @@ impl GpuPlan {
                 binding: 0,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                     buffer: &uniforms,
-                    offset: i as u64 * uniform_stride,
+                    offset: i * uniform_stride,
                     size: wgpu::BufferSize::new(PARAMS_BYTES),
                 }),
             }];
@@ -191,12 +201,13 @@ impl GpuPlan {
                     continue; // served by the earlier binding over the same memory
                 }
                 let blk = mem.blocks[&node];
+                let (offset, size) = chunk.windows[b].unwrap_or((0, round4(blk.size)));
                 entries.push(wgpu::BindGroupEntry {
                     binding: b as u32 + 1,
                     resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                         buffer: &arenas[blk.arena],
-                        offset: blk.offset,
-                        size: wgpu::BufferSize::new(round4(blk.size)),
+                        offset: blk.offset + offset,
+                        size: wgpu::BufferSize::new(size),
                     }),
                 });
             }
@@ -205,7 +216,7 @@ impl GpuPlan {
                 layout: &layout,
                 entries: &entries,
             });
-            steps.push((pipeline, bg, d.workgroups));
+            steps.push((pipeline, bg, chunk.workgroups));
         }
         if let Some(e) = scope.pop().await {
             return Err(Error::Gpu { context: "creating bind groups".into(), message: e.to_string() });
@@ -331,10 +342,16 @@ async fn wait_for_map(
         let timeout = readback_timeout();
         if let Err(e) = gpu.poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(timeout) }) {
             gpu.check_alive("readback")?;
+            let why = match e {
+                Error::Gpu { message, .. } => message,
+                e => e.to_string(),
+            };
             return Err(failed(format!(
-                "the GPU did not finish within {timeout:?} ({e}); {READBACK_TIMEOUT_ENV} sets this bound"
+                "the GPU did not finish within {timeout:?} ({why}); {READBACK_TIMEOUT_ENV} sets this bound"
             )));
         }
+        // a device lost while the GPU worked is reported now (its buffers are gone, even if the map succeeded)
+        gpu.check_alive("readback")?;
         // the wait covered every submission, so the map has completed (or failed) by now: never block here
         match rx.try_recv() {
             Ok(Some(mapped)) => mapped,

@@ -1,0 +1,174 @@
+//! Device limits (issue 5 item 3, CASES.md B17, B18): tensors larger than one storage binding are processed in
+//! chunks, exactly; where that is impossible the error names the limit and the size; odd byte sizes and
+//! offsets round-trip. The large cases use the GPU's real binding limit (128 MiB on lavapipe).
+
+mod common;
+
+use webtensor::{DType, Data, Error, Graph, HostTensor};
+
+fn big_enough(device: &webtensor::Device, bytes: u64) -> bool {
+    let limit = device.capabilities().max_storage_binding_bytes;
+    if bytes <= limit {
+        println!("SKIPPED: {} has a {limit} B binding limit, the tensor is only {bytes} B", device.capabilities().name);
+        return false;
+    }
+    true
+}
+
+fn value(i: usize) -> f32 {
+    ((i % 1024) as f32 - 512.0) / 64.0
+}
+
+#[test]
+fn elementwise_over_a_tensor_larger_than_one_binding() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let n = 37_500_000; // 150 MB of f32 (B17a)
+    if !big_enough(device, n as u64 * 4) {
+        return;
+    }
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[n]).unwrap();
+    let one = g.input("one", DType::F32, &[1]).unwrap();
+    let y = g.scale(x, 2.0).unwrap();
+    let y = g.add(y, one).unwrap();
+    let mut plan = device.compile(&g, &[y]).unwrap();
+    assert!(plan.stats().dispatches > 1, "split into chunks: {:?}", plan.stats());
+    let xv = HostTensor::f32(&[n], (0..n).map(value).collect()).unwrap();
+    let out = plan.run(&[(x, &xv), (one, &HostTensor::f32(&[1], vec![1.0]).unwrap())]).unwrap();
+    let got = out[0].data.to_f32();
+    // every element, which includes both neighbours of every chunk boundary
+    let bad = (0..n).find(|&i| got[i] != 2.0 * value(i) + 1.0);
+    assert_eq!(bad, None, "first wrong element of y = 2x + 1");
+}
+
+#[test]
+fn softmax_and_sum_over_rows_of_a_tensor_larger_than_one_binding() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let (rows, cols) = (7500, 5000); // 150 MB
+    if !big_enough(device, (rows * cols) as u64 * 4) {
+        return;
+    }
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[rows, cols]).unwrap();
+    let s = g.softmax(x).unwrap();
+    let t = g.sum(x).unwrap();
+    let mut plan = device.compile(&g, &[s, t]).unwrap();
+    let xv = HostTensor::f32(&[rows, cols], (0..rows * cols).map(|i| value(i * 7) / 4.0).collect()).unwrap();
+    let out = plan.run(&[(x, &xv)]).unwrap();
+    let (sm, sum) = (out[0].data.to_f32(), out[1].data.to_f32());
+    let xs = xv.data.to_f32();
+    for r in 0..rows {
+        let row = &xs[r * cols..(r + 1) * cols];
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+        let z: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+        let total: f64 = row.iter().map(|&v| v as f64).sum();
+        assert!((sum[r] as f64 - total).abs() <= 1e-5 * (1.0 + total.abs()), "sum of row {r}: {} vs {total}", sum[r]);
+        for c in [0, 1, cols / 2, cols - 2, cols - 1] {
+            let want = (row[c] as f64 - max).exp() / z;
+            let got = sm[r * cols + c] as f64;
+            assert!((got - want).abs() <= 1e-5 * want + 1e-9, "softmax [{r}, {c}]: {got} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn get_rows_from_a_table_larger_than_one_binding() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let (v, d) = (70_000usize, 512usize); // 143 MB
+    if !big_enough(device, (v * d) as u64 * 4) {
+        return;
+    }
+    let mut g = Graph::new();
+    let table = g.input("table", DType::F32, &[v, d]).unwrap();
+    let idx = g.input("idx", DType::I32, &[12]).unwrap();
+    let rows = g.get_rows(table, idx).unwrap();
+    let mut plan = device.compile(&g, &[rows]).unwrap();
+    let tv = HostTensor::f32(&[v, d], (0..v * d).map(|i| (i % 100_003) as f32).collect()).unwrap();
+    // rows on both sides of every window boundary a 128 MiB binding can produce, and the ends
+    let per = (device.capabilities().max_storage_binding_bytes as usize - 512) / (d * 4);
+    let picks: Vec<i32> = vec![
+        0,
+        1,
+        per as i32 - 1,
+        per as i32,
+        per as i32 + 1,
+        2 * per as i32 - 1,
+        2 * per as i32,
+        69_998,
+        69_999,
+        5,
+        40_000,
+        3,
+    ];
+    let iv = HostTensor::new(&[12], Data::I32(picks.iter().map(|&p| p.min(v as i32 - 1)).collect())).unwrap();
+    let out = plan.run(&[(table, &tv), (idx, &iv)]).unwrap();
+    let got = out[0].data.to_f32();
+    let t = tv.data.to_f32();
+    for (k, &row) in iv.data.to_f32().iter().enumerate() {
+        let row = row as usize;
+        assert_eq!(&got[k * d..(k + 1) * d], &t[row * d..(row + 1) * d], "output row {k} (table row {row})");
+    }
+}
+
+#[test]
+fn what_cannot_be_split_is_an_error_naming_the_limit() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let (n, k) = (70_000usize, 512usize);
+    if !big_enough(device, (n * k) as u64 * 4) {
+        return;
+    }
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[1, k]).unwrap();
+    let w = g.input("w", DType::F32, &[n, k]).unwrap();
+    let wt = g.t(w).unwrap();
+    let y = g.matmul(x, wt).unwrap();
+    let e = device.compile(&g, &[y]).err().expect("a matmul operand over the binding limit is refused");
+    assert!(matches!(e, Error::LimitExceeded { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("max_storage_buffer_binding_size") && msg.contains(&format!("{}", n * k * 4)), "{msg}");
+}
+
+/// B18: f16 tensors of odd lengths, read back through views at odd element offsets, and uploaded into an odd
+/// offset next to neighbours: bytes identical to the CPU backend's.
+#[test]
+fn odd_byte_sizes_and_offsets_round_trip() {
+    let n = 1003;
+    let vals: Vec<half::f16> = (0..n).map(|i| half::f16::from_f32(i as f32 * 0.5 - 100.0)).collect();
+    for device in common::devices() {
+        for off in 0..4 {
+            for len in [1usize, 2, 3, 999] {
+                let mut g = Graph::new();
+                let x = g.input("x", DType::F16, &[n]).unwrap();
+                let view = g.slice(x, 0, off, off + len).unwrap();
+                let copy = g.contiguous(view).unwrap();
+                let xv = HostTensor::new(&[n], Data::F16(vals.clone())).unwrap();
+                let out = device.compile(&g, &[view, copy]).unwrap().run(&[(x, &xv)]).unwrap();
+                let want = Data::F16(vals[off..off + len].to_vec());
+                assert_eq!(out[0].data, want, "view {off}..+{len} on {}", device.capabilities().name);
+                assert_eq!(out[1].data, want, "copy {off}..+{len} on {}", device.capabilities().name);
+            }
+        }
+        // an odd-length f16 input between neighbours: a concat must keep each part's bytes
+        let mut g = Graph::new();
+        let a = g.input("a", DType::F16, &[3]).unwrap();
+        let b = g.input("b", DType::F16, &[5]).unwrap();
+        let c = g.concat(&[a, b], 0).unwrap();
+        let av = HostTensor::new(&[3], Data::F16(vals[..3].to_vec())).unwrap();
+        let bv = HostTensor::new(&[5], Data::F16(vals[10..15].to_vec())).unwrap();
+        let out = device.compile(&g, &[c]).unwrap().run(&[(a, &av), (b, &bv)]).unwrap();
+        let want: Vec<half::f16> = vals[..3].iter().chain(&vals[10..15]).copied().collect();
+        assert_eq!(out[0].data, Data::F16(want), "{}", device.capabilities().name);
+    }
+}
