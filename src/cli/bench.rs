@@ -14,14 +14,16 @@
 
 mod peer;
 mod report;
+mod work;
 
-use super::util::{emit, outln, SplitMix64};
+use super::util::{emit, outln};
 use super::{choose_device, describe, BackendArg, CliError};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use webtensor::{DType, Data, Device, Graph, HostTensor, Plan, Tensor};
+use webtensor::{DType, Device, HostTensor, Tensor};
+use work::{build, data, Built};
+pub use work::{short, Work};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -88,71 +90,16 @@ pub struct MatmulArgs {
     python: String,
 }
 
-/// Target time of a chained plan; Q = clamp(this / one-op run time, 2, 64).
+/// Least extra time of the chained plan over the one-op plan (see [`Ours::new`]).
 const CHAIN_SECONDS: f64 = 0.15;
+/// Chain length of the probe that estimates one op's time, and the longest chain.
+const PROBE_Q: usize = 4;
+const MAX_Q: usize = 512;
 /// Pause before each CPU-bound sample, so that the previous library's spinning worker threads (OpenBLAS,
 /// rayon) have gone to sleep and do not steal cores from the next.
 const SETTLE: Duration = Duration::from_millis(50);
 /// Bytes copied by the copy-bandwidth workload (less where the device's largest binding is smaller).
 const COPY_BYTES: u64 = 256 << 20;
-
-/// One thing to time.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Work {
-    /// `[n, n] @ [n, n]`.
-    MatMul { n: usize, dtype: DType },
-    /// `[1, k] f32 @ [k, k] f16`; `transposed`: the weight is stored [k, k] and read as `t(w)`.
-    MatVec { k: usize, transposed: bool },
-    /// A copy of `bytes` of f32.
-    Copy { bytes: usize },
-}
-
-impl Work {
-    pub fn flops(&self) -> f64 {
-        match *self {
-            Work::MatMul { n, .. } => 2.0 * (n as f64).powi(3),
-            Work::MatVec { k, .. } => 2.0 * (k as f64).powi(2),
-            Work::Copy { .. } => 0.0,
-        }
-    }
-
-    /// Bytes that define the bandwidth figure: W for mat-vec, read + write for copy.
-    pub fn bytes(&self) -> f64 {
-        match *self {
-            Work::MatMul { .. } => 0.0,
-            Work::MatVec { k, .. } => 2.0 * (k as f64).powi(2),
-            Work::Copy { bytes } => 2.0 * bytes as f64,
-        }
-    }
-
-    pub fn title(&self) -> String {
-        match *self {
-            Work::MatMul { n, dtype } => format!("matmul {n}³ {}", short(dtype)),
-            Work::MatVec { k, transposed: false } => format!("mat-vec 1×{k} · {k}×{k} (W [K, N] f16)"),
-            Work::MatVec { k, transposed: true } => format!("mat-vec 1×{k} · ({k}×{k})ᵀ (W [N, K] f16)"),
-            Work::Copy { bytes } => format!("copy {} MiB f32", bytes >> 20),
-        }
-    }
-
-    /// The request that prepares this workload in the peer helper.
-    fn peer_spec(&self) -> Value {
-        match *self {
-            Work::MatMul { n, dtype } => json!({"kind": "matmul", "m": n, "k": n, "n": n, "dtype": short(dtype)}),
-            Work::MatVec { k, transposed } => {
-                json!({"kind": "matmul", "m": 1, "k": k, "n": k, "dtype": "f16", "transpose_b": transposed})
-            }
-            Work::Copy { bytes } => json!({"kind": "copy", "bytes": bytes}),
-        }
-    }
-}
-
-pub fn short(d: DType) -> &'static str {
-    match d {
-        DType::F16 => "f16",
-        DType::I32 => "i32",
-        DType::F32 => "f32",
-    }
-}
 
 /// One library's figures for one workload.
 pub struct Entry {
@@ -179,75 +126,6 @@ pub struct Measured {
     pub entries: Vec<Entry>,
 }
 
-/// A compiled plan of `reps` chained ops and the input handles, in the order of the workload's data.
-struct Built {
-    plan: Plan,
-    inputs: Vec<Tensor>,
-}
-
-fn build(device: &Device, work: Work, reps: usize) -> webtensor::Result<Built> {
-    let mut g = Graph::new();
-    let (inputs, out) = match work {
-        Work::MatMul { n, dtype } => {
-            let (a, b) = (g.input("a", dtype, &[n, n])?, g.input("b", dtype, &[n, n])?);
-            let mut x = a;
-            for _ in 0..reps {
-                x = g.matmul(x, b)?;
-            }
-            (vec![a, b], x)
-        }
-        Work::MatVec { k, transposed } => {
-            let (x, w) = (g.input("x", DType::F32, &[1, k])?, g.input("w", DType::F16, &[k, k])?);
-            let w2 = if transposed { g.t(w)? } else { w };
-            let mut y = x;
-            for _ in 0..reps {
-                y = g.matmul(y, w2)?;
-            }
-            (vec![x, w], y)
-        }
-        Work::Copy { bytes } => {
-            let len = bytes / 4;
-            let x = g.input("x", DType::F32, &[len])?;
-            let mut y = x;
-            for i in 0..reps {
-                // Each copy reads its source through a reshape view, which keeps the copies from being fused
-                // into one kernel.
-                let shape: &[usize] = if i % 2 == 0 { &[len / 4, 4] } else { &[len] };
-                let v = g.reshape(y, shape)?;
-                y = g.contiguous(v)?;
-            }
-            // Read back 64 elements, not the whole tensor.
-            let flat = g.reshape(y, &[len])?;
-            let head = g.slice(flat, 0, 0, 64)?;
-            (vec![x], g.contiguous(head)?)
-        }
-    };
-    Ok(Built { plan: device.compile(&g, &[out])?, inputs })
-}
-
-/// Inputs of a workload. Chains stay bounded: B and W are scaled by √(3/K), so every product keeps the
-/// variance of its input (no overflow, no subnormals).
-fn data(work: Work) -> webtensor::Result<Vec<HostTensor>> {
-    let mut rng = SplitMix64::new(0xBE7C);
-    let mut tensor = |shape: &[usize], scale: f32, dtype: DType| {
-        let v: Vec<f32> = (0..shape.iter().product()).map(|_| rng.next_f32() * scale).collect();
-        let d = match dtype {
-            DType::F16 => Data::F16(v.into_iter().map(half::f16::from_f32).collect()),
-            _ => Data::F32(v),
-        };
-        HostTensor::new(shape, d)
-    };
-    match work {
-        Work::MatMul { n, dtype } => {
-            Ok(vec![tensor(&[n, n], 1.0, dtype)?, tensor(&[n, n], (3.0 / n as f32).sqrt(), dtype)?])
-        }
-        Work::MatVec { k, .. } => {
-            Ok(vec![tensor(&[1, k], 1.0, DType::F32)?, tensor(&[k, k], (3.0 / k as f32).sqrt(), DType::F16)?])
-        }
-        Work::Copy { bytes } => Ok(vec![tensor(&[bytes / 4], 1.0, DType::F32)?]),
-    }
-}
-
 fn run_once(b: &mut Built, data: &[HostTensor]) -> webtensor::Result<f64> {
     let inputs: Vec<(Tensor, &HostTensor)> = b.inputs.iter().copied().zip(data).collect();
     let t0 = Instant::now();
@@ -265,13 +143,19 @@ struct Ours {
 }
 
 impl Ours {
-    /// Compiles both plans, warms them up and chooses Q from the one-op run time.
+    /// Compiles both plans, warms them up and chooses Q: a probe chain of [`PROBE_Q`] ops estimates the time
+    /// of one op, and Q makes the chain's extra time at least [`CHAIN_SECONDS`] and twice the one-op run (so
+    /// that the op's time stands out of the upload and readback noise).
     fn new(device: &Device, work: Work, data: &[HostTensor]) -> webtensor::Result<Ours> {
         let mut one = build(device, work, 1)?;
         run_once(&mut one, data)?;
-        let t1 = run_once(&mut one, data)?;
-        let q = ((CHAIN_SECONDS / t1.max(1e-6)).ceil() as usize).clamp(2, 64);
-        let mut chain = build(device, work, 1 + q)?;
+        let t1 = run_once(&mut one, data)?.min(run_once(&mut one, data)?);
+        let mut probe = build(device, work, 1 + PROBE_Q)?;
+        run_once(&mut probe, data)?;
+        let tp = run_once(&mut probe, data)?.min(run_once(&mut probe, data)?);
+        let per_op = ((tp - t1) / PROBE_Q as f64).max(1e-7);
+        let q = ((CHAIN_SECONDS.max(2.0 * t1) / per_op).ceil() as usize).clamp(2, MAX_Q);
+        let chain = if q == PROBE_Q { probe } else { build(device, work, 1 + q)? };
         let (d1, dq) = (one.plan.stats().dispatches, chain.plan.stats().dispatches);
         if dq < d1 + q {
             return Err(webtensor::Error::Unsupported {
@@ -280,8 +164,11 @@ impl Ours {
                 reason: format!("the compiler merged the chained ops ({dq} dispatches for {} ops)", 1 + q),
             });
         }
-        run_once(&mut chain, data)?;
-        Ok(Ours { one, chain, q, one_s: vec![], chain_s: vec![] })
+        let mut ours = Ours { one, chain, q, one_s: vec![], chain_s: vec![] };
+        if q != PROBE_Q {
+            run_once(&mut ours.chain, data)?;
+        }
+        Ok(ours)
     }
 
     fn sample(&mut self, data: &[HostTensor]) -> webtensor::Result<()> {
@@ -332,6 +219,8 @@ fn matmul(args: &MatmulArgs) -> Result<(), CliError> {
         devices.push(Device::cpu());
     }
     let software = chosen.device.capabilities().device_type == "Cpu";
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| CliError::Msg(format!("cannot create {}: {e}", args.out.display())))?;
     eprintln!("webtensor bench: device {} (chosen by {})", describe(&chosen.device), chosen.how);
 
     let want = |p: PeerArg| args.vs.contains(&p);
@@ -372,8 +261,6 @@ fn matmul(args: &MatmulArgs) -> Result<(), CliError> {
     pb.finish_and_clear();
 
     let doc = report::Doc::new(&measured, &devices, &peers.hello, args, started.elapsed());
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| CliError::Msg(format!("cannot create {}: {e}", args.out.display())))?;
     let write = |name: &str, text: &str| {
         let path = args.out.join(name);
         std::fs::write(&path, text).map_err(|e| CliError::Msg(format!("cannot write {}: {e}", path.display())))?;
