@@ -64,7 +64,8 @@ impl Arena {
 }
 
 /// Plans memory for `program`. `align` (bytes) is the offset alignment every block starts at; `max_arena`
-/// (bytes) caps one arena (a device's max buffer size); `max_tensor` (bytes) caps one tensor (max binding).
+/// (bytes) caps one arena and `max_tensor` (bytes) one tensor (both a device's max buffer size; tensors larger
+/// than one binding are split later, at dispatch).
 /// `inplace(step)` lists storage nodes the step may overwrite (see `fuse::inplace_candidates`): the first that
 /// is read for the last time by that step, and is neither an input nor an output, gives its block to the
 /// step's output instead of a new one.
@@ -86,7 +87,7 @@ pub(crate) fn plan(
             return Err(Error::LimitExceeded {
                 what: format!("tensor #{id} ({} {:?})", node.dtype, node.layout.shape),
                 size,
-                limit_name: "max_storage_buffer_binding_size",
+                limit_name: "max_buffer_size",
                 limit: max_tensor,
             });
         }
@@ -233,6 +234,6 @@ mod tests {
         let y = g.exp(x).unwrap();
         let p = Program::new(&g, &[y]).unwrap();
         let e = plan(&p, 256, 1 << 30, 1024, &|_| vec![]).unwrap_err();
-        assert!(e.to_string().contains("max_storage_buffer_binding_size"), "{e}");
+        assert!(e.to_string().contains("max_buffer_size"), "{e}");
     }
 }

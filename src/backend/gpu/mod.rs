@@ -4,8 +4,8 @@
 mod codegen;
 pub(crate) mod kernels;
 pub mod matmul;
-mod split;
 mod plan;
+mod split;
 pub use plan::READBACK_TIMEOUT_ENV;
 #[cfg(not(target_arch = "wasm32"))]
 mod tune;
@@ -25,6 +25,11 @@ pub(crate) struct GpuBackend {
     pub caps: Capabilities,
     pipelines: Mutex<HashMap<KernelKey, Arc<wgpu::ComputePipeline>>>,
     pub lost: Arc<AtomicBool>,
+    /// Held by compile and run on GL: wgpu's GL backend panics when a thread waits more than a second for the GL
+    /// context, which a long dispatch on a slow adapter holds, so GL work is serialized here (reentrant: tuning
+    /// compiles and runs plans inside a compile).
+    #[cfg(not(target_arch = "wasm32"))]
+    serial: Option<parking_lot::ReentrantMutex<()>>,
     /// The matmul kernel chosen for this device (tuned on first use), once known.
     matmul: Mutex<Option<matmul::MatmulChoice>>,
 }
@@ -153,7 +158,18 @@ impl GpuBackend {
         });
         device.on_uncaptured_error(Arc::new(|e: wgpu::Error| log::error!("webtensor: uncaptured wgpu error: {e}")));
         log::info!("webtensor: using {} ({}, {})", caps.name, caps.backend, caps.device_type);
-        Ok(GpuBackend { device, queue, caps, pipelines: Mutex::new(HashMap::new()), lost, matmul: Mutex::new(None) })
+        #[cfg(not(target_arch = "wasm32"))]
+        let serial = (caps.backend == "gl").then(|| parking_lot::ReentrantMutex::new(()));
+        Ok(GpuBackend {
+            device,
+            queue,
+            caps,
+            pipelines: Mutex::new(HashMap::new()),
+            lost,
+            matmul: Mutex::new(None),
+            #[cfg(not(target_arch = "wasm32"))]
+            serial,
+        })
     }
 
     /// The cached pipeline for `key`, built by [`GpuBackend::create_pipeline`] on first use.
@@ -219,7 +235,14 @@ impl GpuBackend {
     /// on first use natively (the default configuration on wasm).
     pub async fn matmul_choice(self: &Arc<Self>, pinned: Option<matmul::MatmulChoice>) -> Result<matmul::MatmulChoice> {
         if let Some(c) = pinned {
-            return Ok(c);
+            return match c {
+                matmul::MatmulChoice::Tiled(cfg) if !matmul::TILE_CONFIGS.contains(&cfg) => Err(Error::Unsupported {
+                    op: "matmul".into(),
+                    backend: self.caps.backend.clone(),
+                    reason: format!("{cfg:?} is not one of the tile configurations (webtensor::TILE_CONFIGS)"),
+                }),
+                c => Ok(c),
+            };
         }
         #[cfg(not(target_arch = "wasm32"))]
         if let Ok(v) = std::env::var(matmul::MATMUL_ENV) {
@@ -251,6 +274,12 @@ impl GpuBackend {
             return Err(self.lost_error(context));
         }
         Ok(())
+    }
+
+    /// On GL, a guard that serializes this device's work across threads (see `serial`); elsewhere nothing.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn serialize(&self) -> Option<parking_lot::ReentrantMutexGuard<'_, ()>> {
+        self.serial.as_ref().map(|m| m.lock())
     }
 
     fn lost_error(&self, context: &str) -> Error {
@@ -299,6 +328,8 @@ impl Backend for Arc<GpuBackend> {
         options: &'a CompileOptions,
     ) -> LocalFuture<'a, Result<Box<dyn Executable>>> {
         Box::pin(async move {
+            #[cfg(not(target_arch = "wasm32"))]
+            let _serial = self.serialize();
             let plan: Box<dyn Executable> = Box::new(plan::GpuPlan::new(self.clone(), program, options).await?);
             Ok(plan)
         })

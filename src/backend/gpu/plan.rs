@@ -242,6 +242,8 @@ impl GpuPlan {
 
     async fn run_async(&mut self, inputs: &[(NodeId, &HostTensor)]) -> Result<Vec<HostTensor>> {
         let gpu = self.gpu.clone();
+        #[cfg(not(target_arch = "wasm32"))]
+        let _serial = gpu.serialize();
         gpu.check_alive("run")?;
         let validation = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -352,11 +354,23 @@ async fn wait_for_map(
         }
         // a device lost while the GPU worked is reported now (its buffers are gone, even if the map succeeded)
         gpu.check_alive("readback")?;
-        // the wait covered every submission, so the map has completed (or failed) by now: never block here
-        match rx.try_recv() {
-            Ok(Some(mapped)) => mapped,
-            Ok(None) => return Err(failed("the GPU finished but the buffer was not mapped".into())),
-            Err(_) => return Err(failed("the map callback was dropped".into())),
+        // The wait covered every submission, but wgpu runs map callbacks on whichever thread polls: when another
+        // thread's poll took ours, the callback may still be on its way. Poll again until the bound, never block.
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match rx.try_recv() {
+                Ok(Some(mapped)) => break mapped,
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    gpu.poll(wgpu::PollType::Poll)?;
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                Ok(None) => {
+                    return Err(failed(format!(
+                        "the GPU finished but the buffer was not mapped within {timeout:?}; {READBACK_TIMEOUT_ENV} sets this bound"
+                    )))
+                }
+                Err(_) => return Err(failed("the map callback was dropped".into())),
+            }
         }
     };
     #[cfg(target_arch = "wasm32")]

@@ -71,6 +71,7 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulChoice> {
         let mut plan = match GpuPlan::new(gpu.clone(), Program::new(&g, &[c])?, &options).await {
             Ok(p) => p,
             Err(e) => {
+                gpu.check_alive("matmul tuning")?; // a lost device is not a verdict on the configuration
                 log::warn!("webtensor: matmul config {} does not build on {key}: {e}", cfg.name());
                 continue;
             }
