@@ -5,8 +5,8 @@
 //!
 //! Method (also written into the reports): every figure is the median of `--repeats` samples taken after a
 //! warm-up; in each round every library takes one sample in turn. For webtensor, "run" is `Plan::run` of a
-//! plan with one op (upload + dispatch + readback) and the headline "kernel" figure is the marginal time of
-//! one op: (run of a plan chaining 1+Q ops − run of the one-op plan) / Q. The uploads and the readback are the
+//! plan with one op (upload + dispatch + readback; a sample is the mean of back-to-back runs filling ≥ 20 ms,
+//! as for numpy and torch) and the headline "kernel" figure is the marginal time of one op: (run of a plan chaining 1+Q ops − run of the one-op plan) / Q. The uploads and the readback are the
 //! same in both plans and cancel, so the kernel figure compares with the peers, whose data stay on their
 //! device. 1 GFLOP = 10⁹ floating-point operations, 2·M·N·K per matmul. Mat-vec reports GB/s of weights
 //! (bytes of W / time); copy bandwidth is (read + write bytes) / time of a plain copy (`Graph::contiguous`,
@@ -92,6 +92,8 @@ pub struct MatmulArgs {
 
 /// Least extra time of the chained plan over the one-op plan (see [`Ours::new`]).
 const CHAIN_SECONDS: f64 = 0.15;
+/// Least duration of one sample of the one-op plan, as for the peers (scripts/peer_matmul.py).
+const SAMPLE_SECONDS: f64 = 0.02;
 /// Chain length of the probe that estimates one op's time, and the longest chain.
 const PROBE_Q: usize = 4;
 const MAX_Q: usize = 512;
@@ -126,11 +128,18 @@ pub struct Measured {
     pub entries: Vec<Entry>,
 }
 
-fn run_once(b: &mut Built, data: &[HostTensor]) -> webtensor::Result<f64> {
+/// Mean seconds of `times` back-to-back `Plan::run`s.
+fn run_mean(b: &mut Built, data: &[HostTensor], times: usize) -> webtensor::Result<f64> {
     let inputs: Vec<(Tensor, &HostTensor)> = b.inputs.iter().copied().zip(data).collect();
     let t0 = Instant::now();
-    b.plan.run(&inputs)?;
-    Ok(t0.elapsed().as_secs_f64())
+    for _ in 0..times {
+        b.plan.run(&inputs)?;
+    }
+    Ok(t0.elapsed().as_secs_f64() / times as f64)
+}
+
+fn run_once(b: &mut Built, data: &[HostTensor]) -> webtensor::Result<f64> {
+    run_mean(b, data, 1)
 }
 
 /// webtensor on one device for one workload: the one-op plan, the chained plan, their samples.
@@ -138,6 +147,8 @@ struct Ours {
     one: Built,
     chain: Built,
     q: usize,
+    /// Back-to-back runs of the one-op plan per sample (a sample lasts at least [`SAMPLE_SECONDS`]).
+    inner: usize,
     one_s: Vec<f64>,
     chain_s: Vec<f64>,
 }
@@ -164,7 +175,8 @@ impl Ours {
                 reason: format!("the compiler merged the chained ops ({dq} dispatches for {} ops)", 1 + q),
             });
         }
-        let mut ours = Ours { one, chain, q, one_s: vec![], chain_s: vec![] };
+        let inner = ((SAMPLE_SECONDS / t1.max(1e-7)).ceil() as usize).clamp(1, 1000);
+        let mut ours = Ours { one, chain, q, inner, one_s: vec![], chain_s: vec![] };
         if q != PROBE_Q {
             run_once(&mut ours.chain, data)?;
         }
@@ -172,7 +184,7 @@ impl Ours {
     }
 
     fn sample(&mut self, data: &[HostTensor]) -> webtensor::Result<()> {
-        self.one_s.push(run_once(&mut self.one, data)?);
+        self.one_s.push(run_mean(&mut self.one, data, self.inner)?);
         self.chain_s.push(run_once(&mut self.chain, data)?);
         Ok(())
     }

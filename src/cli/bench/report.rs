@@ -12,7 +12,8 @@ const METHOD: &str = "Medians of the samples, taken after a warm-up, the librari
 webtensor: the headline figure is the marginal time of one op, (Plan::run of a plan chaining 1+Q ops - Plan::run \
 of a one-op plan) / Q, in which uploads and readback cancel; \"run\" is Plan::run of the one-op plan (upload + \
 dispatch + readback). numpy: np.matmul(a, b, out=c); torch: torch.matmul(a, b, out=c) between \
-torch.cuda.synchronize() calls; both as the mean of back-to-back calls filling >= 20 ms per sample. \
+torch.cuda.synchronize() calls. A sample of the one-op plan, numpy or torch is the mean of back-to-back calls \
+filling >= 20 ms. \
 1 GFLOP = 1e9 floating-point operations, 2*M*N*K per matmul. Mat-vec: GB/s of weights (bytes of W / time). \
 Copy: (read + write bytes) / time of webtensor's Graph::contiguous kernel or torch's dst.copy_(src).";
 
