@@ -124,7 +124,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         }
         workgroupBarrier();
     }
-    let c_base = wg.z * M * N;
+    let n0 = P.v[3].z; // first output column of this chunk (a B larger than one binding), else 0
+    let ldc = P.v[3].w; // output row stride: all of the output's columns
+    let c_base = wg.z * M * ldc;
     for (var r = 0u; r < RM; r = r + 1u) {
         for (var i = 0u; i < 4u; i = i + 1u) {
             let gm = row0 + r * 64u + ty * 4u + i;
@@ -134,7 +136,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             for (var s = 0u; s < RN; s = s + 1u) {
                 let gn = col0 + s * 64u + tx * 4u;
                 let v = acc[(r * 4u + i) * RN + s];
-                let at = c_base + gm * N + gn;
+                let at = c_base + gm * ldc + n0 + gn;
                 {{STORE}}
             }
         }

@@ -32,7 +32,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let x_base = (P.v[3].x + b0 * sa.x + b1 * sa.y) / 4u;
     let b_base = P.v[3].y + b0 * sb.x + b1 * sb.y;
     let group = wg.y * nwg.x + wg.x;
-    let y_base = wg.z * N;
+    let n0 = P.v[3].z; // first output column of this chunk (a B larger than one binding), else 0
+    let y_base = wg.z * P.v[3].w + n0;
     let K4 = K / 4u;
     if (!B_NCONTIG) {
         let row = lid / 32u;
@@ -72,7 +73,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
         for (var j = 0u; j < 4u; j = j + 1u) {
             if (n + j < N) {
-                st_y_out(y_base + n + j, epilogue(t[j], vec4<u32>(b0, b1, 0u, n + j)));
+                st_y_out(y_base + n + j, epilogue(t[j], vec4<u32>(b0, b1, 0u, n0 + n + j)));
             }
         }
     }

@@ -119,6 +119,59 @@ fn get_rows_from_a_table_larger_than_one_binding() {
     }
 }
 
+/// `x @ t(w)` with a weight W [N, K] larger than one binding (a vocabulary projection): chunks of output
+/// columns, on the mat-vec kernel (one row), the tiled kernel and the generic one, each with a fused epilogue.
+#[test]
+fn matmul_with_a_weight_larger_than_one_binding() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let (n, k) = (70_000usize, 512usize); // 143 MB
+    if !big_enough(device, (n * k) as u64 * 4) {
+        return;
+    }
+    let wv = HostTensor::f32(&[n, k], (0..n * k).map(|i| value(i * 13) / 8.0).collect()).unwrap();
+    let bias = HostTensor::f32(&[n], (0..n).map(|i| (i % 7) as f32).collect()).unwrap();
+    let w = wv.data.to_f32();
+    for (m, choice) in [
+        (1usize, None),
+        (8, Some(webtensor::MatmulChoice::Tiled(webtensor::TILE_CONFIGS[0]))),
+        (3, Some(webtensor::MatmulChoice::Generic)),
+    ] {
+        let mut g = Graph::new();
+        let x = g.input("x", DType::F32, &[m, k]).unwrap();
+        let wt = g.input("w", DType::F32, &[n, k]).unwrap();
+        let b = g.input("b", DType::F32, &[n]).unwrap();
+        let t = g.t(wt).unwrap();
+        let y = g.matmul(x, t).unwrap();
+        let y = g.add(y, b).unwrap();
+        let options = webtensor::CompileOptions { matmul: choice, ..Default::default() };
+        let mut plan = device.compile_with(&g, &[y], &options).unwrap();
+        let st = plan.stats();
+        assert!(st.dispatches > 1, "split into column chunks: {st:?}");
+        let xv = HostTensor::f32(&[m, k], (0..m * k).map(|i| value(i * 5) / 16.0).collect()).unwrap();
+        let out = plan.run(&[(x, &xv), (wt, &wv), (b, &bias)]).unwrap();
+        let got = out[0].data.to_f32();
+        let xs = xv.data.to_f32();
+        let per = (device.capabilities().max_storage_binding_bytes as usize - 512) / (k * 4) / 64 * 64;
+        for r in 0..m {
+            for c in
+                [0, 1, per - 1, per, per + 1, 2 * per - 1, 2 * per, n / 2, n - 2, n - 1].into_iter().filter(|&c| c < n)
+            {
+                let want: f64 =
+                    (0..k).map(|j| xs[r * k + j] as f64 * w[c * k + j] as f64).sum::<f64>() + (c % 7) as f64;
+                let g = got[r * n + c] as f64;
+                assert!(
+                    (g - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "m={m} {:?} [{r}, {c}]: {g} vs {want}",
+                    st.kernels
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn what_cannot_be_split_is_an_error_naming_the_limit() {
     let Some(device) = common::gpu() else {
@@ -129,11 +182,11 @@ fn what_cannot_be_split_is_an_error_naming_the_limit() {
     if !big_enough(device, (n * k) as u64 * 4) {
         return;
     }
+    // a weight stored [K, N]: every column chunk would need nearly all of it
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[1, k]).unwrap();
-    let w = g.input("w", DType::F32, &[n, k]).unwrap();
-    let wt = g.t(w).unwrap();
-    let y = g.matmul(x, wt).unwrap();
+    let w = g.input("w", DType::F32, &[k, n]).unwrap();
+    let y = g.matmul(x, w).unwrap();
     let e = device.compile(&g, &[y]).err().expect("a matmul operand over the binding limit is refused");
     assert!(matches!(e, Error::LimitExceeded { .. }), "{e}");
     let msg = e.to_string();

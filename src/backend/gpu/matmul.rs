@@ -194,7 +194,7 @@ pub(crate) fn lower(
     put4(&mut p, 0, [m, n, k, batch4[3]]);
     put4(&mut p, 1, sa);
     put4(&mut p, 2, sb);
-    put4(&mut p, 3, [oa, ob, 0, 0]);
+    put4(&mut p, 3, [oa, ob, 0, n]);
     let mut ins = vec![nodes[a].dtype, nodes[b].dtype];
     let mut bindings = vec![id, nodes[a].storage, nodes[b].storage];
     let mut epi = None;
@@ -226,9 +226,9 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> Option<String> {
     match key.kind {
         KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, ref epi } => {
             let store = if out_vec4 {
-                "if (gn < N) {\n                    let c4 = vec4<u32>(b0, b1, gm, gn);\n                    let e = vec4<f32>(epilogue(v.x, c4), epilogue(v.y, c4 + vec4<u32>(0u, 0u, 0u, 1u)), epilogue(v.z, c4 + vec4<u32>(0u, 0u, 0u, 2u)), epilogue(v.w, c4 + vec4<u32>(0u, 0u, 0u, 3u)));\n                    st4_c_out(at, e);\n                }"
+                "if (gn < N) {\n                    let c4 = vec4<u32>(b0, b1, gm, n0 + gn);\n                    let e = vec4<f32>(epilogue(v.x, c4), epilogue(v.y, c4 + vec4<u32>(0u, 0u, 0u, 1u)), epilogue(v.z, c4 + vec4<u32>(0u, 0u, 0u, 2u)), epilogue(v.w, c4 + vec4<u32>(0u, 0u, 0u, 3u)));\n                    st4_c_out(at, e);\n                }"
             } else {
-                "for (var j = 0u; j < 4u; j = j + 1u) {\n                    if (gn + j < N) {\n                        st_c_out(at + j, epilogue(v[j], vec4<u32>(b0, b1, gm, gn + j)));\n                    }\n                }"
+                "for (var j = 0u; j < 4u; j = j + 1u) {\n                    if (gn + j < N) {\n                        st_c_out(at + j, epilogue(v[j], vec4<u32>(b0, b1, gm, n0 + gn + j)));\n                    }\n                }"
             };
             Some(super::kernels::render(
                 TILED,
@@ -249,9 +249,9 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> Option<String> {
         }
         KernelKind::MatVec { b_ncontig, subgroups, ref epi } => {
             let reduce = if subgroups {
-                "let sum = subgroupAdd(total);\n        if (sg_lane == 0u) {\n            part[lid / sg_size].x = sum;\n        }\n        workgroupBarrier();\n        if (lane == 0u && n < N) {\n            let per = 32u / sg_size;\n            var t = 0.0;\n            for (var j = 0u; j < per; j = j + 1u) {\n                t = t + part[row * per + j].x;\n            }\n            st_y_out(y_base + n, epilogue(t, vec4<u32>(b0, b1, 0u, n)));\n        }"
+                "let sum = subgroupAdd(total);\n        if (sg_lane == 0u) {\n            part[lid / sg_size].x = sum;\n        }\n        workgroupBarrier();\n        if (lane == 0u && n < N) {\n            let per = 32u / sg_size;\n            var t = 0.0;\n            for (var j = 0u; j < per; j = j + 1u) {\n                t = t + part[row * per + j].x;\n            }\n            st_y_out(y_base + n, epilogue(t, vec4<u32>(b0, b1, 0u, n0 + n)));\n        }"
             } else {
-                "part[lid] = vec4<f32>(total, 0.0, 0.0, 0.0);\n        workgroupBarrier();\n        for (var h = 16u; h > 0u; h = h >> 1u) {\n            if (lane < h) {\n                part[lid].x = part[lid].x + part[lid + h].x;\n            }\n            workgroupBarrier();\n        }\n        if (lane == 0u && n < N) {\n            st_y_out(y_base + n, epilogue(part[lid].x, vec4<u32>(b0, b1, 0u, n)));\n        }"
+                "part[lid] = vec4<f32>(total, 0.0, 0.0, 0.0);\n        workgroupBarrier();\n        for (var h = 16u; h > 0u; h = h >> 1u) {\n            if (lane < h) {\n                part[lid].x = part[lid].x + part[lid + h].x;\n            }\n            workgroupBarrier();\n        }\n        if (lane == 0u && n < N) {\n            st_y_out(y_base + n, epilogue(part[lid].x, vec4<u32>(b0, b1, 0u, n0 + n)));\n        }"
             };
             let sg_args = if subgroups {
                 ",\n        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32"

@@ -7,7 +7,10 @@
 //! - elementwise kernels (fused or not): chunks of output elements; a large operand must be read at the output's
 //!   own index (same shape, contiguous), smaller ones are bound whole;
 //! - row ops (softmax, norms, reductions): chunks of whole rows of a contiguous input;
-//! - get_rows: windows of table rows, each dispatch writing the outputs whose index falls in its window.
+//! - get_rows: windows of table rows, each dispatch writing the outputs whose index falls in its window;
+//! - matmul and mat-vec whose B is a transposed view of a row-major weight W [N, K] (`x @ t(w)`, the usual
+//!   layout of linear layers and vocabulary projections): chunks of output columns, each binding a window of W's
+//!   rows.
 //!
 //! Anything else over the limit is an [`Error::LimitExceeded`] naming the limit and the size.
 
@@ -196,6 +199,48 @@ pub(crate) fn split(
                 p[17] = hi as u32;
                 chunks.push(Chunk { params: p, windows, workgroups: d.workgroups });
                 lo = hi;
+            }
+            Ok(chunks)
+        }
+        KernelKind::MatMul { .. } | KernelKind::MatMulTiled { .. } | KernelKind::MatVec { .. } => {
+            // only B may be large, read as columns of contiguous K (x @ W^T with W [N, K]), one batch
+            if let Some(i) = (0..bytes.len()).find(|&i| i != 2 && bytes[i] > max_binding) {
+                return Err(too_big(describe(i), bytes[i]));
+            }
+            let (n, k) = (d.params[1] as u64, d.params[2] as u64);
+            let (k_stride, n_stride) = (d.params[10] as u64, d.params[11] as u64);
+            if d.workgroups[2] != 1 || k_stride != 1 || n_stride < k {
+                let why = "(over the binding limit and not the transposed view of a row-major [N, K] weight)";
+                return Err(too_big(format!("{} {why}", describe(2)), bytes[2]));
+            }
+            let per_chunk = room / (n_stride * elem(2)) / 64 * 64;
+            if per_chunk == 0 {
+                return Err(too_big(format!("64 columns of {}", describe(2)), 64 * n_stride * elem(2)));
+            }
+            let mut chunks = Vec::new();
+            let mut n0 = 0u64;
+            while n0 < n {
+                let n1 = (n0 + per_chunk).min(n);
+                let mut p = d.params;
+                let off = p[13] as u64;
+                let (w, base) = window(off + n0 * n_stride, off + (n1 - 1) * n_stride + k, elem(2), align);
+                let mut windows = whole.clone();
+                windows[2] = Some(w);
+                p[1] = (n1 - n0) as u32;
+                p[13] = ((off + n0 * n_stride) as u32).wrapping_sub(base as u32);
+                p[14] = n0 as u32;
+                let cols = n1 - n0;
+                let workgroups = match d.key.kind {
+                    KernelKind::MatMulTiled { cfg, .. } => {
+                        [cols.div_ceil(64 * cfg.rn as u64) as u32, d.workgroups[1], 1]
+                    }
+                    KernelKind::MatVec { b_ncontig, .. } => {
+                        grid("matmul (mat-vec)", cols.div_ceil(if b_ncontig { 64 } else { 8 }), max_groups)?
+                    }
+                    _ => [cols.div_ceil(64) as u32, d.workgroups[1], 1],
+                };
+                chunks.push(Chunk { params: p, windows, workgroups });
+                n0 = n1;
             }
             Ok(chunks)
         }
