@@ -30,6 +30,8 @@ cpu_max=${GPU_BENCH_CPU_MAX:-4096}
 out=${GPU_BENCH_OUT:-bench-results/gpu}
 bin=${WEBTENSOR_BIN:-target/release/webtensor}
 say() { echo "gpu-bench: $*" >&2; }
+cleanup=()
+trap 'rm -rf ${cleanup[@]+"${cleanup[@]}"}' EXIT
 
 if [ ! -x "$bin" ]; then
     if command -v cargo >/dev/null 2>&1; then
@@ -46,7 +48,7 @@ if [ "${GPU_BENCH_BUNDLED_LOADER:-0}" = 1 ] || ! ldconfig -p 2>/dev/null | grep 
     deb=$(ls .gl/libvulkan1_*.deb 2>/dev/null | sort -V | tail -n 1 || true)
     if [ -n "$deb" ]; then
         prefix=$(mktemp -d "${TMPDIR:-/tmp}/webtensor-vulkan.XXXXXX")
-        trap 'rm -rf "$prefix"' EXIT
+        cleanup+=("$prefix")
         if command -v dpkg >/dev/null 2>&1; then
             dpkg -x "$deb" "$prefix"
         else # no dpkg: a .deb is an ar archive holding data.tar.*
@@ -70,7 +72,11 @@ if [ -f "$icd" ]; then
     fi
     say "VK_DRIVER_FILES=$icd"
 fi
-export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/webtensor-xdg.XXXXXX")}"
+if [ -z "${XDG_RUNTIME_DIR:-}" ]; then # Mesa's GL probe complains without one
+    XDG_RUNTIME_DIR=$(mktemp -d "${TMPDIR:-/tmp}/webtensor-xdg.XXXXXX")
+    cleanup+=("$XDG_RUNTIME_DIR")
+    export XDG_RUNTIME_DIR
+fi
 
 if command -v nvidia-smi >/dev/null 2>&1; then
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
