@@ -6,7 +6,8 @@
 // Params: v[0] = (M, N, K, batch dim 1 size); v[1] = A strides (batch0, batch1, row, col) in elements;
 //         v[2] = B strides (batch0, batch1, row, col); v[3] = (A offset, B offset, first column n0, output row
 //         stride) in elements. N (v[0].y) counts the columns of this dispatch, which writes columns n0..n0+N
-//         (src/backend/gpu/split.rs splits a B larger than one binding by columns).
+//         (src/backend/gpu/split.rs splits a B larger than one binding by columns); v[15] = (first row m0, first
+//         element of the output window): an A larger than one binding is split by rows.
 // Dispatch: (ceil(N/64), ceil(M/64), batches). Each 16x16 workgroup computes a 64x64 tile of C, 4x4 per
 // invocation, stepping K by 16 through workgroup memory; edges are zero-filled, so any M, N, K works.
 // CPU reference: backend/cpu_matmul.rs.
@@ -77,13 +78,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     }
     let n0 = P.v[3].z; // first output column of this chunk (a B larger than one binding), else 0
     let ldc = P.v[3].w; // output row stride: all of the output's columns
-    let c_base = wg.z * M * ldc;
+    let m0 = P.v[15].x; // first output row of this chunk (an A larger than one binding), else 0
+    let c_base = wg.z * M * ldc - P.v[15].y; // less the output window's first element when the output is split
     for (var r = 0u; r < 4u; r = r + 1u) {
         let gm = row0 + lid3.y + r * 16u;
         for (var s = 0u; s < 4u; s = s + 1u) {
             let gn = col0 + lid3.x + s * 16u;
             if (gm < M && gn < N) {
-                st_c_out(c_base + gm * ldc + n0 + gn, epilogue(acc[r][s], vec4<u32>(b0, b1, gm, n0 + gn)));
+                st_c_out(c_base + (m0 + gm) * ldc + n0 + gn, epilogue(acc[r][s], vec4<u32>(b0, b1, m0 + gm, n0 + gn)));
             }
         }
     }

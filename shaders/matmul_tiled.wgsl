@@ -126,7 +126,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     }
     let n0 = P.v[3].z; // first output column of this chunk (a B larger than one binding), else 0
     let ldc = P.v[3].w; // output row stride: all of the output's columns
-    let c_base = wg.z * M * ldc;
+    let m0 = P.v[15].x; // first output row of this chunk (an A larger than one binding), else 0
+    let c_base = wg.z * M * ldc - P.v[15].y; // less the output window's first element when the output is split
     for (var r = 0u; r < RM; r = r + 1u) {
         for (var i = 0u; i < 4u; i = i + 1u) {
             let gm = row0 + r * 64u + ty * 4u + i;
@@ -136,7 +137,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
             for (var s = 0u; s < RN; s = s + 1u) {
                 let gn = col0 + s * 64u + tx * 4u;
                 let v = acc[(r * 4u + i) * RN + s];
-                let at = c_base + gm * ldc + n0 + gn;
+                let at = c_base + (m0 + gm) * ldc + n0 + gn;
                 {{STORE}}
             }
         }

@@ -172,6 +172,49 @@ fn matmul_with_a_weight_larger_than_one_binding() {
     }
 }
 
+/// `a @ b` with an A [M, K] larger than one binding: chunks of output rows; with a large output too, and a fused
+/// bias, on the tiled and the generic kernel.
+#[test]
+fn matmul_with_an_a_larger_than_one_binding() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let (m, k) = (70_000usize, 512usize); // 143 MB
+    if !big_enough(device, (m * k) as u64 * 4) {
+        return;
+    }
+    let av = HostTensor::f32(&[m, k], (0..m * k).map(|i| value(i * 11) / 8.0).collect()).unwrap();
+    let a = av.data.to_f32();
+    let per = (device.capabilities().max_storage_binding_bytes as usize - 512) / (k * 4) / 128 * 128;
+    for (n, choice) in [
+        (16usize, Some(webtensor::MatmulChoice::Tiled(webtensor::TILE_CONFIGS[0]))),
+        (512, Some(webtensor::MatmulChoice::Tiled(webtensor::TILE_CONFIGS[0]))),
+        (20, Some(webtensor::MatmulChoice::Generic)),
+    ] {
+        let mut g = Graph::new();
+        let x = g.input("a", DType::F32, &[m, k]).unwrap();
+        let w = g.input("b", DType::F32, &[k, n]).unwrap();
+        let bias = g.input("bias", DType::F32, &[n]).unwrap();
+        let y = g.matmul(x, w).unwrap();
+        let y = g.add(y, bias).unwrap();
+        let options = webtensor::CompileOptions { matmul: choice, ..Default::default() };
+        let mut plan = device.compile_with(&g, &[y], &options).unwrap();
+        assert!(plan.stats().dispatches > 1, "split into row chunks: {:?}", plan.stats());
+        let bv = HostTensor::f32(&[k, n], (0..k * n).map(|i| value(i * 3) / 16.0).collect()).unwrap();
+        let biasv = HostTensor::f32(&[n], (0..n).map(|i| i as f32).collect()).unwrap();
+        let out = plan.run(&[(x, &av), (w, &bv), (bias, &biasv)]).unwrap();
+        let (got, b) = (out[0].data.to_f32(), bv.data.to_f32());
+        for r in [0, 1, per - 1, per, per + 1, 2 * per, m / 2, m - 2, m - 1].into_iter().filter(|&r| r < m) {
+            for c in [0, n / 2, n - 1] {
+                let want: f64 = (0..k).map(|j| a[r * k + j] as f64 * b[j * n + c] as f64).sum::<f64>() + c as f64;
+                let g = got[r * n + c] as f64;
+                assert!((g - want).abs() <= 1e-4 * (1.0 + want.abs()), "n={n} [{r}, {c}]: {g} vs {want}");
+            }
+        }
+    }
+}
+
 #[test]
 fn what_cannot_be_split_is_an_error_naming_the_limit() {
     let Some(device) = common::gpu() else {

@@ -226,9 +226,9 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> Option<String> {
     match key.kind {
         KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, ref epi } => {
             let store = if out_vec4 {
-                "if (gn < N) {\n                    let c4 = vec4<u32>(b0, b1, gm, n0 + gn);\n                    let e = vec4<f32>(epilogue(v.x, c4), epilogue(v.y, c4 + vec4<u32>(0u, 0u, 0u, 1u)), epilogue(v.z, c4 + vec4<u32>(0u, 0u, 0u, 2u)), epilogue(v.w, c4 + vec4<u32>(0u, 0u, 0u, 3u)));\n                    st4_c_out(at, e);\n                }"
+                "if (gn < N) {\n                    let c4 = vec4<u32>(b0, b1, m0 + gm, n0 + gn);\n                    let e = vec4<f32>(epilogue(v.x, c4), epilogue(v.y, c4 + vec4<u32>(0u, 0u, 0u, 1u)), epilogue(v.z, c4 + vec4<u32>(0u, 0u, 0u, 2u)), epilogue(v.w, c4 + vec4<u32>(0u, 0u, 0u, 3u)));\n                    st4_c_out(at, e);\n                }"
             } else {
-                "for (var j = 0u; j < 4u; j = j + 1u) {\n                    if (gn + j < N) {\n                        st_c_out(at + j, epilogue(v[j], vec4<u32>(b0, b1, gm, n0 + gn + j)));\n                    }\n                }"
+                "for (var j = 0u; j < 4u; j = j + 1u) {\n                    if (gn + j < N) {\n                        st_c_out(at + j, epilogue(v[j], vec4<u32>(b0, b1, m0 + gm, n0 + gn + j)));\n                    }\n                }"
             };
             Some(super::kernels::render(
                 TILED,

@@ -10,7 +10,8 @@
 //! - get_rows: windows of table rows, each dispatch writing the outputs whose index falls in its window;
 //! - matmul and mat-vec whose B is a transposed view of a row-major weight W [N, K] (`x @ t(w)`, the usual
 //!   layout of linear layers and vocabulary projections): chunks of output columns, each binding a window of W's
-//!   rows.
+//!   rows; and a matmul whose A is row-major (k contiguous): chunks of output rows over windows of A's rows and,
+//!   when it is large, of the output.
 //!
 //! Anything else over the limit is an [`Error::LimitExceeded`] naming the limit and the size.
 
@@ -203,7 +204,10 @@ pub(crate) fn split(
             Ok(chunks)
         }
         KernelKind::MatMul { .. } | KernelKind::MatMulTiled { .. } | KernelKind::MatVec { .. } => {
-            // only B may be large, read as columns of contiguous K (x @ W^T with W [N, K]), one batch
+            if bytes[1] > max_binding && !matches!(d.key.kind, KernelKind::MatVec { .. }) {
+                return split_matmul_rows(d, &bytes, max_binding, room, align, elem(1), elem(0), &too_big, &describe);
+            }
+            // otherwise only B may be large, read as columns of contiguous K (x @ W^T with W [N, K]), one batch
             if let Some(i) = (0..bytes.len()).find(|&i| i != 2 && bytes[i] > max_binding) {
                 return Err(too_big(describe(i), bytes[i]));
             }
@@ -249,6 +253,62 @@ pub(crate) fn split(
             Err(too_big(describe(i), bytes[i]))
         }
     }
+}
+
+/// A matmul whose A (row-major, k contiguous) is larger than one binding: chunks of output rows, each binding a
+/// window of A's rows and, when the output is large too, of the output's rows; B and the epilogue operands are
+/// bound whole.
+#[allow(clippy::too_many_arguments)]
+fn split_matmul_rows(
+    d: &Dispatch,
+    bytes: &[u64],
+    max_binding: u64,
+    room: u64,
+    align: u64,
+    a_elem: u64,
+    out_elem: u64,
+    too_big: &dyn Fn(String, u64) -> Error,
+    describe: &dyn Fn(usize) -> String,
+) -> Result<Vec<Chunk>> {
+    if let Some(i) = (2..bytes.len()).find(|&i| bytes[i] > max_binding) {
+        return Err(too_big(format!("{} (with a large A too)", describe(i)), bytes[i]));
+    }
+    let (m, k, ldc) = (d.params[0] as u64, d.params[2] as u64, d.params[15] as u64);
+    let (row_stride, k_stride) = (d.params[6] as u64, d.params[7] as u64);
+    if d.workgroups[2] != 1 || k_stride != 1 || row_stride < k {
+        return Err(too_big(format!("{} (not a row-major A of one batch)", describe(1)), bytes[1]));
+    }
+    let tile_rows = match d.key.kind {
+        KernelKind::MatMulTiled { cfg, .. } => 64 * cfg.rm as u64,
+        _ => 64,
+    };
+    let out_row = ldc * out_elem;
+    let per_chunk = room / (row_stride * a_elem).max(out_row) / tile_rows * tile_rows;
+    if per_chunk == 0 {
+        return Err(too_big(format!("{} rows of {}", tile_rows, describe(1)), tile_rows * row_stride * a_elem));
+    }
+    let mut chunks = Vec::new();
+    let mut m0 = 0u64;
+    while m0 < m {
+        let m1 = (m0 + per_chunk).min(m);
+        let mut p = d.params;
+        let mut windows = vec![None; bytes.len()];
+        let off = p[12] as u64;
+        let (w, base) = window(off + m0 * row_stride, off + (m1 - 1) * row_stride + k, a_elem, align);
+        windows[1] = Some(w);
+        p[0] = (m1 - m0) as u32;
+        p[12] = ((off + m0 * row_stride) as u32).wrapping_sub(base as u32);
+        p[60] = m0 as u32;
+        if bytes[0] > max_binding {
+            let (w, base) = window(m0 * ldc, m1 * ldc, out_elem, align);
+            windows[0] = Some(w);
+            p[61] = base as u32;
+        }
+        let workgroups = [d.workgroups[0], (m1 - m0).div_ceil(tile_rows) as u32, 1];
+        chunks.push(Chunk { params: p, windows, workgroups });
+        m0 = m1;
+    }
+    Ok(chunks)
 }
 
 #[cfg(test)]
