@@ -97,9 +97,10 @@ const SAMPLE_SECONDS: f64 = 0.02;
 /// Chain length of the probe that estimates one op's time, and the longest chain.
 const PROBE_Q: usize = 4;
 const MAX_Q: usize = 512;
-/// Pause before each CPU-bound sample, so that the previous library's spinning worker threads (OpenBLAS,
-/// rayon) have gone to sleep and do not steal cores from the next.
-const SETTLE: Duration = Duration::from_millis(50);
+/// Pause before each CPU-bound sample, so that the previous library's spinning worker threads have gone to
+/// sleep and do not steal cores from the next. OpenBLAS's threads spin for 2^28 cycles (about 0.1 s) after a
+/// call; with a 50 ms pause, webtensor's CPU samples that followed numpy's ran at about half speed on 2 cores.
+const SETTLE: Duration = Duration::from_millis(300);
 /// Bytes copied by the copy-bandwidth workload (less where the device's largest binding is smaller).
 const COPY_BYTES: u64 = 256 << 20;
 
