@@ -122,6 +122,8 @@ pub struct Timing {
     /// webtensor only: the plan's kernels (`PlanStats::kernels`) and the chain length Q.
     pub kernels: Vec<String>,
     pub chain: usize,
+    /// Fastest and slowest sample, seconds per op (webtensor: per-round marginal times), for the JSON.
+    pub range: (f64, f64),
 }
 
 pub struct Measured {
@@ -196,7 +198,9 @@ impl Ours {
         if s <= 0.0 {
             return Err(format!("too noisy: the {}-op chain ran no slower than one op", 1 + self.q));
         }
-        Ok(Timing { s, run_s: Some(one), kernels: self.one.plan.stats().kernels, chain: self.q })
+        let per_round: Vec<f64> = self.chain_s.iter().zip(&self.one_s).map(|(c, o)| (c - o) / self.q as f64).collect();
+        let range = per_round.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        Ok(Timing { s, run_s: Some(one), kernels: self.one.plan.stats().kernels, chain: self.q, range })
     }
 }
 
@@ -384,7 +388,11 @@ fn measure(
         if let (Some(runner), Ok(_)) = (runner, &entry.outcome) {
             entry.outcome = match runner {
                 Runner::Ours(o) => o.timing(),
-                Runner::Peer(_) => Ok(Timing { s: median(&mut s), ..empty_timing() }),
+                Runner::Peer(_) => {
+                    let range =
+                        s.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+                    Ok(Timing { s: median(&mut s), range, ..empty_timing() })
+                }
             };
         }
         entries.push(entry);
@@ -393,5 +401,5 @@ fn measure(
 }
 
 fn empty_timing() -> Timing {
-    Timing { s: f64::NAN, run_s: None, kernels: vec![], chain: 0 }
+    Timing { s: f64::NAN, run_s: None, kernels: vec![], chain: 0, range: (f64::NAN, f64::NAN) }
 }

@@ -277,6 +277,7 @@ impl<'a> Doc<'a> {
             match &e.outcome {
                 Ok(t) => {
                     v["ms"] = json!(t.s * 1e3);
+                    v["ms_range"] = json!([t.range.0 * 1e3, t.range.1 * 1e3]);
                     if w.flops() > 0.0 {
                         v["gflops"] = json!(w.flops() / t.s / 1e9);
                     }
