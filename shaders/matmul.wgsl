@@ -24,13 +24,7 @@ var<workgroup> b_s: array<f32, 1024>; // [TK][TN]
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let M = P.v[0].x;
-    let N = P.v[0].y;
-    let K = P.v[0].z;
-    let b1 = wg.z % P.v[0].w;
-    let b0 = wg.z / P.v[0].w;
-    let sa = P.v[1];
-    let sb = P.v[2];
+{{PROLOGUE}}
     let a_base = P.v[3].x + b0 * sa.x + b1 * sa.y;
     let b_base = P.v[3].y + b0 * sb.x + b1 * sb.y;
     let row0 = wg.y * TM;

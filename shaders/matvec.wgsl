@@ -23,12 +23,7 @@ var<workgroup> part: array<vec4<f32>, 256>;
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32{{SUBGROUP_ARGS}}) {
-    let N = P.v[0].y;
-    let K = P.v[0].z;
-    let b1 = wg.z % P.v[0].w;
-    let b0 = wg.z / P.v[0].w;
-    let sa = P.v[1];
-    let sb = P.v[2];
+{{PROLOGUE}}
     let x_base = (P.v[3].x + b0 * sa.x + b1 * sa.y) / 4u;
     let b_base = P.v[3].y + b0 * sb.x + b1 * sb.y;
     let group = wg.y * nwg.x + wg.x;

@@ -132,6 +132,15 @@ impl Device {
         Ok(Device { backend: Arc::new(Arc::new(gpu)) })
     }
 
+    /// A GPU device whose cooperative-matrix matmul is emulated in plain WGSL (see
+    /// `testing::device_with_emulated_coop`).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn with_emulated_coop(kind: BackendKind) -> Result<Device> {
+        let gpu = pollster::block_on(GpuBackend::new_with(kind, true))?.with_emulated_coop();
+        #[allow(clippy::arc_with_non_send_sync)]
+        Ok(Device { backend: Arc::new(Arc::new(gpu)) })
+    }
+
     /// Blocking form of [`Device::with_backend_async`] (native only).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn with_backend(kind: BackendKind) -> Result<Device> {

@@ -34,8 +34,10 @@ pub mod shape;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 
-pub use backend::gpu::matmul::{MatmulChoice, TileConfig, DEFAULT_CONFIG, MATMUL_ENV, TILE_CONFIGS};
-pub use backend::gpu::READBACK_TIMEOUT_ENV;
+pub use backend::gpu::matmul::{
+    CoopConfig, MatmulChoice, TileConfig, COOP_CONFIGS, DEFAULT_CONFIG, MATMUL_ENV, TILE_CONFIGS,
+};
+pub use backend::gpu::{READBACK_TIMEOUT_ENV, SHADER_CHECKS_ENV};
 pub use backend::{Capabilities, CompileOptions, PlanStats};
 pub use device::{BackendKind, Device, Plan, BACKEND_ENV};
 pub use dtype::{DType, Data, HostTensor};
@@ -52,5 +54,14 @@ pub mod testing {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn device_without_f16(kind: crate::BackendKind) -> crate::Result<crate::Device> {
         crate::Device::without_f16(kind)
+    }
+
+    /// A GPU device of `kind` whose f16 × f16 matmuls take the cooperative-matrix kernel with the cooperative
+    /// operations emulated in plain WGSL, for testing that kernel's tiling, layouts, edges and epilogues on
+    /// adapters without cooperative matrices (lavapipe). Pin a configuration with `CompileOptions::matmul =
+    /// Some(MatmulChoice::Coop(..))` (16×16 fragments); unpinned, the device tunes as usual.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn device_with_emulated_coop(kind: crate::BackendKind) -> crate::Result<crate::Device> {
+        crate::Device::with_emulated_coop(kind)
     }
 }

@@ -320,10 +320,7 @@ fn matmul_kernels() {
     let mk = [(1usize, 4usize), (3, 60), (63, 64), (64, 68), (65, 124), (127, 128), (128, 132), (129, 16)];
     let ns = [1usize, 4, 63, 64, 65, 127, 128, 129];
     for &choice in &choices {
-        let tag = match choice {
-            MatmulChoice::Generic => "generic".to_string(),
-            MatmulChoice::Tiled(c) => c.name(),
-        };
+        let tag = choice.name();
         for (i, &(m, k)) in mk.iter().enumerate() {
             let n = ns[(i * 3 + 1) % ns.len()];
             for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {

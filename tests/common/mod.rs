@@ -213,8 +213,13 @@ pub fn run_case(case: &Case, device: &Device) -> Outcome {
 /// Runs every case on every device, prints one line per (case, device) and a summary, and fails the test if
 /// any case failed. Returns (passed, skipped).
 pub fn run_suite(suite: &str, cases: &[Case]) -> (usize, usize) {
+    run_suite_on(suite, cases, devices())
+}
+
+/// [`run_suite`] on the given devices.
+pub fn run_suite_on(suite: &str, cases: &[Case], devices: &[Device]) -> (usize, usize) {
     let (mut pass, mut skip, mut fails) = (0, 0, Vec::new());
-    for device in devices() {
+    for device in devices {
         let dev = format!("{}:{}", device.capabilities().backend, device.capabilities().name);
         for case in cases {
             match run_case(case, device) {
@@ -233,7 +238,7 @@ pub fn run_suite(suite: &str, cases: &[Case]) -> (usize, usize) {
             }
         }
     }
-    println!("{suite}: {pass} passed, {} failed, {skip} skipped ({} devices)", fails.len(), devices().len());
+    println!("{suite}: {pass} passed, {} failed, {skip} skipped ({} devices)", fails.len(), devices.len());
     assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
     (pass, skip)
 }

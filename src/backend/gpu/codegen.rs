@@ -68,6 +68,11 @@ impl KernelKey {
                 v.push(b("b_in", self.ins[1], true, false));
                 extra(&mut v);
             }
+            KernelKind::MatMulCoop { .. } => {
+                v.extend([b("c_out", self.out, false, true), b("a_in", self.ins[0], true, false)]);
+                v.push(b("b_in", self.ins[1], true, false));
+                extra(&mut v);
+            }
             KernelKind::MatVec { .. } => {
                 v.extend([b("y_out", self.out, false, true), b("x_in", self.ins[0], true, false)]);
                 v.push(b("b_in", self.ins[1], true, false));
@@ -142,6 +147,10 @@ impl KernelKey {
                     _ => format!("return vec4<f32>({var}[i / 4u]);"),
                 };
                 out.push_str(&format!("fn ld4_{name}(i: u32) -> vec4<f32> {{\n    {body}\n}}\n"));
+                if bd.dtype == DType::F16 && !packed(bd.dtype) {
+                    // the f16 elements as stored, for kernels that compute in f16 (cooperative matrices)
+                    out.push_str(&format!("fn ld4h_{name}(i: u32) -> vec4<f16> {{\n    return {var}[i / 4u];\n}}\n"));
+                }
             } else {
                 let body = match (bd.dtype, packed(bd.dtype)) {
                     (DType::F16, true) => format!("return unpack2x16float({var}[i >> 1u])[i & 1u];"),
@@ -176,6 +185,9 @@ impl KernelKey {
         if cfg!(target_arch = "wasm32") && matches!(self.kind, KernelKind::MatVec { subgroups: true, .. }) {
             enable.push_str("enable subgroups;\n");
         }
+        if matches!(self.kind, KernelKind::MatMulCoop { emulated: false, .. }) {
+            enable.push_str("enable wgpu_cooperative_matrix;\n");
+        }
         let bindings = self.bindings_wgsl();
         let out_c = compute_type(self.out).to_string();
         let body = match &self.kind {
@@ -192,7 +204,8 @@ impl KernelKey {
                 )
             }
             KernelKind::MatMul { epi } => {
-                render(MATMUL, &[("BINDINGS", bindings), ("EPILOGUE", self.epilogue(epi.as_deref()))])
+                let prologue = ("PROLOGUE", matmul::PROLOGUE.to_string());
+                render(MATMUL, &[("BINDINGS", bindings), ("EPILOGUE", self.epilogue(epi.as_deref())), prologue])
             }
             KernelKind::Rows { op, mask } => {
                 let f = if *mask {
@@ -211,7 +224,7 @@ impl KernelKey {
                     ],
                 )
             }
-            KernelKind::MatMulTiled { .. } | KernelKind::MatVec { .. } => {
+            KernelKind::MatMulTiled { .. } | KernelKind::MatVec { .. } | KernelKind::MatMulCoop { .. } => {
                 matmul::wgsl(self, bindings).expect("a matmul variant")
             }
             KernelKind::GetRows | KernelKind::Concat => render(

@@ -1,7 +1,7 @@
 //! Kernels (stage 4a): for each step of a program, the WGSL variant (a [`KernelKey`]), its uniform parameters
 //! and its dispatch geometry. Shader text comes from `shaders/*.wgsl` with a few `{{TOKEN}}` substitutions.
 
-use super::matmul::{self, MatmulChoice, TileConfig};
+use super::matmul::{self, CoopConfig, MatmulKernels, TileConfig};
 use crate::compile::Program;
 use crate::graph::{operand_layout, BinaryOp, NodeId, Op, ReduceOp, UnaryOp};
 use crate::shape::Layout;
@@ -25,6 +25,15 @@ pub(crate) enum KernelKind {
         b_ncontig: bool,
         out_vec4: bool,
         epi: Option<String>,
+    },
+    /// `matmul_coop.wgsl`: cooperative matrices, f16 operands (see [`super::coop`]).
+    MatMulCoop {
+        cfg: CoopConfig,
+        a_kcontig: bool,
+        b_ncontig: bool,
+        epi: Option<String>,
+        /// The cooperative operations written out in plain WGSL (tests on adapters without them).
+        emulated: bool,
     },
     /// `matvec.wgsl`: one-row inputs.
     MatVec {
@@ -83,6 +92,12 @@ impl KernelKind {
             KernelKind::MatMulTiled { cfg, epi, .. } => {
                 format!("matmul_tiled {}{}", cfg.name(), if epi.is_some() { "+epilogue" } else { "" })
             }
+            KernelKind::MatMulCoop { cfg, epi, emulated, .. } => format!(
+                "matmul_coop {}{}{}",
+                cfg.name(),
+                if *emulated { " (emulated)" } else { "" },
+                if epi.is_some() { "+epilogue" } else { "" }
+            ),
             KernelKind::MatVec { subgroups, epi, .. } => format!(
                 "matvec{}{}",
                 if *subgroups { " subgroups" } else { "" },
@@ -94,6 +109,16 @@ impl KernelKind {
             }
             KernelKind::GetRows => "get_rows".into(),
             KernelKind::Concat => "concat".into(),
+        }
+    }
+
+    /// Output rows and columns one workgroup of a 2-D matmul kernel covers (None for other kernels).
+    pub fn matmul_tile(&self) -> Option<(u64, u64)> {
+        match self {
+            KernelKind::MatMul { .. } => Some((64, 64)),
+            KernelKind::MatMulTiled { cfg, .. } => Some((64 * cfg.rm as u64, 64 * cfg.rn as u64)),
+            KernelKind::MatMulCoop { cfg, .. } => Some((cfg.bm() as u64, cfg.bn() as u64)),
+            _ => None,
         }
     }
 }
@@ -174,7 +199,12 @@ pub(crate) struct Target {
     pub max_shared: u32,
     /// The subgroup size when the adapter has subgroups and a fixed size.
     pub subgroup_size: Option<u32>,
-    pub matmul: MatmulChoice,
+    pub matmul: MatmulKernels,
+    /// The fragment size of the adapter's f16 → f32 cooperative-matrix shape (16 or 8), when the device has
+    /// EXPERIMENTAL_COOPERATIVE_MATRIX and subgroups of 32.
+    pub coop_frag: Option<u32>,
+    /// Cooperative matrices are emulated in plain WGSL (`testing::device_with_emulated_coop`).
+    pub coop_emulated: bool,
 }
 
 /// Lowers one step of `program` to a dispatch.
@@ -360,6 +390,21 @@ pub fn all_variants() -> Vec<(String, String)> {
                     }
                 }
             }
+            if a == F16 && b == F16 {
+                for cfg in matmul::COOP_CONFIGS {
+                    for a_kcontig in [true, false] {
+                        for b_ncontig in [true, false] {
+                            for emulated in [false, true] {
+                                let epi = epi.clone();
+                                let kind = KernelKind::MatMulCoop { cfg, a_kcontig, b_ncontig, epi, emulated };
+                                keys.push(KernelKey::new(kind.clone(), o, ins.clone()));
+                                keys.push(KernelKey::new(kind, F32, ins.clone()));
+                                // an f32 output (a fused cast)
+                            }
+                        }
+                    }
+                }
+            }
             for (b_ncontig, subgroups) in [(true, false), (false, true), (false, false)] {
                 let kind = KernelKind::MatVec { b_ncontig, subgroups, epi: epi.clone() };
                 keys.push(KernelKey::new(kind, o, ins.clone()));
@@ -396,6 +441,7 @@ pub fn all_variants() -> Vec<(String, String)> {
     let packed: Vec<KernelKey> = keys
         .iter()
         .filter(|k| k.out == F16 || k.ins.contains(&F16))
+        .filter(|k| !matches!(k.kind, KernelKind::MatMulCoop { .. })) // needs SHADER_F16
         .map(|k| KernelKey { packed_f16: true, ..k.clone() })
         .collect();
     keys.extend(packed);

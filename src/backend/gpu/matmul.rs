@@ -4,19 +4,24 @@
 //! - `matvec.wgsl` for one-row inputs (decode-style), vec4 loads, subgroups where the adapter has them;
 //! - `matmul_tiled.wgsl`, register-blocked with vec4 loads, in several tile configurations, for operands whose
 //!   contiguous axis is 4-aligned (row-major, or a transposed view such as `x @ t(w)`);
+//! - `matmul_coop.wgsl` ([`super::coop`]), on cooperative matrices (tensor cores), for f16 × f16 matmuls on
+//!   adapters with EXPERIMENTAL_COOPERATIVE_MATRIX, under the same layout preconditions as the tiled kernel;
 //! - `matmul.wgsl`, the generic strided kernel, for everything else (any strides, any sizes).
 //!
-//! The tile configuration is chosen per device on first use: each candidate runs a 512³ problem, is checked
-//! against the CPU backend (a candidate that fails is never used), and the fastest wins. `WEBTENSOR_MATMUL`
-//! pins a choice (a config name, or `generic`); [`crate::CompileOptions::matmul`] pins it per plan.
+//! The tile configurations are chosen per device on first use: each candidate runs a 512³ problem, is checked
+//! against the CPU backend (a candidate that fails is never used), and the fastest wins (f32 for the tiled
+//! kernel, f16 for the cooperative one). `WEBTENSOR_MATMUL` pins a choice (a config name, or `generic`);
+//! [`crate::CompileOptions::matmul`] pins it per plan.
 
+pub use super::coop::{CoopConfig, COOP_CONFIGS};
 use super::kernels::{binary_expr, grid, put4, unary_expr, Dispatch, KernelKey, KernelKind, Target};
 use crate::compile::fuse::Expr;
 use crate::compile::Program;
 use crate::graph::{operand_layout, NodeId};
 use crate::{Error, Result};
 
-/// Environment variable that pins the matmul kernel: a [`TileConfig`] name such as `128x128x8`, or `generic`.
+/// Environment variable that pins the matmul kernel: a [`TileConfig`] name such as `128x128x8`, a
+/// [`CoopConfig`] name such as `coop16-64x64x32-4sg`, or `generic`.
 pub const MATMUL_ENV: &str = "WEBTENSOR_MATMUL";
 
 /// A tile shape of `matmul_tiled.wgsl`: TM = 64·rm rows, TN = 64·rn columns, K steps of bk.
@@ -55,8 +60,22 @@ pub const DEFAULT_CONFIG: TileConfig = TILE_CONFIGS[0];
 pub enum MatmulChoice {
     /// Always the generic strided kernel.
     Generic,
-    /// The tiled kernel with this configuration where its preconditions hold.
+    /// The tiled kernel with this configuration where its preconditions hold (no cooperative matrices).
     Tiled(TileConfig),
+    /// f16 × f16 matmuls on cooperative matrices with this configuration where the adapter and the layouts
+    /// allow it; every other matmul takes the tiled kernel with [`DEFAULT_CONFIG`].
+    Coop(CoopConfig),
+}
+
+impl MatmulChoice {
+    /// The name `WEBTENSOR_MATMUL` accepts for this choice.
+    pub fn name(self) -> String {
+        match self {
+            MatmulChoice::Generic => "generic".into(),
+            MatmulChoice::Tiled(c) => c.name(),
+            MatmulChoice::Coop(c) => c.name(),
+        }
+    }
 }
 
 impl std::str::FromStr for MatmulChoice {
@@ -65,14 +84,36 @@ impl std::str::FromStr for MatmulChoice {
         if s == "generic" {
             return Ok(MatmulChoice::Generic);
         }
-        TILE_CONFIGS.iter().find(|c| c.name() == s).map(|&c| MatmulChoice::Tiled(c)).ok_or_else(|| {
-            let names: Vec<String> = TILE_CONFIGS.iter().map(|c| c.name()).collect();
+        let tiled = TILE_CONFIGS.iter().map(|&c| MatmulChoice::Tiled(c));
+        let all = tiled.chain(COOP_CONFIGS.iter().map(|&c| MatmulChoice::Coop(c)));
+        all.clone().find(|c| c.name() == s).ok_or_else(|| {
+            let names: Vec<String> = all.map(|c| c.name()).collect();
             Error::Unsupported {
                 op: "matmul".into(),
                 backend: "wgpu".into(),
                 reason: format!("unknown matmul kernel '{s}' (expected generic or one of {})", names.join(", ")),
             }
         })
+    }
+}
+
+/// The kernels a plan's matmuls may use: the tiled configuration (or the generic kernel) and, for f16 × f16
+/// matmuls on adapters that have them, a cooperative-matrix configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MatmulKernels {
+    /// [`MatmulChoice::Tiled`] or [`MatmulChoice::Generic`].
+    pub tiled: MatmulChoice,
+    pub coop: Option<CoopConfig>,
+}
+
+impl MatmulKernels {
+    /// What a pinned [`MatmulChoice`] means: `Coop(c)` is `c` for f16 × f16 and the default tiled kernel for the
+    /// rest; `Tiled` and `Generic` use no cooperative matrices.
+    pub fn pinned(c: MatmulChoice) -> MatmulKernels {
+        match c {
+            MatmulChoice::Coop(cfg) => MatmulKernels { tiled: MatmulChoice::Tiled(DEFAULT_CONFIG), coop: Some(cfg) },
+            c => MatmulKernels { tiled: c, coop: None },
+        }
     }
 }
 
@@ -114,16 +155,16 @@ fn vec4_layouts(s: &MatmulShape) -> (Option<bool>, Option<bool>) {
 
 /// The kernel, its workgroup grid, for a matmul of `shape` on a device. `epi` is a fused epilogue; when
 /// `scalar_only` (an epilogue operand shares memory with A or B, so one scalar binding must serve both), the
-/// generic kernel is used.
+/// generic kernel is used. `f16_operands`: A and B are both f16 (a cooperative-matrix candidate).
 pub(crate) fn choose(
     s: &MatmulShape,
     epi: Option<String>,
     scalar_only: bool,
-    choice: MatmulChoice,
-    subgroup_size: Option<u32>,
-    max_groups: u32,
-    max_shared: u32,
+    f16_operands: bool,
+    target: &Target,
 ) -> Result<(KernelKind, [u32; 3])> {
+    let Target { max_groups, max_shared, subgroup_size, matmul, coop_frag, coop_emulated: emulated } = *target;
+    let MatmulKernels { tiled: choice, coop } = matmul;
     let (a, b) = if scalar_only { (None, None) } else { vec4_layouts(s) };
     let batches = s.batches as u64;
     let check = |g: u64, what: &str| -> Result<u32> {
@@ -147,7 +188,19 @@ pub(crate) fn choose(
             return Ok((KernelKind::MatVec { b_ncontig, subgroups: subgroups.is_some(), epi }, [x, y, z]));
         }
     }
-    if let (MatmulChoice::Tiled(cfg), Some(a_kcontig), Some(b_ncontig)) = (choice, a, b) {
+    if let (Some(cfg), Some(a_kcontig), Some(b_ncontig)) = (coop, a, b) {
+        if f16_operands && coop_frag == Some(cfg.frag) && cfg.shared_bytes() <= max_shared {
+            let gx = check(s.n.div_ceil(cfg.bn() as usize) as u64, "N / tile")?;
+            let gy = check(s.m.div_ceil(cfg.bm() as usize) as u64, "M / tile")?;
+            return Ok((KernelKind::MatMulCoop { cfg, a_kcontig, b_ncontig, epi, emulated }, [gx, gy, z]));
+        }
+    }
+    let tiled = match choice {
+        MatmulChoice::Tiled(cfg) => Some(cfg),
+        MatmulChoice::Coop(_) => Some(DEFAULT_CONFIG),
+        MatmulChoice::Generic => None,
+    };
+    if let (Some(cfg), Some(a_kcontig), Some(b_ncontig)) = (tiled, a, b) {
         if cfg.shared_bytes() <= max_shared {
             let gx = check(s.n.div_ceil(64 * cfg.rn as usize) as u64, "N / tile")?;
             let gy = check(s.m.div_ceil(64 * cfg.rm as usize) as u64, "M / tile")?;
@@ -211,15 +264,24 @@ pub(crate) fn lower(
         epi = Some(expr.render(&|j| format!("x{j}"), unary_expr, binary_expr));
     }
     let ms = MatmulShape { m, n, k, batches, sa, sb, oa, ob };
-    let (kind, workgroups) =
-        choose(&ms, epi, scalar_only, target.matmul, target.subgroup_size, target.max_groups, target.max_shared)?;
+    let f16_operands = nodes[a].dtype == crate::DType::F16 && nodes[b].dtype == crate::DType::F16;
+    let (kind, workgroups) = choose(&ms, epi, scalar_only, f16_operands, target)?;
     Ok(Dispatch { key: KernelKey::new(kind, nodes[id].dtype, ins), params: p, bindings, workgroups })
 }
+
+/// The start of every matmul kernel's `main` (`{{PROLOGUE}}`): sizes, the batch `wg.z` as (b0, b1), and the
+/// operands' strides, from the Params layout of matmul.wgsl.
+pub(crate) const PROLOGUE: &str = "    let M = P.v[0].x;
+    let N = P.v[0].y;
+    let K = P.v[0].z;
+    let b1 = wg.z % P.v[0].w;
+    let b0 = wg.z / P.v[0].w;
+    let sa = P.v[1];
+    let sb = P.v[2];";
 
 const TILED: &str = include_str!("../../../shaders/matmul_tiled.wgsl");
 const MATVEC: &str = include_str!("../../../shaders/matvec.wgsl");
 
-/// WGSL body of the tiled and mat-vec variants (the caller prepends `enable`s and common.wgsl).
 /// WGSL body of the tiled and mat-vec variants, given the generated storage bindings and accessors (the
 /// caller prepends `enable`s and common.wgsl).
 pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> Option<String> {
@@ -235,6 +297,7 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> Option<String> {
                 &[
                     ("BINDINGS", bindings),
                     ("EPILOGUE", key.epilogue(epi.as_deref())),
+                    ("PROLOGUE", PROLOGUE.into()),
                     ("RM", cfg.rm.to_string()),
                     ("RN", cfg.rn.to_string()),
                     ("BK", cfg.bk.to_string()),
@@ -263,6 +326,7 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> Option<String> {
                 &[
                     ("BINDINGS", bindings),
                     ("EPILOGUE", key.epilogue(epi.as_deref())),
+                    ("PROLOGUE", PROLOGUE.into()),
                     ("B_NCONTIG", b_ncontig.to_string()),
                     ("SUBGROUPS", subgroups.to_string()),
                     ("SUBGROUP_ARGS", sg_args.into()),
@@ -270,6 +334,7 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> Option<String> {
                 ],
             ))
         }
+        KernelKind::MatMulCoop { .. } => Some(super::coop::wgsl(key, bindings)),
         _ => None,
     }
 }

@@ -2,6 +2,7 @@
 //! [`kernels::KernelKey`], and plans ([`plan`]) whose buffers and bind groups are made once at compile time.
 
 mod codegen;
+mod coop;
 pub(crate) mod kernels;
 pub mod matmul;
 mod plan;
@@ -18,6 +19,21 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// Environment variable: `off` builds the matmul kernels without wgpu's runtime shader checks (natively; the
+/// browser always keeps them). wgpu clamps every array index and bounds every loop by default; on tensor-core
+/// kernels that costs a lot (3.5× on an H200, `shared/examples`). The matmul kernels are in bounds by
+/// construction, but the checks are the safety net if that reasoning has a hole, so they stay on by default.
+pub const SHADER_CHECKS_ENV: &str = "WEBTENSOR_SHADER_CHECKS";
+
+/// Whether the matmul kernels keep wgpu's runtime checks (see [`SHADER_CHECKS_ENV`]).
+fn shader_checks() -> bool {
+    #[cfg(not(target_arch = "wasm32"))]
+    if std::env::var(SHADER_CHECKS_ENV).as_deref() == Ok("off") {
+        return false;
+    }
+    true
+}
+
 /// A wgpu device and everything shared by the plans compiled for it.
 pub(crate) struct GpuBackend {
     pub device: wgpu::Device,
@@ -30,8 +46,12 @@ pub(crate) struct GpuBackend {
     /// compiles and runs plans inside a compile).
     #[cfg(not(target_arch = "wasm32"))]
     serial: Option<parking_lot::ReentrantMutex<()>>,
-    /// The matmul kernel chosen for this device (tuned on first use), once known.
-    matmul: Mutex<Option<matmul::MatmulChoice>>,
+    /// The matmul kernels chosen for this device (tuned on first use), once known.
+    matmul: Mutex<Option<matmul::MatmulKernels>>,
+    /// Fragment size of the f16 → f32 cooperative-matrix shape the device was created with (16 or 8), if any.
+    coop_frag: Option<u32>,
+    /// Cooperative matrices are emulated in plain WGSL (see [`GpuBackend::with_emulated_coop`]).
+    coop_emulated: bool,
 }
 
 /// wgpu's backend set for one of ours.
@@ -106,6 +126,27 @@ fn instance(backends: wgpu::Backends) -> wgpu::Instance {
     wgpu::Instance::new(desc)
 }
 
+/// The fragment size (16, else 8) of a square f16 × f16 → f32 cooperative-matrix shape the adapter offers, when
+/// it has EXPERIMENTAL_COOPERATIVE_MATRIX, SHADER_F16 and subgroups of exactly 32 invocations (which
+/// `matmul_coop.wgsl` assumes).
+#[cfg(not(target_arch = "wasm32"))]
+fn coop_fragment(adapter: &wgpu::Adapter, caps: &Capabilities) -> Option<u32> {
+    use wgpu::CooperativeScalarType as T;
+    let f = adapter.features();
+    let needed =
+        wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+    if !f.contains(needed) || caps.subgroup_size != (32, 32) {
+        return None;
+    }
+    let props = adapter.cooperative_matrix_properties();
+    let has = |n: u32| {
+        props
+            .iter()
+            .any(|p| p.m_size == n && p.n_size == n && p.k_size == n && p.ab_type == T::F16 && p.cr_type == T::F32)
+    };
+    [16, 8].into_iter().find(|&n| has(n))
+}
+
 /// Capabilities of every adapter wgpu finds natively.
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn enumerate() -> Vec<Capabilities> {
@@ -140,12 +181,28 @@ impl GpuBackend {
             caps.shader_f16 = false;
             caps.name.push_str(" [SHADER_F16 off]");
         }
+        #[cfg(not(target_arch = "wasm32"))]
+        let coop_frag = if allow_f16 { coop_fragment(&adapter, &caps) } else { None };
+        #[cfg(target_arch = "wasm32")]
+        let coop_frag = None;
+        if coop_frag.is_some() {
+            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
         let features = adapter.features() & wanted;
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("webtensor"),
                 required_features: features,
                 required_limits: adapter.limits(),
+                // SAFETY: wgpu's experimental features may have implementation bugs (wgpu's words: "may result
+                // in undefined behavior when used incorrectly"). They are enabled only when the adapter offers
+                // cooperative matrices, and every cooperative-matrix configuration is checked against the CPU
+                // backend on the device before a plan may use it (tune.rs).
+                experimental_features: if coop_frag.is_some() {
+                    unsafe { wgpu::ExperimentalFeatures::enabled() }
+                } else {
+                    wgpu::ExperimentalFeatures::disabled()
+                },
                 ..Default::default()
             })
             .await
@@ -167,9 +224,23 @@ impl GpuBackend {
             pipelines: Mutex::new(HashMap::new()),
             lost,
             matmul: Mutex::new(None),
+            coop_frag,
+            coop_emulated: false,
             #[cfg(not(target_arch = "wasm32"))]
             serial,
         })
+    }
+
+    /// This device with the cooperative-matrix matmul emulated in plain WGSL (16×16×16 fragments, subgroups
+    /// of 32 simulated with workgroup barriers), so that the kernel's tiling, layouts, edges and epilogues can be
+    /// tested on adapters without cooperative matrices. Needs SHADER_F16 (else the device is returned as is).
+    pub fn with_emulated_coop(mut self) -> GpuBackend {
+        if self.caps.shader_f16 {
+            self.coop_frag = Some(16);
+            self.coop_emulated = true;
+            self.caps.name.push_str(" [cooperative matrices emulated]");
+        }
+        self
     }
 
     /// The cached pipeline for `key`, built by [`GpuBackend::create_pipeline`] on first use.
@@ -184,7 +255,9 @@ impl GpuBackend {
                 reason: "f16 tensors need the SHADER_F16 feature, which this adapter lacks".into(),
             });
         }
-        let p = Arc::new(self.create_pipeline(&key.wgsl(), &format!("{:?}", key.kind)).await?);
+        let checks = !(key.kind.matmul_tile().is_some() || matches!(key.kind, kernels::KernelKind::MatVec { .. }))
+            || shader_checks();
+        let p = Arc::new(self.create_pipeline_with(&key.wgsl(), &format!("{:?}", key.kind), checks).await?);
         self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), p.clone());
         Ok(p)
     }
@@ -196,13 +269,27 @@ impl GpuBackend {
     /// [`Error::Gpu`] when the shader or the pipeline fails validation (the message is wgpu's, which names
     /// the problem; the failing WGSL is logged at debug level), or when the device was lost.
     pub async fn create_pipeline(&self, src: &str, what: &str) -> Result<wgpu::ComputePipeline> {
+        self.create_pipeline_with(src, what, true).await
+    }
+
+    /// [`GpuBackend::create_pipeline`]; `checks = false` builds the module without wgpu's runtime checks (bounds
+    /// clamping, loop bounding), natively — only for kernels whose every access is in bounds by construction
+    /// and whose loops end (see [`SHADER_CHECKS_ENV`]).
+    async fn create_pipeline_with(&self, src: &str, what: &str, checks: bool) -> Result<wgpu::ComputePipeline> {
         let context = format!("creating the pipeline for {what}");
         self.check_alive(&context)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("webtensor"),
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
+        let desc =
+            wgpu::ShaderModuleDescriptor { label: Some("webtensor"), source: wgpu::ShaderSource::Wgsl(src.into()) };
+        let module = if checks || cfg!(target_arch = "wasm32") {
+            self.device.create_shader_module(desc)
+        } else {
+            // SAFETY: only the matmul kernels come here (`pipeline`), and only when the user opted in. Every
+            // global access of theirs is guarded by an explicit `row < M && col < N`-style test against the
+            // operand's own layout (whose extent the plan bound), every workgroup and private array index is
+            // bounded by compile-time tile constants, and every loop runs to K or a constant.
+            unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+        };
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some("webtensor"),
             layout: None,
@@ -221,33 +308,41 @@ impl GpuBackend {
     }
 
     /// What lowering needs to know about this device, with the matmul kernel `choice`.
-    pub fn target(&self, choice: matmul::MatmulChoice) -> kernels::Target {
+    pub fn target(&self, choice: matmul::MatmulKernels) -> kernels::Target {
         let (lo, hi) = self.caps.subgroup_size;
         kernels::Target {
             max_groups: self.caps.max_workgroups_per_dimension,
             max_shared: self.caps.max_workgroup_storage_bytes,
             subgroup_size: (self.caps.subgroups && lo == hi && lo > 0).then_some(lo),
             matmul: choice,
+            coop_frag: self.coop_frag,
+            coop_emulated: self.coop_emulated,
         }
     }
 
-    /// The matmul kernel for a plan: the plan's pin, else `WEBTENSOR_MATMUL`, else the device's choice, tuned
+    /// The matmul kernels for a plan: the plan's pin, else `WEBTENSOR_MATMUL`, else the device's choice, tuned
     /// on first use natively (the default configuration on wasm).
-    pub async fn matmul_choice(self: &Arc<Self>, pinned: Option<matmul::MatmulChoice>) -> Result<matmul::MatmulChoice> {
+    pub async fn matmul_choice(
+        self: &Arc<Self>,
+        pinned: Option<matmul::MatmulChoice>,
+    ) -> Result<matmul::MatmulKernels> {
+        use matmul::MatmulChoice::{Coop, Tiled};
+        let unknown = |what: String| Error::Unsupported {
+            op: "matmul".into(),
+            backend: self.caps.backend.clone(),
+            reason: format!("{what} is not one of webtensor's matmul configurations (TILE_CONFIGS, COOP_CONFIGS)"),
+        };
         if let Some(c) = pinned {
             return match c {
-                matmul::MatmulChoice::Tiled(cfg) if !matmul::TILE_CONFIGS.contains(&cfg) => Err(Error::Unsupported {
-                    op: "matmul".into(),
-                    backend: self.caps.backend.clone(),
-                    reason: format!("{cfg:?} is not one of the tile configurations (webtensor::TILE_CONFIGS)"),
-                }),
-                c => Ok(c),
+                Tiled(cfg) if !matmul::TILE_CONFIGS.contains(&cfg) => Err(unknown(format!("{cfg:?}"))),
+                Coop(cfg) if !matmul::COOP_CONFIGS.contains(&cfg) => Err(unknown(format!("{cfg:?}"))),
+                c => Ok(matmul::MatmulKernels::pinned(c)),
             };
         }
         #[cfg(not(target_arch = "wasm32"))]
         if let Ok(v) = std::env::var(matmul::MATMUL_ENV) {
             if !v.is_empty() {
-                return v.parse();
+                return Ok(matmul::MatmulKernels::pinned(v.parse()?));
             }
         }
         if let Some(c) = *self.matmul.lock().unwrap_or_else(|e| e.into_inner()) {
@@ -256,7 +351,7 @@ impl GpuBackend {
         #[cfg(not(target_arch = "wasm32"))]
         let c = Box::pin(tune::tune(self)).await?;
         #[cfg(target_arch = "wasm32")]
-        let c = matmul::MatmulChoice::Tiled(matmul::DEFAULT_CONFIG);
+        let c = matmul::MatmulKernels::pinned(matmul::MatmulChoice::Tiled(matmul::DEFAULT_CONFIG));
         *self.matmul.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
         Ok(c)
     }

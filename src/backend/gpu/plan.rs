@@ -3,7 +3,7 @@
 //! outputs back through one staging buffer.
 
 use super::kernels::{lower, Dispatch};
-use super::matmul::MatmulChoice;
+use super::matmul::{MatmulChoice, MatmulKernels};
 use super::split::{split, Chunk};
 use super::GpuBackend;
 use crate::backend::{gather, CompileOptions, Executable, LocalFuture, PlanStats};
@@ -83,7 +83,11 @@ impl GpuPlan {
         let mem = memory::plan(&program, align, max_arena, max_arena, &inplace)?;
         let has_matmul =
             program.steps.iter().any(|&s| matches!(program.nodes[s].op, Op::MatMul { .. } | Op::MatMulFused { .. }));
-        let choice = if has_matmul { gpu.matmul_choice(options.matmul).await? } else { MatmulChoice::Generic };
+        let choice = if has_matmul {
+            gpu.matmul_choice(options.matmul).await?
+        } else {
+            MatmulKernels::pinned(MatmulChoice::Generic)
+        };
         let target = gpu.target(choice);
         let mut dispatches: Vec<Dispatch> =
             program.steps.iter().map(|&s| lower(&program, s, &target)).collect::<Result<_>>()?;

@@ -203,7 +203,10 @@ pub(crate) fn split(
             }
             Ok(chunks)
         }
-        KernelKind::MatMul { .. } | KernelKind::MatMulTiled { .. } | KernelKind::MatVec { .. } => {
+        KernelKind::MatMul { .. }
+        | KernelKind::MatMulTiled { .. }
+        | KernelKind::MatMulCoop { .. }
+        | KernelKind::MatVec { .. } => {
             if bytes[1] > max_binding && !matches!(d.key.kind, KernelKind::MatVec { .. }) {
                 return split_matmul_rows(d, &bytes, max_binding, room, align, elem(1), elem(0), &too_big, &describe);
             }
@@ -234,14 +237,11 @@ pub(crate) fn split(
                 p[13] = ((off + n0 * n_stride) as u32).wrapping_sub(base as u32);
                 p[14] = n0 as u32;
                 let cols = n1 - n0;
-                let workgroups = match d.key.kind {
-                    KernelKind::MatMulTiled { cfg, .. } => {
-                        [cols.div_ceil(64 * cfg.rn as u64) as u32, d.workgroups[1], 1]
+                let workgroups = match (&d.key.kind, d.key.kind.matmul_tile()) {
+                    (KernelKind::MatVec { b_ncontig, .. }, _) => {
+                        grid("matmul (mat-vec)", cols.div_ceil(if *b_ncontig { 64 } else { 8 }), max_groups)?
                     }
-                    KernelKind::MatVec { b_ncontig, .. } => {
-                        grid("matmul (mat-vec)", cols.div_ceil(if b_ncontig { 64 } else { 8 }), max_groups)?
-                    }
-                    _ => [cols.div_ceil(64) as u32, d.workgroups[1], 1],
+                    (_, tile) => [cols.div_ceil(tile.expect("a matmul kernel").1) as u32, d.workgroups[1], 1],
                 };
                 chunks.push(Chunk { params: p, windows, workgroups });
                 n0 = n1;
@@ -278,10 +278,7 @@ fn split_matmul_rows(
     if d.workgroups[2] != 1 || k_stride != 1 || row_stride < k {
         return Err(too_big(format!("{} (not a row-major A of one batch)", describe(1)), bytes[1]));
     }
-    let tile_rows = match d.key.kind {
-        KernelKind::MatMulTiled { cfg, .. } => 64 * cfg.rm as u64,
-        _ => 64,
-    };
+    let tile_rows = d.key.kind.matmul_tile().expect("a 2-D matmul kernel").0;
     let out_row = ldc * out_elem;
     let per_chunk = room / (row_stride * a_elem).max(out_row) / tile_rows * tile_rows;
     if per_chunk == 0 {

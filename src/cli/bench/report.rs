@@ -166,6 +166,10 @@ impl<'a> Doc<'a> {
             );
         }
         md += &format!("- {}\n", self.peers_line());
+        let settings: Vec<String> = settings().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if !settings.is_empty() {
+            md += &format!("- settings: {}\n", settings.join(", "));
+        }
         md += &format!("- {} samples per figure; whole run {:.0} s\n\n", self.args.repeats, self.wall.as_secs_f64());
         let copies: Vec<&Entry> = self
             .measured
@@ -332,6 +336,7 @@ impl<'a> Doc<'a> {
                 json!({"label": format!("webtensor {}", c.backend), "name": c.name, "backend": c.backend, "device_type": c.device_type, "driver": c.driver})
             }).collect::<Vec<_>>(),
             "peers": self.hello,
+            "settings": settings().into_iter().collect::<serde_json::Map<String, serde_json::Value>>(),
             "env_removed_for_peers": removed,
             "repeats": self.args.repeats,
             "method": METHOD,
@@ -408,4 +413,12 @@ impl<'a> Doc<'a> {
         root.present().map_err(|e| err(&e))?;
         Ok(true)
     }
+}
+
+/// The webtensor environment variables that change which kernels run, where set.
+fn settings() -> Vec<(String, serde_json::Value)> {
+    [webtensor::MATMUL_ENV, webtensor::SHADER_CHECKS_ENV, webtensor::BACKEND_ENV]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()).map(|v| (k.to_string(), json!(v))))
+        .collect()
 }

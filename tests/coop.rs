@@ -1,0 +1,171 @@
+//! The cooperative-matrix matmul kernel (`shaders/matmul_coop.wgsl`) against the f64 reference.
+//!
+//! Adapters here (lavapipe) have no cooperative matrices, so the kernel runs with the cooperative operations
+//! emulated in plain WGSL (`testing::device_with_emulated_coop`): the tiling, the staging of A and B in every
+//! layout, edges, batches, epilogues and stores are the real kernel's; only `coopLoad`/`coopMultiplyAdd`/
+//! `coopStore` are replaced by code with their documented semantics. Where the adapter has cooperative matrices,
+//! the same cases also run on the real kernel.
+
+mod common;
+
+use common::reference::{self as r, Arr};
+use common::{gpu, inp, run_suite_on, Case};
+use webtensor::DType::{self, F16, F32};
+use webtensor::{BackendKind, CompileOptions, Device, Graph, MatmulChoice, COOP_CONFIGS};
+
+/// The devices the cases run on: the GPU adapter with cooperative matrices emulated, and the adapter itself
+/// when it has them. Empty when there is no GPU with SHADER_F16 (the harness reports a missing GPU).
+fn coop_devices() -> Vec<Device> {
+    let Some(g) = gpu() else { return vec![] };
+    let c = g.capabilities();
+    if !c.shader_f16 {
+        eprintln!("{}: no SHADER_F16, cooperative-matrix cases SKIPPED", c.name);
+        return vec![];
+    }
+    let kind: BackendKind = c.backend.parse().expect("a known backend");
+    let mut v = vec![webtensor::testing::device_with_emulated_coop(kind).expect("the same adapter")];
+    if !c.cooperative_matrix.is_empty() {
+        v.push(g.clone());
+    }
+    v
+}
+
+/// `a @ b` with f16 operands of logical shapes `sa` and `sb`, each stored transposed when `ta` / `tb` (and
+/// presented through a t() view); `out` is the output dtype (a fused cast for f32).
+fn case(name: String, sa: &[usize], sb: &[usize], ta: bool, tb: bool, out: DType, choice: MatmulChoice) -> Case {
+    let swap = |s: &[usize], t: bool| {
+        let mut s = s.to_vec();
+        let n = s.len();
+        if t {
+            s.swap(n - 2, n - 1);
+        }
+        s
+    };
+    Case::new(
+        name,
+        vec![inp(F16, &swap(sa, ta), 1), inp(F16, &swap(sb, tb), 2)],
+        move |g, x| {
+            let a = if ta { g.t(x[0])? } else { x[0] };
+            let b = if tb { g.t(x[1])? } else { x[1] };
+            let c = g.matmul(a, b)?;
+            if out == F32 {
+                g.cast(c, F32)
+            } else {
+                Ok(c)
+            }
+        },
+        move |x| {
+            let t = |a: &Arr, on: bool| if on { a.transpose(a.shape.len() - 2, a.shape.len() - 1) } else { a.clone() };
+            r::matmul(&t(&x[0], ta), &t(&x[1], tb))
+        },
+    )
+    .tol(if out == F16 { 5e-6 } else { 1e-7 })
+    .matmul(choice)
+}
+
+fn configs() -> impl Iterator<Item = MatmulChoice> {
+    COOP_CONFIGS.iter().filter(|c| c.frag == 16).map(|&c| MatmulChoice::Coop(c))
+}
+
+/// Every 16×16 configuration on sizes one below, at and one above its block, in every operand layout.
+#[test]
+fn coop_kernels_match_reference() {
+    let devices = coop_devices();
+    let mut cases = Vec::new();
+    for choice in configs() {
+        let MatmulChoice::Coop(cfg) = choice else { unreachable!() };
+        let (bm, bn, bk) = (cfg.bm() as usize, cfg.bn() as usize, cfg.bk as usize);
+        let tag = choice.name();
+        // (m, k, n): one below, at and one above the block; K one step of 4 around the K step
+        let sizes = [(bm - 1, bk - 4, bn + 1), (bm, bk, bn), (bm + 1, 3 * bk + 4, bn - 1), (1 + bm / 2, 4, 3)];
+        for (i, &(m, k, n)) in sizes.iter().enumerate() {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                // a transposed A needs M % 4 == 0 for its vec4 loads: round M up there
+                let m = if ta { m.next_multiple_of(4) } else { m };
+                let out = if i % 2 == 0 { F16 } else { F32 };
+                let name = format!("{tag}/{m}x{k}x{n}/ta={ta}/tb={tb}/{out:?}");
+                cases.push(case(name, &[m, k], &[k, n], ta, tb, out, choice));
+            }
+        }
+        // batches, broadcast over the leading dims
+        cases.push(case(format!("{tag}/batch"), &[2, 3, 20, 36], &[3, 36, 24], false, false, F16, choice));
+        cases.push(case(format!("{tag}/batch/tb"), &[2, 1, 20, 36], &[3, 36, 24], false, true, F32, choice));
+        // a fused epilogue: silu(a @ b + bias)
+        cases.push(
+            Case::new(
+                format!("{tag}/epilogue"),
+                vec![inp(F16, &[37, 40], 1), inp(F16, &[40, 70], 2), inp(F16, &[70], 3)],
+                |g, x| {
+                    let y = g.matmul(x[0], x[1])?;
+                    let y = g.add(y, x[2])?;
+                    g.silu(y)
+                },
+                |x| r::binary(&r::matmul(&x[0], &x[1]), &x[2], |a, b| a + b).map(r::silu),
+            )
+            .tol(5e-6)
+            .matmul(choice),
+        );
+    }
+    let (pass, _) = run_suite_on("matmul-coop", &cases, &devices);
+    if !devices.is_empty() {
+        assert_eq!(pass, cases.len() * devices.len(), "every cooperative-matrix case ran");
+    }
+}
+
+/// The cooperative-matrix kernel is what those plans use (not a fallback), where the layout allows it; the
+/// generic kernel takes over where it does not (K not a multiple of 4), the tiled one for f32 operands and the
+/// mat-vec kernel for one-row inputs.
+#[test]
+fn coop_kernel_is_chosen_where_it_applies() {
+    for device in coop_devices() {
+        let choice = configs().next().expect("a 16x16 configuration");
+        let kernels = |da: DType, db: DType, m: usize, k: usize, n: usize| {
+            let mut g = Graph::new();
+            let a = g.input("a", da, &[m, k]).unwrap();
+            let b = g.input("b", db, &[k, n]).unwrap();
+            let c = g.matmul(a, b).unwrap();
+            let options = CompileOptions { matmul: Some(choice), ..Default::default() };
+            device.compile_with(&g, &[c], &options).unwrap().stats().kernels
+        };
+        let k = kernels(F16, F16, 64, 64, 64);
+        assert!(k[0].starts_with("matmul_coop"), "{k:?}");
+        let k = kernels(F16, F16, 64, 30, 64);
+        assert_eq!(k[0], "matmul");
+        let k = kernels(F32, F32, 64, 64, 64);
+        assert!(k[0].starts_with("matmul_tiled"), "{k:?}");
+        let k = kernels(F16, F16, 1, 64, 64);
+        assert!(k[0].starts_with("matvec"), "{k:?}");
+    }
+}
+
+/// Unpinned, a device with cooperative matrices tunes them on first use: every configuration is checked against
+/// the CPU backend, the fastest that passes is used and cached on disk beside the tiled choice.
+#[test]
+fn coop_configuration_is_tuned_checked_and_cached() {
+    let Some(g) = gpu().filter(|g| g.capabilities().shader_f16) else { return };
+    let cache = std::env::temp_dir().join(format!("webtensor-coop-tune-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    // only this test tunes (every other test here pins its kernel), so the variable affects nothing else
+    std::env::set_var("XDG_CACHE_HOME", &cache);
+    let kind: BackendKind = g.capabilities().backend.parse().unwrap();
+    let compile = || {
+        let device = webtensor::testing::device_with_emulated_coop(kind).unwrap();
+        let mut graph = Graph::new();
+        let a = graph.input("a", F16, &[96, 64]).unwrap();
+        let b = graph.input("b", F16, &[64, 80]).unwrap();
+        let c = graph.matmul(a, b).unwrap();
+        device.compile(&graph, &[c]).unwrap().stats().kernels
+    };
+    let kernels = compile();
+    assert!(kernels[0].starts_with("matmul_coop"), "{kernels:?}");
+    let text = std::fs::read_to_string(cache.join("webtensor/matmul-tuning.txt")).expect("the tuning cache");
+    let coop: Vec<&str> =
+        text.lines().filter(|l| l.contains("[cooperative matrices emulated]") && l.contains("|f16 coop = ")).collect();
+    assert_eq!(coop.len(), 1, "{text}");
+    assert!(kernels[0].contains(coop[0].rsplit(" = ").next().unwrap()), "{kernels:?} vs {text}");
+    // a new device reads the choice from the cache instead of tuning again
+    assert_eq!(compile(), kernels);
+    let again = std::fs::read_to_string(cache.join("webtensor/matmul-tuning.txt")).unwrap();
+    assert_eq!(again, text);
+    let _ = std::fs::remove_dir_all(&cache);
+}
