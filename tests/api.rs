@@ -107,6 +107,61 @@ fn rerunning_a_plan_creates_no_gpu_objects_and_gives_the_same_result() {
     assert_eq!(device.resource_counts().unwrap()[2], after[2], "pipelines are cached by key");
 }
 
+/// A run reads the caller's input tensors (the CPU backend borrows them, without a copy) and nothing ever writes
+/// into an input: an elementwise chain that may run in place starts at an input that is read again after it,
+/// is an output itself and through a view, f16 and aliased inputs included. Runs with other values in between
+/// must not see stale ones.
+#[test]
+fn inputs_are_read_in_place_and_never_written() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[4, 8]).unwrap();
+    let w = g.input("w", DType::F32, &[4, 8]).unwrap();
+    let h = g.input("h", DType::F16, &[4, 8]).unwrap();
+    let r = g.relu(x).unwrap(); // in place over x would be wrong: x is the caller's
+    let e = g.neg(r).unwrap(); // may run in place over r
+    let y = g.add(e, x).unwrap(); // min(x, 0), reads x after the chain
+    let hf = g.cast(h, DType::F32).unwrap();
+    let z = g.mul(y, hf).unwrap();
+    let s = g.add(w, x).unwrap(); // w and x are given the same tensor
+    let xt = g.t(x).unwrap(); // an output that is a view of an input
+    let value = |seed: f32| {
+        let v: Vec<f32> = (0..32).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.125 * seed).collect();
+        HostTensor::f32(&[4, 8], v).unwrap()
+    };
+    let hv = HostTensor::new(&[4, 8], webtensor::Data::from_f64(DType::F16, &[0.5, 1.0, 2.0, -1.0].repeat(8))).unwrap();
+    let expect = |xv: &HostTensor| {
+        let xs = xv.data.to_f32();
+        let ys: Vec<f32> = xs.iter().map(|&v| v.min(0.0)).collect();
+        let zs: Vec<f32> = ys.iter().zip(hv.data.to_f32()).map(|(y, h)| y * h).collect();
+        let ss: Vec<f32> = xs.iter().map(|v| v + v).collect();
+        let ts: Vec<f32> = (0..32).map(|i| xs[(i % 4) * 8 + i / 4]).collect();
+        [ys, zs, ss, xs.clone(), ts]
+    };
+    let (xa, xb) = (value(1.0), value(-3.0));
+    let (xa_before, hv_before) = (xa.clone(), hv.clone());
+    for device in common::devices() {
+        for options in [
+            CompileOptions::default(),
+            CompileOptions { no_fusion: true, ..Default::default() },
+            CompileOptions { poison: true, ..Default::default() },
+        ] {
+            let mut plan = device.compile_with(&g, &[y, z, s, x, xt], &options).unwrap();
+            for xv in [&xa, &xb, &xa] {
+                let out = plan.run(&[(x, xv), (w, xv), (h, &hv)]).unwrap();
+                let got: Vec<Vec<f32>> = out.iter().map(|t| t.data.to_f32()).collect();
+                assert_eq!(got, expect(xv), "{device:?} {options:?}");
+            }
+            assert_eq!((&xa, &hv), (&xa_before, &hv_before), "the caller's inputs are untouched");
+            if device.is_cpu() {
+                // the plan holds the steps' tensors only: relu, neg, add, cast, mul, add
+                let st = plan.stats();
+                assert_eq!(st.buffers, st.dispatches, "{st:?}");
+                assert_eq!(st.memory_bytes, (5 * 32 * 4 + 32 * 4) as u64, "no memory for inputs: {st:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn dead_nodes_are_not_run_and_memory_is_reused() {
     let mut g = Graph::new();
