@@ -29,6 +29,28 @@ pub enum BackendKind {
     WebGpu,
 }
 
+impl BackendKind {
+    /// The lowercase name that [`FromStr`] parses and [`BACKEND_ENV`] takes: `auto`, `cpu`, `vulkan`, `gl`,
+    /// `metal`, `dx12` or `webgpu`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Vulkan => "vulkan",
+            BackendKind::Gl => "gl",
+            BackendKind::Metal => "metal",
+            BackendKind::Dx12 => "dx12",
+            BackendKind::WebGpu => "webgpu",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl FromStr for BackendKind {
     type Err = Error;
     fn from_str(s: &str) -> Result<BackendKind> {

@@ -234,5 +234,10 @@ fn backend_override_parses() {
     assert_eq!("gl".parse::<webtensor::BackendKind>().unwrap(), webtensor::BackendKind::Gl);
     assert_eq!("CPU".parse::<webtensor::BackendKind>().unwrap(), webtensor::BackendKind::Cpu);
     assert!("cuda".parse::<webtensor::BackendKind>().is_err());
+    use webtensor::BackendKind::*;
+    for kind in [Auto, Cpu, Vulkan, Gl, Metal, Dx12, WebGpu] {
+        assert_eq!(kind.name().parse::<webtensor::BackendKind>().unwrap(), kind, "name() round-trips");
+        assert_eq!(kind.to_string(), kind.name());
+    }
     assert!(Device::with_backend(webtensor::BackendKind::Cpu).unwrap().is_cpu());
 }
