@@ -188,6 +188,8 @@ impl Device {
     #[doc(hidden)]
     pub fn destroy_for_tests(&self) {
         if let Some(gpu) = self.backend.as_gpu() {
+            #[cfg(not(target_arch = "wasm32"))]
+            let _serial = gpu.serialize(); // releases GL objects: see `GpuBackend::serialize`
             gpu.device.destroy();
         }
     }
@@ -201,7 +203,11 @@ impl Device {
     #[doc(hidden)]
     pub async fn build_wgsl_for_tests(&self, wgsl: &str) -> Result<()> {
         match self.backend.as_gpu() {
-            Some(gpu) => gpu.create_pipeline(wgsl, "a test shader").await.map(drop),
+            Some(gpu) => {
+                #[cfg(not(target_arch = "wasm32"))]
+                let _serial = gpu.serialize();
+                gpu.create_pipeline(wgsl, "a test shader").await.map(drop)
+            }
             None => Err(Error::Unsupported {
                 op: "a WGSL shader".into(),
                 backend: "cpu".into(),

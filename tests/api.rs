@@ -162,6 +162,54 @@ fn inputs_are_read_in_place_and_never_written() {
     }
 }
 
+/// On GL, wgpu-hal panics ("Could not lock adapter context") when a thread waits more than 6 s for the GL
+/// context, which a long run holds while the (software) GPU works. Dropping a plan releases GL buffers, which
+/// takes the context: the drop must wait on the device's serial lock, as compile and run do, and not on the
+/// context while another thread's long run holds it. Here a plan is dropped while a chain of matmuls that
+/// takes several seconds on llvmpipe runs on another thread.
+#[test]
+fn gl_plan_dropped_while_another_thread_runs() {
+    let Some(device) = common::gpu().filter(|d| d.capabilities().backend == "gl") else {
+        println!("SKIPPED: not a GL device");
+        return;
+    };
+    let (n, chain) = (1024, 24);
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[n, n]).unwrap();
+    let w = g.input("w", DType::F32, &[n, n]).unwrap();
+    let mut y = x;
+    for _ in 0..chain {
+        y = g.matmul(y, w).unwrap();
+    }
+    let xv = HostTensor::f32(&[n, n], vec![1.0; n * n]).unwrap();
+    let wv = HostTensor::f32(&[n, n], vec![1.0 / n as f32; n * n]).unwrap();
+    let mut small_g = Graph::new();
+    let a = small_g.input("a", DType::F32, &[256]).unwrap();
+    let b = small_g.exp(a).unwrap();
+    let mut small = device.compile(&small_g, &[b]).unwrap();
+    small.run(&[(a, &HostTensor::f32(&[256], vec![0.0; 256]).unwrap())]).unwrap();
+    let started = std::time::Instant::now();
+    let out = std::thread::scope(|s| {
+        // plans stay on the thread that made them; the device is shared
+        let (tx, rx) = std::sync::mpsc::channel();
+        let run = s.spawn(move || {
+            let mut plan = device.compile(&g, &[y])?;
+            tx.send(()).expect("the test waits");
+            let t = std::time::Instant::now();
+            let out = plan.run(&[(x, &xv), (w, &wv)]);
+            println!("the long run took {:.1} s", t.elapsed().as_secs_f64());
+            out
+        });
+        rx.recv().expect("compiled");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(small); // waits for the run on the serial lock; must not panic
+        run.join().expect("the long run does not panic")
+    });
+    println!("long GL run and concurrent drop: {:.1} s", started.elapsed().as_secs_f64());
+    let out = out.unwrap();
+    assert!(out[0].data.to_f32().iter().all(|&v| (v - 1.0).abs() < 1e-3), "the chain keeps ones");
+}
+
 #[test]
 fn dead_nodes_are_not_run_and_memory_is_reused() {
     let mut g = Graph::new();
