@@ -29,6 +29,28 @@ pub enum BackendKind {
     WebGpu,
 }
 
+impl BackendKind {
+    /// The lowercase name that [`FromStr`] parses and [`BACKEND_ENV`] takes: `auto`, `cpu`, `vulkan`, `gl`,
+    /// `metal`, `dx12` or `webgpu`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Vulkan => "vulkan",
+            BackendKind::Gl => "gl",
+            BackendKind::Metal => "metal",
+            BackendKind::Dx12 => "dx12",
+            BackendKind::WebGpu => "webgpu",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl FromStr for BackendKind {
     type Err = Error;
     fn from_str(s: &str) -> Result<BackendKind> {
@@ -175,6 +197,8 @@ impl Device {
     #[doc(hidden)]
     pub fn destroy_for_tests(&self) {
         if let Some(gpu) = self.backend.as_gpu() {
+            #[cfg(not(target_arch = "wasm32"))]
+            let _serial = gpu.serialize(); // releases GL objects: see `GpuBackend::serialize`
             gpu.device.destroy();
         }
     }
@@ -188,7 +212,11 @@ impl Device {
     #[doc(hidden)]
     pub async fn build_wgsl_for_tests(&self, wgsl: &str) -> Result<()> {
         match self.backend.as_gpu() {
-            Some(gpu) => gpu.create_pipeline(wgsl, "a test shader").await.map(drop),
+            Some(gpu) => {
+                #[cfg(not(target_arch = "wasm32"))]
+                let _serial = gpu.serialize();
+                gpu.create_pipeline(wgsl, "a test shader").await.map(drop)
+            }
             None => Err(Error::Unsupported {
                 op: "a WGSL shader".into(),
                 backend: "cpu".into(),

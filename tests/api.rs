@@ -107,6 +107,109 @@ fn rerunning_a_plan_creates_no_gpu_objects_and_gives_the_same_result() {
     assert_eq!(device.resource_counts().unwrap()[2], after[2], "pipelines are cached by key");
 }
 
+/// A run reads the caller's input tensors (the CPU backend borrows them, without a copy) and nothing ever writes
+/// into an input: an elementwise chain that may run in place starts at an input that is read again after it,
+/// is an output itself and through a view, f16 and aliased inputs included. Runs with other values in between
+/// must not see stale ones.
+#[test]
+fn inputs_are_read_in_place_and_never_written() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[4, 8]).unwrap();
+    let w = g.input("w", DType::F32, &[4, 8]).unwrap();
+    let h = g.input("h", DType::F16, &[4, 8]).unwrap();
+    let r = g.relu(x).unwrap(); // in place over x would be wrong: x is the caller's
+    let e = g.neg(r).unwrap(); // may run in place over r
+    let y = g.add(e, x).unwrap(); // min(x, 0), reads x after the chain
+    let hf = g.cast(h, DType::F32).unwrap();
+    let z = g.mul(y, hf).unwrap();
+    let s = g.add(w, x).unwrap(); // w and x are given the same tensor
+    let xt = g.t(x).unwrap(); // an output that is a view of an input
+    let value = |seed: f32| {
+        let v: Vec<f32> = (0..32).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.125 * seed).collect();
+        HostTensor::f32(&[4, 8], v).unwrap()
+    };
+    let hv = HostTensor::new(&[4, 8], webtensor::Data::from_f64(DType::F16, &[0.5, 1.0, 2.0, -1.0].repeat(8))).unwrap();
+    let expect = |xv: &HostTensor| {
+        let xs = xv.data.to_f32();
+        let ys: Vec<f32> = xs.iter().map(|&v| v.min(0.0)).collect();
+        let zs: Vec<f32> = ys.iter().zip(hv.data.to_f32()).map(|(y, h)| y * h).collect();
+        let ss: Vec<f32> = xs.iter().map(|v| v + v).collect();
+        let ts: Vec<f32> = (0..32).map(|i| xs[(i % 4) * 8 + i / 4]).collect();
+        [ys, zs, ss, xs.clone(), ts]
+    };
+    let (xa, xb) = (value(1.0), value(-3.0));
+    let (xa_before, hv_before) = (xa.clone(), hv.clone());
+    for device in common::devices() {
+        for options in [
+            CompileOptions::default(),
+            CompileOptions { no_fusion: true, ..Default::default() },
+            CompileOptions { poison: true, ..Default::default() },
+        ] {
+            let mut plan = device.compile_with(&g, &[y, z, s, x, xt], &options).unwrap();
+            for xv in [&xa, &xb, &xa] {
+                let out = plan.run(&[(x, xv), (w, xv), (h, &hv)]).unwrap();
+                let got: Vec<Vec<f32>> = out.iter().map(|t| t.data.to_f32()).collect();
+                assert_eq!(got, expect(xv), "{device:?} {options:?}");
+            }
+            assert_eq!((&xa, &hv), (&xa_before, &hv_before), "the caller's inputs are untouched");
+            if device.is_cpu() {
+                // the plan holds the steps' tensors only: relu, neg, add, cast, mul, add
+                let st = plan.stats();
+                assert_eq!(st.buffers, st.dispatches, "{st:?}");
+                assert_eq!(st.memory_bytes, (5 * 32 * 4 + 32 * 4) as u64, "no memory for inputs: {st:?}");
+            }
+        }
+    }
+}
+
+/// On GL, wgpu-hal panics ("Could not lock adapter context") when a thread waits more than 6 s for the GL
+/// context, which a long run holds while the (software) GPU works. Dropping a plan releases GL buffers, which
+/// takes the context: the drop must wait on the device's serial lock, as compile and run do, and not on the
+/// context while another thread's long run holds it. Here a plan is dropped while a chain of matmuls that
+/// takes several seconds on llvmpipe runs on another thread.
+#[test]
+fn gl_plan_dropped_while_another_thread_runs() {
+    let Some(device) = common::gpu().filter(|d| d.capabilities().backend == "gl") else {
+        println!("SKIPPED: not a GL device");
+        return;
+    };
+    let (n, chain) = (1024, 24);
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[n, n]).unwrap();
+    let w = g.input("w", DType::F32, &[n, n]).unwrap();
+    let mut y = x;
+    for _ in 0..chain {
+        y = g.matmul(y, w).unwrap();
+    }
+    let xv = HostTensor::f32(&[n, n], vec![1.0; n * n]).unwrap();
+    let wv = HostTensor::f32(&[n, n], vec![1.0 / n as f32; n * n]).unwrap();
+    let mut small_g = Graph::new();
+    let a = small_g.input("a", DType::F32, &[256]).unwrap();
+    let b = small_g.exp(a).unwrap();
+    let mut small = device.compile(&small_g, &[b]).unwrap();
+    small.run(&[(a, &HostTensor::f32(&[256], vec![0.0; 256]).unwrap())]).unwrap();
+    let started = std::time::Instant::now();
+    let out = std::thread::scope(|s| {
+        // plans stay on the thread that made them; the device is shared
+        let (tx, rx) = std::sync::mpsc::channel();
+        let run = s.spawn(move || {
+            let mut plan = device.compile(&g, &[y])?;
+            tx.send(()).expect("the test waits");
+            let t = std::time::Instant::now();
+            let out = plan.run(&[(x, &xv), (w, &wv)]);
+            println!("the long run took {:.1} s", t.elapsed().as_secs_f64());
+            out
+        });
+        rx.recv().expect("compiled");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(small); // waits for the run on the serial lock; must not panic
+        run.join().expect("the long run does not panic")
+    });
+    println!("long GL run and concurrent drop: {:.1} s", started.elapsed().as_secs_f64());
+    let out = out.unwrap();
+    assert!(out[0].data.to_f32().iter().all(|&v| (v - 1.0).abs() < 1e-3), "the chain keeps ones");
+}
+
 #[test]
 fn dead_nodes_are_not_run_and_memory_is_reused() {
     let mut g = Graph::new();
@@ -179,5 +282,10 @@ fn backend_override_parses() {
     assert_eq!("gl".parse::<webtensor::BackendKind>().unwrap(), webtensor::BackendKind::Gl);
     assert_eq!("CPU".parse::<webtensor::BackendKind>().unwrap(), webtensor::BackendKind::Cpu);
     assert!("cuda".parse::<webtensor::BackendKind>().is_err());
+    use webtensor::BackendKind::*;
+    for kind in [Auto, Cpu, Vulkan, Gl, Metal, Dx12, WebGpu] {
+        assert_eq!(kind.name().parse::<webtensor::BackendKind>().unwrap(), kind, "name() round-trips");
+        assert_eq!(kind.to_string(), kind.name());
+    }
     assert!(Device::with_backend(webtensor::BackendKind::Cpu).unwrap().is_cpu());
 }

@@ -223,7 +223,9 @@ fn error_safetensors_names() {
 fn error_bad_arguments() {
     let dir = scratch("bad_args");
     let out = webtensor(&dir, &["demo", "--backend", "nope"]);
-    assert_one_error(&out, 2, &["nope", "--backend"]);
+    assert_one_error(&out, 2, &["nope", "--backend", "[possible values: auto, cpu, vulkan, gl, metal, dx12]"]);
+    let out = webtensor(&dir, &["matmul", "a.npy", "b.npy", "-o", "c.npy", "--backend", "webgpu"]);
+    assert_one_error(&out, 2, &["webgpu", "--backend"]);
     let out = webtensor(&dir, &["matmul", "a.npy", "b.npy"]);
     assert_one_error(&out, 2, &["--output"]);
     let out = webtensor(&dir, &["demo", "--n", "0"]);

@@ -52,6 +52,7 @@ impl Backend for CpuBackend {
         program: Program,
         options: &'a CompileOptions,
     ) -> LocalFuture<'a, Result<Box<dyn Executable>>> {
+        // Inputs are read from the caller's tensors at run time: only the steps get buffers.
         let mut bufs: Vec<Option<Data>> = vec![None; program.nodes.len()];
         let mut bytes = 0;
         for &id in program.inputs.iter().chain(&program.steps) {
@@ -66,8 +67,10 @@ impl Backend for CpuBackend {
                 };
                 return Box::pin(async move { Err(e) });
             }
-            bufs[id] = Some(filled(n.dtype, n.layout.numel()));
-            bytes += size;
+            if !matches!(n.op, Op::Input { .. }) {
+                bufs[id] = Some(filled(n.dtype, n.layout.numel()));
+                bytes += size;
+            }
         }
         let plan: Box<dyn Executable> = Box::new(CpuPlan { program, bufs, poison: options.poison, bytes });
         Box::pin(async move { Ok(plan) })
@@ -91,6 +94,15 @@ fn get(d: &Data, i: usize) -> f64 {
     }
 }
 
+/// Fills `d` with the NaN sentinel of [`filled`], in place.
+fn poison(d: &mut Data) {
+    match d {
+        Data::F32(v) => v.fill(f32::from_bits(u32::MAX)),
+        Data::F16(v) => v.fill(f16::from_bits(u16::MAX)),
+        Data::I32(v) => v.fill(-1),
+    }
+}
+
 fn set(d: &mut Data, i: usize, x: f64) {
     match d {
         Data::F32(v) => v[i] = x as f32,
@@ -101,7 +113,7 @@ fn set(d: &mut Data, i: usize, x: f64) {
 
 struct CpuPlan {
     program: Program,
-    /// One buffer per storage node (inputs and steps), indexed by node id.
+    /// One buffer per step, indexed by node id (`None` for inputs: a run reads the caller's tensors in place).
     bufs: Vec<Option<Data>>,
     poison: bool,
     bytes: u64,
@@ -118,24 +130,34 @@ impl Executable for CpuPlan {
             pipelines: 0,
             memory_bytes: self.bytes,
             peak_live_bytes: self.bytes,
-            buffers: self.program.inputs.len() + self.program.steps.len(),
+            buffers: self.program.steps.len(),
             kernels: self.program.steps.iter().map(|&s| self.program.nodes[s].op.name()).collect(),
         }
     }
 }
 
+/// The caller's input tensors for one run, indexed by node id: a run borrows them, it never copies them into
+/// the plan. Steps only ever write their own buffers, so nothing (in-place updates included) can write into an
+/// input.
+type Inputs<'a> = [Option<&'a Data>];
+
 impl CpuPlan {
     fn run_sync(&mut self, inputs: &[(NodeId, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let mut ins: Vec<Option<&Data>> = vec![None; self.program.nodes.len()];
         for &(id, t) in inputs {
-            self.bufs[id] = Some(t.data.clone());
+            ins[id] = Some(&t.data);
+        }
+        if let Some(&id) = self.program.inputs.iter().find(|&&id| ins[id].is_none()) {
+            // `Plan::run` checks this first; an executable called without it must not read a stale tensor
+            return Err(Error::BadInput { name: self.program.input_name(id).into(), reason: "missing".into() });
         }
         for i in 0..self.program.steps.len() {
             let id = self.program.steps[i];
             let mut out = self.bufs[id].take().expect("allocated at compile time");
             if self.poison {
-                out = filled(out.dtype(), out.len());
+                poison(&mut out);
             }
-            let r = self.step(id, &mut out);
+            let r = self.step(&ins, id, &mut out);
             self.bufs[id] = Some(out);
             r?;
         }
@@ -145,37 +167,44 @@ impl CpuPlan {
             .iter()
             .map(|&o| {
                 let n = &self.program.nodes[o];
-                let storage = self.bufs[n.storage].as_ref().expect("storage computed");
-                HostTensor { shape: n.layout.shape.clone(), data: gather(storage, &n.layout) }
+                HostTensor { shape: n.layout.shape.clone(), data: gather(self.storage(&ins, n.storage), &n.layout) }
             })
             .collect())
     }
 
+    /// The data of storage node `s`: the caller's tensor for an input, else the step's buffer.
+    fn storage<'a>(&'a self, ins: &Inputs<'a>, s: NodeId) -> &'a Data {
+        match ins[s] {
+            Some(d) => d,
+            None => self.bufs[s].as_ref().expect("an input, or a step computed before use"),
+        }
+    }
+
     /// The storage and the layout (broadcast to `shape`) through which an op reads operand `src`.
-    fn operand(&self, src: NodeId, shape: &[usize]) -> (&Data, Layout) {
+    fn operand<'a>(&'a self, ins: &Inputs<'a>, src: NodeId, shape: &[usize]) -> (&'a Data, Layout) {
         let n = &self.program.nodes[src];
-        (self.bufs[n.storage].as_ref().expect("computed before use"), operand_layout(&n.layout, shape))
+        (self.storage(ins, n.storage), operand_layout(&n.layout, shape))
     }
 
-    fn row_operand(&self, src: NodeId) -> (&Data, Layout) {
+    fn row_operand<'a>(&'a self, ins: &Inputs<'a>, src: NodeId) -> (&'a Data, Layout) {
         let n = &self.program.nodes[src];
-        (self.bufs[n.storage].as_ref().expect("computed before use"), n.layout.clone())
+        (self.storage(ins, n.storage), n.layout.clone())
     }
 
-    fn step(&self, id: NodeId, out: &mut Data) -> Result<()> {
+    fn step(&self, ins: &Inputs<'_>, id: NodeId, out: &mut Data) -> Result<()> {
         let node = &self.program.nodes[id];
         let shape = &node.layout.shape;
         let numel = node.layout.numel();
         match node.op {
             Op::Unary { op, x } => {
-                let (d, l) = self.operand(x, shape);
+                let (d, l) = self.operand(ins, x, shape);
                 for i in 0..numel {
                     set(out, i, unary(op, get(d, l.index_of(i))));
                 }
             }
             Op::Binary { op, a, b } => {
-                let (da, la) = self.operand(a, shape);
-                let (db, lb) = self.operand(b, shape);
+                let (da, la) = self.operand(ins, a, shape);
+                let (db, lb) = self.operand(ins, b, shape);
                 for i in 0..numel {
                     let (x, y) = (get(da, la.index_of(i)), get(db, lb.index_of(i)));
                     set(
@@ -200,13 +229,12 @@ impl CpuPlan {
                 let batch = &shape[..shape.len() - 2];
                 let la = operand_layout(&nodes[a].layout, &[batch, &[m, k]].concat());
                 let lb = operand_layout(&nodes[b].layout, &[batch, &[k, n]].concat());
-                let da = self.bufs[nodes[a].storage].as_ref().expect("computed");
-                let db = self.bufs[nodes[b].storage].as_ref().expect("computed");
+                let (da, db) = (self.storage(ins, nodes[a].storage), self.storage(ins, nodes[b].storage));
                 crate::backend::cpu_matmul::matmul(da, &la, db, &lb, out, m, k, n);
             }
             Op::Softmax { x, mask, scale } => {
-                let (dx, lx) = self.row_operand(x);
-                let m = mask.map(|m| self.operand(m, shape));
+                let (dx, lx) = self.row_operand(ins, x);
+                let m = mask.map(|m| self.operand(ins, m, shape));
                 for_rows(shape, |r, cols| {
                     let v: Vec<f64> = cols
                         .clone()
@@ -227,7 +255,7 @@ impl CpuPlan {
             }
             Op::RmsNorm { x, eps } | Op::LayerNorm { x, eps } => {
                 let layer = matches!(node.op, Op::LayerNorm { .. });
-                let (dx, lx) = self.row_operand(x);
+                let (dx, lx) = self.row_operand(ins, x);
                 for_rows(shape, |_, cols| {
                     let v: Vec<f64> = cols.clone().map(|i| get(dx, lx.index_of(i))).collect();
                     let nf = v.len() as f64;
@@ -240,7 +268,7 @@ impl CpuPlan {
                 });
             }
             Op::Reduce { op, x } => {
-                let (dx, lx) = self.row_operand(x);
+                let (dx, lx) = self.row_operand(ins, x);
                 let in_shape = &self.program.nodes[x].layout.shape;
                 for_rows(in_shape, |r, cols| {
                     let v: Vec<f64> = cols.map(|i| get(dx, lx.index_of(i))).collect();
@@ -263,8 +291,8 @@ impl CpuPlan {
                 });
             }
             Op::GetRows { table, idx } => {
-                let (dt, lt) = self.row_operand(table);
-                let (di, li) = self.row_operand(idx);
+                let (dt, lt) = self.row_operand(ins, table);
+                let (di, li) = self.row_operand(ins, idx);
                 let (rows, dim) = (lt.shape[0], lt.shape[1]);
                 for r in 0..li.numel() {
                     let row = get(di, li.index_of(r));
@@ -280,8 +308,8 @@ impl CpuPlan {
                 }
             }
             Op::Concat { a, b, axis } => {
-                let (da, la) = self.row_operand(a);
-                let (db, lb) = self.row_operand(b);
+                let (da, la) = self.row_operand(ins, a);
+                let (db, lb) = self.row_operand(ins, b);
                 let split = la.shape[axis];
                 let (oshape, _) = node.layout.padded4();
                 let lead = 4 - shape.len();

@@ -17,7 +17,7 @@ mod report;
 mod work;
 
 use super::util::{emit, outln};
-use super::{choose_device, describe, BackendArg, CliError};
+use super::{choose_device, describe, CliError};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -64,8 +64,8 @@ pub struct MatmulArgs {
     vs: Vec<PeerArg>,
     /// Device for webtensor besides the CPU backend. Without the flag, Device::best() decides and honours
     /// WEBTENSOR_BACKEND.
-    #[arg(long, value_enum)]
-    backend: Option<BackendArg>,
+    #[arg(long, value_parser = super::backend_parser())]
+    backend: Option<webtensor::BackendKind>,
     /// Element type of the matmuls (f16: f16 in, f16 out, f32 accumulation).
     #[arg(long, value_enum, default_value = "f32")]
     dtype: DtypeArg,

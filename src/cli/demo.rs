@@ -2,7 +2,7 @@
 //! matmul timed on the chosen device and on the CPU backend, and checked against the CPU backend.
 
 use super::util::{self, outln, SplitMix64};
-use super::{choose_device, describe, BackendArg, CliError};
+use super::{choose_device, describe, CliError};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::time::Duration;
 use webtensor::{DType, Device, Graph, HostTensor, PlanStats};
@@ -14,8 +14,8 @@ pub struct DemoArgs {
     n: u32,
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND; `auto` takes
     /// the best GPU adapter, else the CPU, ignoring that variable.
-    #[arg(long, value_enum)]
-    backend: Option<BackendArg>,
+    #[arg(long, value_parser = super::backend_parser())]
+    backend: Option<webtensor::BackendKind>,
     /// Print the NxN plan's statistics (dispatches, pipelines, kernels, buffers, memory).
     #[arg(long)]
     stats: bool,

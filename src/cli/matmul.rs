@@ -2,7 +2,7 @@
 //! without a copy) with numpy's matmul semantics, batch broadcasting included.
 
 use super::util;
-use super::{choose_device, describe, BackendArg, CliError};
+use super::{choose_device, describe, CliError};
 use webtensor::{io, Graph, HostTensor};
 
 #[derive(clap::Args)]
@@ -21,8 +21,8 @@ pub struct MatmulArgs {
     transpose_b: bool,
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND; `auto` takes
     /// the best GPU adapter, else the CPU, ignoring that variable.
-    #[arg(long, value_enum)]
-    backend: Option<BackendArg>,
+    #[arg(long, value_parser = super::backend_parser())]
+    backend: Option<webtensor::BackendKind>,
 }
 
 fn desc(t: &HostTensor) -> String {

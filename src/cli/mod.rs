@@ -11,7 +11,7 @@ mod info;
 mod matmul;
 mod util;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use std::fmt;
 use std::process::ExitCode;
 use webtensor::{BackendKind, Device, BACKEND_ENV};
@@ -36,29 +36,15 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-/// `--backend`: which device to run on. Without the flag, `Device::best()` decides (and honours
-/// `WEBTENSOR_BACKEND`); `auto` picks the best GPU adapter, else the CPU, ignoring the variable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BackendArg {
-    Auto,
-    Cpu,
-    Vulkan,
-    Gl,
-    Metal,
-    Dx12,
-}
-
-impl BackendArg {
-    fn kind(self) -> BackendKind {
-        match self {
-            BackendArg::Auto => BackendKind::Auto,
-            BackendArg::Cpu => BackendKind::Cpu,
-            BackendArg::Vulkan => BackendKind::Vulkan,
-            BackendArg::Gl => BackendKind::Gl,
-            BackendArg::Metal => BackendKind::Metal,
-            BackendArg::Dx12 => BackendKind::Dx12,
-        }
-    }
+/// `--backend`: which device to run on, parsed into [`BackendKind`] (exact lowercase names; `--help` and the
+/// error for a bad value list them). Without the flag, `Device::best()` decides (and honours
+/// `WEBTENSOR_BACKEND`); `auto` picks the best GPU adapter, else the CPU, ignoring the variable. `webgpu`
+/// exists only in the browser, so it is not offered.
+pub fn backend_parser() -> impl clap::builder::TypedValueParser<Value = BackendKind> {
+    use clap::builder::TypedValueParser;
+    use BackendKind::*;
+    let names = [Auto, Cpu, Vulkan, Gl, Metal, Dx12].map(BackendKind::name);
+    clap::builder::PossibleValuesParser::new(names).try_map(|s| s.parse::<BackendKind>())
 }
 
 /// A device and, in words, how it was chosen.
@@ -71,7 +57,7 @@ pub struct Chosen {
 }
 
 /// Opens the device `--backend` asks for, or `Device::best()` without the flag.
-pub fn choose_device(backend: Option<BackendArg>) -> Result<Chosen, CliError> {
+pub fn choose_device(backend: Option<BackendKind>) -> Result<Chosen, CliError> {
     let (device, how, automatic) = match backend {
         None => {
             let env = std::env::var(BACKEND_ENV).ok().filter(|v| !v.is_empty());
@@ -82,10 +68,7 @@ pub fn choose_device(backend: Option<BackendArg>) -> Result<Chosen, CliError> {
             };
             (Device::best()?, how, auto)
         }
-        Some(b) => {
-            let name = b.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
-            (Device::with_backend(b.kind())?, format!("--backend {name}"), b == BackendArg::Auto)
-        }
+        Some(b) => (Device::with_backend(b)?, format!("--backend {b}"), b == BackendKind::Auto),
     };
     let fell_back = automatic && device.is_cpu();
     Ok(Chosen { device, how, fell_back })

@@ -41,9 +41,9 @@ pub(crate) struct GpuBackend {
     pub caps: Capabilities,
     pipelines: Mutex<HashMap<KernelKey, Arc<wgpu::ComputePipeline>>>,
     pub lost: Arc<AtomicBool>,
-    /// Held by compile and run on GL: wgpu's GL backend panics when a thread waits more than a second for the GL
-    /// context, which a long dispatch on a slow adapter holds, so GL work is serialized here (reentrant: tuning
-    /// compiles and runs plans inside a compile).
+    /// Held by compile, run and plan drops on GL: wgpu's GL backend panics when a thread waits more than a few
+    /// seconds (6 in wgpu 30) for the GL context, which a long dispatch on a slow adapter holds, so GL work is
+    /// serialized here (reentrant: tuning compiles and runs plans inside a compile).
     #[cfg(not(target_arch = "wasm32"))]
     serial: Option<parking_lot::ReentrantMutex<()>>,
     /// The matmul kernels chosen for this device (tuned on first use), once known.

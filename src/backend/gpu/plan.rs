@@ -14,6 +14,7 @@ use crate::graph::NodeId;
 use crate::graph::Op;
 use crate::{Data, Error, HostTensor, Result};
 use std::collections::HashSet;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// Bytes per dispatch's uniform block (16 x vec4<u32>), also its alignment in the uniform buffer.
@@ -51,15 +52,34 @@ pub(crate) struct GpuPlan {
     gpu: Arc<GpuBackend>,
     program: Program,
     mem: MemoryPlan,
-    arenas: Vec<wgpu::Buffer>,
-    steps: Vec<(Arc<wgpu::ComputePipeline>, wgpu::BindGroup, [u32; 3])>,
-    /// Storage nodes read back, with their byte offset in `staging`.
+    /// The plan's wgpu objects, released in `Drop for GpuPlan` under the device's serial lock.
+    res: ManuallyDrop<Resources>,
+    /// Storage nodes read back, with their byte offset in `res.staging`.
     readback: Vec<(NodeId, u64)>,
-    staging: wgpu::Buffer,
     poison: bool,
     pipelines: usize,
     buffers: usize,
     kernels: Vec<String>,
+}
+
+/// The wgpu objects a plan owns. Releasing them takes the GL context on GL (buffers are deleted at once), so
+/// they are dropped under [`GpuBackend::serialize`], like every other GL call of the library: wgpu-hal panics
+/// when a thread waits more than a few seconds for the context while another thread's long run holds it.
+struct Resources {
+    arenas: Vec<wgpu::Buffer>,
+    /// Pipeline (shared with the device's cache), bind group (which keeps the uniforms buffer alive) and
+    /// workgroups of each dispatch.
+    steps: Vec<(Arc<wgpu::ComputePipeline>, wgpu::BindGroup, [u32; 3])>,
+    staging: wgpu::Buffer,
+}
+
+impl Drop for GpuPlan {
+    fn drop(&mut self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        let _serial = self.gpu.serialize();
+        // SAFETY: `res` is dropped once, here, and never used again.
+        unsafe { ManuallyDrop::drop(&mut self.res) };
+    }
 }
 
 fn round4(n: u64) -> u64 {
@@ -233,10 +253,8 @@ impl GpuPlan {
             gpu,
             program,
             mem,
-            arenas,
-            steps,
+            res: ManuallyDrop::new(Resources { arenas, steps, staging }),
             readback,
-            staging,
             poison: options.poison,
             pipelines: keys.len(),
             buffers,
@@ -252,7 +270,7 @@ impl GpuPlan {
         let validation = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         if self.poison {
-            for a in &self.arenas {
+            for a in &self.res.arenas {
                 gpu.queue.write_buffer(a, 0, &vec![0xFF; a.size() as usize]);
             }
         }
@@ -260,18 +278,18 @@ impl GpuPlan {
             let blk = self.mem.blocks[&id];
             let bytes = t.data.as_bytes();
             if bytes.len() % 4 == 0 {
-                gpu.queue.write_buffer(&self.arenas[blk.arena], blk.offset, bytes);
+                gpu.queue.write_buffer(&self.res.arenas[blk.arena], blk.offset, bytes);
             } else {
                 let mut padded = bytes.to_vec();
                 padded.resize(round4(bytes.len() as u64) as usize, 0);
-                gpu.queue.write_buffer(&self.arenas[blk.arena], blk.offset, &padded);
+                gpu.queue.write_buffer(&self.res.arenas[blk.arena], blk.offset, &padded);
             }
         }
         let mut enc =
             gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("webtensor run") });
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
-            for (pipeline, bg, [x, y, z]) in &self.steps {
+            for (pipeline, bg, [x, y, z]) in &self.res.steps {
                 pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, bg, &[]);
                 pass.dispatch_workgroups(*x, *y, *z);
@@ -279,7 +297,13 @@ impl GpuPlan {
         }
         for &(node, off) in &self.readback {
             let blk = self.mem.blocks[&node];
-            enc.copy_buffer_to_buffer(&self.arenas[blk.arena], blk.offset, &self.staging, off, round4(blk.size));
+            enc.copy_buffer_to_buffer(
+                &self.res.arenas[blk.arena],
+                blk.offset,
+                &self.res.staging,
+                off,
+                round4(blk.size),
+            );
         }
         gpu.queue.submit([enc.finish()]);
         let oom = oom.pop();
@@ -290,7 +314,7 @@ impl GpuPlan {
         if let Some(e) = validation.await {
             return Err(Error::Gpu { context: "run".into(), message: e.to_string() });
         }
-        let bytes = read_staging(&gpu, &self.staging).await?;
+        let bytes = read_staging(&gpu, &self.res.staging).await?;
         Ok(self
             .program
             .outputs
@@ -389,7 +413,7 @@ impl Executable for GpuPlan {
 
     fn stats(&self) -> PlanStats {
         PlanStats {
-            dispatches: self.steps.len(),
+            dispatches: self.res.steps.len(),
             pipelines: self.pipelines,
             memory_bytes: self.mem.total_bytes(),
             peak_live_bytes: self.mem.peak_live_bytes,
