@@ -147,6 +147,15 @@ fn coop_fragment(adapter: &wgpu::Adapter, caps: &Capabilities) -> Option<u32> {
     [16, 8].into_iter().find(|&n| has(n))
 }
 
+/// The message of a caught panic (wgpu's).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "wgpu panicked".into())
+}
+
 /// Capabilities of every adapter wgpu finds natively.
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn enumerate() -> Vec<Capabilities> {
@@ -182,15 +191,14 @@ impl GpuBackend {
             caps.name.push_str(" [SHADER_F16 off]");
         }
         #[cfg(not(target_arch = "wasm32"))]
-        let coop_frag = if allow_f16 { coop_fragment(&adapter, &caps) } else { None };
+        let mut coop_frag = if allow_f16 { coop_fragment(&adapter, &caps) } else { None };
         #[cfg(target_arch = "wasm32")]
-        let coop_frag = None;
-        if coop_frag.is_some() {
-            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
-        }
-        let features = adapter.features() & wanted;
-        let (device, queue) = adapter
-            .request_device(&wgpu::DeviceDescriptor {
+        let mut coop_frag = None;
+        let request = |coop: bool| {
+            let features = adapter.features()
+                & (wanted
+                    | if coop { wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX } else { wgpu::Features::empty() });
+            adapter.request_device(&wgpu::DeviceDescriptor {
                 label: Some("webtensor"),
                 required_features: features,
                 required_limits: adapter.limits(),
@@ -198,14 +206,22 @@ impl GpuBackend {
                 // in undefined behavior when used incorrectly"). They are enabled only when the adapter offers
                 // cooperative matrices, and every cooperative-matrix configuration is checked against the CPU
                 // backend on the device before a plan may use it (tune.rs).
-                experimental_features: if coop_frag.is_some() {
+                experimental_features: if coop {
                     unsafe { wgpu::ExperimentalFeatures::enabled() }
                 } else {
                     wgpu::ExperimentalFeatures::disabled()
                 },
                 ..Default::default()
             })
-            .await
+        };
+        let mut requested = request(coop_frag.is_some()).await;
+        if let (Err(e), Some(_)) = (&requested, coop_frag) {
+            // an experimental feature must never cost the device: go on without cooperative matrices
+            log::warn!("webtensor: {}: no device with cooperative matrices ({e}); retrying without", caps.name);
+            coop_frag = None;
+            requested = request(false).await;
+        }
+        let (device, queue) = requested
             .map_err(|e| Error::NoDevice(format!("{} ({}): request_device failed: {e}", caps.name, caps.backend)))?;
         let lost = Arc::new(AtomicBool::new(false));
         let flag = lost.clone();
@@ -234,6 +250,7 @@ impl GpuBackend {
     /// This device with the cooperative-matrix matmul emulated in plain WGSL (16×16×16 fragments, subgroups
     /// of 32 simulated with workgroup barriers), so that the kernel's tiling, layouts, edges and epilogues can be
     /// tested on adapters without cooperative matrices. Needs SHADER_F16 (else the device is returned as is).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn with_emulated_coop(mut self) -> GpuBackend {
         if self.caps.shader_f16 {
             self.coop_frag = Some(16);
@@ -281,24 +298,34 @@ impl GpuBackend {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc =
             wgpu::ShaderModuleDescriptor { label: Some("webtensor"), source: wgpu::ShaderSource::Wgsl(src.into()) };
-        let module = if checks || cfg!(target_arch = "wasm32") {
-            self.device.create_shader_module(desc)
-        } else {
-            // SAFETY: only the matmul kernels come here (`pipeline`), and only when the user opted in. Every
-            // global access of theirs is guarded by an explicit `row < M && col < N`-style test against the
-            // operand's own layout (whose extent the plan bound), every workgroup and private array index is
-            // bounded by compile-time tile constants, and every loop runs to K or a constant.
-            unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+        let build = || {
+            let module = if checks || cfg!(target_arch = "wasm32") {
+                self.device.create_shader_module(desc)
+            } else {
+                // SAFETY: only the matmul kernels come here (`pipeline`), and only when the user opted in. Every
+                // global access of theirs is guarded by an explicit `row < M && col < N`-style test against the
+                // operand's own layout (whose extent the plan bound), every workgroup and private array index is
+                // bounded by compile-time tile constants, and every loop runs to K or a constant.
+                unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+            };
+            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("webtensor"),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
         };
-        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("webtensor"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-        if let Some(e) = scope.pop().await {
+        // naga's backends have panicked on valid input (cooperative matrices, naga 30): an error, not a panic
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(build));
+        let popped = scope.pop().await;
+        let pipeline = built.map_err(|panic| {
+            let message = panic_message(panic.as_ref());
+            log::debug!("webtensor: WGSL that made wgpu panic ({what}):\n{src}");
+            Error::Gpu { context: context.clone(), message: format!("wgpu panicked: {message}") }
+        })?;
+        if let Some(e) = popped {
             log::debug!("webtensor: failing WGSL for {what}:\n{src}");
             return Err(Error::Gpu { context, message: e.to_string() });
         }
@@ -390,11 +417,7 @@ impl GpuBackend {
             Ok(Ok(status)) => Ok(status),
             Ok(Err(e)) => Err(Error::Gpu { context: "polling the device".into(), message: e.to_string() }),
             Err(panic) => {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "wgpu panicked".into());
+                let message = panic_message(panic.as_ref());
                 log::error!("webtensor: device poll failed: {message}");
                 self.lost.store(true, Ordering::SeqCst);
                 Err(self.lost_error("polling the device"))
