@@ -20,8 +20,8 @@
 # GPU_BENCH_REPEATS [5], GPU_BENCH_CPU_MAX [4096] (largest N on the CPU), GPU_BENCH_OUT [bench-results/gpu],
 # GPU_BENCH_ARGS (more arguments for `webtensor bench matmul`), WEBTENSOR_BIN [target/release/webtensor],
 # GPU_BENCH_BUNDLED_LOADER=1 uses the loader from .gl/ even where the system has one (to test that path),
-# GPU_BENCH_UNCHECKED=1 adds a second, GPU-only pass at 4096 with WEBTENSOR_SHADER_CHECKS=off (matmul kernels
-# without wgpu's runtime bounds checks) into $GPU_BENCH_OUT/unchecked, printed first.
+# GPU_BENCH_CHECKED=1 adds a second, GPU-only pass at 4096 with WEBTENSOR_SHADER_CHECKS=on (matmul kernels with
+# wgpu's runtime bounds checks, which Vulkan builds leave out by default) into $GPU_BENCH_OUT/checked, printed first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,10 +85,10 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 "$bin" info
 echo
-if [ "${GPU_BENCH_UNCHECKED:-0}" = 1 ]; then
-    say "second pass: WEBTENSOR_SHADER_CHECKS=off"
-    WEBTENSOR_SHADER_CHECKS=off "$bin" bench matmul --vs torch --sizes 4096 --dtype "$dtype" --matvec \
-        --repeats "$repeats" --cpu-max 0 --out "$out/unchecked"
+if [ "${GPU_BENCH_CHECKED:-0}" = 1 ]; then
+    say "second pass: WEBTENSOR_SHADER_CHECKS=on"
+    WEBTENSOR_SHADER_CHECKS=on "$bin" bench matmul --vs torch --sizes 4096 --dtype "$dtype" --matvec \
+        --repeats "$repeats" --cpu-max 0 --out "$out/checked"
     echo
 fi
 # shellcheck disable=SC2086 # GPU_BENCH_ARGS is a list of words

@@ -9,12 +9,12 @@
 mod common;
 
 use common::reference::{self as r, Arr};
-use common::{gpu, inp, run_suite_on, Case};
+use common::{gpu, guarded_matmul, inp, run_suite_on, Case};
 use webtensor::DType::{self, F16, F32};
 use webtensor::{BackendKind, CompileOptions, Device, Graph, MatmulChoice, COOP_CONFIGS};
 
 /// The devices the cases run on: the GPU adapter with cooperative matrices emulated, and the adapter itself
-/// when it has them. Empty when there is no GPU with SHADER_F16 (the harness reports a missing GPU).
+/// when it runs the real kernel. Empty when there is no GPU with SHADER_F16 (the harness reports a missing GPU).
 fn coop_devices() -> Vec<Device> {
     let Some(g) = gpu() else { return vec![] };
     let c = g.capabilities();
@@ -24,10 +24,21 @@ fn coop_devices() -> Vec<Device> {
     }
     let kind: BackendKind = c.backend.parse().expect("a known backend");
     let mut v = vec![webtensor::testing::device_with_emulated_coop(kind).expect("the same adapter")];
-    if !c.cooperative_matrix.is_empty() {
+    if uses_coop(g) {
         v.push(g.clone());
     }
     v
+}
+
+/// Whether `device` runs f16 × f16 matmuls on the real cooperative-matrix kernel (the adapter reports a shape
+/// webtensor uses, with subgroups of 32).
+fn uses_coop(device: &Device) -> bool {
+    let mut g = Graph::new();
+    let a = g.input("a", F16, &[64, 64]).unwrap();
+    let b = g.input("b", F16, &[64, 64]).unwrap();
+    let c = g.matmul(a, b).unwrap();
+    let options = CompileOptions { matmul: Some(configs().next().unwrap()), ..Default::default() };
+    device.compile_with(&g, &[c], &options).is_ok_and(|p| p.stats().kernels[0].starts_with("matmul_coop"))
 }
 
 /// `a @ b` with f16 operands of logical shapes `sa` and `sb`, each stored transposed when `ta` / `tb` (and
@@ -61,6 +72,7 @@ fn case(name: String, sa: &[usize], sb: &[usize], ta: bool, tb: bool, out: DType
     )
     .tol(if out == F16 { 5e-6 } else { 1e-7 })
     .matmul(choice)
+    .expect_kernel("matmul_coop")
 }
 
 fn configs() -> impl Iterator<Item = MatmulChoice> {
@@ -76,8 +88,9 @@ fn coop_kernels_match_reference() {
         let MatmulChoice::Coop(cfg) = choice else { unreachable!() };
         let (bm, bn, bk) = (cfg.bm() as usize, cfg.bn() as usize, cfg.bk as usize);
         let tag = choice.name();
-        // (m, k, n): one below, at and one above the block; K one step of 4 around the K step
-        let sizes = [(bm - 1, bk - 4, bn + 1), (bm, bk, bn), (bm + 1, 3 * bk + 4, bn - 1), (1 + bm / 2, 4, 3)];
+        // (m, k, n): one below, at and one above the block; K and N (which the vec4 layouts need in multiples
+        // of 4 where contiguous) a step of 4 around theirs
+        let sizes = [(bm - 1, bk - 4, bn + 4), (bm, bk, bn), (bm + 1, 3 * bk + 4, bn - 4), (1 + bm / 2, 4, 12)];
         for (i, &(m, k, n)) in sizes.iter().enumerate() {
             for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                 // a transposed A needs M % 4 == 0 for its vec4 loads: round M up there
@@ -94,7 +107,7 @@ fn coop_kernels_match_reference() {
         cases.push(
             Case::new(
                 format!("{tag}/epilogue"),
-                vec![inp(F16, &[37, 40], 1), inp(F16, &[40, 70], 2), inp(F16, &[70], 3)],
+                vec![inp(F16, &[37, 40], 1), inp(F16, &[40, 72], 2), inp(F16, &[72], 3)],
                 |g, x| {
                     let y = g.matmul(x[0], x[1])?;
                     let y = g.add(y, x[2])?;
@@ -103,8 +116,11 @@ fn coop_kernels_match_reference() {
                 |x| r::binary(&r::matmul(&x[0], &x[1]), &x[2], |a, b| a + b).map(r::silu),
             )
             .tol(5e-6)
-            .matmul(choice),
+            .matmul(choice)
+            .expect_kernel("matmul_coop"),
         );
+        let name = format!("{tag}/nan-guarded-views");
+        cases.push(guarded_matmul(name, F16, 37, 36, 44).matmul(choice).expect_kernel("matmul_coop"));
     }
     let (pass, _) = run_suite_on("matmul-coop", &cases, &devices);
     if !devices.is_empty() {
@@ -143,10 +159,10 @@ fn coop_kernel_is_chosen_where_it_applies() {
 #[test]
 fn coop_configuration_is_tuned_checked_and_cached() {
     let Some(g) = gpu().filter(|g| g.capabilities().shader_f16) else { return };
-    let cache = std::env::temp_dir().join(format!("webtensor-coop-tune-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&cache);
+    let cache = std::env::temp_dir().join(format!("webtensor-coop-tune-{}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&cache);
     // only this test tunes (every other test here pins its kernel), so the variable affects nothing else
-    std::env::set_var("XDG_CACHE_HOME", &cache);
+    std::env::set_var("WEBTENSOR_TUNE_CACHE", &cache);
     let kind: BackendKind = g.capabilities().backend.parse().unwrap();
     let compile = || {
         let device = webtensor::testing::device_with_emulated_coop(kind).unwrap();
@@ -158,14 +174,14 @@ fn coop_configuration_is_tuned_checked_and_cached() {
     };
     let kernels = compile();
     assert!(kernels[0].starts_with("matmul_coop"), "{kernels:?}");
-    let text = std::fs::read_to_string(cache.join("webtensor/matmul-tuning.txt")).expect("the tuning cache");
+    let text = std::fs::read_to_string(&cache).expect("the tuning cache");
     let coop: Vec<&str> =
         text.lines().filter(|l| l.contains("[cooperative matrices emulated]") && l.contains("|f16 coop = ")).collect();
     assert_eq!(coop.len(), 1, "{text}");
     assert!(kernels[0].contains(coop[0].rsplit(" = ").next().unwrap()), "{kernels:?} vs {text}");
     // a new device reads the choice from the cache instead of tuning again
     assert_eq!(compile(), kernels);
-    let again = std::fs::read_to_string(cache.join("webtensor/matmul-tuning.txt")).unwrap();
+    let again = std::fs::read_to_string(&cache).unwrap();
     assert_eq!(again, text);
-    let _ = std::fs::remove_dir_all(&cache);
+    let _ = std::fs::remove_file(&cache);
 }

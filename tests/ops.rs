@@ -5,7 +5,7 @@
 mod common;
 
 use common::reference::{self as r, Arr};
-use common::{inp, inp_given, inp_map, run_suite, Case};
+use common::{guarded_matmul, inp, inp_given, inp_map, run_suite, Case};
 use webtensor::DType::{self, F16, F32, I32};
 use webtensor::{Graph, MatmulChoice, Result, Tensor};
 
@@ -359,6 +359,15 @@ fn matmul_kernels() {
         cases.push(
             mm_case(format!("{tag}/matvec/batch"), &[3, 1, 64], &[3, 64, 20], false, true, F32, F32).matmul(choice),
         );
+        // NaN guard borders around both operands (the kernels may run without wgpu's runtime checks)
+        for (m, k, n) in [(37, 36, 44), (1, 64, 20)] {
+            let case = guarded_matmul(format!("{tag}/nan-guarded/{m}x{k}x{n}"), F32, m, k, n).matmul(choice);
+            cases.push(match (choice, m) {
+                (MatmulChoice::Generic, _) => case,
+                (_, 1) => case.expect_kernel("matvec"),
+                _ => case.expect_kernel("matmul_tiled"),
+            });
+        }
     }
     run_suite("matmul-kernels", &cases);
 }

@@ -90,6 +90,8 @@ pub struct Case {
     pub matmul: Option<MatmulChoice>,
     /// Compile without fusion and in-place execution.
     pub no_fusion: bool,
+    /// On GPU devices, the plan must use a kernel whose name starts with this (not a fallback).
+    pub expect_kernel: Option<String>,
 }
 
 /// Default NMSE tolerance for an output dtype: 1e-7 for f32 (the threshold); for f16 outputs the
@@ -118,7 +120,13 @@ impl Case {
             tol,
             matmul: None,
             no_fusion: false,
+            expect_kernel: None,
         }
+    }
+
+    pub fn expect_kernel(mut self, prefix: &str) -> Case {
+        self.expect_kernel = Some(prefix.into());
+        self
     }
 
     pub fn matmul(mut self, choice: MatmulChoice) -> Case {
@@ -183,6 +191,12 @@ pub fn run_case(case: &Case, device: &Device) -> Outcome {
         Err(Error::Unsupported { reason, .. }) => return Outcome::Skip(reason),
         Err(e) => return Outcome::Fail(format!("compile: {e}")),
     };
+    if let (Some(prefix), false) = (&case.expect_kernel, device.is_cpu()) {
+        let kernels = plan.stats().kernels;
+        if !kernels.iter().any(|k| k.starts_with(prefix.as_str())) {
+            return Outcome::Fail(format!("expected a {prefix} kernel, the plan has {kernels:?}"));
+        }
+    }
     let feed: Vec<(Tensor, &HostTensor)> = handles.iter().copied().zip(host.iter()).collect();
     let got = match plan.run(&feed) {
         Ok(mut v) => v.remove(0),
@@ -241,4 +255,35 @@ pub fn run_suite_on(suite: &str, cases: &[Case], devices: &[Device]) -> (usize, 
     println!("{suite}: {pass} passed, {} failed, {skip} skipped ({} devices)", fails.len(), devices.len());
     assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
     (pass, skip)
+}
+
+/// `a @ b` ([m, k] @ [k, n] of `dtype`) with A and B as interior views of inputs bordered with NaN (guard
+/// regions): a kernel that reads one element outside an operand's extent, inside its buffer where wgpu's runtime
+/// checks would not stop it, turns a result NaN. The views keep the vec4 kernels' alignment (offsets and row
+/// strides multiples of 4).
+pub fn guarded_matmul(name: String, dtype: DType, m: usize, k: usize, n: usize) -> Case {
+    // A at rows 1..m+1, columns 4..k+4 of [m + 2, k + 8]; B at rows 2..k+2, columns 4..n+4 of [k + 4, n + 8]
+    let bordered = |rows: usize, cols: usize, r0: usize, seed: u64| {
+        let (r, c) = (rows + 2 * r0, cols + 8);
+        let inside = |i: usize| (r0..r0 + rows).contains(&(i / c)) && (4..4 + cols).contains(&(i % c));
+        let v = (0..r * c).map(|i| if inside(i) { u(i, seed) } else { f64::NAN }).collect();
+        inp_given(dtype, &[r, c], v)
+    };
+    Case::new(
+        name,
+        vec![bordered(m, k, 1, 1), bordered(k, n, 2, 2)],
+        move |g, x| {
+            let a = g.slice(x[0], 0, 1, m + 1)?;
+            let a = g.slice(a, 1, 4, k + 4)?;
+            let b = g.slice(x[1], 0, 2, k + 2)?;
+            let b = g.slice(b, 1, 4, n + 4)?;
+            g.matmul(a, b)
+        },
+        move |x| {
+            let a = x[0].slice(0, 1, m + 1).slice(1, 4, k + 4);
+            let b = x[1].slice(0, 2, k + 2).slice(1, 4, n + 4);
+            reference::matmul(&a, &b)
+        },
+    )
+    .tol(if dtype == DType::F16 { 5e-6 } else { 1e-7 })
 }

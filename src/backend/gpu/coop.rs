@@ -9,7 +9,7 @@ use super::kernels::{render, KernelKey, KernelKind};
 /// `sm × sn` accumulator fragments of `frag × frag` elements; K advances `bk` elements per step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CoopConfig {
-    /// Fragment size in elements (16 for `coop_mat16x16`, 8 for `coop_mat8x8`).
+    /// Fragment size in elements (16 for `coop_mat16x16`; the template also takes 8, `coop_mat8x8`).
     pub frag: u32,
     pub wm: u32,
     pub wn: u32,
@@ -18,14 +18,13 @@ pub struct CoopConfig {
     pub bk: u32,
 }
 
-/// Every cooperative-matrix configuration the tuner may choose from.
-pub const COOP_CONFIGS: [CoopConfig; 6] = [
+/// Every cooperative-matrix configuration the tuner may choose from. All use 16×16×16 fragments: the only
+/// adapters offering 8×8×8 f16 → f32 (Metal) have variable subgroup sizes, which the kernel cannot use.
+pub const COOP_CONFIGS: [CoopConfig; 4] = [
     CoopConfig { frag: 16, wm: 2, wn: 2, sm: 2, sn: 2, bk: 32 },
     CoopConfig { frag: 16, wm: 2, wn: 2, sm: 4, sn: 2, bk: 32 },
     CoopConfig { frag: 16, wm: 2, wn: 2, sm: 4, sn: 4, bk: 32 },
     CoopConfig { frag: 16, wm: 2, wn: 4, sm: 4, sn: 2, bk: 32 },
-    CoopConfig { frag: 8, wm: 2, wn: 2, sm: 4, sn: 4, bk: 32 },
-    CoopConfig { frag: 8, wm: 2, wn: 2, sm: 2, sn: 2, bk: 16 },
 ];
 
 impl CoopConfig {
@@ -268,9 +267,15 @@ mod tests {
             assert_eq!((c.bm() * c.bk / 4) % inv, 0, "{}: A loads", c.name());
             assert_eq!((c.bn() * c.bk / 4) % inv, 0, "{}: B loads", c.name());
             assert_eq!(c.bk % c.frag, 0, "{}: K step", c.name());
-            // padded rows keep every fragment pointer 16-byte aligned
-            assert_eq!(((c.bk + 8) * 2) % 16, 0);
-            assert_eq!(((c.bm() + 8) * 2) % 16, 0);
+            // padded rows and fragment offsets keep every cooperative load's pointer and stride 16-byte aligned
+            // (Vulkan: the lesser of 16 bytes and one row), in all four layouts; the f32 scratch too
+            assert_eq!(c.frag % 8, 0);
+            for (a, b) in [(true, true), (true, false), (false, true), (false, false)] {
+                let (sa, sb) = c.strides(a, b);
+                assert_eq!((sa * 2) % 16, 0, "{}: A stride {sa}", c.name());
+                assert_eq!((sb * 2) % 16, 0, "{}: B stride {sb}", c.name());
+            }
+            assert_eq!((c.frag * c.frag * 4) % 16, 0);
         }
         let names: std::collections::HashSet<String> = COOP_CONFIGS.iter().map(|c| c.name()).collect();
         assert_eq!(names.len(), COOP_CONFIGS.len(), "names are unique");

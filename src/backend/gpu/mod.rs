@@ -19,19 +19,24 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Environment variable: `off` builds the matmul kernels without wgpu's runtime shader checks (natively; the
-/// browser always keeps them). wgpu clamps every array index and bounds every loop by default; on tensor-core
-/// kernels that costs a lot (3.5× on an H200, `shared/examples`). The matmul kernels are in bounds by
-/// construction, but the checks are the safety net if that reasoning has a hole, so they stay on by default.
+/// Environment variable: whether the matmul kernels keep wgpu's runtime shader checks, `on` or `off`. wgpu clamps
+/// every array index and bounds every loop by default; on tensor-core kernels that costs 3.5× (an H200,
+/// `shared/examples`). The matmul kernels are in bounds by construction (every global access is guarded against
+/// the operand's own extent, every workgroup and private index is bounded by tile constants, every loop ends),
+/// which tests with NaN guard borders check. Default: `off` on Vulkan, where the driver's robustBufferAccess
+/// (which wgpu enables) still confines buffer accesses; `on` elsewhere. Browsers always check.
 pub const SHADER_CHECKS_ENV: &str = "WEBTENSOR_SHADER_CHECKS";
 
-/// Whether the matmul kernels keep wgpu's runtime checks (see [`SHADER_CHECKS_ENV`]).
-fn shader_checks() -> bool {
+/// Whether the matmul kernels keep wgpu's runtime checks on a device of `backend` (see [`SHADER_CHECKS_ENV`]).
+fn shader_checks(backend: &str) -> bool {
     #[cfg(not(target_arch = "wasm32"))]
-    if std::env::var(SHADER_CHECKS_ENV).as_deref() == Ok("off") {
-        return false;
+    match std::env::var(SHADER_CHECKS_ENV).as_deref() {
+        Ok("off") => return false,
+        Ok("on") => return true,
+        Ok(v) if !v.is_empty() => log::warn!("webtensor: {SHADER_CHECKS_ENV}={v} is neither on nor off; ignored"),
+        _ => {}
     }
-    true
+    backend != "vulkan"
 }
 
 /// A wgpu device and everything shared by the plans compiled for it.
@@ -48,7 +53,7 @@ pub(crate) struct GpuBackend {
     serial: Option<parking_lot::ReentrantMutex<()>>,
     /// The matmul kernels chosen for this device (tuned on first use), once known.
     matmul: Mutex<Option<matmul::MatmulKernels>>,
-    /// Fragment size of the f16 → f32 cooperative-matrix shape the device was created with (16 or 8), if any.
+    /// Fragment size of the f16 → f32 cooperative-matrix shape the device was created with (16), if any.
     coop_frag: Option<u32>,
     /// Cooperative matrices are emulated in plain WGSL (see [`GpuBackend::with_emulated_coop`]).
     coop_emulated: bool,
@@ -126,7 +131,7 @@ fn instance(backends: wgpu::Backends) -> wgpu::Instance {
     wgpu::Instance::new(desc)
 }
 
-/// The fragment size (16, else 8) of a square f16 × f16 → f32 cooperative-matrix shape the adapter offers, when
+/// 16 when the adapter offers the 16×16×16 f16 × f16 → f32 cooperative-matrix shape (see `COOP_CONFIGS`), when
 /// it has EXPERIMENTAL_COOPERATIVE_MATRIX, SHADER_F16 and subgroups of exactly 32 invocations (which
 /// `matmul_coop.wgsl` assumes).
 #[cfg(not(target_arch = "wasm32"))]
@@ -144,7 +149,7 @@ fn coop_fragment(adapter: &wgpu::Adapter, caps: &Capabilities) -> Option<u32> {
             .iter()
             .any(|p| p.m_size == n && p.n_size == n && p.k_size == n && p.ab_type == T::F16 && p.cr_type == T::F32)
     };
-    [16, 8].into_iter().find(|&n| has(n))
+    has(16).then_some(16)
 }
 
 /// The message of a caught panic (wgpu's).
@@ -273,7 +278,7 @@ impl GpuBackend {
             });
         }
         let checks = !(key.kind.matmul_tile().is_some() || matches!(key.kind, kernels::KernelKind::MatVec { .. }))
-            || shader_checks();
+            || shader_checks(&self.caps.backend);
         let p = Arc::new(self.create_pipeline_with(&key.wgsl(), &format!("{:?}", key.kind), checks).await?);
         self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), p.clone());
         Ok(p)
@@ -302,7 +307,7 @@ impl GpuBackend {
             let module = if checks || cfg!(target_arch = "wasm32") {
                 self.device.create_shader_module(desc)
             } else {
-                // SAFETY: only the matmul kernels come here (`pipeline`), and only when the user opted in. Every
+                // SAFETY: only the matmul kernels come here (`pipeline`), on Vulkan or when the user opted in. Every
                 // global access of theirs is guarded by an explicit `row < M && col < N`-style test against the
                 // operand's own layout (whose extent the plan bound), every workgroup and private array index is
                 // bounded by compile-time tile constants, and every loop runs to K or a constant.

@@ -1,9 +1,12 @@
-//! Per-device choice of the matmul tile configurations (native only): each candidate that fits the device runs
-//! a 512³ matmul (f32 for the tiled kernel; f16 for the cooperative-matrix kernel, on adapters that have it), is
-//! checked against the CPU backend (NMSE ≤ 1e-7 for f32, 1e-5 for f16; a candidate that fails is never used),
-//! and is timed (best of 3 runs, wall clock around submit and readback). The fastest wins. The result is cached
+//! Per-device choice of the matmul tile configurations (native only): each candidate that fits the device is
+//! checked against the CPU backend in all four operand layouts at an off-tile size and on the timed problem
+//! (f32 for the tiled kernel; f16 for the cooperative-matrix kernel, on adapters that have it; NMSE ≤ 1e-7 for
+//! f32, 1e-5 for f16; a candidate that fails anywhere is never used), then timed on 1024³ (256³ on software
+//! adapters): best of 3 runs of a plan of 8 matmuls less a plan of one, so that uploads and readbacks cancel.
+//! The fastest wins. The result is cached
 //! in memory per device and on disk per adapter and driver, in `$XDG_CACHE_HOME/webtensor/matmul-tuning.txt`
-//! (or `~/.cache/...`); `WEBTENSOR_TUNE_CACHE=off` disables the file, `WEBTENSOR_MATMUL` skips tuning.
+//! (or `~/.cache/...`); `WEBTENSOR_TUNE_CACHE=off` disables the file, `WEBTENSOR_TUNE_CACHE=PATH` puts it
+//! elsewhere, `WEBTENSOR_MATMUL` skips tuning.
 
 use super::matmul::MatmulChoice::{self, Coop, Generic, Tiled};
 use super::matmul::{MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
@@ -17,8 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn cache_file() -> Option<PathBuf> {
-    if std::env::var("WEBTENSOR_TUNE_CACHE").as_deref() == Ok("off") {
-        return None;
+    match std::env::var("WEBTENSOR_TUNE_CACHE") {
+        Ok(v) if v == "off" => return None,
+        Ok(v) if !v.is_empty() => return Some(PathBuf::from(v)),
+        _ => {}
     }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
@@ -49,39 +54,129 @@ fn store(key: &str, choice: &str) {
     let _ = std::fs::write(&path, text);
 }
 
-/// An n³ matmul of `dtype` with its CPU-backend answer, for checking and timing candidates.
-struct Problem {
+/// One graph a candidate runs: `a @ b` summed `reps` times (each a dispatch of its own), with A stored [k, m] and
+/// viewed through `t()` when `ta` (B likewise [n, k] when `tb`), and the CPU backend's answer when `checked`.
+struct Check {
     graph: Graph,
     out: crate::Tensor,
     inputs: Vec<(usize, HostTensor)>,
-    want: Vec<f64>,
+    want: Option<Vec<f64>>,
+}
+
+impl Check {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        dtype: DType,
+        m: usize,
+        k: usize,
+        n: usize,
+        ta: bool,
+        tb: bool,
+        reps: usize,
+        checked: bool,
+    ) -> Result<Check> {
+        let gen = |shape: [usize; 2], seed: u32| -> Result<HostTensor> {
+            let v = (0..(shape[0] * shape[1]) as u32)
+                .map(|i| ((i.wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2001) as f32 / 1000.0 - 1.0);
+            let data = match dtype {
+                DType::F16 => crate::Data::F16(v.map(half::f16::from_f32).collect()),
+                _ => crate::Data::F32(v.collect()),
+            };
+            HostTensor::new(&shape, data)
+        };
+        let (sa, sb) = (if ta { [k, m] } else { [m, k] }, if tb { [n, k] } else { [k, n] });
+        let mut g = Graph::new();
+        let (a_in, b_in) = (g.input("a", dtype, &sa)?, g.input("b", dtype, &sb)?);
+        let a = if ta { g.t(a_in)? } else { a_in };
+        let b = if tb { g.t(b_in)? } else { b_in };
+        let mut c = g.matmul(a, b)?;
+        for _ in 1..reps {
+            let d = g.matmul(a, b)?;
+            c = g.add(c, d)?;
+        }
+        let (av, bv) = (gen(sa, 1)?, gen(sb, 2)?);
+        let want = if checked {
+            Some(Device::cpu().compile(&g, &[c])?.run(&[(a_in, &av), (b_in, &bv)])?.remove(0).data.to_f64())
+        } else {
+            None
+        };
+        Ok(Check { graph: g, out: c, inputs: vec![(a_in.index(), av), (b_in.index(), bv)], want })
+    }
+
+    /// The plan pinned to `choice`, if it builds and uses a kernel named `kernel…` (outputs NaN-filled before
+    /// each run when `poison`, for checking; not for timing).
+    async fn plan(
+        &self,
+        gpu: &Arc<GpuBackend>,
+        choice: MatmulChoice,
+        kernel: &str,
+        poison: bool,
+    ) -> Result<Option<GpuPlan>> {
+        let key = device_key(gpu);
+        let options = CompileOptions { poison, matmul: Some(choice), ..Default::default() };
+        let plan = match GpuPlan::new(gpu.clone(), Program::new(&self.graph, &[self.out])?, &options).await {
+            Ok(p) => p,
+            Err(e) => {
+                gpu.check_alive("matmul tuning")?; // a lost device is not a verdict on the configuration
+                log::warn!("webtensor: matmul config {} does not build on {key}: {e}", choice.name());
+                return Ok(None);
+            }
+        };
+        if !plan.stats().kernels.iter().all(|k| k.starts_with(kernel)) {
+            log::warn!("webtensor: matmul config {} is not used on {key}: {:?}", choice.name(), plan.stats().kernels);
+            return Ok(None);
+        }
+        Ok(Some(plan))
+    }
+
+    /// Runs `plan` once; whether its answer matches the CPU backend's (NMSE ≤ `tolerance`, and no NaN).
+    async fn passes(&self, plan: &mut GpuPlan, tolerance: f64) -> Result<bool> {
+        let ids: Vec<(usize, &HostTensor)> = self.inputs.iter().map(|(i, t)| (*i, t)).collect();
+        let got = plan.run(&ids).await?.remove(0).data.to_f64();
+        let Some(want) = &self.want else { return Ok(true) };
+        let err: f64 =
+            got.iter().zip(want).map(|(x, y)| (x - y) * (x - y)).sum::<f64>() / want.iter().map(|y| y * y).sum::<f64>();
+        Ok(!err.is_nan() && err <= tolerance)
+    }
+
+    /// Best of 3 runs of `plan`, wall clock around upload, submit and readback.
+    async fn time(&self, plan: &mut GpuPlan) -> Result<Duration> {
+        let ids: Vec<(usize, &HostTensor)> = self.inputs.iter().map(|(i, t)| (*i, t)).collect();
+        let mut t = Duration::MAX;
+        for _ in 0..3 {
+            let start = Instant::now();
+            plan.run(&ids).await?;
+            t = t.min(start.elapsed());
+        }
+        Ok(t)
+    }
+}
+
+/// What each candidate must get right, and the problem it is timed on.
+struct Problem {
+    /// `a @ b` in all four operand layouts at a size that is no multiple of any tile (132 × 100 × 136).
+    layouts: Vec<Check>,
+    /// One n³ matmul, checked, then timed.
+    single: Check,
+    /// `reps` n³ matmuls in one plan: the time per matmul is the difference to `single` over reps - 1, so that
+    /// the upload and readback (which dominate n³ on a fast GPU) cancel out. None on software adapters.
+    repeated: Option<(Check, usize)>,
 }
 
 impl Problem {
-    fn new(dtype: DType, size: usize) -> Result<Problem> {
-        let (m, k, n) = (size, size, size);
-        let mut g = Graph::new();
-        let a = g.input("a", dtype, &[m, k])?;
-        let b = g.input("b", dtype, &[k, n])?;
-        let c = g.matmul(a, b)?;
-        let gen = |len: usize, seed: u32| -> Vec<f32> {
-            (0..len as u32)
-                .map(|i| ((i.wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2001) as f32 / 1000.0 - 1.0)
-                .collect()
-        };
-        let cast = |v: Vec<f32>| match dtype {
-            DType::F16 => crate::Data::F16(v.into_iter().map(half::f16::from_f32).collect()),
-            _ => crate::Data::F32(v),
-        };
-        let av = HostTensor::new(&[m, k], cast(gen(m * k, 1)))?;
-        let bv = HostTensor::new(&[k, n], cast(gen(k * n, 2)))?;
-        let want = Device::cpu().compile(&g, &[c])?.run(&[(a, &av), (b, &bv)])?.remove(0).data.to_f64();
-        Ok(Problem { graph: g, out: c, inputs: vec![(a.index(), av), (b.index(), bv)], want })
+    fn new(dtype: DType, size: usize, reps: usize) -> Result<Problem> {
+        let layouts = [(false, false), (false, true), (true, false), (true, true)]
+            .into_iter()
+            .map(|(ta, tb)| Check::new(dtype, 132, 100, 136, ta, tb, 1, true))
+            .collect::<Result<_>>()?;
+        let single = Check::new(dtype, size, size, size, false, false, 1, true)?;
+        let repeated =
+            if reps > 1 { Some((Check::new(dtype, size, size, size, false, false, reps, false)?, reps)) } else { None };
+        Ok(Problem { layouts, single, repeated })
     }
 
-    /// Builds the plan pinned to `choice`, checks that it uses a kernel named `kernel…` and that its answer
-    /// matches the CPU backend's (NMSE ≤ `tolerance`), and times it (best of 3 runs, wall clock around submit
-    /// and readback). `Ok(None)`: the candidate does not build, is not used, or is wrong — it is never used.
+    /// Checks `choice` (it must build, be used, and match the CPU backend on every check, NMSE ≤ `tolerance`)
+    /// and times it. `Ok(None)`: the candidate fails somewhere, and is never used.
     async fn time(
         &self,
         gpu: &Arc<GpuBackend>,
@@ -90,35 +185,29 @@ impl Problem {
         tolerance: f64,
     ) -> Result<Option<Duration>> {
         let key = device_key(gpu);
-        let options = CompileOptions { poison: true, matmul: Some(choice), ..Default::default() };
-        let mut plan = match GpuPlan::new(gpu.clone(), Program::new(&self.graph, &[self.out])?, &options).await {
-            Ok(p) => p,
-            Err(e) => {
-                gpu.check_alive("matmul tuning")?; // a lost device is not a verdict on the configuration
-                log::warn!("webtensor: matmul config {} does not build on {key}: {e}", choice.name());
+        for (i, check) in self.layouts.iter().chain([&self.single]).enumerate() {
+            let Some(mut plan) = check.plan(gpu, choice, kernel, true).await? else { return Ok(None) };
+            if !check.passes(&mut plan, tolerance).await? {
+                log::warn!("webtensor: matmul config {} is wrong on {key} (check {i}); never used", choice.name());
                 return Ok(None);
             }
+        }
+        let Some(mut plan) = self.single.plan(gpu, choice, kernel, false).await? else { return Ok(None) };
+        let single = self.single.time(&mut plan).await?;
+        let t = match &self.repeated {
+            None => single,
+            Some((check, reps)) => {
+                let Some(mut plan) = check.plan(gpu, choice, kernel, false).await? else { return Ok(None) };
+                let all = check.time(&mut plan).await?;
+                let per = all.saturating_sub(single) / (*reps as u32 - 1);
+                if per.is_zero() {
+                    all / *reps as u32
+                } else {
+                    per
+                }
+            }
         };
-        if !plan.stats().kernels.iter().any(|k| k.starts_with(kernel)) {
-            log::warn!("webtensor: matmul config {} is not used on {key}: {:?}", choice.name(), plan.stats().kernels);
-            return Ok(None);
-        }
-        let ids: Vec<(usize, &HostTensor)> = self.inputs.iter().map(|(i, t)| (*i, t)).collect();
-        let got = plan.run(&ids).await?.remove(0).data.to_f64();
-        let want = &self.want;
-        let err: f64 =
-            got.iter().zip(want).map(|(x, y)| (x - y) * (x - y)).sum::<f64>() / want.iter().map(|y| y * y).sum::<f64>();
-        if err.is_nan() || err > tolerance {
-            log::warn!("webtensor: matmul config {} is wrong on {key} (NMSE {err:.2e}); never used", choice.name());
-            return Ok(None);
-        }
-        let mut t = Duration::MAX;
-        for _ in 0..3 {
-            let start = Instant::now();
-            plan.run(&ids).await?;
-            t = t.min(start.elapsed());
-        }
-        let n = self.inputs[0].1.shape[0];
+        let n = self.single.inputs[0].1.shape[0];
         log::info!("webtensor: matmul config {} on {key}: {:.3} ms for {n}³", choice.name(), t.as_secs_f64() * 1e3);
         Ok(Some(t))
     }
@@ -143,6 +232,16 @@ async fn fastest(
     Ok(best.map(|(_, c)| c))
 }
 
+/// The timed problem's size n (n³) and repetitions: 1024 × 8 on a GPU, 256 × 1 on a software adapter (where
+/// the choice hardly matters and time does).
+fn problem_size(gpu: &GpuBackend) -> (usize, usize) {
+    if gpu.caps.device_type == "Cpu" {
+        (256, 1)
+    } else {
+        (1024, 8)
+    }
+}
+
 /// Chooses the matmul kernels for `gpu` (see the module docs).
 pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
     let key = device_key(gpu);
@@ -155,9 +254,9 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
         None => {
             let max_shared = gpu.caps.max_workgroup_storage_bytes;
             let candidates = TILE_CONFIGS.iter().filter(|c| c.shared_bytes() <= max_shared).map(|&c| Tiled(c));
-            let c = fastest(gpu, &Problem::new(DType::F32, 512)?, candidates, "matmul_tiled", 1e-7)
-                .await?
-                .unwrap_or(Generic);
+            let (size, reps) = problem_size(gpu);
+            let problem = Problem::new(DType::F32, size, reps)?;
+            let c = fastest(gpu, &problem, candidates, "matmul_tiled", 1e-7).await?.unwrap_or(Generic);
             log::info!("webtensor: matmul kernel for {key}: {}", c.name());
             store(&key, &c.name());
             c
@@ -173,8 +272,9 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
                     COOP_CONFIGS.iter().filter(|c| c.frag == frag && c.shared_bytes() <= max_shared).map(|&c| Coop(c));
                 // f16 inputs and output, f32 accumulation on both sides: the answers differ by f16 roundings.
                 // An emulated device (tests) is checked on a smaller problem: its timings mean nothing.
-                let size = if gpu.coop_emulated { 128 } else { 512 };
-                let c = fastest(gpu, &Problem::new(DType::F16, size)?, candidates, "matmul_coop", 1e-5).await?;
+                let (size, reps) = if gpu.coop_emulated { (128, 1) } else { problem_size(gpu) };
+                let problem = Problem::new(DType::F16, size, reps)?;
+                let c = fastest(gpu, &problem, candidates, "matmul_coop", 1e-5).await?;
                 let name = c.map_or("none".to_string(), |c| c.name());
                 log::info!("webtensor: f16 cooperative-matrix kernel for {key}: {name}");
                 store(&coop_key, &name);
