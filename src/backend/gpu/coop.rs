@@ -11,10 +11,15 @@ use super::kernels::{render, KernelKey, KernelKind};
 pub struct CoopConfig {
     /// Fragment size in elements (16 for `coop_mat16x16`; the template also takes 8, `coop_mat8x8`).
     pub frag: u32,
+    /// Subgroups along M (rows of the block).
     pub wm: u32,
+    /// Subgroups along N (columns of the block).
     pub wn: u32,
+    /// Accumulator fragments per subgroup along M.
     pub sm: u32,
+    /// Accumulator fragments per subgroup along N.
     pub sn: u32,
+    /// K elements staged per step (a multiple of `frag`).
     pub bk: u32,
 }
 

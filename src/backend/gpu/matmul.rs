@@ -27,8 +27,11 @@ pub const MATMUL_ENV: &str = "WEBTENSOR_MATMUL";
 /// A tile shape of `matmul_tiled.wgsl`: TM = 64·rm rows, TN = 64·rn columns, K steps of bk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TileConfig {
+    /// Row blocks of 64: the tile has TM = 64·rm rows.
     pub rm: u32,
+    /// Column blocks of 64: the tile has TN = 64·rn columns.
     pub rn: u32,
+    /// K elements staged in workgroup memory per step.
     pub bk: u32,
 }
 
