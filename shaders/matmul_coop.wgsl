@@ -10,7 +10,7 @@
 // size of 32 and the F x F x F f16 -> f32 cooperative-matrix shape on the adapter.
 // Tile: a workgroup of WM x WN subgroups computes BM = WM*SM*F rows by BN = WN*SN*F columns; each subgroup owns
 // SM x SN accumulator fragments. A and B blocks are staged in workgroup memory (rows padded by 8 halves), with
-// edges zero-filled, so any M, N, K meeting the preconditions works. Each accumulator goes through a per-subgroup
+// edges zero-filled and the next K step's blocks loaded into registers while the current one is multiplied, so any M, N, K meeting the preconditions works. Each accumulator goes through a per-subgroup
 // f32 scratch fragment to the epilogue and the bounds-checked store. Dispatch: (ceil(N/BN), ceil(M/BM), batches).
 // CPU reference: backend/cpu_matmul.rs.
 {{BINDINGS}}
@@ -59,16 +59,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let sr = (sg / WN) * SM * F; // this subgroup's first row and column within the block
     let sc = (sg % WN) * SN * F;
 {{ACC_DECL}}
+    // the next K step's A and B, loaded from global memory while the current step is multiplied
+    var ra: array<vec4<f16>, A_LOADS>;
+    var rb: array<vec4<f16>, B_LOADS>;
+    {
+        let kf = 0u;
+{{FETCH}}
+    }
     for (var k0 = 0u; k0 < K; k0 = k0 + BK) {
         for (var l = 0u; l < A_LOADS; l = l + 1u) {
             let e = lid + l * INV;
-{{LOAD_A}}
+{{PUT_A}}
         }
         for (var l = 0u; l < B_LOADS; l = l + 1u) {
             let e = lid + l * INV;
-{{LOAD_B}}
+{{PUT_B}}
         }
         workgroupBarrier();
+        let kf = k0 + BK;
+        if (kf < K) {
+{{FETCH}}
+        }
         for (var kk = 0u; kk < BK; kk = kk + F) {
 {{MMA}}
         }

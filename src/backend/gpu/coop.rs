@@ -131,52 +131,42 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> String {
             );
         }
     }
-    let stage = |put: &str, outer: &str, outer_len: &str, cond: &str, at: &str| {
+    // Staging of A and B in three pieces: the index of vec4 `e` of a block (`outer` row, `q` column of the
+    // staged layout), the global load into registers for the K step starting at `kf` (zero outside the operand),
+    // and the store from registers into workgroup memory.
+    let index = |outer: &str, outer_len: &str| {
+        format!("let {outer} = e / ({outer_len} / 4u);\n{i}let q = (e % ({outer_len} / 4u)) * 4u;", i = ind(12))
+    };
+    let (a_outer, a_len, a_cond, a_at) = if a_kcontig {
+        ("r", "BK", "row0 + r < M && kf + q < K", "a_base + (row0 + r) * sa.z + kf + q")
+    } else {
+        ("k", "BM", "row0 + q < M && kf + k < K", "a_base + (kf + k) * sa.w + row0 + q")
+    };
+    let (b_outer, b_len, b_cond, b_at) = if b_ncontig {
+        ("k", "BN", "col0 + q < N && kf + k < K", "b_base + (kf + k) * sb.z + col0 + q")
+    } else {
+        ("n", "BK", "col0 + n < N && kf + q < K", "b_base + (col0 + n) * sb.w + kf + q")
+    };
+    let fetch_one = |reg: &str, loads: &str, outer: &str, len: &str, cond: &str, at: &str, x: &str| {
         format!(
-            "{i}let {outer} = e / ({outer_len} / 4u);
-{i}let q = (e % ({outer_len} / 4u)) * 4u;
-{i}var v = vec4<f16>();
-{i}if ({cond}) {{
-{i}    v = {at};
+            "{i}for (var l = 0u; l < {loads}; l = l + 1u) {{
+{j}let e = lid + l * INV;
+{j}{idx}
+{j}{reg}[l] = vec4<f16>();
+{j}if ({cond}) {{
+{j}    {reg}[l] = ld4h_{x}_in({at});
+{j}}}
 {i}}}
-{i}{put}",
-            i = ind(12)
+",
+            i = ind(12),
+            j = ind(16),
+            idx = index(outer, len).replace(&ind(12), &ind(16)),
         )
     };
-    let load_a = if a_kcontig {
-        stage(
-            "put_a(r * SA + q, v);",
-            "r",
-            "BK",
-            "row0 + r < M && k0 + q < K",
-            "ld4h_a_in(a_base + (row0 + r) * sa.z + k0 + q)",
-        )
-    } else {
-        stage(
-            "put_a(k * SA + q, v);",
-            "k",
-            "BM",
-            "row0 + q < M && k0 + k < K",
-            "ld4h_a_in(a_base + (k0 + k) * sa.w + row0 + q)",
-        )
-    };
-    let load_b = if b_ncontig {
-        stage(
-            "put_b(k * SB + q, v);",
-            "k",
-            "BN",
-            "col0 + q < N && k0 + k < K",
-            "ld4h_b_in(b_base + (k0 + k) * sb.z + col0 + q)",
-        )
-    } else {
-        stage(
-            "put_b(n * SB + q, v);",
-            "n",
-            "BK",
-            "col0 + n < N && k0 + q < K",
-            "ld4h_b_in(b_base + (col0 + n) * sb.w + k0 + q)",
-        )
-    };
+    let fetch = fetch_one("ra", "A_LOADS", a_outer, a_len, a_cond, a_at, "a")
+        + &fetch_one("rb", "B_LOADS", b_outer, b_len, b_cond, b_at, "b");
+    let put_a = format!("{i}{}\n{i}put_a({a_outer} * SA + q, ra[l]);", index(a_outer, a_len), i = ind(12));
+    let put_b = format!("{i}{}\n{i}put_b({b_outer} * SB + q, rb[l]);", index(b_outer, b_len), i = ind(12));
     let a_shared = if a_kcontig { cfg.bm() * sa } else { cfg.bk * sa };
     let b_shared = if b_ncontig { cfg.bk * sb } else { cfg.bn() * sb };
     let (subgroup_args, subgroup_lets, emulation) = if emulated {
@@ -206,8 +196,9 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> String {
             ("B_SHARED", b_shared.to_string()),
             ("C_SHARED", (cfg.wm * cfg.wn * f * f).to_string()),
             ("ACC_DECL", acc),
-            ("LOAD_A", load_a),
-            ("LOAD_B", load_b),
+            ("FETCH", fetch),
+            ("PUT_A", put_a),
+            ("PUT_B", put_b),
             ("MMA", mma),
             ("STORE", store),
             ("SUBGROUP_ARGS", subgroup_args),
