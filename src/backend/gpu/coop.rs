@@ -80,7 +80,7 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> String {
     // one cooperative-matrix load: `what` = `a` or `b`, row-major (`coopLoadT`) or column-major (`coopLoad`)
     let load = |what: &str, row_major: bool, at: String, stride: &str| {
         if emulated {
-            format!("emu_load_{what}(({at}), {stride}, {row_major})")
+            format!("emu_load(({at}), {stride}, {row_major})")
         } else {
             let t = if row_major { "T" } else { "" };
             format!("coopLoad{t}<coop_mat{f}x{f}<f16, {}>>(&{what}_s[{at}], {stride})", what.to_uppercase())
@@ -134,8 +134,8 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> String {
     // Staging of A and B in three pieces: the index of vec4 `e` of a block (`outer` row, `q` column of the
     // staged layout), the global load into registers for the K step starting at `kf` (zero outside the operand),
     // and the store from registers into workgroup memory.
-    let index = |outer: &str, outer_len: &str| {
-        format!("let {outer} = e / ({outer_len} / 4u);\n{i}let q = (e % ({outer_len} / 4u)) * 4u;", i = ind(12))
+    let index = |outer: &str, outer_len: &str, indent: usize| {
+        format!("let {outer} = e / ({outer_len} / 4u);\n{i}let q = (e % ({outer_len} / 4u)) * 4u;", i = ind(indent))
     };
     let (a_outer, a_len, a_cond, a_at) = if a_kcontig {
         ("r", "BK", "row0 + r < M && kf + q < K", "a_base + (row0 + r) * sa.z + kf + q")
@@ -160,13 +160,13 @@ pub(crate) fn wgsl(key: &KernelKey, bindings: String) -> String {
 ",
             i = ind(12),
             j = ind(16),
-            idx = index(outer, len).replace(&ind(12), &ind(16)),
+            idx = index(outer, len, 16),
         )
     };
     let fetch = fetch_one("ra", "A_LOADS", a_outer, a_len, a_cond, a_at, "a")
         + &fetch_one("rb", "B_LOADS", b_outer, b_len, b_cond, b_at, "b");
-    let put_a = format!("{i}{}\n{i}put_a({a_outer} * SA + q, ra[l]);", index(a_outer, a_len), i = ind(12));
-    let put_b = format!("{i}{}\n{i}put_b({b_outer} * SB + q, rb[l]);", index(b_outer, b_len), i = ind(12));
+    let put_a = format!("{i}{}\n{i}put_a({a_outer} * SA + q, ra[l]);", index(a_outer, a_len, 12), i = ind(12));
+    let put_b = format!("{i}{}\n{i}put_b({b_outer} * SB + q, rb[l]);", index(b_outer, b_len, 12), i = ind(12));
     let a_shared = if a_kcontig { cfg.bm() * sa } else { cfg.bk * sa };
     let b_shared = if b_ncontig { cfg.bk * sb } else { cfg.bn() * sb };
     let (subgroup_args, subgroup_lets, emulation) = if emulated {
@@ -220,11 +220,7 @@ struct EmuFrag {
     row_major: bool,
 }
 
-fn emu_load_a(at: u32, stride: u32, row_major: bool) -> EmuFrag {
-    return EmuFrag(at, stride, row_major);
-}
-
-fn emu_load_b(at: u32, stride: u32, row_major: bool) -> EmuFrag {
+fn emu_load(at: u32, stride: u32, row_major: bool) -> EmuFrag {
     return EmuFrag(at, stride, row_major);
 }
 

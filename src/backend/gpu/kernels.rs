@@ -112,6 +112,11 @@ impl KernelKind {
         }
     }
 
+    /// A matmul kernel of any kind (generic, tiled, cooperative-matrix, mat-vec).
+    pub fn is_matmul(&self) -> bool {
+        self.matmul_tile().is_some() || matches!(self, KernelKind::MatVec { .. })
+    }
+
     /// Output rows and columns one workgroup of a 2-D matmul kernel covers (None for other kernels).
     pub fn matmul_tile(&self) -> Option<(u64, u64)> {
         match self {

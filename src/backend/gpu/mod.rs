@@ -277,8 +277,7 @@ impl GpuBackend {
                 reason: "f16 tensors need the SHADER_F16 feature, which this adapter lacks".into(),
             });
         }
-        let checks = !(key.kind.matmul_tile().is_some() || matches!(key.kind, kernels::KernelKind::MatVec { .. }))
-            || shader_checks(&self.caps.backend);
+        let checks = !key.kind.is_matmul() || shader_checks(&self.caps.backend);
         let p = Arc::new(self.create_pipeline_with(&key.wgsl(), &format!("{:?}", key.kind), checks).await?);
         self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), p.clone());
         Ok(p)

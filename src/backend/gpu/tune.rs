@@ -9,7 +9,7 @@
 //! elsewhere, `WEBTENSOR_MATMUL` skips tuning.
 
 use super::matmul::MatmulChoice::{self, Coop, Generic, Tiled};
-use super::matmul::{MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
+use super::matmul::{CoopConfig, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
 use super::plan::GpuPlan;
 use super::GpuBackend;
 use crate::backend::{CompileOptions, Executable};
@@ -242,6 +242,14 @@ fn problem_size(gpu: &GpuBackend) -> (usize, usize) {
     }
 }
 
+/// The configuration of a [`MatmulChoice::Coop`].
+fn coop_config(c: MatmulChoice) -> Option<CoopConfig> {
+    match c {
+        Coop(cfg) => Some(cfg),
+        _ => None,
+    }
+}
+
 /// Chooses the matmul kernels for `gpu` (see the module docs).
 pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
     let key = device_key(gpu);
@@ -265,7 +273,7 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
     let coop = match gpu.coop_frag {
         None => None,
         Some(frag) => match cached_line(&coop_key) {
-            Some(v) => v.parse::<MatmulChoice>().ok().and_then(|c| if let Coop(c) = c { Some(c) } else { None }),
+            Some(v) => v.parse::<MatmulChoice>().ok().and_then(coop_config),
             None => {
                 let max_shared = gpu.caps.max_workgroup_storage_bytes;
                 let candidates =
@@ -278,7 +286,7 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
                 let name = c.map_or("none".to_string(), |c| c.name());
                 log::info!("webtensor: f16 cooperative-matrix kernel for {key}: {name}");
                 store(&coop_key, &name);
-                c.and_then(|c| if let Coop(c) = c { Some(c) } else { None })
+                c.and_then(coop_config)
             }
         },
     };
