@@ -77,7 +77,7 @@ mod native {
             Ok(d) if !d.is_cpu() => {
                 let c = d.capabilities();
                 eprintln!("webtensor bench: GPU {} [{}, {}]", c.name, c.backend, c.device_type);
-                out.push((c.backend.clone(), d.clone(), c.device_type == "Cpu"));
+                out.push((c.backend.name().to_string(), d.clone(), c.device_type == webtensor::DeviceType::Cpu));
             }
             Ok(_) => eprintln!("webtensor bench: no GPU adapter; benchmarking the CPU backend only"),
             Err(e) => eprintln!("webtensor bench: no GPU ({e}); benchmarking the CPU backend only"),

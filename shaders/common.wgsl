@@ -1,10 +1,7 @@
-// common.wgsl — shared by every kernel (prepended by the compiler).
-// Params: one uniform block per dispatch, 16 x vec4<u32> = 256 bytes, laid out by the kernel that uses it
-// (see each file's header). Arrays of scalars are packed as vec4 so host and shader agree on every offset.
-// Floats travel as bits (bitcast<f32>). Dispatches are 2-D when one dimension would exceed 65535 workgroups:
-// the linear workgroup id is wg.y * nwg.x + wg.x.
-struct Params { v: array<vec4<u32>, 16> }
-@group(0) @binding(0) var<uniform> P: Params;
+// common.wgsl — shared by every kernel (prepended by the compiler, after the kernel family's `struct Params`
+// and its uniform binding `P` at binding 0, both generated from src/backend/gpu/params.rs).
+// Dispatches are 2-D when one dimension would exceed the per-dimension workgroup limit: the linear workgroup id
+// is wg.y * nwg.x + wg.x.
 
 const WG: u32 = 256u;
 
@@ -28,7 +25,7 @@ fn at(c: vec4<u32>, st: vec4<u32>, off: u32) -> u32 {
     return off + dot(c, st);
 }
 
-// Elementwise math, f32, finite for every finite input (CPU reference: backend/cpu.rs `unary`).
+// Elementwise math, f32, finite for every finite input (CPU reference: the unary table, src/ops/unary.rs).
 fn wt_tanh(x: f32) -> f32 {
     let e = exp(-2.0 * abs(x));
     return sign(x) * (1.0 - e) / (1.0 + e);
@@ -53,4 +50,50 @@ fn wt_erf(x: f32) -> f32 {
 }
 fn wt_gelu_erf(x: f32) -> f32 {
     return 0.5 * x * (1.0 + wt_erf(x * 0.7071067811865476));
+}
+fn wt_gelu_quick(x: f32) -> f32 {
+    return x * wt_sigmoid(1.702 * x);
+}
+// e^x - 1 without cancellation near 0.
+fn wt_expm1(x: f32) -> f32 {
+    if (abs(x) < 1e-3) {
+        return x + 0.5 * x * x + x * x * x / 6.0;
+    }
+    return exp(x) - 1.0;
+}
+fn wt_elu(x: f32) -> f32 {
+    return select(wt_expm1(x), x, x > 0.0);
+}
+// log(1 + e^x) = max(x, 0) + log1p(e^-|x|).
+fn wt_softplus(x: f32) -> f32 {
+    let e = exp(-abs(x));
+    let l = select(log(1.0 + e), e * (1.0 - e * (0.5 - e / 3.0)), e < 1e-3);
+    return max(x, 0.0) + l;
+}
+// sin and cos with Cody-Waite reduction by pi/2 and minimax polynomials on [-pi/4, pi/4], so that accuracy does
+// not depend on the driver's builtins (Vulkan only promises 2^-11 absolute error inside [-pi, pi]).
+fn wt_sincos_poly(r: f32, q: i32) -> vec2<f32> {
+    let r2 = r * r;
+    // Cephes' sinf and cosf polynomials
+    let s = r + r * r2 * (-1.6666654611e-1 + r2 * (8.3321608736e-3 + r2 * -1.9515295891e-4));
+    let c = 1.0 - 0.5 * r2 + r2 * r2 * (4.166664568298827e-2 + r2 * (-1.388731625493765e-3 + r2 * 2.443315711809948e-5));
+    // (sin, cos) of r + q * pi/2
+    switch (q & 3) {
+        case 0: { return vec2<f32>(s, c); }
+        case 1: { return vec2<f32>(c, -s); }
+        case 2: { return vec2<f32>(-s, -c); }
+        default: { return vec2<f32>(-c, s); }
+    }
+}
+fn wt_sincos(x: f32) -> vec2<f32> {
+    let q = round(x * 0.63661975);
+    // pi/2 in three parts (Cephes' DP1..DP3, doubled); q * 1.5703125 is exact for |q| < 2^16
+    let r = ((x - q * 1.5703125) - q * 4.837512969970703125e-4) - q * 7.54978995489188216e-8;
+    return wt_sincos_poly(r, i32(q));
+}
+fn wt_sin(x: f32) -> f32 {
+    return wt_sincos(x).x;
+}
+fn wt_cos(x: f32) -> f32 {
+    return wt_sincos(x).y;
 }

@@ -1,16 +1,11 @@
-// matmul.wgsl — C[b, m, n] = sum_k A[b, m, k] * B[b, k, n], f32 accumulation, strided operands (transposed
-// views and broadcast batch dims read in place), contiguous C.
-// Bindings: 0 Params, 1 C (out), 2 A, 3 B, 4.. epilogue operands (storage, read_write).
-// Epilogue: C = epilogue(acc, (b0, b1, m, n)), an elementwise expression fused by the compiler (identity when
-// nothing was fused); its operands are read through strides v[4 + 2k] and offsets v[5 + 2k].x.
-// Params: v[0] = (M, N, K, batch dim 1 size); v[1] = A strides (batch0, batch1, row, col) in elements;
-//         v[2] = B strides (batch0, batch1, row, col); v[3] = (A offset, B offset, first column n0, output row
-//         stride) in elements. N (v[0].y) counts the columns of this dispatch, which writes columns n0..n0+N
-//         (src/backend/gpu/split.rs splits a B larger than one binding by columns); v[15] = (first row m0, first
-//         element of the output window): an A larger than one binding is split by rows.
+// matmul.wgsl — C[b, m, n] = epilogue(sum_k A[b, m, k] * B[b, k, n]): the generic kernel, for any strides (transposed
+// views and broadcast batch dims read in place), f32 accumulation, contiguous C.
+// Bindings: 0 P (MatmulParams), 1 C (out), 2 A, 3 B, 4.. epilogue operands e{k}.
+// Epilogue: an elementwise expression over the product `acc` fused by the compiler (the identity when nothing was
+// fused); its operands are read at C's coordinates (b0, b1, m, n).
 // Dispatch: (ceil(N/64), ceil(M/64), batches). Each 16x16 workgroup computes a 64x64 tile of C, 4x4 per
-// invocation, stepping K by 16 through workgroup memory; edges are zero-filled, so any M, N, K works.
-// CPU reference: backend/cpu_matmul.rs.
+// invocation, stepping K by 16 through workgroup memory; edges are zero-filled, so any M, N, K works. A B larger
+// than one binding is split by columns (n0), an A by rows (m0). CPU reference: src/backend/cpu/matmul.rs.
 {{BINDINGS}}
 
 {{EPILOGUE}}
@@ -24,9 +19,15 @@ var<workgroup> b_s: array<f32, 1024>; // [TK][TN]
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-{{PROLOGUE}}
-    let a_base = P.v[3].x + b0 * sa.x + b1 * sa.y;
-    let b_base = P.v[3].y + b0 * sb.x + b1 * sb.y;
+    let M = P.m;
+    let N = P.n;
+    let K = P.k;
+    let b1 = wg.z % P.batch1;
+    let b0 = wg.z / P.batch1;
+    let sa = P.a_strides;
+    let sb = P.b_strides;
+    let a_base = P.a_offset + b0 * sa.x + b1 * sa.y;
+    let b_base = P.b_offset + b0 * sb.x + b1 * sb.y;
     let row0 = wg.y * TM;
     let col0 = wg.x * TN;
     var acc: array<array<f32, 4>, 4>;
@@ -70,10 +71,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         }
         workgroupBarrier();
     }
-    let n0 = P.v[3].z; // first output column of this chunk (a B larger than one binding), else 0
-    let ldc = P.v[3].w; // output row stride: all of the output's columns
-    let m0 = P.v[15].x; // first output row of this chunk (an A larger than one binding), else 0
-    let c_base = wg.z * M * ldc - P.v[15].y; // less the output window's first element when the output is split
+    let n0 = P.n0; // first output column of this chunk (a B larger than one binding), else 0
+    let ldc = P.ldc; // output row stride: all of the output's columns
+    let m0 = P.m0; // first output row of this chunk (an A larger than one binding), else 0
+    let c_base = wg.z * M * ldc - P.out_window; // less the output window's first element when the output is split
     for (var r = 0u; r < 4u; r = r + 1u) {
         let gm = row0 + lid3.y + r * 16u;
         for (var s = 0u; s < 4u; s = s + 1u) {

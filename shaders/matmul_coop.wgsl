@@ -1,18 +1,17 @@
-// matmul_coop.wgsl — C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] on cooperative matrices (tensor cores, wgpu's
-// EXPERIMENTAL_COOPERATIVE_MATRIX): f16 A and B, f32 accumulation in F x F x F fragments, C in its own dtype.
-// Bindings: 0 Params, 1 C (out, scalar), 2 A, 3 B (storage, vec4<f16> elements), 4.. epilogue operands
-// (as in matmul.wgsl: C = epilogue(acc, (b0, b1, m, n))).
-// Params: as matmul_tiled.wgsl: v[0] = (M, N, K, batch dim 1 size); v[1], v[2] = A, B strides (batch0, batch1,
-//         row, col) in elements; v[3] = (A offset, B offset, first output column, output row stride);
-//         v[15] = (first output row, output window's first element) for operands split over bindings.
-// Preconditions (src/backend/gpu/matmul.rs): those of matmul_tiled.wgsl (each operand's contiguous axis has
-// stride 1 and a length that is a multiple of 4; other strides and offsets are multiples of 4), a subgroup
-// size of 32 and the F x F x F f16 -> f32 cooperative-matrix shape on the adapter.
+// matmul_coop.wgsl — C[b, m, n] = epilogue(sum_k A[b, m, k] * B[b, k, n]) on cooperative matrices (tensor cores,
+// wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX): f16 A and B, f32 accumulation in F x F x F fragments, C in its own dtype.
+// Bindings: 0 P (MatmulParams), 1 C (out, scalar), 2 A, 3 B (vec4<f16> elements), 4.. epilogue operands (as in
+// matmul.wgsl).
+// Preconditions (src/backend/gpu/lower/matmul.rs): those of matmul_tiled.wgsl, a subgroup size of 32 and the
+// F x F x F f16 -> f32 cooperative-matrix shape on the adapter.
 // Tile: a workgroup of WM x WN subgroups computes BM = WM*SM*F rows by BN = WN*SN*F columns; each subgroup owns
 // SM x SN accumulator fragments. A and B blocks are staged in workgroup memory (rows padded by 8 halves), with
-// edges zero-filled and the next K step's blocks loaded into registers while the current one is multiplied, so any M, N, K meeting the preconditions works. Each accumulator goes through a per-subgroup
-// f32 scratch fragment to the epilogue and the bounds-checked store. Dispatch: (ceil(N/BN), ceil(M/BM), batches).
-// CPU reference: backend/cpu_matmul.rs.
+// edges zero-filled and the next K step's blocks loaded into registers while the current one is multiplied, so
+// any M, N, K meeting the preconditions works. Each accumulator goes through a per-subgroup f32 scratch fragment
+// to the epilogue and the bounds-checked store. Dispatch: (ceil(N/BN), ceil(M/BM), batches).
+// Tokens: the tile constants; ACC_DECL, FETCH, PUT_A, PUT_B, MMA and STORE, unrolled per fragment by
+// src/backend/gpu/wgsl/coop.rs; on adapters without cooperative matrices (tests) the three cooperative operations
+// come from matmul_coop_emulation.wgsl. CPU reference: src/backend/cpu/matmul.rs.
 {{BINDINGS}}
 
 {{EPILOGUE}}
@@ -34,6 +33,19 @@ var<workgroup> a_s: array<f16, {{A_SHARED}}>;
 var<workgroup> b_s: array<f16, {{B_SHARED}}>;
 var<workgroup> c_s: array<f32, {{C_SHARED}}>; // one F x F fragment per subgroup
 
+// Writes the F x F accumulator fragment staged at c_s[scratch..] (C rows r0.., columns c0.. of this dispatch)
+// through the epilogue, the subgroup's lanes taking its elements in turn, each checked against M and N.
+fn store_scratch(scratch: u32, lane: u32, sg_size: u32, r0: u32, c0: u32, b0: u32, b1: u32, c_base: u32) {
+    for (var e = lane; e < F * F; e = e + sg_size) {
+        let gm = r0 + e / F;
+        let gn = c0 + e % F;
+        if (gm < P.m && gn < P.n) {
+            let x = epilogue(c_s[scratch + e], vec4<u32>(b0, b1, P.m0 + gm, P.n0 + gn));
+            st_c_out(c_base + (P.m0 + gm) * P.ldc + P.n0 + gn, x);
+        }
+    }
+}
+
 fn put_a(at: u32, v: vec4<f16>) {
     a_s[at] = v.x;
     a_s[at + 1u] = v.y;
@@ -51,9 +63,15 @@ fn put_b(at: u32, v: vec4<f16>) {
 @compute @workgroup_size({{INV}}, 1, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32{{SUBGROUP_ARGS}}) {
 {{SUBGROUP_LETS}}
-{{PROLOGUE}}
-    let a_base = P.v[3].x + b0 * sa.x + b1 * sa.y;
-    let b_base = P.v[3].y + b0 * sb.x + b1 * sb.y;
+    let M = P.m;
+    let N = P.n;
+    let K = P.k;
+    let b1 = wg.z % P.batch1;
+    let b0 = wg.z / P.batch1;
+    let sa = P.a_strides;
+    let sb = P.b_strides;
+    let a_base = P.a_offset + b0 * sa.x + b1 * sa.y;
+    let b_base = P.b_offset + b0 * sb.x + b1 * sb.y;
     let row0 = wg.y * BM;
     let col0 = wg.x * BN;
     let sr = (sg / WN) * SM * F; // this subgroup's first row and column within the block
@@ -85,10 +103,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
     }
-    let n0 = P.v[3].z; // first output column of this chunk (a B larger than one binding), else 0
-    let ldc = P.v[3].w; // output row stride: all of the output's columns
-    let m0 = P.v[15].x; // first output row of this chunk (an A larger than one binding), else 0
-    let c_base = wg.z * M * ldc - P.v[15].y; // less the output window's first element when the output is split
+    // this batch's first output element, less the output window's first element when the output is split
+    let c_base = wg.z * M * P.ldc - P.out_window;
     let scratch = sg * F * F;
 {{STORE}}
 }

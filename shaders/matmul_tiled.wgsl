@@ -1,17 +1,16 @@
-// matmul_tiled.wgsl — C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]: register-blocked, vec4 loads, f32
+// matmul_tiled.wgsl — C[b, m, n] = epilogue(sum_k A[b, m, k] * B[b, k, n]): register-blocked, vec4 loads, f32
 // accumulation; f16 or f32 storage for A, B and C.
-// Bindings: 0 Params, 1 C (out; vec4 when OUT_VEC4), 2 A, 3 B (storage, read_write, vec4 elements),
-// 4.. epilogue operands (as in matmul.wgsl: C = epilogue(acc, (b0, b1, m, n))).
-// Params: v[0] = (M, N, K, batch dim 1 size); v[1] = A strides (batch0, batch1, row, col) in elements;
-//         v[2] = B strides (batch0, batch1, row, col); v[3] = (A offset, B offset, 0, 0) in elements.
-// Preconditions (checked by the compiler, src/backend/gpu/matmul.rs): each operand's contiguous axis has
-// stride 1 and a length that is a multiple of 4; every other stride and both offsets are multiples of 4.
+// Bindings: 0 P (MatmulParams), 1 C (out; vec4 elements when N % 4 == 0, and `store_tile` from
+// matmul_store_vec4.wgsl, else matmul_store_scalar.wgsl), 2 A, 3 B (vec4 elements), 4.. epilogue operands (as in
+// matmul.wgsl).
+// Preconditions (src/backend/gpu/lower/matmul.rs): each operand's contiguous axis has stride 1 and a length that
+// is a multiple of 4; every other stride and both offsets are multiples of 4.
 // Layout variants: A_KCONTIG (A[m, k] with k contiguous, else m contiguous), B_NCONTIG (B[k, n] with n
 // contiguous, else k contiguous: B is a transposed view of W[n, k], as in x @ W^T).
 // Tile: TM = 64*RM rows by TN = 64*RN columns per workgroup of 16x16 invocations, K in steps of BK; each
 // invocation owns 4*RM rows x 4*RN columns (rows ty*4 + i + 64*r, columns tx*4 + j + 64*s).
 // Dispatch: (ceil(N/TN), ceil(M/TM), batches). Edge tiles are zero-filled, so any M, N, K that meets the
-// preconditions works. CPU reference: backend/cpu_matmul.rs.
+// preconditions works. CPU reference: src/backend/cpu/matmul.rs.
 {{BINDINGS}}
 
 {{EPILOGUE}}
@@ -23,7 +22,6 @@ const TM: u32 = 64u * RM;
 const TN: u32 = 64u * RN;
 const A_KCONTIG: bool = {{A_KCONTIG}};
 const B_NCONTIG: bool = {{B_NCONTIG}};
-const OUT_VEC4: bool = {{OUT_VEC4}};
 const A_LOADS: u32 = TM * BK / 1024u; // vec4 loads of A per invocation per K step
 const B_LOADS: u32 = TN * BK / 1024u;
 
@@ -34,9 +32,15 @@ var<workgroup> b_s: array<vec4<f32>, {{B_SHARED}}>; // [BK][TN / 4]
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-{{PROLOGUE}}
-    let a_base = P.v[3].x + b0 * sa.x + b1 * sa.y;
-    let b_base = P.v[3].y + b0 * sb.x + b1 * sb.y;
+    let M = P.m;
+    let N = P.n;
+    let K = P.k;
+    let b1 = wg.z % P.batch1;
+    let b0 = wg.z / P.batch1;
+    let sa = P.a_strides;
+    let sb = P.b_strides;
+    let a_base = P.a_offset + b0 * sa.x + b1 * sa.y;
+    let b_base = P.b_offset + b0 * sb.x + b1 * sb.y;
     let row0 = wg.y * TM;
     let col0 = wg.x * TN;
     let tx = lid3.x;
@@ -118,10 +122,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         }
         workgroupBarrier();
     }
-    let n0 = P.v[3].z; // first output column of this chunk (a B larger than one binding), else 0
-    let ldc = P.v[3].w; // output row stride: all of the output's columns
-    let m0 = P.v[15].x; // first output row of this chunk (an A larger than one binding), else 0
-    let c_base = wg.z * M * ldc - P.v[15].y; // less the output window's first element when the output is split
+    let n0 = P.n0; // first output column of this chunk (a B larger than one binding), else 0
+    let ldc = P.ldc; // output row stride: all of the output's columns
+    let m0 = P.m0; // first output row of this chunk (an A larger than one binding), else 0
+    let c_base = wg.z * M * ldc - P.out_window; // less the output window's first element when the output is split
     for (var r = 0u; r < RM; r = r + 1u) {
         for (var i = 0u; i < 4u; i = i + 1u) {
             let gm = row0 + r * 64u + ty * 4u + i;
@@ -132,7 +136,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
                 let gn = col0 + s * 64u + tx * 4u;
                 let v = acc[(r * 4u + i) * RN + s];
                 let at = c_base + (m0 + gm) * ldc + n0 + gn;
-                {{STORE}}
+                store_tile(at, gn, N, vec4<u32>(b0, b1, m0 + gm, n0 + gn), v);
             }
         }
     }

@@ -1,16 +1,20 @@
-// rows.wgsl — ops over the last axis, one workgroup of 256 per row: softmax (optional mask and scale),
-// rms_norm, layer_norm, and the reductions sum, mean, max, argmax.
-// Bindings: 0 Params, 1 out (storage; contiguous, N or 1 values per row), 2 x, 3 mask (storage, read_write;
-// the mask binding exists only in the softmax-with-mask variant).
-// Params: v[0] = (N = row length, rows, x offset, mask offset) in elements; v[1] = x shape (rank 4);
-//         v[2] = x strides; v[3] = mask strides (broadcast to x's shape); v[4].x = scale bits, v[4].y = eps bits,
-//         v[4].z = index of the first row (a chunk of a larger tensor), v[4].w = output offset in elements.
+// rows.wgsl — ops over the last axis, one workgroup of 256 per row: softmax (optional mask and scale), rms_norm,
+// layer_norm, and the reductions sum, mean, max, argmax.
+// Bindings: 0 P (RowsParams), 1 out (contiguous, N or 1 values per row), 2 x, 3 mask (only in the softmax-with-mask
+// variant).
 // Dispatch: one workgroup per row, split over x and y.
-// Token OP selects the op at compile time (a WGSL const), OUT_T/X_T/M_T the storage types.
-// CPU reference: backend/cpu.rs (Softmax, RmsNorm, LayerNorm, Reduce).
+// Tokens: OP names the op (one of the constants below), HAS_MASK, OUT_C the compute type of out.
+// CPU reference: src/backend/cpu/rows.rs.
 {{BINDINGS}}
 
-const OP: u32 = {{OP}}u; // 0 softmax, 1 rms_norm, 2 layer_norm, 3 sum, 4 mean, 5 max, 6 argmax
+const SOFTMAX: u32 = 0u;
+const RMS_NORM: u32 = 1u;
+const LAYER_NORM: u32 = 2u;
+const SUM: u32 = 3u;
+const MEAN: u32 = 4u;
+const MAX: u32 = 5u;
+const ARGMAX: u32 = 6u;
+const OP: u32 = {{OP}};
 const HAS_MASK: bool = {{HAS_MASK}};
 
 var<workgroup> red: array<f32, 256>;
@@ -45,15 +49,15 @@ fn row_max(v: f32, lid: u32) -> f32 {
 }
 
 fn load_x(base: u32, j: u32) -> f32 {
-    return f32(ld_x_in(base + j * P.v[2].w));
+    return f32(ld_x_in(base + j * P.x_strides.w));
 }
 
 {{MASK_FN}}
 
 fn value(xb: u32, mb: u32, j: u32) -> f32 {
     var v = load_x(xb, j);
-    if (OP == 0u) {
-        v = v * bitcast<f32>(P.v[4].x);
+    if (OP == SOFTMAX) {
+        v = v * P.scale;
         if (HAS_MASK) {
             v = v + load_mask(mb, j);
         }
@@ -65,17 +69,17 @@ fn value(xb: u32, mb: u32, j: u32) -> f32 {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let row = linear_group(wg, nwg);
-    let N = P.v[0].x;
-    if (row >= P.v[0].y) {
+    let N = P.n;
+    if (row >= P.rows) {
         return; // uniform per workgroup: every invocation of this row leaves together
     }
-    let shape = P.v[1];
-    let c = coords4(row + P.v[4].z, vec4<u32>(1u, shape.x, shape.y, shape.z));
+    let shape = P.x_shape;
+    let c = coords4(row + P.first_row, vec4<u32>(1u, shape.x, shape.y, shape.z));
     let rc = vec4<u32>(c.y, c.z, c.w, 0u);
-    let xb = at(rc, P.v[2], P.v[0].z);
-    let mb = at(rc, P.v[3], P.v[0].w);
+    let xb = at(rc, P.x_strides, P.x_offset);
+    let mb = at(rc, P.mask_strides, P.mask_offset);
 
-    if (OP == 6u) {
+    if (OP == ARGMAX) {
         var best = -3.402823466e38;
         var arg = 0xffffffffu;
         for (var j = lid; j < N; j = j + WG) {
@@ -101,34 +105,34 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             workgroupBarrier();
         }
         if (lid == 0u) {
-            st_out(row + P.v[4].w, {{OUT_C}}(red_i[0]));
+            st_out(row + P.out_offset, {{OUT_C}}(red_i[0]));
         }
         return;
     }
-    if (OP == 3u || OP == 4u) {
+    if (OP == SUM || OP == MEAN) {
         var s = 0.0;
         for (var j = lid; j < N; j = j + WG) {
             s = s + value(xb, mb, j);
         }
         let total = row_sum(s, lid);
         if (lid == 0u) {
-            st_out(row + P.v[4].w, {{OUT_C}}(select(total, total / f32(N), OP == 4u)));
+            st_out(row + P.out_offset, {{OUT_C}}(select(total, total / f32(N), OP == MEAN)));
         }
         return;
     }
-    if (OP == 5u) {
+    if (OP == MAX) {
         var m = -3.402823466e38;
         for (var j = lid; j < N; j = j + WG) {
             m = max(m, value(xb, mb, j));
         }
         let total = row_max(m, lid);
         if (lid == 0u) {
-            st_out(row + P.v[4].w, {{OUT_C}}(total));
+            st_out(row + P.out_offset, {{OUT_C}}(total));
         }
         return;
     }
-    let ob = row * N + P.v[4].w;
-    if (OP == 0u) {
+    let ob = row * N + P.out_offset;
+    if (OP == SOFTMAX) {
         var m = -3.402823466e38;
         for (var j = lid; j < N; j = j + WG) {
             let v = value(xb, mb, j);
@@ -149,7 +153,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     // norms
     var mean = 0.0;
-    if (OP == 2u) {
+    if (OP == LAYER_NORM) {
         var s = 0.0;
         for (var j = lid; j < N; j = j + WG) {
             s = s + load_x(xb, j);
@@ -161,7 +165,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         let d = load_x(xb, j) - mean;
         q = q + d * d;
     }
-    let inv = inverseSqrt(row_sum(q, lid) / f32(N) + bitcast<f32>(P.v[4].y));
+    let inv = inverseSqrt(row_sum(q, lid) / f32(N) + P.eps);
     for (var j = lid; j < N; j = j + WG) {
         st_out(ob + j, {{OUT_C}}((load_x(xb, j) - mean) * inv));
     }

@@ -3,73 +3,11 @@
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::GpuBackend;
-use crate::backend::{Backend, Capabilities, CompileOptions, Executable, PlanStats};
-use crate::compile::Program;
+use crate::backend::{Backend, CompileOptions, Executable, PlanStats};
+use crate::caps::{BackendKind, Capabilities, BACKEND_ENV};
 use crate::graph::NodeId;
 use crate::{Error, Graph, HostTensor, Result, Tensor};
-use std::str::FromStr;
 use std::sync::Arc;
-
-/// Environment variable that forces a backend: `cpu`, `vulkan`, `gl`, `metal`, `dx12`, `webgpu` or `auto`.
-pub const BACKEND_ENV: &str = "WEBTENSOR_BACKEND";
-
-/// Which backend to run on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BackendKind {
-    /// The best GPU adapter, else the CPU.
-    Auto,
-    /// The CPU backend (always available).
-    Cpu,
-    Vulkan,
-    /// OpenGL / GLES (EGL on Linux).
-    Gl,
-    Metal,
-    Dx12,
-    /// WebGPU in the browser.
-    WebGpu,
-}
-
-impl BackendKind {
-    /// The lowercase name that [`FromStr`] parses and [`BACKEND_ENV`] takes: `auto`, `cpu`, `vulkan`, `gl`,
-    /// `metal`, `dx12` or `webgpu`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            BackendKind::Auto => "auto",
-            BackendKind::Cpu => "cpu",
-            BackendKind::Vulkan => "vulkan",
-            BackendKind::Gl => "gl",
-            BackendKind::Metal => "metal",
-            BackendKind::Dx12 => "dx12",
-            BackendKind::WebGpu => "webgpu",
-        }
-    }
-}
-
-impl std::fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for BackendKind {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<BackendKind> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "auto" | "" => BackendKind::Auto,
-            "cpu" => BackendKind::Cpu,
-            "vulkan" | "vk" => BackendKind::Vulkan,
-            "gl" | "gles" | "opengl" => BackendKind::Gl,
-            "metal" => BackendKind::Metal,
-            "dx12" | "d3d12" => BackendKind::Dx12,
-            "webgpu" => BackendKind::WebGpu,
-            other => {
-                return Err(Error::NoDevice(format!(
-                    "unknown backend '{other}' (expected auto, cpu, vulkan, gl, metal, dx12 or webgpu)"
-                )))
-            }
-        })
-    }
-}
 
 /// A compute device: the CPU backend or one wgpu adapter. Cheap to clone (shared handle).
 #[derive(Clone)]
@@ -182,7 +120,7 @@ impl Device {
 
     /// True for the CPU backend.
     pub fn is_cpu(&self) -> bool {
-        self.capabilities().backend == "cpu"
+        self.capabilities().backend == BackendKind::Cpu
     }
 
     /// Live (buffers, bind groups, compute pipelines) that wgpu counts on this device; `None` on the CPU.
@@ -196,11 +134,7 @@ impl Device {
     /// this device and every run of its plans fails with [`Error::Gpu`]. Does nothing on the CPU.
     #[doc(hidden)]
     pub fn destroy_for_tests(&self) {
-        if let Some(gpu) = self.backend.as_gpu() {
-            #[cfg(not(target_arch = "wasm32"))]
-            let _serial = gpu.serialize(); // releases GL objects: see `GpuBackend::serialize`
-            gpu.device.destroy();
-        }
+        self.backend.destroy_for_tests();
     }
 
     /// Builds a compute pipeline from `wgsl` (entry point `main`) on the path that `compile` builds its kernels
@@ -211,18 +145,7 @@ impl Device {
     /// [`Error::Unsupported`] on the CPU.
     #[doc(hidden)]
     pub async fn build_wgsl_for_tests(&self, wgsl: &str) -> Result<()> {
-        match self.backend.as_gpu() {
-            Some(gpu) => {
-                #[cfg(not(target_arch = "wasm32"))]
-                let _serial = gpu.serialize();
-                gpu.create_pipeline(wgsl, "a test shader").await.map(drop)
-            }
-            None => Err(Error::Unsupported {
-                op: "a WGSL shader".into(),
-                backend: "cpu".into(),
-                reason: "the CPU backend runs no shaders".into(),
-            }),
-        }
+        self.backend.build_wgsl_for_tests(wgsl).await
     }
 
     /// Compiles `outputs` of `graph` into a plan for this device, asynchronously.
@@ -236,15 +159,15 @@ impl Device {
     /// or when the device was lost (the message says so; a new [`Device`] can then be created and used).
     /// Device faults never panic.
     pub async fn compile_async(&self, graph: &Graph, outputs: &[Tensor], options: &CompileOptions) -> Result<Plan> {
-        let program = Program::new(graph, outputs)?;
-        let inputs = program
-            .inputs
+        let exe = self.backend.compile(graph, outputs, options).await?;
+        let inputs = exe
+            .input_ids()
             .iter()
             .map(|&i| {
-                (i, program.input_name(i).to_string(), program.nodes[i].dtype, program.nodes[i].layout.shape.clone())
+                let n = &graph.nodes[i];
+                (i, graph.input_name(graph.handle(i)).unwrap_or_default().to_string(), n.dtype, n.layout.shape.clone())
             })
             .collect();
-        let exe = self.backend.compile(program, options).await?;
         Ok(Plan { exe, graph: graph.id, inputs, device: self.clone() })
     }
 
@@ -278,7 +201,7 @@ impl Plan {
     /// dtype or shape; [`Error::Gpu`] when the device is lost (the message says so, and every later run of
     /// this plan fails the same way at once: create a new [`Device`] and compile again), on an out-of-memory
     /// or validation error, or natively when the GPU does not finish and map the outputs within the bound set
-    /// by [`READBACK_TIMEOUT_ENV`](crate::READBACK_TIMEOUT_ENV) (60 s by default). Device faults never panic,
+    /// by [`READBACK_TIMEOUT_ENV`](crate::gpu::READBACK_TIMEOUT_ENV) (60 s by default). Device faults never panic,
     /// and a run never waits past that bound.
     pub async fn run_async(&mut self, inputs: &[(Tensor, &HostTensor)]) -> Result<Vec<HostTensor>> {
         let mut given: Vec<(NodeId, &HostTensor)> = Vec::new();
@@ -321,6 +244,11 @@ impl Plan {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn run(&mut self, inputs: &[(Tensor, &HostTensor)]) -> Result<Vec<HostTensor>> {
         pollster::block_on(self.run_async(inputs))
+    }
+
+    /// The graph inputs this plan reads (those its outputs depend on), in declaration order.
+    pub fn inputs(&self) -> Vec<Tensor> {
+        self.inputs.iter().map(|(id, ..)| Tensor { id: *id as u32, graph: self.graph }).collect()
     }
 
     /// Dispatches, pipelines and memory of this plan.

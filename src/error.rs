@@ -22,6 +22,9 @@ pub enum Error {
     /// Operands have different dtypes where the op needs them equal.
     #[error("{op}: dtype mismatch {lhs} {lhs_shape:?} vs {rhs} {rhs_shape:?}")]
     DTypeMismatch { op: &'static str, lhs: DType, lhs_shape: Vec<usize>, rhs: DType, rhs_shape: Vec<usize> },
+    /// An argument other than a tensor is invalid for the op (a parameter count, an unknown name).
+    #[error("{op}: {reason}")]
+    InvalidArgument { op: &'static str, reason: String },
     /// A tensor handle from another graph, or one that does not exist.
     #[error("{op}: tensor #{id} does not belong to this graph")]
     ForeignTensor { op: &'static str, id: usize },

@@ -20,34 +20,48 @@
 //! # Ok::<(), webtensor::Error>(())
 //! ```
 //!
-//! Stages, one module each: [`graph`] (build) → `compile` (schedule, memory plan) → `backend` (kernels,
-//! executables) → [`Plan::run`].
+//! Stages, one module each: `graph` (build: [`Graph`], [`Tensor`]) → `compile` (the pass list: dead nodes, fusion,
+//! in-place, memory plan, lowering, splitting) → `backend` (the CPU and wgpu plans) → [`Plan::run`]. The op tables
+//! ([`UnaryOp`], [`BinaryOp`], [`GluOp`], [`ReduceOp`]) are the vocabulary every stage shares.
 
 mod backend;
+mod caps;
 mod compile;
 mod device;
 mod dtype;
 mod error;
-pub mod graph;
+pub mod gpu;
+mod graph;
 pub mod io;
-pub mod shape;
+mod ops;
+mod shape;
+mod tensor;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 
-pub use backend::gpu::matmul::{
-    CoopConfig, MatmulChoice, TileConfig, COOP_CONFIGS, DEFAULT_CONFIG, MATMUL_ENV, TILE_CONFIGS,
-};
-pub use backend::gpu::{READBACK_TIMEOUT_ENV, SHADER_CHECKS_ENV};
-pub use backend::{Capabilities, CompileOptions, PlanStats};
-pub use device::{BackendKind, Device, Plan, BACKEND_ENV};
-pub use dtype::{DType, Data, HostTensor};
+pub use backend::{CompileOptions, PlanStats};
+pub use caps::{BackendKind, Capabilities, DeviceType, BACKEND_ENV};
+pub use device::{Device, Plan};
+pub use dtype::DType;
 pub use error::{Error, Result};
 pub use graph::{Graph, Tensor};
+pub use ops::{Accepts, BinaryOp, GluOp, ReduceOp, RowOp, UnaryOp};
+pub use shape::MAX_RANK;
+pub use tensor::{Data, HostTensor};
 
-/// Internals exposed for the test suite (WGSL variants for naga validation). Not a stable API.
+/// Internals exposed for the test suite (WGSL variants for naga validation, the kernel parameter layouts). Not a
+/// stable API.
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::backend::gpu::kernels::all_variants as wgsl_variants;
+    pub use crate::backend::gpu::catalogue::all_variants as wgsl_variants;
+
+    pub use crate::backend::gpu::params::ParamsLayout;
+
+    /// Every kernel family's parameters as Rust and the generated WGSL lay them out, for checking the two against
+    /// each other.
+    pub fn params_layouts() -> Vec<ParamsLayout> {
+        crate::backend::gpu::params::layouts()
+    }
 
     /// A GPU device of `kind` created without SHADER_F16, so f16 tensors are stored packed in u32 words and
     /// unpacked in the shader, as on adapters that lack the feature (the browser's, GL).

@@ -10,17 +10,17 @@ pub const MAX_RANK: usize = 4;
 /// Element `[i0, i1, ..]` lives at `offset + Σ i_d * strides[d]` of the storage buffer. A stride of 0 marks a
 /// broadcast dimension. Views (reshape, permute, slice, broadcast) change only the layout, never the data.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Layout {
+pub(crate) struct Layout {
     /// Dimensions in elements, outermost first (numpy / PyTorch order).
-    pub shape: Vec<usize>,
+    pub(crate) shape: Vec<usize>,
     /// Distance in elements between neighbours along each dimension.
-    pub strides: Vec<usize>,
+    pub(crate) strides: Vec<usize>,
     /// Position of element `[0, 0, ..]` in the storage, in elements.
-    pub offset: usize,
+    pub(crate) offset: usize,
 }
 
 /// Row-major strides for `shape`, in elements.
-pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![1; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         strides[d] = strides[d + 1] * shape[d + 1];
@@ -28,10 +28,10 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     strides
 }
 
-/// Checks rank 1..=4 and non-zero dims; `op` names the caller in the error.
-pub fn check_shape(op: &'static str, shape: &[usize]) -> Result<()> {
-    if shape.is_empty() || shape.len() > MAX_RANK {
-        return Err(Error::InvalidShape { op, shape: shape.to_vec(), reason: format!("rank must be 1..={MAX_RANK}") });
+/// Checks rank 0..=4 (rank 0 is a scalar) and non-zero dims; `op` names the caller in the error.
+pub(crate) fn check_shape(op: &'static str, shape: &[usize]) -> Result<()> {
+    if shape.len() > MAX_RANK {
+        return Err(Error::InvalidShape { op, shape: shape.to_vec(), reason: format!("rank must be 0..={MAX_RANK}") });
     }
     if shape.contains(&0) {
         return Err(Error::InvalidShape {
@@ -51,7 +51,7 @@ pub fn check_shape(op: &'static str, shape: &[usize]) -> Result<()> {
 }
 
 /// numpy's broadcasting rule: align right, a dim of 1 stretches. `op` names the caller in the error.
-pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+pub(crate) fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
@@ -76,22 +76,22 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
 
 impl Layout {
     /// A row-major layout at offset 0.
-    pub fn contiguous(shape: &[usize]) -> Layout {
+    pub(crate) fn contiguous(shape: &[usize]) -> Layout {
         Layout { shape: shape.to_vec(), strides: contiguous_strides(shape), offset: 0 }
     }
 
     /// Number of elements.
-    pub fn numel(&self) -> usize {
+    pub(crate) fn numel(&self) -> usize {
         self.shape.iter().product()
     }
 
     /// Number of dimensions.
-    pub fn rank(&self) -> usize {
+    pub(crate) fn rank(&self) -> usize {
         self.shape.len()
     }
 
     /// True when elements are row-major and dense (offset may be non-zero). Size-1 dims are ignored.
-    pub fn is_contiguous(&self) -> bool {
+    pub(crate) fn is_contiguous(&self) -> bool {
         let mut expected = 1;
         for d in (0..self.rank()).rev() {
             if self.shape[d] != 1 && self.strides[d] != expected {
@@ -102,13 +102,14 @@ impl Layout {
         true
     }
 
-    /// One past the largest storage element this layout touches, in elements.
-    pub fn storage_extent(&self) -> usize {
-        self.offset + self.shape.iter().zip(&self.strides).map(|(&n, &s)| (n - 1) * s).sum::<usize>() + 1
+    /// The layout an operand is read through for an op whose output has `shape`: this layout broadcast to it.
+    /// Graph constructors validated the broadcast when they recorded the op.
+    pub(crate) fn broadcast_operand(&self, shape: &[usize]) -> Layout {
+        self.broadcast_to(shape).expect("validated when the node was built")
     }
 
     /// Storage position of the element at flat row-major index `i`.
-    pub fn index_of(&self, mut i: usize) -> usize {
+    pub(crate) fn index_of(&self, mut i: usize) -> usize {
         let mut pos = self.offset;
         for d in (0..self.rank()).rev() {
             pos += (i % self.shape[d]) * self.strides[d];
@@ -118,7 +119,7 @@ impl Layout {
     }
 
     /// The view with dims reordered: `out.shape[i] = self.shape[dims[i]]` (torch.permute).
-    pub fn permute(&self, dims: &[usize]) -> Result<Layout> {
+    pub(crate) fn permute(&self, dims: &[usize]) -> Result<Layout> {
         let mut seen = [false; MAX_RANK];
         if dims.len() != self.rank() || dims.iter().any(|&d| d >= self.rank() || std::mem::replace(&mut seen[d], true))
         {
@@ -137,7 +138,7 @@ impl Layout {
     }
 
     /// The view `x[.., start..end, ..]` along `axis` (Python slicing with step 1).
-    pub fn slice(&self, axis: usize, start: usize, end: usize) -> Result<Layout> {
+    pub(crate) fn slice(&self, axis: usize, start: usize, end: usize) -> Result<Layout> {
         if axis >= self.rank() || start >= end || end > self.shape[axis] {
             return Err(Error::InvalidAxis {
                 op: "slice",
@@ -153,7 +154,7 @@ impl Layout {
     }
 
     /// The view stretched to `shape` by numpy broadcasting (new leading dims and size-1 dims get stride 0).
-    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
+    pub(crate) fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
         let target = broadcast_shapes("broadcast_to", &self.shape, shape)?;
         if target != shape {
             return Err(Error::ShapeMismatch {
@@ -172,7 +173,7 @@ impl Layout {
 
     /// The same elements under a new shape, without copying; `None` when the strides do not allow it
     /// (the graph then inserts a contiguous copy, as torch.reshape does).
-    pub fn reshape(&self, shape: &[usize]) -> Option<Layout> {
+    pub(crate) fn reshape(&self, shape: &[usize]) -> Option<Layout> {
         if self.is_contiguous() {
             return Some(Layout { shape: shape.to_vec(), strides: contiguous_strides(shape), offset: self.offset });
         }
@@ -180,7 +181,7 @@ impl Layout {
     }
 
     /// Shape and strides padded on the left to rank 4 (size 1, stride 0), as kernels consume them.
-    pub fn padded4(&self) -> ([usize; 4], [usize; 4]) {
+    pub(crate) fn padded4(&self) -> ([usize; 4], [usize; 4]) {
         let mut shape = [1; 4];
         let mut strides = [0; 4];
         let lead = MAX_RANK - self.rank();
@@ -193,7 +194,7 @@ impl Layout {
 }
 
 /// Resolves a possibly negative axis (`-1` is the last) against `rank`.
-pub fn resolve_axis(op: &'static str, axis: isize, shape: &[usize]) -> Result<usize> {
+pub(crate) fn resolve_axis(op: &'static str, axis: isize, shape: &[usize]) -> Result<usize> {
     let rank = shape.len() as isize;
     let a = if axis < 0 { axis + rank } else { axis };
     if a < 0 || a >= rank {

@@ -171,7 +171,7 @@ impl WebDevice {
     /// The backend this device runs on: `"webgpu"` or `"cpu"`.
     #[wasm_bindgen(getter, unchecked_return_type = "\"webgpu\" | \"cpu\"")]
     pub fn backend(&self) -> String {
-        self.inner.capabilities().backend.clone()
+        self.inner.capabilities().backend.name().to_string()
     }
 
     /// The adapter's name (the browser may report an empty or generic name), or the CPU's description.
@@ -190,9 +190,9 @@ impl WebDevice {
     pub fn info(&self) -> DeviceInfo {
         let c = self.inner.capabilities();
         DeviceInfo {
-            backend: c.backend.clone(),
+            backend: c.backend.name().to_string(),
             name: c.name.clone(),
-            device_type: c.device_type.clone(),
+            device_type: c.device_type.name().to_string(),
             driver: c.driver.clone(),
             max_storage_binding_bytes: c.max_storage_binding_bytes as f64,
             max_buffer_bytes: c.max_buffer_bytes as f64,
@@ -220,20 +220,18 @@ impl WebDevice {
     ) -> Result<WebPlan, JsError> {
         let outs = tensors_of(&outputs, "outputs")?;
         let g = &graph.inner;
+        let output_shapes = outs.iter().map(|&t| g.shape(t).map(<[usize]>::to_vec)).collect::<Result<_, _>>();
+        let output_shapes = output_shapes.map_err(js_err)?;
+        let plan = self.inner.compile_async(g, &outs, &CompileOptions::default()).await.map_err(js_err)?;
         // The plan's own inputs (those the outputs depend on), in declaration order.
-        let needed = crate::compile::Program::new(g, &outs).map_err(js_err)?.inputs;
-        let inputs = g
+        let inputs = plan
             .inputs()
             .into_iter()
-            .filter(|t| needed.contains(&t.index()))
             .map(|t| {
                 let name = g.input_name(t).unwrap_or_default().to_string();
                 (name, t, g.shape(t).map(<[usize]>::to_vec).unwrap_or_default())
             })
             .collect();
-        let output_shapes = outs.iter().map(|&t| g.shape(t).map(<[usize]>::to_vec)).collect::<Result<_, _>>();
-        let output_shapes = output_shapes.map_err(js_err)?;
-        let plan = self.inner.compile_async(g, &outs, &CompileOptions::default()).await.map_err(js_err)?;
         Ok(WebPlan { inner: RefCell::new(Some(plan)), inputs, output_shapes })
     }
 }
@@ -399,60 +397,42 @@ impl WebGraph {
         wrap(self.inner.div(a.inner, b.inner))
     }
 
-    // ---- elementwise, one operand
+    // ---- elementwise, one operand: one method per row of the unary table (below), and these
 
-    /// `x * s`.
+    /// Any op of the unary table by name (`"gelu_erf"`), with its f32 parameters (`scale`: `[s]`, `clamp`:
+    /// `[lo, hi]`). Throws for an unknown name or a wrong parameter count.
+    pub fn unary(&mut self, name: &str, x: &WebTensor, params: Option<Vec<f32>>) -> R {
+        let op: crate::UnaryOp = name.parse().map_err(js_err)?;
+        wrap(self.inner.unary(op, x.inner, &params.unwrap_or_default()))
+    }
+    /// `x * s` (ggml_scale).
     pub fn scale(&mut self, x: &WebTensor, s: f32) -> R {
         wrap(self.inner.scale(x.inner, s))
     }
-    /// `-x`.
-    pub fn neg(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.neg(x.inner))
+    /// `min(max(x, lo), hi)` (`torch.clamp`).
+    pub fn clamp(&mut self, x: &WebTensor, lo: f32, hi: f32) -> R {
+        wrap(self.inner.clamp(x.inner, lo, hi))
     }
-    /// `|x|`.
-    pub fn abs(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.abs(x.inner))
+
+    // ---- gated linear units (the GLU table)
+
+    /// `act(a) · b` for the GLU op named `name` (`"swiglu"`, `"geglu"`, `"geglu_erf"`, `"geglu_quick"`), split
+    /// form; throws for an unknown name.
+    pub fn glu(&mut self, name: &str, a: &WebTensor, b: &WebTensor) -> R {
+        wrap(self.inner.glu(glu_op(name)?, a.inner, b.inner))
     }
-    /// `x²`.
-    pub fn sqr(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.sqr(x.inner))
+    /// The fused form of [`glu`](WebGraph::glu): the last axis of `x` halved into gate and value.
+    #[wasm_bindgen(js_name = gluFused)]
+    pub fn glu_fused(&mut self, name: &str, x: &WebTensor) -> R {
+        wrap(self.inner.glu_fused(glu_op(name)?, x.inner))
     }
-    /// `√x` (NaN below 0).
-    pub fn sqrt(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.sqrt(x.inner))
+    /// `silu(a) · b` (LLaMA's feed-forward gate).
+    pub fn swiglu(&mut self, a: &WebTensor, b: &WebTensor) -> R {
+        wrap(self.inner.swiglu(a.inner, b.inner))
     }
-    /// `eˣ`.
-    pub fn exp(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.exp(x.inner))
-    }
-    /// Natural log (−Infinity at 0, NaN below).
-    pub fn log(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.log(x.inner))
-    }
-    /// `tanh x`.
-    pub fn tanh(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.tanh(x.inner))
-    }
-    /// `max(x, 0)`.
-    pub fn relu(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.relu(x.inner))
-    }
-    /// GELU, tanh form (ggml_gelu; PyTorch `approximate="tanh"`).
-    pub fn gelu(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.gelu(x.inner))
-    }
-    /// GELU, erf form (PyTorch's default `gelu`).
-    #[wasm_bindgen(js_name = geluErf)]
-    pub fn gelu_erf(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.gelu_erf(x.inner))
-    }
-    /// `x·σ(x)`.
-    pub fn silu(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.silu(x.inner))
-    }
-    /// `1 / (1 + e⁻ˣ)`.
-    pub fn sigmoid(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.sigmoid(x.inner))
+    /// `gelu(a) · b`.
+    pub fn geglu(&mut self, a: &WebTensor, b: &WebTensor) -> R {
+        wrap(self.inner.geglu(a.inner, b.inner))
     }
 
     // ---- rows (last axis)
@@ -495,6 +475,39 @@ impl WebGraph {
         wrap(self.inner.argmax(x.inner))
     }
 }
+
+/// The GLU op named `name`.
+fn glu_op(name: &str) -> Result<crate::GluOp, JsError> {
+    crate::GluOp::ALL
+        .iter()
+        .copied()
+        .find(|op| op.name() == name)
+        .ok_or_else(|| JsError::new(&format!("glu: unknown GLU op '{name}'")))
+}
+
+// One JS method per parameterless row of the unary table (`neg`, `geluErf`, ...), each in its own impl block so
+// that wasm-bindgen sees complete methods.
+macro_rules! unary_js_method {
+    (0, $method:ident, $js:literal, $doc:literal) => {
+        #[wasm_bindgen(js_class = Graph)]
+        impl WebGraph {
+            #[doc = $doc]
+            #[wasm_bindgen(js_name = $js)]
+            pub fn $method(&mut self, x: &WebTensor) -> R {
+                wrap(self.inner.$method(x.inner))
+            }
+        }
+    };
+    ($params:literal, $($rest:tt)*) => {};
+}
+
+macro_rules! unary_js_methods {
+    ($(($var:ident, $method:ident, $js:literal, $acc:ident, |$x:ident, $a:ident, $b:ident| $cpu:expr,
+        $wgsl:literal, $doc:literal, $params:tt))*) => {
+        $(unary_js_method!($params, $method, $js, $doc);)*
+    };
+}
+crate::ops::for_each_unary!(unary_js_methods);
 
 // ---- plan -----------------------------------------------------------------------------------------
 

@@ -80,7 +80,7 @@ fn rerunning_a_plan_creates_no_gpu_objects_and_gives_the_same_result() {
         return;
     };
     // a device of its own: wgpu counts objects per device, and other tests run in parallel
-    let device = &Device::with_backend(shared.capabilities().backend.parse().unwrap()).unwrap();
+    let device = &Device::with_backend(shared.capabilities().backend).unwrap();
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[33, 65]).unwrap();
     let w = g.input("w", DType::F32, &[17, 65]).unwrap();
@@ -153,10 +153,12 @@ fn inputs_are_read_in_place_and_never_written() {
             }
             assert_eq!((&xa, &hv), (&xa_before, &hv_before), "the caller's inputs are untouched");
             if device.is_cpu() {
-                // the plan holds the steps' tensors only: relu, neg, add, cast, mul, add
+                // the plan's arena holds the steps' tensors only, never the inputs: fused, just the three outputs
+                // (relu and neg fused into y, the cast into z); unfused, at most the six steps' tensors
                 let st = plan.stats();
-                assert_eq!(st.buffers, st.dispatches, "{st:?}");
-                assert_eq!(st.memory_bytes, (5 * 32 * 4 + 32 * 4) as u64, "no memory for inputs: {st:?}");
+                let tensor = 32 * 4;
+                let most = if options.no_fusion { 6 * tensor } else { 3 * tensor };
+                assert!(st.memory_bytes >= 3 * tensor && st.memory_bytes <= most, "no memory for inputs: {st:?}");
             }
         }
     }
@@ -169,7 +171,7 @@ fn inputs_are_read_in_place_and_never_written() {
 /// takes several seconds on llvmpipe runs on another thread.
 #[test]
 fn gl_plan_dropped_while_another_thread_runs() {
-    let Some(device) = common::gpu().filter(|d| d.capabilities().backend == "gl") else {
+    let Some(device) = common::gpu().filter(|d| d.capabilities().backend == webtensor::BackendKind::Gl) else {
         println!("SKIPPED: not a GL device");
         return;
     };
@@ -239,7 +241,7 @@ fn matmul_kernel_choice() {
         println!("SKIPPED: no GPU adapter");
         return;
     };
-    let kernel = |m: usize, k: usize, n: usize, transpose_w: bool, choice: Option<webtensor::MatmulChoice>| {
+    let kernel = |m: usize, k: usize, n: usize, transpose_w: bool, choice: Option<webtensor::gpu::MatmulChoice>| {
         let mut g = Graph::new();
         let x = g.input("x", DType::F32, &[m, k]).unwrap();
         let w = if transpose_w {
@@ -252,13 +254,13 @@ fn matmul_kernel_choice() {
         let plan = device.compile_with(&g, &[y], &CompileOptions { matmul: choice, ..Default::default() }).unwrap();
         plan.stats().kernels[0].clone()
     };
-    let tiled = Some(webtensor::MatmulChoice::Tiled(webtensor::TILE_CONFIGS[0]));
+    let tiled = Some(webtensor::gpu::MatmulChoice::Tiled(webtensor::gpu::TILE_CONFIGS[0]));
     assert!(kernel(1, 1024, 129, true, None).starts_with("matvec"));
     assert!(kernel(1, 1024, 128, false, None).starts_with("matvec"));
     assert_eq!(kernel(256, 256, 256, false, tiled), "matmul_tiled 128x128x8");
     assert_eq!(kernel(256, 256, 256, true, tiled), "matmul_tiled 128x128x8");
     assert_eq!(kernel(255, 255, 255, false, tiled), "matmul", "K not a multiple of 4: generic kernel");
-    assert_eq!(kernel(256, 256, 256, false, Some(webtensor::MatmulChoice::Generic)), "matmul");
+    assert_eq!(kernel(256, 256, 256, false, Some(webtensor::gpu::MatmulChoice::Generic)), "matmul");
 }
 
 #[test]

@@ -10,8 +10,9 @@ mod common;
 
 use common::reference::{self as r, Arr};
 use common::{gpu, guarded_matmul, inp, run_suite_on, Case};
+use webtensor::gpu::{MatmulChoice, COOP_CONFIGS};
 use webtensor::DType::{self, F16, F32};
-use webtensor::{BackendKind, CompileOptions, Device, Graph, MatmulChoice, COOP_CONFIGS};
+use webtensor::{BackendKind, CompileOptions, Device, Graph};
 
 /// The devices the cases run on: the GPU adapter with cooperative matrices emulated, and the adapter itself
 /// when it runs the real kernel. Empty when there is no GPU with SHADER_F16 (the harness reports a missing GPU).
@@ -22,7 +23,7 @@ fn coop_devices() -> Vec<Device> {
         eprintln!("{}: no SHADER_F16, cooperative-matrix cases SKIPPED", c.name);
         return vec![];
     }
-    let kind: BackendKind = c.backend.parse().expect("a known backend");
+    let kind: BackendKind = c.backend;
     let mut v = vec![webtensor::testing::device_with_emulated_coop(kind).expect("the same adapter")];
     if uses_coop(g) {
         v.push(g.clone());
@@ -163,7 +164,7 @@ fn coop_configuration_is_tuned_checked_and_cached() {
     let _ = std::fs::remove_file(&cache);
     // only this test tunes (every other test here pins its kernel), so the variable affects nothing else
     std::env::set_var("WEBTENSOR_TUNE_CACHE", &cache);
-    let kind: BackendKind = g.capabilities().backend.parse().unwrap();
+    let kind: BackendKind = g.capabilities().backend;
     let compile = || {
         let device = webtensor::testing::device_with_emulated_coop(kind).unwrap();
         let mut graph = Graph::new();

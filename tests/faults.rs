@@ -1,4 +1,4 @@
-//! Runtime faults (issue 5, item 6): device loss, out-of-memory, shader validation errors and readbacks that
+//! Runtime faults: device loss, out-of-memory, shader validation errors and readbacks that
 //! cannot complete surface as `Error`s from compile or run, never as a panic or a hang; after a device loss a
 //! new device can be made and used.
 //!
@@ -13,20 +13,21 @@ mod common;
 use common::reference::{nmse, u};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use webtensor::{BackendKind, CompileOptions, DType, Data, Device, Error, Graph, HostTensor, MatmulChoice, Tensor};
+use webtensor::gpu::MatmulChoice;
+use webtensor::{BackendKind, CompileOptions, DType, Data, Device, Error, Graph, HostTensor, Tensor};
 
 /// A fault must be reported within this time.
 const FAST: Duration = Duration::from_secs(10);
 
 /// Matmul pinned to the default tiled kernel, so that no test waits for the per-device tuning.
 fn opts() -> CompileOptions {
-    CompileOptions { matmul: Some(MatmulChoice::Tiled(webtensor::DEFAULT_CONFIG)), ..Default::default() }
+    CompileOptions { matmul: Some(MatmulChoice::Tiled(webtensor::gpu::DEFAULT_CONFIG)), ..Default::default() }
 }
 
 /// The backend of the test GPU, or None (and SKIPPED printed) without one.
 fn gpu_kind(test: &str) -> Option<BackendKind> {
     match common::gpu() {
-        Some(d) => Some(d.capabilities().backend.parse().expect("a known backend")),
+        Some(d) => Some(d.capabilities().backend),
         None => {
             println!("{test}: SKIPPED: no GPU adapter");
             None
@@ -374,7 +375,7 @@ fn oom_child() {
 #[cfg(target_os = "linux")]
 fn readback_wait_is_bounded() {
     let Some(kind) = gpu_kind("readback_wait_is_bounded") else { return };
-    let text = run_child("timeout_child", kind, "true", &[(webtensor::READBACK_TIMEOUT_ENV, "1")]);
+    let text = run_child("timeout_child", kind, "true", &[(webtensor::gpu::READBACK_TIMEOUT_ENV, "1")]);
     assert!(text.contains("TIMEOUT-CHILD ok"), "the child did not finish");
 }
 
@@ -397,7 +398,7 @@ fn timeout_child() {
                 println!("run {i}: {e} ({:?})", start.elapsed());
                 assert!(matches!(e, Error::Gpu { .. }), "expected Error::Gpu, got {e:?}");
                 let m = e.to_string();
-                assert!(m.contains(webtensor::READBACK_TIMEOUT_ENV), "the error does not name the bound: {m}");
+                assert!(m.contains(webtensor::gpu::READBACK_TIMEOUT_ENV), "the error does not name the bound: {m}");
                 assert!(start.elapsed() < FAST, "the run took {:?}", start.elapsed());
             }
         }

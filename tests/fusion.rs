@@ -1,4 +1,4 @@
-//! Fusion, in-place execution and memory (issue 5 items 1-2): fused plans give the reference's values in fewer
+//! Fusion, in-place execution and memory: fused plans give the reference's values in fewer
 //! dispatches, and the planned memory of a transformer block stays within 1.1x of the most memory its tensors
 //! ever need at once.
 

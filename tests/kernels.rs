@@ -24,10 +24,8 @@ fn kernel_snapshot_is_unchanged() {
         return;
     }
     let committed = std::fs::read_to_string(path).unwrap_or_default();
-    let old: BTreeMap<String, String> = committed
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(h, n)| (n.to_string(), h.to_string())))
-        .collect();
+    let old: BTreeMap<String, String> =
+        committed.lines().filter_map(|l| l.split_once(' ').map(|(h, n)| (n.to_string(), h.to_string()))).collect();
     let mut report = Vec::new();
     for (name, hash) in &current {
         match old.get(name) {

@@ -1,4 +1,4 @@
-//! Device limits (issue 5 item 3, CASES.md B17, B18): tensors larger than one storage binding are processed in
+//! Device limits (tensors larger than one binding, odd byte offsets): tensors larger than one storage binding are processed in
 //! chunks, exactly; where that is impossible the error names the limit and the size; odd byte sizes and
 //! offsets round-trip. The large cases use the GPU's real binding limit (128 MiB on lavapipe).
 
@@ -25,7 +25,7 @@ fn elementwise_over_a_tensor_larger_than_one_binding() {
         println!("SKIPPED: no GPU adapter");
         return;
     };
-    let n = 37_500_000; // 150 MB of f32 (B17a)
+    let n = 37_500_000; // 150 MB of f32, over lavapipe's 128 MiB binding
     if !big_enough(device, n as u64 * 4) {
         return;
     }
@@ -136,8 +136,8 @@ fn matmul_with_a_weight_larger_than_one_binding() {
     let w = wv.data.to_f32();
     for (m, choice) in [
         (1usize, None),
-        (8, Some(webtensor::MatmulChoice::Tiled(webtensor::TILE_CONFIGS[0]))),
-        (3, Some(webtensor::MatmulChoice::Generic)),
+        (8, Some(webtensor::gpu::MatmulChoice::Tiled(webtensor::gpu::TILE_CONFIGS[0]))),
+        (3, Some(webtensor::gpu::MatmulChoice::Generic)),
     ] {
         let mut g = Graph::new();
         let x = g.input("x", DType::F32, &[m, k]).unwrap();
@@ -188,9 +188,9 @@ fn matmul_with_an_a_larger_than_one_binding() {
     let a = av.data.to_f32();
     let per = (device.capabilities().max_storage_binding_bytes as usize - 512) / (k * 4) / 128 * 128;
     for (n, choice) in [
-        (16usize, Some(webtensor::MatmulChoice::Tiled(webtensor::TILE_CONFIGS[0]))),
-        (512, Some(webtensor::MatmulChoice::Tiled(webtensor::TILE_CONFIGS[0]))),
-        (20, Some(webtensor::MatmulChoice::Generic)),
+        (16usize, Some(webtensor::gpu::MatmulChoice::Tiled(webtensor::gpu::TILE_CONFIGS[0]))),
+        (512, Some(webtensor::gpu::MatmulChoice::Tiled(webtensor::gpu::TILE_CONFIGS[0]))),
+        (20, Some(webtensor::gpu::MatmulChoice::Generic)),
     ] {
         let mut g = Graph::new();
         let x = g.input("a", DType::F32, &[m, k]).unwrap();
@@ -236,7 +236,7 @@ fn what_cannot_be_split_is_an_error_naming_the_limit() {
     assert!(msg.contains("max_storage_buffer_binding_size") && msg.contains(&format!("{}", n * k * 4)), "{msg}");
 }
 
-/// B18: f16 tensors of odd lengths, read back through views at odd element offsets, and uploaded into an odd
+/// Odd byte offsets: f16 tensors of odd lengths, read back through views at odd element offsets, and uploaded into an odd
 /// offset next to neighbours: bytes identical to the CPU backend's.
 #[test]
 fn odd_byte_sizes_and_offsets_round_trip() {

@@ -1,4 +1,4 @@
-//! Numerics at the extremes (issue 5 item 7) and aliasing (item 4), on every backend, against f64.
+//! Numerics at the extremes and aliasing (operands over the same memory), on every backend, against f64.
 
 mod common;
 

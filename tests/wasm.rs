@@ -2,7 +2,7 @@
 //! (`scripts/test-wasm.sh`). Chromium must be started with `--enable-unsafe-webgpu`: the WebGPU tests assert
 //! that an adapter exists (SwiftShader in CI) and fail otherwise, they are never skipped.
 //!
-//! Covers CASES.md B24 (readback is truly asynchronous: the main thread stays responsive, 50 consecutive
+//! Covers asynchronous readback (the main thread stays responsive: the main thread stays responsive, 50 consecutive
 //! readbacks, a readback while another compute is in flight), the seed example on WebGPU and on the wasm CPU
 //! backend, a few ops against values computed here, and the JS bindings (`webtensor::wasm`).
 #![cfg(target_arch = "wasm32")]
@@ -35,7 +35,7 @@ async fn gpu() -> Device {
     let d = Device::with_backend_async(BackendKind::WebGpu)
         .await
         .expect("no WebGPU adapter: run Chromium with --enable-unsafe-webgpu");
-    assert_eq!(d.capabilities().backend, "webgpu");
+    assert_eq!(d.capabilities().backend, webtensor::BackendKind::WebGpu);
     d
 }
 
@@ -132,7 +132,7 @@ async fn softmax_rms_norm_add_broadcast() {
     let added: Vec<f64> = x.iter().enumerate().map(|(i, &v)| v as f64 + bias[i % cols] as f64).collect();
 
     for device in devices().await {
-        let name = device.capabilities().backend.clone();
+        let name = device.capabilities().backend.name().to_string();
         let mut g = Graph::new();
         let tx = g.input("x", DType::F32, &[rows, cols]).unwrap();
         let tb = g.input("bias", DType::F32, &[cols]).unwrap();
@@ -149,7 +149,7 @@ async fn softmax_rms_norm_add_broadcast() {
     }
 }
 
-// ---- B24: readback is truly asynchronous ----------------------------------------------------------
+// ---- readback is truly asynchronous ---------------------------------------------------------------
 
 /// A plan computing `x · I` for x [m, k] and the identity I [k, k]: an exact result of m·k floats that takes
 /// real GPU work.
@@ -387,7 +387,7 @@ async fn huge_tensor_is_rejected_not_overflowed() {
 }
 
 /// f16 tensors on the browser's adapter, which lacks shader-f16: stored packed in u32 words and unpacked in the
-/// shader (issue 5, B23), odd element counts and offsets included; fused chains and a matmul epilogue too.
+/// shader (adapters without shader-f16), odd element counts and offsets included; fused chains and a matmul epilogue too.
 #[wasm_bindgen_test]
 async fn f16_packed_and_fused_ops_match_the_cpu() {
     let device = gpu().await;

@@ -20,7 +20,7 @@ fn every_variant_parses_and_validates() {
                 continue;
             }
         };
-        // Only the capability the variant declares: a variant without f16 must validate without it (B23).
+        // Only the capability the variant declares: a variant without f16 must validate without it (adapters without shader-f16).
         let mut caps = if uses_f16 { Capabilities::SHADER_FLOAT16 } else { Capabilities::empty() };
         if src.contains("pack2x16float") {
             // granted by wgpu on every backend with DownlevelFlags::SHADER_F16_IN_F32 (WebGPU: always)
@@ -72,4 +72,38 @@ fn every_variant_parses_and_validates() {
     println!("{coop_variants} cooperative-matrix variants also written as SPIR-V");
     println!("{} WGSL variants validated, {} failed", variants.len(), failures.len());
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Every kernel family's `struct Params` as WGSL lays it out (naga's layouter, the same rules wgpu validates
+/// uniform blocks with) has each field at the byte offset Rust gives it, and fits the 256 bytes a dispatch's
+/// uniform block holds.
+#[test]
+fn params_structs_match_their_rust_layout() {
+    let layouts = webtensor::testing::params_layouts();
+    assert!(layouts.len() >= 5, "every family: {}", layouts.len());
+    for l in layouts {
+        let src = format!(
+            "{}@group(0) @binding(0) var<uniform> P: Params;\n@compute @workgroup_size(1) fn main() {{ _ = P; }}",
+            l.wgsl
+        );
+        let module =
+            naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}: {}", l.name, e.emit_to_string(&src)));
+        let (members, span) = module
+            .types
+            .iter()
+            .find_map(|(_, t)| match &t.inner {
+                naga::TypeInner::Struct { members, span } if t.name.as_deref() == Some("Params") => {
+                    Some((members.clone(), *span))
+                }
+                _ => None,
+            })
+            .expect("struct Params");
+        let wgsl: Vec<(String, usize)> =
+            members.iter().map(|m| (m.name.clone().unwrap_or_default(), m.offset as usize)).collect();
+        let rust: Vec<(String, usize)> = l.offsets.iter().map(|&(n, o)| (n.to_string(), o)).collect();
+        assert_eq!(wgsl, rust, "{}: WGSL and Rust field offsets differ", l.name);
+        assert!(span as usize >= l.size, "{}: WGSL struct of {span} bytes, Rust {} bytes", l.name, l.size);
+        assert!(span <= 256, "{}: {span} bytes do not fit a dispatch's 256-byte uniform block", l.name);
+        println!("{}: {} fields, {span} bytes", l.name, wgsl.len());
+    }
 }

@@ -1,15 +1,13 @@
-//! Backends (stage 4): one small trait around a compiled plan, and the facts each device reports.
-//!
-//! A backend turns a [`Program`](crate::compile::Program) into an [`Executable`]: buffers, pipelines and bind
+//! Backends (stage 4): one small trait around a compiled plan. A backend runs the compiler's pass list with its own
+//! [`Target`](crate::compile::Target) and turns the result into an [`Executable`]: buffers, pipelines and bind
 //! groups are made once there, and each run only uploads inputs, dispatches and reads outputs back.
 
 pub(crate) mod cpu;
-pub(crate) mod cpu_matmul;
-pub mod gpu;
+pub(crate) mod gpu;
 
-use crate::compile::Program;
+use crate::caps::Capabilities;
 use crate::graph::NodeId;
-use crate::{DType, HostTensor, Result};
+use crate::{Graph, HostTensor, Result, Tensor};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -24,44 +22,6 @@ pub(crate) trait MaybeSendSync {}
 impl<T> MaybeSendSync for T {}
 
 pub(crate) type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
-
-/// What the compiler may ask of a device. Everything the code depends on about an adapter is read into this
-/// struct, in one place, and printed by `webtensor info`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Capabilities {
-    /// `cpu`, `vulkan`, `gl`, `metal`, `dx12` or `webgpu`.
-    pub backend: String,
-    /// The adapter's name (e.g. `llvmpipe (LLVM 15.0.7, 256 bits)`), or the CPU's description.
-    pub name: String,
-    /// `DiscreteGpu`, `IntegratedGpu`, `VirtualGpu`, `Cpu` or `Other`.
-    pub device_type: String,
-    /// Driver name and version as the adapter reports them.
-    pub driver: String,
-    /// Largest storage-buffer binding, in bytes (`max_storage_buffer_binding_size`).
-    pub max_storage_binding_bytes: u64,
-    /// Largest buffer, in bytes (`max_buffer_size`).
-    pub max_buffer_bytes: u64,
-    /// Workgroup (shared) memory per workgroup, in bytes.
-    pub max_workgroup_storage_bytes: u32,
-    /// Invocations per workgroup.
-    pub max_invocations_per_workgroup: u32,
-    /// Workgroups per dispatch dimension.
-    pub max_workgroups_per_dimension: u32,
-    /// Alignment of storage-binding offsets, in bytes.
-    pub min_storage_offset_alignment: u32,
-    /// Alignment of uniform-binding offsets, in bytes.
-    pub min_uniform_offset_alignment: u32,
-    /// WGSL `enable f16;` (SHADER_F16) is available.
-    pub shader_f16: bool,
-    /// Subgroup operations are available.
-    pub subgroups: bool,
-    /// Smallest and largest subgroup size in invocations (0 when unknown).
-    pub subgroup_size: (u32, u32),
-    /// Cooperative-matrix tile shapes, e.g. `16x16x16 f16->f32` (empty when unsupported).
-    pub cooperative_matrix: Vec<String>,
-    /// Element types tensors may have on this device.
-    pub dtypes: Vec<DType>,
-}
 
 /// Counts that describe a compiled plan, for tests and `webtensor demo --stats`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -87,7 +47,7 @@ pub struct CompileOptions {
     /// kernel never writes shows up. For tests; costs one extra write of the plan's memory per run.
     pub poison: bool,
     /// Pins the GPU matmul kernel for this plan (else `WEBTENSOR_MATMUL`, else the device's tuned choice).
-    pub matmul: Option<gpu::matmul::MatmulChoice>,
+    pub matmul: Option<crate::gpu::MatmulChoice>,
     /// Turn off elementwise fusion and in-place execution (GPU plans): one dispatch per op, as built.
     pub no_fusion: bool,
 }
@@ -97,24 +57,40 @@ pub(crate) trait Executable {
     /// Uploads `inputs` (node id, values), runs every step, returns the outputs in order.
     fn run<'a>(&'a mut self, inputs: &'a [(NodeId, &'a HostTensor)]) -> LocalFuture<'a, Result<Vec<HostTensor>>>;
     fn stats(&self) -> PlanStats;
+    /// The graph inputs the plan reads (live inputs), in declaration order.
+    fn input_ids(&self) -> &[NodeId];
 }
 
-/// A device: turns programs into executables.
+/// A device: compiles graphs into executables.
 pub(crate) trait Backend: MaybeSendSync {
     fn capabilities(&self) -> &Capabilities;
+
     /// Live (buffers, bind groups, compute pipelines) on the device, where the backend counts them.
     fn resource_counts(&self) -> Option<[isize; 3]> {
         None
     }
-    /// The wgpu backend behind this device, if it is one (for the testing hooks on `Device`).
-    fn as_gpu(&self) -> Option<&std::sync::Arc<gpu::GpuBackend>> {
-        None
-    }
+
+    /// Runs the pass list for `outputs` of `graph` and creates the plan's device objects.
     fn compile<'a>(
         &'a self,
-        program: Program,
+        graph: &'a Graph,
+        outputs: &'a [Tensor],
         options: &'a CompileOptions,
     ) -> LocalFuture<'a, Result<Box<dyn Executable>>>;
+
+    /// Destroys the device (a real device loss, for tests); nothing on the CPU.
+    fn destroy_for_tests(&self) {}
+
+    /// Builds a compute pipeline from `wgsl` on the path compile uses (tests of shader validation errors).
+    fn build_wgsl_for_tests<'a>(&'a self, _wgsl: &'a str) -> LocalFuture<'a, Result<()>> {
+        Box::pin(async {
+            Err(crate::Error::Unsupported {
+                op: "a WGSL shader".into(),
+                backend: "cpu".into(),
+                reason: "the CPU backend runs no shaders".into(),
+            })
+        })
+    }
 }
 
 /// Gathers the elements of `layout` from `storage` into a new row-major tensor (how outputs that are views are

@@ -174,7 +174,7 @@ impl Ours {
         if dq < d1 + q {
             return Err(webtensor::Error::Unsupported {
                 op: "bench".into(),
-                backend: device.capabilities().backend.clone(),
+                backend: device.capabilities().backend.name().to_string(),
                 reason: format!("the compiler merged the chained ops ({dq} dispatches for {} ops)", 1 + q),
             });
         }
@@ -235,7 +235,7 @@ fn matmul(args: &MatmulArgs) -> Result<(), CliError> {
     if !chosen.device.is_cpu() && args.cpu_max > 0 {
         devices.push(Device::cpu());
     }
-    let software = chosen.device.capabilities().device_type == "Cpu";
+    let software = chosen.device.capabilities().device_type == webtensor::DeviceType::Cpu;
     std::fs::create_dir_all(&args.out)
         .map_err(|e| CliError::Msg(format!("cannot create {}: {e}", args.out.display())))?;
     eprintln!("webtensor bench: device {} (chosen by {})", describe(&chosen.device), chosen.how);
@@ -320,7 +320,7 @@ fn measure(
         let entry = |outcome| Entry {
             label: format!("webtensor {}", c.backend),
             ours: true,
-            on_cpu: c.device_type == "Cpu",
+            on_cpu: c.device_type == webtensor::DeviceType::Cpu,
             outcome,
         };
         let needs_f16 = !matches!(work, Work::Copy { .. } | Work::MatMul { dtype: DType::F32, .. });

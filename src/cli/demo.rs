@@ -193,7 +193,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     let (dev_bench, cpu_bench) = if device.is_cpu() {
         (None, bench(device, &a, &b, args.runs, cpu_label)?)
     } else {
-        let d = bench(device, &a, &b, args.runs, &device.capabilities().backend)?;
+        let d = bench(device, &a, &b, args.runs, device.capabilities().backend.name())?;
         let cpu = bench(&Device::cpu(), &a, &b, args.runs, cpu_label)?;
         (Some(d), cpu)
     };
@@ -209,7 +209,11 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         if speedup >= 1.0 {
             outln!("  {backend} is {speedup:.1}x faster than the CPU backend");
         } else {
-            let why = if dev_caps.device_type == "Cpu" { " (this adapter is itself a CPU emulation)" } else { "" };
+            let why = if dev_caps.device_type == webtensor::DeviceType::Cpu {
+                " (this adapter is itself a CPU emulation)"
+            } else {
+                ""
+            };
             outln!("  the CPU backend is {:.1}x faster than {backend}{why}", 1.0 / speedup);
         }
     }

@@ -38,9 +38,9 @@ struct CapsJson<'a> {
 impl<'a> From<&'a Capabilities> for CapsJson<'a> {
     fn from(c: &'a Capabilities) -> CapsJson<'a> {
         CapsJson {
-            backend: &c.backend,
+            backend: c.backend.name(),
             name: &c.name,
-            device_type: &c.device_type,
+            device_type: c.device_type.name(),
             driver: &c.driver,
             max_storage_binding_bytes: c.max_storage_binding_bytes,
             max_buffer_bytes: c.max_buffer_bytes,
@@ -96,8 +96,8 @@ fn block(title: &str, c: &Capabilities) -> String {
     };
     let coop = if c.cooperative_matrix.is_empty() { "none".to_string() } else { c.cooperative_matrix.join(", ") };
     let rows: [(&str, String); 14] = [
-        ("backend", c.backend.clone()),
-        ("device type", c.device_type.clone()),
+        ("backend", c.backend.name().to_string()),
+        ("device type", c.device_type.name().to_string()),
         ("driver", if c.driver.is_empty() { "(not reported)".into() } else { c.driver.clone() }),
         ("max storage binding", bytes(c.max_storage_binding_bytes)),
         ("max buffer", bytes(c.max_buffer_bytes)),

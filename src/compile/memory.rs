@@ -5,7 +5,7 @@
 //! free block, else grows the arena; adjacent free blocks merge. A step's output is placed before its operands
 //! are freed, so an op never writes over what it reads.
 
-use super::Program;
+use super::ir::Program;
 use crate::graph::NodeId;
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -32,7 +32,7 @@ pub(crate) struct MemoryPlan {
 
 impl MemoryPlan {
     /// Total bytes of all arenas.
-    pub fn total_bytes(&self) -> u64 {
+    pub(crate) fn total_bytes(&self) -> u64 {
         self.arena_bytes.iter().sum()
     }
 }
@@ -63,38 +63,49 @@ impl Arena {
     }
 }
 
-/// Plans memory for `program`. `align` (bytes) is the offset alignment every block starts at; `max_arena`
-/// (bytes) caps one arena and `max_tensor` (bytes) one tensor (both a device's max buffer size; tensors larger
-/// than one binding are split later, at dispatch).
-/// `inplace(step)` lists storage nodes the step may overwrite (see `fuse::inplace_candidates`): the first that
-/// is read for the last time by that step, and is neither an input nor an output, gives its block to the
-/// step's output instead of a new one.
-pub(crate) fn plan(
-    program: &Program,
-    align: u64,
-    max_arena: u64,
-    max_tensor: u64,
-    inplace: &dyn Fn(NodeId) -> Vec<NodeId>,
-) -> Result<MemoryPlan> {
-    let round = |n: u64| n.div_ceil(align) * align;
-    let mut arenas: Vec<Arena> = Vec::new();
-    let mut out = MemoryPlan::default();
-    let mut live_bytes = 0u64;
-    let alloc = |id: NodeId, arenas: &mut Vec<Arena>, out: &mut MemoryPlan, live: &mut u64| -> Result<()> {
-        let size = program.storage_bytes(id);
-        let node = &program.nodes[id];
-        if size > max_tensor {
+/// What a backend's memory looks like to the planner, in bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemoryLimits {
+    /// Every block starts at a multiple of this.
+    pub align: u64,
+    /// Largest arena (a device's max buffer size).
+    pub max_arena: u64,
+    /// Largest tensor (tensors larger than one binding are split later, at dispatch).
+    pub max_tensor: u64,
+    /// Whether inputs get blocks (the GPU uploads them there); otherwise they stay in the caller's memory.
+    pub place_inputs: bool,
+}
+
+/// The planner's state while it walks the schedule.
+struct Planner<'a> {
+    program: &'a Program,
+    limits: MemoryLimits,
+    arenas: Vec<Arena>,
+    out: MemoryPlan,
+    live_bytes: u64,
+}
+
+impl Planner<'_> {
+    fn round(&self, n: u64) -> u64 {
+        n.max(4).div_ceil(self.limits.align) * self.limits.align
+    }
+
+    /// Places storage node `id`: the best-fitting free block of any arena, else the end of the first arena with
+    /// room, else a new arena.
+    fn alloc(&mut self, id: NodeId) -> Result<()> {
+        let size = self.program.storage_bytes(id);
+        let node = &self.program.nodes[id];
+        if size > self.limits.max_tensor {
             return Err(Error::LimitExceeded {
                 what: format!("tensor #{id} ({} {:?})", node.dtype, node.layout.shape),
                 size,
                 limit_name: "max_buffer_size",
-                limit: max_tensor,
+                limit: self.limits.max_tensor,
             });
         }
-        let need = round(size.max(4));
-        // best fit over every arena's free list
+        let need = self.round(size);
         let mut best: Option<(usize, usize, u64)> = None;
-        for (a, arena) in arenas.iter().enumerate() {
+        for (a, arena) in self.arenas.iter().enumerate() {
             for (f, &(_, fsize)) in arena.free.iter().enumerate() {
                 if fsize >= need && best.is_none_or(|(_, _, b)| fsize < b) {
                     best = Some((a, f, fsize));
@@ -103,45 +114,67 @@ pub(crate) fn plan(
         }
         let (arena, offset) = match best {
             Some((a, f, _)) => {
-                let (o, s) = arenas[a].free[f];
+                let (o, s) = self.arenas[a].free[f];
                 if s == need {
-                    arenas[a].free.remove(f);
+                    self.arenas[a].free.remove(f);
                 } else {
-                    arenas[a].free[f] = (o + need, s - need);
+                    self.arenas[a].free[f] = (o + need, s - need);
                 }
                 (a, o)
             }
             None => {
-                let a = match arenas.iter().position(|ar| ar.end + need <= max_arena) {
+                let max_arena = self.limits.max_arena;
+                let a = match self.arenas.iter().position(|ar| ar.end + need <= max_arena) {
                     Some(a) => a,
                     None => {
-                        arenas.push(Arena::default());
-                        arenas.len() - 1
+                        self.arenas.push(Arena::default());
+                        self.arenas.len() - 1
                     }
                 };
-                let o = arenas[a].end;
-                arenas[a].end += need;
+                let o = self.arenas[a].end;
+                self.arenas[a].end += need;
                 (a, o)
             }
         };
-        *live += need;
-        out.peak_live_bytes = out.peak_live_bytes.max(*live);
-        out.blocks.insert(id, Block { arena, offset, size });
+        self.live_bytes += need;
+        self.out.peak_live_bytes = self.out.peak_live_bytes.max(self.live_bytes);
+        self.out.blocks.insert(id, Block { arena, offset, size });
         Ok(())
-    };
+    }
 
-    let pinned: Vec<bool> = {
-        let mut p = vec![false; program.nodes.len()];
-        for &o in &program.outputs {
-            p[program.nodes[o].storage] = true;
+    fn free(&mut self, id: NodeId) {
+        let b = self.out.blocks[&id];
+        let size = self.round(b.size);
+        self.arenas[b.arena].release(b.offset, size);
+        self.live_bytes -= size;
+    }
+
+    fn note_peaks(&self, arena_peak: &mut Vec<u64>) {
+        arena_peak.resize(self.arenas.len(), 0);
+        for (a, ar) in self.arenas.iter().enumerate() {
+            arena_peak[a] = arena_peak[a].max(ar.end);
         }
-        for &i in &program.inputs {
-            p[i] = true;
-        }
-        p
-    };
+    }
+}
+
+/// Plans memory for `program` within `limits`. `inplace(step)` lists storage nodes the step may overwrite (see
+/// `inplace::candidates`): the first that is read for the last time by that step, and is neither an input nor
+/// an output, gives its block to the step's output instead of a new one.
+pub(crate) fn plan(
+    program: &Program,
+    limits: MemoryLimits,
+    inplace: &dyn Fn(NodeId) -> Vec<NodeId>,
+) -> Result<MemoryPlan> {
+    let mut pl = Planner { program, limits, arenas: Vec::new(), out: MemoryPlan::default(), live_bytes: 0 };
+    let mut pinned = vec![false; program.nodes.len()];
+    for &o in &program.outputs {
+        pinned[program.nodes[o].storage] = true;
+    }
     for &i in &program.inputs {
-        alloc(i, &mut arenas, &mut out, &mut live_bytes)?;
+        pinned[i] = true;
+        if limits.place_inputs {
+            pl.alloc(i)?;
+        }
     }
     let mut arena_peak: Vec<u64> = Vec::new();
     let last = program.last_reads();
@@ -150,45 +183,40 @@ pub(crate) fn plan(
         let donor = inplace(id).into_iter().find(|&c| !pinned[c] && !handed_over[c] && last[c] == Some(step));
         match donor {
             Some(c) => {
-                let b = out.blocks[&c];
-                out.blocks.insert(id, Block { size: program.storage_bytes(id), ..b });
+                let b = pl.out.blocks[&c];
+                pl.out.blocks.insert(id, Block { size: program.storage_bytes(id), ..b });
                 handed_over[c] = true;
             }
-            None => alloc(id, &mut arenas, &mut out, &mut live_bytes)?,
+            None => pl.alloc(id)?,
         }
-        arena_peak.resize(arenas.len(), 0);
-        for (a, ar) in arenas.iter().enumerate() {
-            arena_peak[a] = arena_peak[a].max(ar.end);
-        }
-        let mut freed: Vec<NodeId> = program.nodes[id].op.srcs().iter().map(|&s| program.nodes[s].storage).collect();
+        pl.note_peaks(&mut arena_peak);
+        let mut freed: Vec<NodeId> = program.nodes[id].step.srcs().iter().map(|&s| program.nodes[s].storage).collect();
         freed.sort_unstable();
         freed.dedup();
         for s in freed {
             if !pinned[s] && !handed_over[s] && last[s] == Some(step) {
-                let b = out.blocks[&s];
-                arenas[b.arena].release(b.offset, round(b.size.max(4)));
-                live_bytes -= round(b.size.max(4));
+                pl.free(s);
             }
         }
         // a step nobody reads and nobody asked for is dead code removed earlier; an output stays pinned
         if !pinned[id] && last[id].is_none() {
-            let b = out.blocks[&id];
-            arenas[b.arena].release(b.offset, round(b.size.max(4)));
-            live_bytes -= round(b.size.max(4));
+            pl.free(id);
         }
     }
-    arena_peak.resize(arenas.len(), 0);
-    for (a, ar) in arenas.iter().enumerate() {
-        arena_peak[a] = arena_peak[a].max(ar.end);
-    }
-    out.arena_bytes = arena_peak;
-    Ok(out)
+    pl.note_peaks(&mut arena_peak);
+    pl.out.arena_bytes = arena_peak;
+    Ok(pl.out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::ir::Program;
     use crate::{DType, Graph};
+
+    fn limits(max: u64) -> MemoryLimits {
+        MemoryLimits { align: 256, max_arena: max, max_tensor: max, place_inputs: true }
+    }
 
     fn overlaps(a: Block, b: Block) -> bool {
         a.arena == b.arena && a.offset < b.offset + b.size && b.offset < a.offset + a.size
@@ -203,7 +231,7 @@ mod tests {
         let c = g.exp(b).unwrap(); // can take a's block
         let d = g.add(c, x).unwrap();
         let p = Program::new(&g, &[d]).unwrap();
-        let m = plan(&p, 256, 1 << 30, 1 << 30, &|_| vec![]).unwrap();
+        let m = plan(&p, limits(1 << 30), &|_| vec![]).unwrap();
         let blk = |t: crate::Tensor| m.blocks[&(t.index())];
         assert_eq!(blk(c).offset, blk(a).offset, "c reuses a's memory");
         assert!(!overlaps(blk(x), blk(a)) && !overlaps(blk(x), blk(c)) && !overlaps(blk(x), blk(d)));
@@ -219,7 +247,7 @@ mod tests {
         let b = g.tanh(a).unwrap(); // may overwrite a
         let c = g.add(b, x).unwrap(); // may overwrite b (x is an input: never)
         let p = Program::new(&g, &[c]).unwrap();
-        let m = plan(&p, 256, 1 << 30, 1 << 30, &|s| crate::compile::fuse::inplace_candidates(&p, s)).unwrap();
+        let m = plan(&p, limits(1 << 30), &|s| crate::compile::inplace::candidates(&p, s, &|_| true)).unwrap();
         let blk = |t: crate::Tensor| m.blocks[&(t.index())];
         assert_eq!(blk(b).offset, blk(a).offset);
         assert_eq!(blk(c).offset, blk(b).offset, "the output may reuse a dying temporary");
@@ -233,7 +261,7 @@ mod tests {
         let x = g.input("x", DType::F32, &[1000]).unwrap();
         let y = g.exp(x).unwrap();
         let p = Program::new(&g, &[y]).unwrap();
-        let e = plan(&p, 256, 1 << 30, 1024, &|_| vec![]).unwrap_err();
+        let e = plan(&p, MemoryLimits { max_tensor: 1024, ..limits(1 << 30) }, &|_| vec![]).unwrap_err();
         assert!(e.to_string().contains("max_buffer_size"), "{e}");
     }
 }

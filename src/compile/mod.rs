@@ -1,75 +1,68 @@
-//! Compiling (stage 2): dead-node removal and a topological schedule of the nodes that compute something.
+//! Compiling (stage 2): the pass list every backend runs, in order —
 //!
-//! The result, a [`Program`], is what every backend turns into an executable plan. The memory plan
-//! ([`memory`]) is computed from it.
+//! 1. **dead nodes** ([`ir::Program::new`]): keep what the outputs need, translated into the compiler's steps;
+//! 2. **fusion** ([`fuse`]): elementwise chains into one expression, epilogues into matmuls;
+//! 3. **in-place** ([`inplace`]): which operands a step may overwrite;
+//! 4. **memory plan** ([`memory`]): arenas, blocks reused after their last reader;
+//! 5. **lowering** (the backend's [`Target::lower`]): a kernel per step;
+//! 6. **splitting** (the backend's [`Target::split`]): kernels over operands larger than a device limit.
+//!
+//! A backend describes itself through [`Target`]; its plan constructor then only creates device objects.
 
 pub(crate) mod fuse;
+pub(crate) mod inplace;
+pub(crate) mod ir;
 pub(crate) mod memory;
 
-use crate::graph::{Node, NodeId, Op};
-use crate::{Error, Graph, Result, Tensor};
+use crate::graph::NodeId;
+use crate::{Graph, Result, Tensor};
+use ir::Program;
+use memory::{MemoryLimits, MemoryPlan};
 
-/// A graph reduced to what its outputs need, in execution order.
-#[derive(Clone, Debug)]
-pub(crate) struct Program {
-    /// The graph's nodes (all of them; ids index this vector).
-    pub nodes: Vec<Node>,
-    /// Nodes that compute (neither inputs nor views), in a valid execution order.
-    pub steps: Vec<NodeId>,
-    /// Input nodes the outputs depend on, in declaration order.
-    pub inputs: Vec<NodeId>,
-    /// The requested outputs (possibly views), in the order given.
-    pub outputs: Vec<NodeId>,
+/// What a backend tells the pass list about itself, and how it lowers a step.
+pub(crate) trait Target {
+    /// One lowered unit of work (a GPU dispatch, a CPU kernel call).
+    type Kernel;
+
+    /// Whether the fusion and in-place passes run (off: one kernel per op, as built).
+    fn fusion(&self) -> bool;
+
+    /// Whether a step may write over storage node `storage` in place (a backend's own restriction).
+    fn may_overwrite(&self, _program: &Program, _storage: NodeId) -> bool {
+        true
+    }
+
+    /// The memory the planner may use.
+    fn memory_limits(&self) -> MemoryLimits;
+
+    /// The kernel for step `step`.
+    fn lower(&self, program: &Program, memory: &MemoryPlan, step: NodeId) -> Result<Self::Kernel>;
+
+    /// The kernel split into pieces that fit the device's limits (by default: as it is).
+    fn split(&self, kernel: Self::Kernel, _program: &Program, _memory: &MemoryPlan) -> Result<Vec<Self::Kernel>> {
+        Ok(vec![kernel])
+    }
 }
 
-impl Program {
-    /// Removes nodes that no output depends on and orders the rest. Node ids are already topological (an op
-    /// only refers to earlier nodes), so the schedule is the live compute nodes in id order.
-    pub fn new(graph: &Graph, outputs: &[Tensor]) -> Result<Program> {
-        if outputs.is_empty() {
-            return Err(Error::InvalidShape { op: "compile", shape: vec![], reason: "no outputs requested".into() });
-        }
-        let mut live = vec![false; graph.nodes.len()];
-        let mut stack = Vec::new();
-        for &t in outputs {
-            graph.node("compile", t)?;
-            stack.push(t.id as usize);
-        }
-        while let Some(id) = stack.pop() {
-            if !std::mem::replace(&mut live[id], true) {
-                stack.extend(graph.nodes[id].op.srcs());
-            }
-        }
-        let nodes = graph.nodes.clone();
-        let steps = (0..nodes.len())
-            .filter(|&i| live[i] && !matches!(nodes[i].op, Op::Input { .. } | Op::View { .. }))
-            .collect();
-        let inputs = (0..nodes.len()).filter(|&i| live[i] && matches!(nodes[i].op, Op::Input { .. })).collect();
-        Ok(Program { nodes, steps, inputs, outputs: outputs.iter().map(|t| t.id as usize).collect() })
-    }
+/// The result of the pass list: the program, where its tensors live, and each step's kernels (one or more when
+/// split), in schedule order.
+pub(crate) struct Compiled<K> {
+    pub program: Program,
+    pub memory: MemoryPlan,
+    pub kernels: Vec<Vec<K>>,
+}
 
-    /// Size in bytes of the storage owned by `id` (an input or a step).
-    pub fn storage_bytes(&self, id: NodeId) -> u64 {
-        let n = &self.nodes[id];
-        n.layout.numel() as u64 * n.dtype.size_bytes() as u64
+/// Runs the passes in order (see the module docs) for `outputs` of `graph` on `target`.
+pub(crate) fn compile<T: Target>(graph: &Graph, outputs: &[Tensor], target: &T) -> Result<Compiled<T::Kernel>> {
+    let program = Program::new(graph, outputs)?;
+    let program = if target.fusion() { fuse::fuse(program) } else { program };
+    let allowed = |s: NodeId| target.may_overwrite(&program, s);
+    let inplace = |s: NodeId| if target.fusion() { inplace::candidates(&program, s, &allowed) } else { vec![] };
+    let memory = memory::plan(&program, target.memory_limits(), &inplace)?;
+    let mut kernels = Vec::with_capacity(program.steps.len());
+    for &s in &program.steps {
+        let k = target.lower(&program, &memory, s)?;
+        kernels.push(target.split(k, &program, &memory)?);
     }
-
-    /// The name of input node `id`.
-    pub fn input_name(&self, id: NodeId) -> &str {
-        match &self.nodes[id].op {
-            Op::Input { name } => name,
-            _ => unreachable!("input_name on a non-input"),
-        }
-    }
-
-    /// For each storage node, the index of the last step that reads it (`None` if no step reads it).
-    pub fn last_reads(&self) -> Vec<Option<usize>> {
-        let mut last = vec![None; self.nodes.len()];
-        for (i, &s) in self.steps.iter().enumerate() {
-            for src in self.nodes[s].op.srcs() {
-                last[self.nodes[src].storage] = Some(i);
-            }
-        }
-        last
-    }
+    Ok(Compiled { program, memory, kernels })
 }

@@ -1,16 +1,22 @@
 //! Graph building (stage 1): an arena of nodes, `Tensor` handles into it, views as layouts over storage.
 //!
-//! Op constructors live in [`ops`]; each validates its operands, records one node and returns its handle.
+//! Op constructors live in one file per op family ([`views`], [`elementwise`], [`linalg`], [`rows`], [`gather`]);
+//! each validates its operands, records one node and returns its handle (ggml's `ggml_add` pattern, with
+//! `Result`). Every constructor fails with [`Error::ForeignTensor`] for a handle of another graph, in addition to
+//! the errors it lists. Shapes are numpy order; "last axis" is the innermost.
 
-mod ops;
-pub(crate) use ops::operand_layout;
+mod elementwise;
+mod gather;
+mod linalg;
+mod op;
+mod rows;
+mod views;
+
+pub(crate) use op::{NodeId, Op};
 
 use crate::shape::{check_shape, Layout};
 use crate::{DType, Error, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
-
-/// Index of a node in its graph's arena.
-pub(crate) type NodeId = usize;
 
 /// A handle to a tensor of a [`Graph`]: a node id plus the id of the graph that made it. Cheap to copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -23,146 +29,6 @@ impl Tensor {
     /// Position of the node in its graph, in creation order.
     pub fn index(self) -> usize {
         self.id as usize
-    }
-}
-
-/// Elementwise functions of one operand. Each matches the PyTorch function of the same name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    /// `x * s`; the f32 scale is stored as its bits so the op can be hashed.
-    Scale(u32),
-    Neg,
-    Abs,
-    Sqr,
-    Sqrt,
-    Exp,
-    Log,
-    Tanh,
-    Relu,
-    /// GELU, tanh approximation (`torch.nn.functional.gelu(x, approximate="tanh")`, ggml_gelu).
-    Gelu,
-    /// GELU, exact erf form (`torch.nn.functional.gelu(x)`, ggml_gelu_erf).
-    GeluErf,
-    Silu,
-    Sigmoid,
-    /// Identity: a contiguous copy, or a cast when the output dtype differs.
-    Copy,
-}
-
-/// Elementwise functions of two operands with numpy broadcasting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-}
-
-/// Reductions over the last axis, keeping it as size 1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    Sum,
-    Mean,
-    Max,
-    /// Index of the first maximum, as i32.
-    ArgMax,
-}
-
-/// What a node computes. Operands are node ids; their layouts are read from the operand nodes.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Op {
-    Input {
-        name: String,
-    },
-    /// A view: same storage as `src`, a different layout.
-    View {
-        src: NodeId,
-    },
-    Unary {
-        op: UnaryOp,
-        x: NodeId,
-    },
-    Binary {
-        op: BinaryOp,
-        a: NodeId,
-        b: NodeId,
-    },
-    MatMul {
-        a: NodeId,
-        b: NodeId,
-    },
-    Softmax {
-        x: NodeId,
-        mask: Option<NodeId>,
-        scale: f32,
-    },
-    RmsNorm {
-        x: NodeId,
-        eps: f32,
-    },
-    LayerNorm {
-        x: NodeId,
-        eps: f32,
-    },
-    Reduce {
-        op: ReduceOp,
-        x: NodeId,
-    },
-    GetRows {
-        table: NodeId,
-        idx: NodeId,
-    },
-    Concat {
-        a: NodeId,
-        b: NodeId,
-        axis: usize,
-    },
-    /// Made by the fusion pass, never by the graph API: an elementwise expression over `srcs`.
-    Fused {
-        expr: crate::compile::fuse::Expr,
-        srcs: Vec<NodeId>,
-    },
-    /// Made by the fusion pass: a matmul whose product passes through `expr` (its `Acc`) before the store.
-    MatMulFused {
-        a: NodeId,
-        b: NodeId,
-        expr: crate::compile::fuse::Expr,
-        srcs: Vec<NodeId>,
-    },
-}
-
-impl Op {
-    /// Operand node ids, in order.
-    pub(crate) fn srcs(&self) -> Vec<NodeId> {
-        match *self {
-            Op::Input { .. } => vec![],
-            Op::View { src } => vec![src],
-            Op::Unary { x, .. } | Op::RmsNorm { x, .. } | Op::LayerNorm { x, .. } | Op::Reduce { x, .. } => vec![x],
-            Op::Binary { a, b, .. } | Op::MatMul { a, b } | Op::Concat { a, b, .. } => vec![a, b],
-            Op::Softmax { x, mask, .. } => std::iter::once(x).chain(mask).collect(),
-            Op::GetRows { table, idx } => vec![table, idx],
-            Op::Fused { ref srcs, .. } => srcs.clone(),
-            Op::MatMulFused { a, b, ref srcs, .. } => [a, b].into_iter().chain(srcs.iter().copied()).collect(),
-        }
-    }
-
-    /// Short name of the op, as in error messages and plan statistics.
-    pub(crate) fn name(&self) -> String {
-        match self {
-            Op::Input { .. } => "input".into(),
-            Op::View { .. } => "view".into(),
-            Op::Unary { op, .. } => format!("{op:?}").to_lowercase(),
-            Op::Binary { op, .. } => format!("{op:?}").to_lowercase(),
-            Op::MatMul { .. } => "matmul".into(),
-            Op::Softmax { .. } => "softmax".into(),
-            Op::RmsNorm { .. } => "rms_norm".into(),
-            Op::LayerNorm { .. } => "layer_norm".into(),
-            Op::Reduce { op, .. } => format!("{op:?}").to_lowercase(),
-            Op::GetRows { .. } => "get_rows".into(),
-            Op::Concat { .. } => "concat".into(),
-            Op::Fused { .. } => "fused".into(),
-            Op::MatMulFused { .. } => "matmul+epilogue".into(),
-        }
     }
 }
 
@@ -277,6 +143,21 @@ impl Graph {
         let (dtype, storage) = (self.nodes[src].dtype, self.nodes[src].storage);
         self.nodes.push(Node { op: Op::View { src }, dtype, layout, storage });
         self.handle(id)
+    }
+
+    /// Node id, dtype and shape of `t`, checked to belong to this graph.
+    pub(crate) fn info(&self, op: &'static str, t: Tensor) -> Result<(NodeId, DType, Vec<usize>)> {
+        let n = self.node(op, t)?;
+        Ok((t.id as usize, n.dtype, n.layout.shape.clone()))
+    }
+
+    /// As [`Graph::info`], failing with [`Error::UnsupportedDType`] unless `t` is f32 or f16.
+    pub(crate) fn require_float(&self, op: &'static str, t: Tensor) -> Result<(NodeId, DType, Vec<usize>)> {
+        let (id, dtype, shape) = self.info(op, t)?;
+        if !dtype.is_float() {
+            return Err(Error::UnsupportedDType { op, dtype, shape, reason: "needs f32 or f16".into() });
+        }
+        Ok((id, dtype, shape))
     }
 
     /// Declares a graph input: a tensor whose values are given at each run.

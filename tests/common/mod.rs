@@ -7,9 +7,8 @@ pub mod reference;
 
 use reference::{nmse, u, Arr};
 use std::sync::OnceLock;
-use webtensor::{
-    BackendKind, CompileOptions, DType, Data, Device, Error, Graph, HostTensor, MatmulChoice, Result, Tensor,
-};
+use webtensor::gpu::MatmulChoice;
+use webtensor::{BackendKind, CompileOptions, DType, Data, Device, Error, Graph, HostTensor, Result, Tensor};
 
 /// The devices every case runs on: the CPU backend, and the GPU adapter (the `WEBTENSOR_BACKEND` override if
 /// set, else the best native adapter). With `REQUIRE_GPU=1`, a missing GPU is a failure.
@@ -27,8 +26,8 @@ pub fn devices() -> &'static [Device] {
         match gpu {
             Some(d) => {
                 eprintln!("GPU device: {} ({})", d.capabilities().name, d.capabilities().backend);
-                // the same adapter with SHADER_F16 off: f16 tensors take the packed path (B23)
-                let kind: BackendKind = d.capabilities().backend.parse().expect("a known backend");
+                // the same adapter with SHADER_F16 off: f16 tensors take the packed path (adapters without shader-f16)
+                let kind: BackendKind = d.capabilities().backend;
                 let packed = d.capabilities().shader_f16.then(|| webtensor::testing::device_without_f16(kind));
                 v.push(d);
                 if let Some(p) = packed {

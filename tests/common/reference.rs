@@ -429,6 +429,49 @@ pub fn silu(x: f64) -> f64 {
 }
 
 /// `max(x, 0)`; NaN propagates (torch.relu).
+/// An f64 unary function of `x` with parameters `a`, `b`.
+pub type UnaryRef = fn(f64, f64, f64) -> f64;
+/// How a test maps `u(i)` ∈ [-1, 1) into an op's interesting inputs.
+pub type Domain = fn(f64) -> f64;
+
+/// The f64 reference of a unary table op (by name) with parameters `a`, `b`, and the domain its test inputs are
+/// mapped into from `u(i)` ∈ [-1, 1). `None` for an op without a reference here: the suite fails on it, so a new
+/// table row cannot go untested.
+pub fn unary_reference(name: &str) -> Option<(UnaryRef, Domain)> {
+    let id = |x: f64| x;
+    Some(match name {
+        "neg" => (|x, _, _| -x, id),
+        "abs" => (|x, _, _| x.abs(), id),
+        "sqr" => (|x, _, _| x * x, id),
+        "sqrt" => (|x, _, _| x.sqrt(), |x| x.abs() * 4.0),
+        "exp" => (|x, _, _| x.exp(), |x| x * 8.0),
+        "log" => (|x, _, _| x.ln(), |x| x.abs() * 100.0 + 1e-3),
+        "sin" => (|x, _, _| x.sin(), |x| x * 40.0),
+        "cos" => (|x, _, _| x.cos(), |x| x * 40.0),
+        "tanh" => (|x, _, _| x.tanh(), |x| x * 6.0),
+        "relu" => (|x, _, _| relu(x), id),
+        "gelu" => (|x, _, _| gelu_tanh(x), |x| x * 6.0),
+        "gelu_erf" => (|x, _, _| gelu_erf(x), |x| x * 6.0),
+        "gelu_quick" => (|x, _, _| x * sigmoid(1.702 * x), |x| x * 6.0),
+        "silu" => (|x, _, _| silu(x), |x| x * 10.0),
+        "sigmoid" => (|x, _, _| sigmoid(x), |x| x * 10.0),
+        "elu" => (|x, _, _| if x > 0.0 { x } else { x.exp_m1() }, |x| x * 6.0),
+        "softplus" => (|x, _, _| x.max(0.0) + (-x.abs()).exp().ln_1p(), |x| x * 30.0),
+        "scale" => (|x, a, _| x * a, id),
+        "clamp" => (|x, a, b| x.max(a).min(b), id),
+        _ => return None,
+    })
+}
+
+/// Parameters the unary tests give each op that takes some.
+pub fn unary_params(name: &str) -> Vec<f32> {
+    match name {
+        "scale" => vec![-1.5],
+        "clamp" => vec![-0.25, 0.5],
+        _ => vec![],
+    }
+}
+
 pub fn relu(x: f64) -> f64 {
     if x > 0.0 || x.is_nan() {
         x

@@ -1,433 +1,75 @@
-//! The wgpu backend: adapter and device setup with the adapter's real limits, a pipeline cache keyed by
-//! [`kernels::KernelKey`], and plans ([`plan`]) whose buffers and bind groups are made once at compile time.
+//! The wgpu backend: devices ([`device`]), the kernel vocabulary ([`kernel`], [`params`]), lowering ([`lower`]),
+//! WGSL generation ([`wgsl`]), the variant catalogue, plans ([`plan`]) and per-device tuning (`tune`, native).
 
-mod codegen;
-mod coop;
-pub(crate) mod kernels;
-pub mod matmul;
-mod plan;
-mod split;
-pub use plan::READBACK_TIMEOUT_ENV;
+pub(crate) mod catalogue;
+pub(crate) mod device;
+pub(crate) mod kernel;
+pub(crate) mod lower;
+pub(crate) mod params;
+pub(crate) mod plan;
 #[cfg(not(target_arch = "wasm32"))]
 mod tune;
+pub(crate) mod wgsl;
 
-use super::{Backend, Capabilities, CompileOptions, Executable, LocalFuture};
-use crate::compile::Program;
-use crate::{BackendKind, DType, Error, Result};
-use kernels::KernelKey;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use device::enumerate;
+pub(crate) use device::GpuBackend;
 
-/// Environment variable: whether the matmul kernels keep wgpu's runtime shader checks, `on` or `off`. wgpu clamps
-/// every array index and bounds every loop by default; on tensor-core kernels that costs 3.5× (an H200,
-/// `shared/examples`). The matmul kernels are in bounds by construction (every global access is guarded against
-/// the operand's own extent, every workgroup and private index is bounded by tile constants, every loop ends),
-/// which tests with NaN guard borders check. Default: `off` on Vulkan, where the driver's robustBufferAccess
-/// (which wgpu enables) still confines buffer accesses; `on` elsewhere. Browsers always check.
-pub const SHADER_CHECKS_ENV: &str = "WEBTENSOR_SHADER_CHECKS";
+use super::{Backend, CompileOptions, Executable, LocalFuture};
+use crate::caps::Capabilities;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::gpu::MATMUL_ENV;
+use crate::gpu::{MatmulChoice, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
+use crate::graph::Op;
+use crate::{Error, Graph, Result, Tensor};
+use std::sync::Arc;
 
-/// Whether the matmul kernels keep wgpu's runtime checks on a device of `backend` (see [`SHADER_CHECKS_ENV`]).
-fn shader_checks(backend: &str) -> bool {
-    #[cfg(not(target_arch = "wasm32"))]
-    match std::env::var(SHADER_CHECKS_ENV).as_deref() {
-        Ok("off") => return false,
-        Ok("on") => return true,
-        Ok(v) if !v.is_empty() => log::warn!("webtensor: {SHADER_CHECKS_ENV}={v} is neither on nor off; ignored"),
-        _ => {}
-    }
-    backend != "vulkan"
-}
-
-/// A wgpu device and everything shared by the plans compiled for it.
-pub(crate) struct GpuBackend {
-    pub device: wgpu::Device,
-    pub queue: wgpu::Queue,
-    pub caps: Capabilities,
-    pipelines: Mutex<HashMap<KernelKey, Arc<wgpu::ComputePipeline>>>,
-    pub lost: Arc<AtomicBool>,
-    /// Held by compile, run and plan drops on GL: wgpu's GL backend panics when a thread waits more than a few
-    /// seconds (6 in wgpu 30) for the GL context, which a long dispatch on a slow adapter holds, so GL work is
-    /// serialized here (reentrant: tuning compiles and runs plans inside a compile).
-    #[cfg(not(target_arch = "wasm32"))]
-    serial: Option<parking_lot::ReentrantMutex<()>>,
-    /// The matmul kernels chosen for this device (tuned on first use), once known.
-    matmul: Mutex<Option<matmul::MatmulKernels>>,
-    /// Fragment size of the f16 → f32 cooperative-matrix shape the device was created with (16), if any.
-    coop_frag: Option<u32>,
-    /// Cooperative matrices are emulated in plain WGSL (see [`GpuBackend::with_emulated_coop`]).
-    coop_emulated: bool,
-}
-
-/// wgpu's backend set for one of ours.
-pub(crate) fn wgpu_backends(kind: BackendKind) -> wgpu::Backends {
-    match kind {
-        BackendKind::Vulkan => wgpu::Backends::VULKAN,
-        BackendKind::Gl => wgpu::Backends::GL,
-        BackendKind::Metal => wgpu::Backends::METAL,
-        BackendKind::Dx12 => wgpu::Backends::DX12,
-        BackendKind::WebGpu => wgpu::Backends::BROWSER_WEBGPU,
-        BackendKind::Cpu => wgpu::Backends::empty(),
-        BackendKind::Auto => wgpu::Backends::all(),
-    }
-}
-
-fn backend_name(b: wgpu::Backend) -> &'static str {
-    match b {
-        wgpu::Backend::Vulkan => "vulkan",
-        wgpu::Backend::Gl => "gl",
-        wgpu::Backend::Metal => "metal",
-        wgpu::Backend::Dx12 => "dx12",
-        wgpu::Backend::BrowserWebGpu => "webgpu",
-        _ => "other",
-    }
-}
-
-/// The facts about an adapter that the compiler and `webtensor info` use.
-pub(crate) fn capabilities(adapter: &wgpu::Adapter) -> Capabilities {
-    let info = adapter.get_info();
-    let l = adapter.limits();
-    let f = adapter.features();
-    #[cfg(not(target_arch = "wasm32"))]
-    let coop = if f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
-        adapter
-            .cooperative_matrix_properties()
-            .iter()
-            .map(|p| format!("{}x{}x{} {:?}->{:?}", p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type))
-            .collect()
-    } else {
-        vec![]
+/// The matmul kernels for a plan: the plan's pin, else `WEBTENSOR_MATMUL`, else the device's choice, tuned on first
+/// use natively (the default configuration on wasm).
+async fn matmul_choice(gpu: &Arc<GpuBackend>, pinned: Option<MatmulChoice>) -> Result<MatmulKernels> {
+    let unknown = |what: String| Error::InvalidArgument {
+        op: "matmul",
+        reason: format!("{what} is not one of webtensor's matmul configurations (TILE_CONFIGS, COOP_CONFIGS)"),
     };
+    if let Some(c) = pinned {
+        return match c {
+            MatmulChoice::Tiled(cfg) if !TILE_CONFIGS.contains(&cfg) => Err(unknown(format!("{cfg:?}"))),
+            MatmulChoice::Coop(cfg) if !COOP_CONFIGS.contains(&cfg) => Err(unknown(format!("{cfg:?}"))),
+            c => Ok(MatmulKernels::pinned(c)),
+        };
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Ok(v) = std::env::var(MATMUL_ENV) {
+        if !v.is_empty() {
+            return Ok(MatmulKernels::pinned(v.parse()?));
+        }
+    }
+    if let Some(c) = *gpu.matmul.lock().unwrap_or_else(|e| e.into_inner()) {
+        return Ok(c);
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    let c = Box::pin(tune::tune(gpu)).await?;
     #[cfg(target_arch = "wasm32")]
-    let coop = vec![];
-    let shader_f16 = f.contains(wgpu::Features::SHADER_F16);
-    let mut dtypes = vec![DType::F32, DType::I32];
-    if shader_f16 {
-        dtypes.insert(1, DType::F16);
-    }
-    Capabilities {
-        backend: backend_name(info.backend).into(),
-        name: info.name.clone(),
-        device_type: format!("{:?}", info.device_type),
-        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
-        max_storage_binding_bytes: l.max_storage_buffer_binding_size,
-        max_buffer_bytes: l.max_buffer_size,
-        max_workgroup_storage_bytes: l.max_compute_workgroup_storage_size,
-        max_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
-        max_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
-        min_storage_offset_alignment: l.min_storage_buffer_offset_alignment,
-        min_uniform_offset_alignment: l.min_uniform_buffer_offset_alignment,
-        shader_f16,
-        subgroups: f.contains(wgpu::Features::SUBGROUP),
-        subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
-        cooperative_matrix: coop,
-        dtypes,
-    }
+    let c = MatmulKernels::pinned(MatmulChoice::Tiled(crate::gpu::DEFAULT_CONFIG));
+    *gpu.matmul.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+    Ok(c)
 }
 
-fn instance(backends: wgpu::Backends) -> wgpu::Instance {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    desc.backends = backends;
-    wgpu::Instance::new(desc)
-}
-
-/// 16 when the adapter offers the 16×16×16 f16 × f16 → f32 cooperative-matrix shape (see `COOP_CONFIGS`), when
-/// it has EXPERIMENTAL_COOPERATIVE_MATRIX, SHADER_F16 and subgroups of exactly 32 invocations (which
-/// `matmul_coop.wgsl` assumes).
-#[cfg(not(target_arch = "wasm32"))]
-fn coop_fragment(adapter: &wgpu::Adapter, caps: &Capabilities) -> Option<u32> {
-    use wgpu::CooperativeScalarType as T;
-    let f = adapter.features();
-    let needed =
-        wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
-    if !f.contains(needed) || caps.subgroup_size != (32, 32) {
-        return None;
-    }
-    let props = adapter.cooperative_matrix_properties();
-    let has = |n: u32| {
-        props
-            .iter()
-            .any(|p| p.m_size == n && p.n_size == n && p.k_size == n && p.ab_type == T::F16 && p.cr_type == T::F32)
+/// Compiles a plan on `gpu`: the matmul choice (tuning on first use), then the pass list and the device objects.
+async fn compile_plan(
+    gpu: &Arc<GpuBackend>,
+    graph: &Graph,
+    outputs: &[Tensor],
+    options: &CompileOptions,
+) -> Result<plan::GpuPlan> {
+    gpu.check_alive("compile")?;
+    // tuning runs on a device's first matmul (a dead one counts too: tuning happens once per device anyway)
+    let matmul = if graph.nodes.iter().any(|n| matches!(n.op, Op::MatMul { .. })) {
+        matmul_choice(gpu, options.matmul).await?
+    } else {
+        MatmulKernels::pinned(MatmulChoice::Generic)
     };
-    has(16).then_some(16)
-}
-
-/// The message of a caught panic (wgpu's).
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "wgpu panicked".into())
-}
-
-/// Capabilities of every adapter wgpu finds natively.
-#[cfg(not(target_arch = "wasm32"))]
-pub(crate) fn enumerate() -> Vec<Capabilities> {
-    let inst = instance(wgpu::Backends::all());
-    pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all())).iter().map(capabilities).collect()
-}
-
-impl GpuBackend {
-    /// Requests a high-performance adapter of `kind` and a device with the adapter's own limits and the
-    /// features we use (SHADER_F16, SUBGROUP) where present.
-    pub async fn new(kind: BackendKind) -> Result<GpuBackend> {
-        GpuBackend::new_with(kind, true).await
-    }
-
-    /// As [`GpuBackend::new`]; `allow_f16 = false` leaves SHADER_F16 off even where the adapter has it, so f16
-    /// tensors take the packed path (as on adapters without the feature).
-    pub async fn new_with(kind: BackendKind, allow_f16: bool) -> Result<GpuBackend> {
-        let backends = wgpu_backends(kind);
-        let inst = instance(backends);
-        let adapter = inst
-            .request_adapter(&wgpu::RequestAdapterOptions {
-                power_preference: wgpu::PowerPreference::HighPerformance,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| Error::NoDevice(format!("no {kind:?} adapter: {e}")))?;
-        let mut caps = capabilities(&adapter);
-        let mut wanted = wgpu::Features::SUBGROUP;
-        if allow_f16 {
-            wanted |= wgpu::Features::SHADER_F16;
-        } else {
-            caps.shader_f16 = false;
-            caps.name.push_str(" [SHADER_F16 off]");
-        }
-        #[cfg(not(target_arch = "wasm32"))]
-        let mut coop_frag = if allow_f16 { coop_fragment(&adapter, &caps) } else { None };
-        #[cfg(target_arch = "wasm32")]
-        let mut coop_frag = None;
-        let request = |coop: bool| {
-            let features = adapter.features()
-                & (wanted
-                    | if coop { wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX } else { wgpu::Features::empty() });
-            adapter.request_device(&wgpu::DeviceDescriptor {
-                label: Some("webtensor"),
-                required_features: features,
-                required_limits: adapter.limits(),
-                // SAFETY: wgpu's experimental features may have implementation bugs (wgpu's words: "may result
-                // in undefined behavior when used incorrectly"). They are enabled only when the adapter offers
-                // cooperative matrices, and every cooperative-matrix configuration is checked against the CPU
-                // backend on the device before a plan may use it (tune.rs).
-                experimental_features: if coop {
-                    unsafe { wgpu::ExperimentalFeatures::enabled() }
-                } else {
-                    wgpu::ExperimentalFeatures::disabled()
-                },
-                ..Default::default()
-            })
-        };
-        let mut requested = request(coop_frag.is_some()).await;
-        if let (Err(e), Some(_)) = (&requested, coop_frag) {
-            // an experimental feature must never cost the device: go on without cooperative matrices
-            log::warn!("webtensor: {}: no device with cooperative matrices ({e}); retrying without", caps.name);
-            coop_frag = None;
-            requested = request(false).await;
-        }
-        let (device, queue) = requested
-            .map_err(|e| Error::NoDevice(format!("{} ({}): request_device failed: {e}", caps.name, caps.backend)))?;
-        let lost = Arc::new(AtomicBool::new(false));
-        let flag = lost.clone();
-        device.set_device_lost_callback(move |reason, msg| {
-            log::error!("webtensor: device lost ({reason:?}): {msg}");
-            flag.store(true, Ordering::SeqCst);
-        });
-        device.on_uncaptured_error(Arc::new(|e: wgpu::Error| log::error!("webtensor: uncaptured wgpu error: {e}")));
-        log::info!("webtensor: using {} ({}, {})", caps.name, caps.backend, caps.device_type);
-        #[cfg(not(target_arch = "wasm32"))]
-        let serial = (caps.backend == "gl").then(|| parking_lot::ReentrantMutex::new(()));
-        Ok(GpuBackend {
-            device,
-            queue,
-            caps,
-            pipelines: Mutex::new(HashMap::new()),
-            lost,
-            matmul: Mutex::new(None),
-            coop_frag,
-            coop_emulated: false,
-            #[cfg(not(target_arch = "wasm32"))]
-            serial,
-        })
-    }
-
-    /// This device with the cooperative-matrix matmul emulated in plain WGSL (16×16×16 fragments, subgroups
-    /// of 32 simulated with workgroup barriers), so that the kernel's tiling, layouts, edges and epilogues can be
-    /// tested on adapters without cooperative matrices. Needs SHADER_F16 (else the device is returned as is).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn with_emulated_coop(mut self) -> GpuBackend {
-        if self.caps.shader_f16 {
-            self.coop_frag = Some(16);
-            self.coop_emulated = true;
-            self.caps.name.push_str(" [cooperative matrices emulated]");
-        }
-        self
-    }
-
-    /// The cached pipeline for `key`, built by [`GpuBackend::create_pipeline`] on first use.
-    pub async fn pipeline(&self, key: &KernelKey) -> Result<Arc<wgpu::ComputePipeline>> {
-        if let Some(p) = self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
-            return Ok(p.clone());
-        }
-        if key.uses_f16() && !self.caps.shader_f16 {
-            return Err(Error::Unsupported {
-                op: format!("{:?}", key.kind),
-                backend: format!("{} ({})", self.caps.name, self.caps.backend),
-                reason: "f16 tensors need the SHADER_F16 feature, which this adapter lacks".into(),
-            });
-        }
-        let checks = !key.kind.is_matmul() || shader_checks(&self.caps.backend);
-        let p = Arc::new(self.create_pipeline_with(&key.wgsl(), &format!("{:?}", key.kind), checks).await?);
-        self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), p.clone());
-        Ok(p)
-    }
-
-    /// Builds a compute pipeline from the WGSL `src` (entry point `main`, layout derived from the shader)
-    /// inside a validation error scope. `what` names the kernel in errors and logs.
-    ///
-    /// # Errors
-    /// [`Error::Gpu`] when the shader or the pipeline fails validation (the message is wgpu's, which names
-    /// the problem; the failing WGSL is logged at debug level), or when the device was lost.
-    pub async fn create_pipeline(&self, src: &str, what: &str) -> Result<wgpu::ComputePipeline> {
-        self.create_pipeline_with(src, what, true).await
-    }
-
-    /// [`GpuBackend::create_pipeline`]; `checks = false` builds the module without wgpu's runtime checks (bounds
-    /// clamping, loop bounding), natively — only for kernels whose every access is in bounds by construction
-    /// and whose loops end (see [`SHADER_CHECKS_ENV`]).
-    async fn create_pipeline_with(&self, src: &str, what: &str, checks: bool) -> Result<wgpu::ComputePipeline> {
-        let context = format!("creating the pipeline for {what}");
-        self.check_alive(&context)?;
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let desc =
-            wgpu::ShaderModuleDescriptor { label: Some("webtensor"), source: wgpu::ShaderSource::Wgsl(src.into()) };
-        let build = || {
-            let module = if checks || cfg!(target_arch = "wasm32") {
-                self.device.create_shader_module(desc)
-            } else {
-                // SAFETY: only the matmul kernels come here (`pipeline`), on Vulkan or when the user opted in. Every
-                // global access of theirs is guarded by an explicit `row < M && col < N`-style test against the
-                // operand's own layout (whose extent the plan bound), every workgroup and private array index is
-                // bounded by compile-time tile constants, and every loop runs to K or a constant.
-                unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
-            };
-            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("webtensor"),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            })
-        };
-        // naga's backends have panicked on valid input (cooperative matrices, naga 30): an error, not a panic
-        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(build));
-        let popped = scope.pop().await;
-        let pipeline = built.map_err(|panic| {
-            let message = panic_message(panic.as_ref());
-            log::debug!("webtensor: WGSL that made wgpu panic ({what}):\n{src}");
-            Error::Gpu { context: context.clone(), message: format!("wgpu panicked: {message}") }
-        })?;
-        if let Some(e) = popped {
-            log::debug!("webtensor: failing WGSL for {what}:\n{src}");
-            return Err(Error::Gpu { context, message: e.to_string() });
-        }
-        // wgpu reports no errors for work on a lost device, so an empty scope proves nothing then
-        self.check_alive(&context)?;
-        Ok(pipeline)
-    }
-
-    /// What lowering needs to know about this device, with the matmul kernel `choice`.
-    pub fn target(&self, choice: matmul::MatmulKernels) -> kernels::Target {
-        let (lo, hi) = self.caps.subgroup_size;
-        kernels::Target {
-            max_groups: self.caps.max_workgroups_per_dimension,
-            max_shared: self.caps.max_workgroup_storage_bytes,
-            subgroup_size: (self.caps.subgroups && lo == hi && lo > 0).then_some(lo),
-            matmul: choice,
-            coop_frag: self.coop_frag,
-            coop_emulated: self.coop_emulated,
-        }
-    }
-
-    /// The matmul kernels for a plan: the plan's pin, else `WEBTENSOR_MATMUL`, else the device's choice, tuned
-    /// on first use natively (the default configuration on wasm).
-    pub async fn matmul_choice(
-        self: &Arc<Self>,
-        pinned: Option<matmul::MatmulChoice>,
-    ) -> Result<matmul::MatmulKernels> {
-        use matmul::MatmulChoice::{Coop, Tiled};
-        let unknown = |what: String| Error::Unsupported {
-            op: "matmul".into(),
-            backend: self.caps.backend.clone(),
-            reason: format!("{what} is not one of webtensor's matmul configurations (TILE_CONFIGS, COOP_CONFIGS)"),
-        };
-        if let Some(c) = pinned {
-            return match c {
-                Tiled(cfg) if !matmul::TILE_CONFIGS.contains(&cfg) => Err(unknown(format!("{cfg:?}"))),
-                Coop(cfg) if !matmul::COOP_CONFIGS.contains(&cfg) => Err(unknown(format!("{cfg:?}"))),
-                c => Ok(matmul::MatmulKernels::pinned(c)),
-            };
-        }
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Ok(v) = std::env::var(matmul::MATMUL_ENV) {
-            if !v.is_empty() {
-                return Ok(matmul::MatmulKernels::pinned(v.parse()?));
-            }
-        }
-        if let Some(c) = *self.matmul.lock().unwrap_or_else(|e| e.into_inner()) {
-            return Ok(c);
-        }
-        #[cfg(not(target_arch = "wasm32"))]
-        let c = Box::pin(tune::tune(self)).await?;
-        #[cfg(target_arch = "wasm32")]
-        let c = matmul::MatmulKernels::pinned(matmul::MatmulChoice::Tiled(matmul::DEFAULT_CONFIG));
-        *self.matmul.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
-        Ok(c)
-    }
-
-    /// `Err(`[`Error::Gpu`]`)` saying that the device was lost, once wgpu has reported the loss. Natively the
-    /// device is polled first (without waiting), so that a loss wgpu only reports from a poll (for example
-    /// after `wgpu::Device::destroy`) is seen here.
-    pub fn check_alive(&self, context: &str) -> Result<()> {
-        #[cfg(not(target_arch = "wasm32"))]
-        if !self.lost.load(Ordering::SeqCst) {
-            // a poll that fails reports the loss through the callback, or fails again in the caller's wait
-            let _ = self.poll(wgpu::PollType::Poll);
-        }
-        if self.lost.load(Ordering::SeqCst) {
-            return Err(self.lost_error(context));
-        }
-        Ok(())
-    }
-
-    /// On GL, a guard that serializes this device's work across threads (see `serial`); elsewhere nothing.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn serialize(&self) -> Option<parking_lot::ReentrantMutexGuard<'_, ()>> {
-        self.serial.as_ref().map(|m| m.lock())
-    }
-
-    fn lost_error(&self, context: &str) -> Error {
-        Error::Gpu { context: context.into(), message: "the device was lost; create a new Device".into() }
-    }
-
-    /// Polls the device (native only). wgpu panics when a poll meets a device error (for example a GPU that
-    /// was reset); that panic is caught here and returned as [`Error::Gpu`], as is a wait that times out.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn poll(&self, poll: wgpu::PollType) -> Result<wgpu::PollStatus> {
-        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.device.poll(poll)));
-        match polled {
-            Ok(Ok(status)) => Ok(status),
-            Ok(Err(e)) => Err(Error::Gpu { context: "polling the device".into(), message: e.to_string() }),
-            Err(panic) => {
-                let message = panic_message(panic.as_ref());
-                log::error!("webtensor: device poll failed: {message}");
-                self.lost.store(true, Ordering::SeqCst);
-                Err(self.lost_error("polling the device"))
-            }
-        }
-    }
+    plan::GpuPlan::compile(gpu, graph, outputs, options, matmul).await
 }
 
 impl Backend for Arc<GpuBackend> {
@@ -435,25 +77,41 @@ impl Backend for Arc<GpuBackend> {
         &self.caps
     }
 
-    fn as_gpu(&self) -> Option<&Arc<GpuBackend>> {
-        Some(self)
-    }
-
     fn resource_counts(&self) -> Option<[isize; 3]> {
-        let c = self.device.get_internal_counters().hal;
-        Some([c.buffers.read(), c.bind_groups.read(), c.compute_pipelines.read()])
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let c = self.device.get_internal_counters().hal;
+            Some([c.buffers.read(), c.bind_groups.read(), c.compute_pipelines.read()])
+        }
+        #[cfg(target_arch = "wasm32")]
+        None
     }
 
     fn compile<'a>(
         &'a self,
-        program: Program,
+        graph: &'a Graph,
+        outputs: &'a [Tensor],
         options: &'a CompileOptions,
     ) -> LocalFuture<'a, Result<Box<dyn Executable>>> {
         Box::pin(async move {
             #[cfg(not(target_arch = "wasm32"))]
             let _serial = self.serialize();
-            let plan: Box<dyn Executable> = Box::new(plan::GpuPlan::new(self.clone(), program, options).await?);
+            let plan: Box<dyn Executable> = Box::new(compile_plan(self, graph, outputs, options).await?);
             Ok(plan)
+        })
+    }
+
+    fn destroy_for_tests(&self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        let _serial = self.serialize(); // releases GL objects: see `GpuBackend::serialize`
+        self.device.destroy();
+    }
+
+    fn build_wgsl_for_tests<'a>(&'a self, wgsl: &'a str) -> LocalFuture<'a, Result<()>> {
+        Box::pin(async move {
+            #[cfg(not(target_arch = "wasm32"))]
+            let _serial = self.serialize();
+            self.create_pipeline(wgsl, "a test shader").await.map(drop)
         })
     }
 }

@@ -1,33 +1,26 @@
-//! A compiled GPU plan (stage 5): arenas, uniform blocks, pipelines and bind groups are created here, once.
+//! A compiled GPU plan (stage 5): arenas, uniform blocks, pipelines and bind groups are created here, once, from the
+//! pass list's result.
 //! Each run writes the inputs, encodes every dispatch into one command buffer, submits once and reads the
 //! outputs back through one staging buffer.
 
-use super::kernels::{lower, Dispatch};
-use super::matmul::{MatmulChoice, MatmulKernels};
-use super::split::{split, Chunk};
-use super::GpuBackend;
+use super::device::GpuBackend;
+use super::kernel::Dispatch;
 use crate::backend::{gather, CompileOptions, Executable, LocalFuture, PlanStats};
-use crate::compile::fuse;
-use crate::compile::memory::{self, MemoryPlan};
-use crate::compile::Program;
+use crate::compile::ir::Program;
+use crate::compile::memory::MemoryPlan;
+use crate::compile::Compiled;
+use crate::gpu::MatmulKernels;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::gpu::READBACK_TIMEOUT_ENV;
 use crate::graph::NodeId;
-use crate::graph::Op;
-use crate::{Data, Error, HostTensor, Result};
+use crate::{Data, Error, Graph, HostTensor, Result, Tensor};
 use std::collections::HashSet;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-/// Bytes per dispatch's uniform block (16 x vec4<u32>), also its alignment in the uniform buffer.
+/// Bytes reserved per dispatch's uniform block (every family's `Params` fits), also its alignment in the uniform
+/// buffer.
 const PARAMS_BYTES: u64 = 256;
-/// Environment variable: how long, in milliseconds, a run waits natively for the GPU to finish its work and
-/// map the outputs before it fails with [`Error::Gpu`] (default 60000, i.e. 60 s). Read once per process.
-///
-/// The bound turns a GPU that never finishes into an error; it is not a performance budget. A real GPU's
-/// driver resets a dispatch that runs for seconds (Windows TDR: 2 s) and the device is then reported lost, so
-/// the timeout only matters where no watchdog exists, such as lavapipe, where a large plan on a slow CPU can
-/// legitimately take tens of seconds: hence the default of a minute. In the browser the runtime bounds the
-/// wait (the map fails when the device is lost) and this variable is not read.
-pub const READBACK_TIMEOUT_ENV: &str = "WEBTENSOR_READBACK_TIMEOUT_MS";
 
 /// The readback bound: `WEBTENSOR_READBACK_TIMEOUT_MS` if set to a positive number, else 60 s.
 #[cfg(not(target_arch = "wasm32"))]
@@ -65,11 +58,14 @@ pub(crate) struct GpuPlan {
 /// The wgpu objects a plan owns. Releasing them takes the GL context on GL (buffers are deleted at once), so
 /// they are dropped under [`GpuBackend::serialize`], like every other GL call of the library: wgpu-hal panics
 /// when a thread waits more than a few seconds for the context while another thread's long run holds it.
+/// One dispatch of a run: pipeline, bind group, workgroups.
+type Step = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, [u32; 3]);
+
 struct Resources {
     arenas: Vec<wgpu::Buffer>,
     /// Pipeline (shared with the device's cache), bind group (which keeps the uniforms buffer alive) and
     /// workgroups of each dispatch.
-    steps: Vec<(Arc<wgpu::ComputePipeline>, wgpu::BindGroup, [u32; 3])>,
+    steps: Vec<Step>,
     staging: wgpu::Buffer,
 }
 
@@ -86,169 +82,153 @@ fn round4(n: u64) -> u64 {
     n.div_ceil(4) * 4
 }
 
-impl GpuPlan {
-    pub async fn new(gpu: Arc<GpuBackend>, program: Program, options: &CompileOptions) -> Result<GpuPlan> {
-        gpu.check_alive("compile")?;
-        let caps = &gpu.caps;
-        let align = (caps.min_storage_offset_alignment as u64).max(PARAMS_BYTES);
-        let program = if options.no_fusion { program } else { fuse::fuse(program) };
-        let inplace = |s| {
-            let mut c = if options.no_fusion { vec![] } else { fuse::inplace_candidates(&program, s) };
-            // a packed f16 output is written with atomics, so it cannot also serve as a plain input
-            c.retain(|&n| caps.shader_f16 || program.nodes[n].dtype != crate::DType::F16);
-            c
-        };
-        let max_arena = caps.max_buffer_bytes.min(1 << 40);
-        // a tensor may exceed one binding (it is then split, see `split`), not one buffer
-        let mem = memory::plan(&program, align, max_arena, max_arena, &inplace)?;
-        let has_matmul =
-            program.steps.iter().any(|&s| matches!(program.nodes[s].op, Op::MatMul { .. } | Op::MatMulFused { .. }));
-        let choice = if has_matmul {
-            gpu.matmul_choice(options.matmul).await?
-        } else {
-            MatmulKernels::pinned(MatmulChoice::Generic)
-        };
-        let target = gpu.target(choice);
-        let mut dispatches: Vec<Dispatch> =
-            program.steps.iter().map(|&s| lower(&program, s, &target)).collect::<Result<_>>()?;
-        // one binding per memory range: WebGPU rejects overlapping bindings in a dispatch when one is writable
-        for d in &mut dispatches {
-            let blocks: Vec<(usize, u64)> =
-                d.bindings.iter().map(|n| (mem.blocks[n].arena, mem.blocks[n].offset)).collect();
-            d.key.alias =
-                (0..blocks.len()).map(|i| blocks.iter().position(|b| *b == blocks[i]).expect("present")).collect();
-            let has_f16 = d.key.out == crate::DType::F16 || d.key.ins.contains(&crate::DType::F16);
-            d.key.packed_f16 = !caps.shader_f16 && has_f16;
+/// The storage nodes read back, with their byte offset in the staging buffer, and the staging size in bytes.
+fn readback_layout(program: &Program, mem: &MemoryPlan) -> (Vec<(NodeId, u64)>, u64) {
+    let mut readback = Vec::new();
+    let mut size = 0u64;
+    for &o in &program.outputs {
+        let s = program.nodes[o].storage;
+        if !readback.iter().any(|&(n, _)| n == s) {
+            readback.push((s, size));
+            size += round4(mem.blocks[&s].size).div_ceil(256) * 256;
         }
-        let max_binding = caps.max_storage_binding_bytes;
-        let chunks: Vec<Vec<Chunk>> = dispatches
-            .iter()
-            .map(|d| split(d, &program, &mem, max_binding, align, caps.max_workgroups_per_dimension))
-            .collect::<Result<_>>()?;
-        let n_chunks: usize = chunks.iter().map(Vec::len).sum();
+    }
+    (readback, size)
+}
 
-        let mut readback = Vec::new();
-        let mut staging_size = 0u64;
-        for &o in &program.outputs {
-            let s = program.nodes[o].storage;
-            if !readback.iter().any(|&(n, _)| n == s) {
-                readback.push((s, staging_size));
-                staging_size += round4(mem.blocks[&s].size).div_ceil(256) * 256;
+/// The plan's buffers: arenas, the uniform block of every dispatch (written once, here), and the staging buffer.
+/// Allocation failures come back as errors from wgpu's error scopes, not panics.
+async fn allocate(
+    gpu: &GpuBackend,
+    mem: &MemoryPlan,
+    dispatches: &[&Dispatch],
+    staging_size: u64,
+    uniform_stride: u64,
+) -> Result<(Vec<wgpu::Buffer>, wgpu::Buffer, wgpu::Buffer)> {
+    let caps = &gpu.caps;
+    let uniform_size = (dispatches.len() as u64 * uniform_stride).max(PARAMS_BYTES);
+    // wgpu rejects a buffer over max_buffer_size with a validation error; say which limit instead
+    let sizes = mem.arena_bytes.iter().map(|&b| ("the plan's memory arena", b));
+    for (what, size) in sizes.chain([("the readback of the outputs", staging_size), ("the uniforms", uniform_size)]) {
+        if size > caps.max_buffer_bytes {
+            let limit = caps.max_buffer_bytes;
+            return Err(Error::LimitExceeded { what: what.into(), size, limit_name: "max_buffer_size", limit });
+        }
+    }
+    let validation = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let buffer = |label, size: u64, usage| {
+        gpu.device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
+    };
+    let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+    let arenas: Vec<wgpu::Buffer> =
+        mem.arena_bytes.iter().map(|&size| buffer("webtensor arena", size.max(4), usage)).collect();
+    let uniforms = buffer("webtensor params", uniform_size, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+    let mut params = vec![0u8; (dispatches.len() as u64 * uniform_stride) as usize];
+    for (i, d) in dispatches.iter().enumerate() {
+        let bytes = d.params.bytes();
+        let at = i * uniform_stride as usize;
+        params[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+    if !params.is_empty() {
+        gpu.queue.write_buffer(&uniforms, 0, &params);
+    }
+    let staging =
+        buffer("webtensor readback", staging_size.max(4), wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+    let (oom, validation) = (oom.pop(), validation.pop());
+    let bytes = mem.total_bytes() + uniform_size + staging_size;
+    if let Some(e) = oom.await {
+        let context = format!("allocating {bytes} bytes of GPU memory for the plan (out of memory)");
+        return Err(Error::Gpu { context, message: e.to_string() });
+    }
+    if let Some(e) = validation.await {
+        return Err(Error::Gpu { context: format!("allocating {bytes} bytes for the plan"), message: e.to_string() });
+    }
+    Ok((arenas, uniforms, staging))
+}
+
+/// The pipeline and bind group of every dispatch (pipelines from the device's cache).
+async fn bind(
+    gpu: &GpuBackend,
+    mem: &MemoryPlan,
+    dispatches: &[&Dispatch],
+    arenas: &[wgpu::Buffer],
+    uniforms: &wgpu::Buffer,
+    uniform_stride: u64,
+) -> Result<(Vec<Step>, usize)> {
+    let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let mut steps = Vec::new();
+    let mut keys = HashSet::new();
+    for (i, d) in dispatches.iter().enumerate() {
+        let pipeline = gpu.pipeline(&d.key).await?;
+        keys.insert(d.key.clone());
+        let layout = pipeline.get_bind_group_layout(0);
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: uniforms,
+                offset: i as u64 * uniform_stride,
+                size: wgpu::BufferSize::new(d.params.bytes().len() as u64),
+            }),
+        }];
+        for (b, &node) in d.bindings.iter().enumerate() {
+            if d.key.alias[b] != b {
+                continue; // served by the earlier binding over the same memory
             }
-        }
-        let uniform_stride = PARAMS_BYTES.max(caps.min_uniform_offset_alignment as u64);
-        let uniform_size = (n_chunks as u64 * uniform_stride).max(PARAMS_BYTES);
-        // wgpu rejects a buffer over max_buffer_size with a validation error; say which limit instead
-        let sizes = mem.arena_bytes.iter().map(|&b| ("the plan's memory arena", b));
-        for (what, size) in sizes.chain([("the readback of the outputs", staging_size), ("the uniforms", uniform_size)])
-        {
-            if size > caps.max_buffer_bytes {
-                return Err(Error::LimitExceeded {
-                    what: what.into(),
-                    size,
-                    limit_name: "max_buffer_size",
-                    limit: caps.max_buffer_bytes,
-                });
-            }
-        }
-
-        // allocation fails with an out-of-memory error (or a validation error) in these scopes, not a panic
-        let validation = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
-        let arenas: Vec<wgpu::Buffer> = mem
-            .arena_bytes
-            .iter()
-            .map(|&size| {
-                gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("webtensor arena"),
-                    size: size.max(4),
-                    usage,
-                    mapped_at_creation: false,
-                })
-            })
-            .collect();
-        let uniforms = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("webtensor params"),
-            size: uniform_size,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut params = vec![0u8; (n_chunks as u64 * uniform_stride) as usize];
-        for (i, c) in chunks.iter().flatten().enumerate() {
-            let at = i * uniform_stride as usize;
-            params[at..at + PARAMS_BYTES as usize].copy_from_slice(bytemuck::cast_slice(&c.params));
-        }
-        if !params.is_empty() {
-            gpu.queue.write_buffer(&uniforms, 0, &params);
-        }
-        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("webtensor readback"),
-            size: staging_size.max(4),
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let (oom, validation) = (oom.pop(), validation.pop());
-        let bytes = mem.total_bytes() + uniform_size + staging_size;
-        if let Some(e) = oom.await {
-            return Err(Error::Gpu {
-                context: format!("allocating {bytes} bytes of GPU memory for the plan (out of memory)"),
-                message: e.to_string(),
-            });
-        }
-        if let Some(e) = validation.await {
-            return Err(Error::Gpu {
-                context: format!("allocating {bytes} bytes for the plan"),
-                message: e.to_string(),
-            });
-        }
-
-        let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut steps = Vec::new();
-        let mut keys = HashSet::new();
-        let per_chunk = dispatches.iter().zip(&chunks).flat_map(|(d, cs)| cs.iter().map(move |c| (d, c)));
-        for (i, (d, chunk)) in per_chunk.enumerate() {
-            let i = i as u64;
-            let pipeline = gpu.pipeline(&d.key).await?;
-            keys.insert(d.key.clone());
-            let layout = pipeline.get_bind_group_layout(0);
-            let mut entries = vec![wgpu::BindGroupEntry {
-                binding: 0,
+            let blk = mem.blocks[&node];
+            let (offset, size) = d.windows[b].unwrap_or((0, round4(blk.size)));
+            entries.push(wgpu::BindGroupEntry {
+                binding: b as u32 + 1,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: &uniforms,
-                    offset: i * uniform_stride,
-                    size: wgpu::BufferSize::new(PARAMS_BYTES),
+                    buffer: &arenas[blk.arena],
+                    offset: blk.offset + offset,
+                    size: wgpu::BufferSize::new(size),
                 }),
-            }];
-            for (b, &node) in d.bindings.iter().enumerate() {
-                if d.key.alias[b] != b {
-                    continue; // served by the earlier binding over the same memory
-                }
-                let blk = mem.blocks[&node];
-                let (offset, size) = chunk.windows[b].unwrap_or((0, round4(blk.size)));
-                entries.push(wgpu::BindGroupEntry {
-                    binding: b as u32 + 1,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &arenas[blk.arena],
-                        offset: blk.offset + offset,
-                        size: wgpu::BufferSize::new(size),
-                    }),
-                });
-            }
-            let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: None,
-                layout: &layout,
-                entries: &entries,
             });
-            steps.push((pipeline, bg, chunk.workgroups));
         }
-        if let Some(e) = scope.pop().await {
-            return Err(Error::Gpu { context: "creating bind groups".into(), message: e.to_string() });
-        }
+        let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &entries,
+        });
+        steps.push((pipeline, bg, d.workgroups));
+    }
+    if let Some(e) = scope.pop().await {
+        return Err(Error::Gpu { context: "creating bind groups".into(), message: e.to_string() });
+    }
+    Ok((steps, keys.len()))
+}
+
+impl GpuPlan {
+    /// Runs the pass list for `outputs` of `graph` with the matmul kernels `matmul`, then creates the plan.
+    pub(crate) async fn compile(
+        gpu: &Arc<GpuBackend>,
+        graph: &Graph,
+        outputs: &[Tensor],
+        options: &CompileOptions,
+        matmul: MatmulKernels,
+    ) -> Result<GpuPlan> {
+        let target = gpu.target(matmul, !options.no_fusion);
+        let compiled = crate::compile::compile(graph, outputs, &target)?;
+        GpuPlan::new(gpu.clone(), compiled, options).await
+    }
+
+    /// Creates the device objects of a compiled program: buffers, uniform blocks, pipelines, bind groups.
+    pub(crate) async fn new(
+        gpu: Arc<GpuBackend>,
+        compiled: Compiled<Dispatch>,
+        options: &CompileOptions,
+    ) -> Result<GpuPlan> {
+        let Compiled { program, memory: mem, kernels } = compiled;
+        let dispatches: Vec<&Dispatch> = kernels.iter().flatten().collect();
+        let (readback, staging_size) = readback_layout(&program, &mem);
+        let uniform_stride = PARAMS_BYTES.max(gpu.caps.min_uniform_offset_alignment as u64);
+        let (arenas, uniforms, staging) = allocate(&gpu, &mem, &dispatches, staging_size, uniform_stride).await?;
+        let (steps, pipelines) = bind(&gpu, &mem, &dispatches, &arenas, &uniforms, uniform_stride).await?;
         // wgpu reports no errors for work on a lost device: a device lost during compile shows up only here
         gpu.check_alive("compile")?;
         let buffers = arenas.len() + 2;
-        let kernels = dispatches.iter().map(|d| d.key.kind.name()).collect();
+        let kernels = kernels.iter().map(|k| k[0].key.kind.name()).collect();
         Ok(GpuPlan {
             gpu,
             program,
@@ -256,7 +236,7 @@ impl GpuPlan {
             res: ManuallyDrop::new(Resources { arenas, steps, staging }),
             readback,
             poison: options.poison,
-            pipelines: keys.len(),
+            pipelines,
             buffers,
             kernels,
         })
@@ -420,5 +400,9 @@ impl Executable for GpuPlan {
             buffers: self.buffers,
             kernels: self.kernels.clone(),
         }
+    }
+
+    fn input_ids(&self) -> &[NodeId] {
+        &self.program.inputs
     }
 }

@@ -6,21 +6,21 @@
 //! The fastest wins. The result is cached
 //! in memory per device and on disk per adapter and driver, in `$XDG_CACHE_HOME/webtensor/matmul-tuning.txt`
 //! (or `~/.cache/...`); `WEBTENSOR_TUNE_CACHE=off` disables the file, `WEBTENSOR_TUNE_CACHE=PATH` puts it
-//! elsewhere, `WEBTENSOR_MATMUL` skips tuning.
+//! elsewhere (see [`crate::gpu::TUNE_CACHE_ENV`] for the format), `WEBTENSOR_MATMUL` skips tuning.
 
-use super::matmul::MatmulChoice::{self, Coop, Generic, Tiled};
-use super::matmul::{CoopConfig, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
+use super::device::GpuBackend;
 use super::plan::GpuPlan;
-use super::GpuBackend;
 use crate::backend::{CompileOptions, Executable};
-use crate::compile::Program;
-use crate::{DType, Device, Graph, HostTensor, Result};
+use crate::caps::DeviceType;
+use crate::gpu::MatmulChoice::{self, Coop, Generic, Tiled};
+use crate::gpu::{CoopConfig, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS, TUNE_CACHE_ENV};
+use crate::{DType, Graph, HostTensor, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn cache_file() -> Option<PathBuf> {
-    match std::env::var("WEBTENSOR_TUNE_CACHE") {
+    match std::env::var(TUNE_CACHE_ENV) {
         Ok(v) if v == "off" => return None,
         Ok(v) if !v.is_empty() => return Some(PathBuf::from(v)),
         _ => {}
@@ -96,7 +96,8 @@ impl Check {
         }
         let (av, bv) = (gen(sa, 1)?, gen(sb, 2)?);
         let want = if checked {
-            Some(Device::cpu().compile(&g, &[c])?.run(&[(a_in, &av), (b_in, &bv)])?.remove(0).data.to_f64())
+            let run = crate::backend::cpu::run_graph(&g, &[c], &[(a_in, &av), (b_in, &bv)]);
+            Some(run?.remove(0).data.to_f64())
         } else {
             None
         };
@@ -114,7 +115,8 @@ impl Check {
     ) -> Result<Option<GpuPlan>> {
         let key = device_key(gpu);
         let options = CompileOptions { poison, matmul: Some(choice), ..Default::default() };
-        let plan = match GpuPlan::new(gpu.clone(), Program::new(&self.graph, &[self.out])?, &options).await {
+        let pinned = MatmulKernels::pinned(choice);
+        let plan = match GpuPlan::compile(gpu, &self.graph, &[self.out], &options, pinned).await {
             Ok(p) => p,
             Err(e) => {
                 gpu.check_alive("matmul tuning")?; // a lost device is not a verdict on the configuration
@@ -235,7 +237,7 @@ async fn fastest(
 /// The timed problem's size n (n³) and repetitions: 1024 × 8 on a GPU, 256 × 1 on a software adapter (where
 /// the choice hardly matters and time does).
 fn problem_size(gpu: &GpuBackend) -> (usize, usize) {
-    if gpu.caps.device_type == "Cpu" {
+    if gpu.caps.device_type == DeviceType::Cpu {
         (256, 1)
     } else {
         (1024, 8)

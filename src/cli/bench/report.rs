@@ -179,98 +179,102 @@ impl<'a> Doc<'a> {
             .collect();
         let copy_work = self.measured.iter().find(|m| matches!(m.work, Work::Copy { .. })).map(|m| m.work);
         for (title, rows) in self.tables() {
-            // Columns: every label with at least one figure, in order of first appearance.
-            let mut labels: Vec<&Entry> = Vec::new();
-            let mut notes: Vec<String> = Vec::new();
-            for e in rows.iter().flat_map(|m| &m.entries) {
-                let shown = rows.iter().flat_map(|m| &m.entries).any(|x| x.label == e.label && x.outcome.is_ok());
-                if shown && !labels.iter().any(|l| l.label == e.label) {
-                    labels.push(e);
-                }
-                if let Err(why) = &e.outcome {
-                    let note = format!("{}: {why}", e.label);
-                    if !notes.contains(&note) {
-                        notes.push(note);
-                    }
+            md += &self.table_markdown(&title, &rows, &copies, copy_work);
+        }
+        md += &format!("Method: {METHOD}\n");
+        md
+    }
+
+    /// One table of the markdown report: a row per size, a column per figure and ratio, notes below.
+    fn table_markdown(&self, title: &str, rows: &[&Measured], copies: &[&Entry], copy_work: Option<Work>) -> String {
+        let mut md = String::new();
+        // Columns: every label with at least one figure, in order of first appearance.
+        let mut labels: Vec<&Entry> = Vec::new();
+        let mut notes: Vec<String> = Vec::new();
+        for e in rows.iter().flat_map(|m| &m.entries) {
+            let shown = rows.iter().flat_map(|m| &m.entries).any(|x| x.label == e.label && x.outcome.is_ok());
+            if shown && !labels.iter().any(|l| l.label == e.label) {
+                labels.push(e);
+            }
+            if let Err(why) = &e.outcome {
+                let note = format!("{}: {why}", e.label);
+                if !notes.contains(&note) {
+                    notes.push(note);
                 }
             }
-            let first = match rows[0].work {
-                Work::MatMul { .. } => "N",
-                Work::MatVec { .. } => "K = N",
-                Work::Copy { .. } => "size",
-            };
-            let mut head = vec![first.to_string()];
+        }
+        let first = match rows[0].work {
+            Work::MatMul { .. } => "N",
+            Work::MatVec { .. } => "K = N",
+            Work::Copy { .. } => "size",
+        };
+        let mut head = vec![first.to_string()];
+        for l in &labels {
+            head.push(l.label.clone());
+            if l.ours {
+                head.push(format!("{}, run", l.label));
+            }
+        }
+        let gpu_kernels: Vec<&str> =
+            labels.iter().filter(|l| l.ours && l.label != "webtensor cpu").map(|l| l.label.as_str()).collect();
+        head.extend(gpu_kernels.iter().map(|l| format!("{l} kernel")));
+        let pairs: Vec<(&Entry, &Entry)> =
+            labels.iter().flat_map(|&o| labels.iter().map(move |&p| (o, p))).filter(|(o, p)| compared(o, p)).collect();
+        head.extend(pairs.iter().map(|(o, p)| format!("{} / {}", o.label, p.label)));
+        let vs_copy: Vec<(&str, &Entry)> = if title.starts_with("mat-vec") {
+            gpu_kernels.iter().flat_map(|&o| copies.iter().map(move |&c| (o, c))).collect()
+        } else {
+            vec![]
+        };
+        head.extend(vs_copy.iter().map(|(o, c)| format!("{o} / copy by {}", c.label)));
+        md += &format!("### {title}\n\n| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
+        for m in rows {
+            let get = |label: &str| m.entries.iter().find(|e| e.label == label);
+            let mut cells = vec![row_name(&m.work)];
             for l in &labels {
-                head.push(l.label.clone());
+                let e = get(&l.label);
+                cells.push(match e.map(|e| &e.outcome) {
+                    Some(Ok(t)) => figure(&m.work, t.s),
+                    Some(Err(why)) => status(why).to_string(),
+                    None => "—".into(),
+                });
                 if l.ours {
-                    head.push(format!("{}, run", l.label));
-                }
-            }
-            let gpu_kernels: Vec<&str> =
-                labels.iter().filter(|l| l.ours && l.label != "webtensor cpu").map(|l| l.label.as_str()).collect();
-            head.extend(gpu_kernels.iter().map(|l| format!("{l} kernel")));
-            let pairs: Vec<(&Entry, &Entry)> = labels
-                .iter()
-                .flat_map(|&o| labels.iter().map(move |&p| (o, p)))
-                .filter(|(o, p)| compared(o, p))
-                .collect();
-            head.extend(pairs.iter().map(|(o, p)| format!("{} / {}", o.label, p.label)));
-            let vs_copy: Vec<(&str, &Entry)> = if title.starts_with("mat-vec") {
-                gpu_kernels.iter().flat_map(|&o| copies.iter().map(move |&c| (o, c))).collect()
-            } else {
-                vec![]
-            };
-            head.extend(vs_copy.iter().map(|(o, c)| format!("{o} / copy by {}", c.label)));
-            md += &format!("### {title}\n\n| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
-            for m in &rows {
-                let get = |label: &str| m.entries.iter().find(|e| e.label == label);
-                let mut cells = vec![row_name(&m.work)];
-                for l in &labels {
-                    let e = get(&l.label);
                     cells.push(match e.map(|e| &e.outcome) {
-                        Some(Ok(t)) => figure(&m.work, t.s),
+                        Some(Ok(t)) => t.run_s.map_or("—".into(), |r| figure(&m.work, r)),
                         Some(Err(why)) => status(why).to_string(),
                         None => "—".into(),
                     });
-                    if l.ours {
-                        cells.push(match e.map(|e| &e.outcome) {
-                            Some(Ok(t)) => t.run_s.map_or("—".into(), |r| figure(&m.work, r)),
-                            Some(Err(why)) => status(why).to_string(),
-                            None => "—".into(),
-                        });
-                    }
                 }
-                for l in &gpu_kernels {
-                    let mut k: Vec<String> =
-                        get(l).and_then(|e| e.outcome.as_ref().ok()).map(|t| t.kernels.clone()).unwrap_or_default();
-                    k.dedup();
-                    cells.push(if k.is_empty() { "—".into() } else { k.join(", ") });
-                }
-                for (o, p) in &pairs {
-                    let r = get(&o.label).zip(get(&p.label)).and_then(|(o, p)| ratio(o, p));
-                    cells.push(match r {
-                        Some((k, Some(run))) => format!("{k:.2}× (run {run:.2}×)"),
-                        Some((k, None)) => format!("{k:.2}×"),
-                        None => "—".into(),
-                    });
-                }
-                for (o, c) in &vs_copy {
-                    let (Some(Ok(t)), Ok(ct), Some(cw)) = (get(o).map(|e| &e.outcome), &c.outcome, copy_work) else {
-                        cells.push("—".into());
-                        continue;
-                    };
-                    let r = (m.work.bytes() / t.s) / (cw.bytes() / ct.s);
-                    cells.push(format!("{:.0}%", r * 100.0));
-                }
-                md += &format!("| {} |\n", cells.join(" | "));
             }
-            md += "\n";
-            for n in notes {
-                md += &format!("- {n}\n");
+            for l in &gpu_kernels {
+                let mut k: Vec<String> =
+                    get(l).and_then(|e| e.outcome.as_ref().ok()).map(|t| t.kernels.clone()).unwrap_or_default();
+                k.dedup();
+                cells.push(if k.is_empty() { "—".into() } else { k.join(", ") });
             }
-            md += "\n";
+            for (o, p) in &pairs {
+                let r = get(&o.label).zip(get(&p.label)).and_then(|(o, p)| ratio(o, p));
+                cells.push(match r {
+                    Some((k, Some(run))) => format!("{k:.2}× (run {run:.2}×)"),
+                    Some((k, None)) => format!("{k:.2}×"),
+                    None => "—".into(),
+                });
+            }
+            for (o, c) in &vs_copy {
+                let (Some(Ok(t)), Ok(ct), Some(cw)) = (get(o).map(|e| &e.outcome), &c.outcome, copy_work) else {
+                    cells.push("—".into());
+                    continue;
+                };
+                let r = (m.work.bytes() / t.s) / (cw.bytes() / ct.s);
+                cells.push(format!("{:.0}%", r * 100.0));
+            }
+            md += &format!("| {} |\n", cells.join(" | "));
         }
-        md += &format!("Method: {METHOD}\n");
+        md += "\n";
+        for n in notes {
+            md += &format!("- {n}\n");
+        }
+        md += "\n";
         md
     }
 
@@ -333,7 +337,7 @@ impl<'a> Doc<'a> {
             "machine": {"nproc": nproc(), "cpu_model": cpu_model(), "os": std::env::consts::OS, "arch": std::env::consts::ARCH},
             "devices": self.devices.iter().map(|d| {
                 let c = d.capabilities();
-                json!({"label": format!("webtensor {}", c.backend), "name": c.name, "backend": c.backend, "device_type": c.device_type, "driver": c.driver})
+                json!({"label": format!("webtensor {}", c.backend), "name": c.name, "backend": c.backend.name(), "device_type": c.device_type.name(), "driver": c.driver})
             }).collect::<Vec<_>>(),
             "peers": self.hello,
             "settings": settings().into_iter().collect::<serde_json::Map<String, serde_json::Value>>(),
@@ -417,7 +421,7 @@ impl<'a> Doc<'a> {
 
 /// The webtensor environment variables that change which kernels run, where set.
 fn settings() -> Vec<(String, serde_json::Value)> {
-    [webtensor::MATMUL_ENV, webtensor::SHADER_CHECKS_ENV, webtensor::BACKEND_ENV]
+    [webtensor::gpu::MATMUL_ENV, webtensor::gpu::SHADER_CHECKS_ENV, webtensor::BACKEND_ENV]
         .iter()
         .filter_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()).map(|v| (k.to_string(), json!(v))))
         .collect()

@@ -1,0 +1,125 @@
+//! Elementwise kernels on the CPU: an expression tree (one op, or a fused chain) evaluated over chunks of the
+//! output, each intermediate rounded to the dtype the graph gave it, so a fused plan gives what the unfused one
+//! does. The math is the op tables' f32 functions (`src/ops`).
+
+use super::buffer::{positions, Memory, View};
+use crate::compile::ir::{ElemOp, Expr};
+use crate::graph::NodeId;
+use crate::shape::Layout;
+use crate::DType;
+
+/// Elements evaluated at a time.
+pub(crate) const CHUNK: usize = 256;
+
+/// One operand of an elementwise kernel: its storage, dtype, and layout broadcast to the output's shape.
+#[derive(Clone, Debug)]
+pub(crate) struct Leaf {
+    pub storage: NodeId,
+    pub dtype: DType,
+    pub layout: Layout,
+}
+
+/// `out[i] = expr(leaves at i)` for every element `i` of a contiguous output.
+#[derive(Clone, Debug)]
+pub(crate) struct ElementwiseKernel {
+    pub out: NodeId,
+    pub out_dtype: DType,
+    pub numel: usize,
+    pub expr: Expr,
+    pub leaves: Vec<Leaf>,
+}
+
+fn round(dtype: DType, v: &mut [f32]) {
+    if dtype == DType::F16 {
+        v.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32());
+    }
+}
+
+/// Evaluates `expr` into `out` (one chunk), with leaf k's values in `leaves[k]` and the accumulator in `acc`.
+pub(crate) fn eval(expr: &Expr, leaves: &[Vec<f32>], acc: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    match expr {
+        Expr::Leaf(k) => out.copy_from_slice(&leaves[*k][..n]),
+        Expr::Acc => out.copy_from_slice(&acc[..n]),
+        Expr::Node { op, args, dtype } => {
+            eval(&args[0], leaves, acc, out);
+            match op {
+                ElemOp::Unary { op, a, b } => {
+                    let (a, b) = (f32::from_bits(*a), f32::from_bits(*b));
+                    out.iter_mut().for_each(|x| *x = op.eval(*x, a, b));
+                }
+                ElemOp::Binary(op) => {
+                    let mut y = vec![0f32; n];
+                    eval(&args[1], leaves, acc, &mut y);
+                    out.iter_mut().zip(&y).for_each(|(x, &y)| *x = op.eval(*x, y));
+                }
+                ElemOp::Glu(op) => {
+                    let mut y = vec![0f32; n];
+                    eval(&args[1], leaves, acc, &mut y);
+                    out.iter_mut().zip(&y).for_each(|(x, &y)| *x = op.eval(*x, y));
+                }
+                ElemOp::Cast => {}
+            }
+            round(*dtype, out);
+        }
+    }
+}
+
+/// The i32 value of a one-op integer expression (every operand and the output i32).
+fn eval_i32(expr: &Expr, a: i32, b: i32) -> i32 {
+    match expr {
+        Expr::Node { op: ElemOp::Unary { op, .. }, .. } => op.eval_i32(a).unwrap_or(a),
+        Expr::Node { op: ElemOp::Binary(op), .. } => op.eval_i32(a, b).unwrap_or(0),
+        _ => a,
+    }
+}
+
+/// Loads `count` values of `leaf` from flat index `start` into `out`.
+pub(crate) fn load(mem: &Memory, leaf: &Leaf, start: usize, pos: &mut [usize], out: &mut [f32]) {
+    let v = mem.view(leaf.storage, leaf.dtype);
+    positions(&leaf.layout, start, pos);
+    out.iter_mut().zip(pos.iter()).for_each(|(o, &p)| *o = v.get(p));
+}
+
+impl ElementwiseKernel {
+    /// Whether every dtype is i32: the expression is then computed in wrapping integer arithmetic.
+    fn integer(&self) -> bool {
+        self.out_dtype == DType::I32 && self.leaves.iter().all(|l| l.dtype == DType::I32)
+    }
+
+    /// Elements `range` of the output.
+    pub(crate) fn run(&self, mem: &Memory, range: std::ops::Range<usize>) {
+        let out = mem.view(self.out, self.out_dtype);
+        if self.integer() {
+            return self.run_i32(mem, out, range);
+        }
+        let mut pos = vec![0usize; CHUNK];
+        let mut vals = vec![vec![0f32; CHUNK]; self.leaves.len()];
+        let mut res = vec![0f32; CHUNK];
+        let mut i = range.start;
+        while i < range.end {
+            let n = CHUNK.min(range.end - i);
+            for (leaf, v) in self.leaves.iter().zip(vals.iter_mut()) {
+                load(mem, leaf, i, &mut pos[..n], &mut v[..n]);
+            }
+            eval(&self.expr, &vals, &[], &mut res[..n]);
+            for (j, &r) in res[..n].iter().enumerate() {
+                out.set(i + j, r);
+            }
+            i += n;
+        }
+    }
+
+    fn run_i32(&self, mem: &Memory, out: View, range: std::ops::Range<usize>) {
+        let mut pos = vec![vec![0usize; range.len()]; self.leaves.len()];
+        for (leaf, p) in self.leaves.iter().zip(pos.iter_mut()) {
+            positions(&leaf.layout, range.start, p);
+        }
+        let views: Vec<View> = self.leaves.iter().map(|l| mem.view(l.storage, l.dtype)).collect();
+        for (j, i) in range.enumerate() {
+            let a = views[0].get_i32(pos[0][j]);
+            let b = if views.len() > 1 { views[1].get_i32(pos[1][j]) } else { 0 };
+            out.set_i32(i, eval_i32(&self.expr, a, b));
+        }
+    }
+}

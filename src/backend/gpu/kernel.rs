@@ -1,0 +1,146 @@
+//! The kernel vocabulary (leaf of the GPU backend): which WGSL variant a dispatch runs ([`KernelKey`]), what it
+//! binds and how many workgroups it launches ([`Dispatch`]). Lowering (`lower/`) makes these; WGSL generation
+//! (`wgsl/`) and the plan read them.
+
+use super::params::Params;
+use crate::gpu::{CoopConfig, TileConfig};
+use crate::graph::NodeId;
+use crate::ops::{ReduceOp, RowOp};
+use crate::DType;
+
+/// The ops of `rows.wgsl`, one workgroup per row of the last axis: a row op or a reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum RowKernel {
+    Row(RowOp),
+    Reduce(ReduceOp),
+}
+
+impl RowKernel {
+    /// Every row kernel: the row-op table, then the reduction table.
+    pub(crate) fn all() -> impl Iterator<Item = RowKernel> {
+        RowOp::ALL.iter().map(|&o| RowKernel::Row(o)).chain(ReduceOp::ALL.iter().map(|&o| RowKernel::Reduce(o)))
+    }
+
+    /// `softmax`, `rms_norm`, ..., `argmax`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            RowKernel::Row(op) => op.name(),
+            RowKernel::Reduce(op) => op.name(),
+        }
+    }
+
+    /// The op's constant in rows.wgsl.
+    pub(crate) fn wgsl_const(self) -> &'static str {
+        match self {
+            RowKernel::Row(op) => op.wgsl_const(),
+            RowKernel::Reduce(op) => op.wgsl_const(),
+        }
+    }
+
+    /// Whether the kernel writes one value per row (a reduction) rather than one per element.
+    pub(crate) fn reduces(self) -> bool {
+        matches!(self, RowKernel::Reduce(_))
+    }
+}
+
+/// Which shader file and which compile-time variant of it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum KernelKind {
+    /// `out = expr(x0, x1, ..)`; `expr` is WGSL over the loaded operands.
+    Elementwise { expr: String },
+    /// `matmul.wgsl`, with an optional epilogue expression over `acc` and operands x0.. (bindings 4..).
+    MatMul { epi: Option<String> },
+    /// `matmul_tiled.wgsl`: register-blocked, vec4 loads.
+    MatMulTiled { cfg: TileConfig, a_kcontig: bool, b_ncontig: bool, out_vec4: bool, epi: Option<String> },
+    /// `matmul_coop.wgsl`: cooperative matrices, f16 operands.
+    MatMulCoop {
+        cfg: CoopConfig,
+        a_kcontig: bool,
+        b_ncontig: bool,
+        epi: Option<String>,
+        /// The cooperative operations written out in plain WGSL (tests on adapters without them).
+        emulated: bool,
+    },
+    /// `matvec.wgsl`: one-row inputs.
+    MatVec { b_ncontig: bool, subgroups: bool, epi: Option<String> },
+    /// `rows.wgsl`.
+    Rows { op: RowKernel, mask: bool },
+    /// `get_rows.wgsl`.
+    GetRows,
+    /// `concat.wgsl`.
+    Concat,
+}
+
+impl KernelKind {
+    /// A short human-readable name: `elementwise`, `matmul`, `matmul_tiled 128x128x8`, `matvec`, ...
+    pub(crate) fn name(&self) -> String {
+        let epi = |e: &Option<String>| if e.is_some() { "+epilogue" } else { "" };
+        match self {
+            KernelKind::Elementwise { .. } => "elementwise".into(),
+            KernelKind::MatMul { epi: e } => format!("matmul{}", epi(e)),
+            KernelKind::MatMulTiled { cfg, epi: e, .. } => format!("matmul_tiled {}{}", cfg.name(), epi(e)),
+            KernelKind::MatMulCoop { cfg, epi: e, emulated, .. } => {
+                format!("matmul_coop {}{}{}", cfg.name(), if *emulated { " (emulated)" } else { "" }, epi(e))
+            }
+            KernelKind::MatVec { subgroups, epi: e, .. } => {
+                format!("matvec{}{}", if *subgroups { " subgroups" } else { "" }, epi(e))
+            }
+            KernelKind::Rows { op, .. } => format!("rows {}", op.name()),
+            KernelKind::GetRows => "get_rows".into(),
+            KernelKind::Concat => "concat".into(),
+        }
+    }
+
+    /// A matmul kernel of any kind (generic, tiled, cooperative-matrix, mat-vec).
+    pub(crate) fn is_matmul(&self) -> bool {
+        self.matmul_tile().is_some() || matches!(self, KernelKind::MatVec { .. })
+    }
+
+    /// Output rows and columns one workgroup of a 2-D matmul kernel covers (None for other kernels).
+    pub(crate) fn matmul_tile(&self) -> Option<(u64, u64)> {
+        match self {
+            KernelKind::MatMul { .. } => Some((64, 64)),
+            KernelKind::MatMulTiled { cfg, .. } => Some((64 * cfg.rm as u64, 64 * cfg.rn as u64)),
+            KernelKind::MatMulCoop { cfg, .. } => Some((cfg.bm() as u64, cfg.bn() as u64)),
+            _ => None,
+        }
+    }
+}
+
+/// Everything that makes one WGSL variant: cached pipelines are keyed by it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KernelKey {
+    pub kind: KernelKind,
+    /// Storage dtype of the output.
+    pub out: DType,
+    /// Storage dtypes of the inputs, in binding order.
+    pub ins: Vec<DType>,
+    /// For each binding (output first, then inputs), the first binding over the same memory (itself when none).
+    pub alias: Vec<usize>,
+    /// f16 tensors are stored as pairs in u32 words and unpacked in the shader (the adapter lacks SHADER_F16).
+    pub packed_f16: bool,
+}
+
+impl KernelKey {
+    /// The key with no aliased bindings.
+    pub(crate) fn new(kind: KernelKind, out: DType, ins: Vec<DType>) -> KernelKey {
+        let alias = (0..=ins.len()).collect();
+        KernelKey { kind, out, ins, alias, packed_f16: false }
+    }
+
+    /// Whether the variant declares f16 arithmetic (`enable f16;`).
+    pub(crate) fn uses_f16(&self) -> bool {
+        !self.packed_f16 && (self.out == DType::F16 || self.ins.contains(&DType::F16))
+    }
+}
+
+/// One dispatch of a plan: the kernel, its uniform block, the storage nodes bound (output first), for each binding
+/// the window bound (byte offset within the tensor's block, byte size; `None`: the whole block), and the grid.
+#[derive(Clone, Debug)]
+pub(crate) struct Dispatch {
+    pub key: KernelKey,
+    pub params: Params,
+    pub bindings: Vec<NodeId>,
+    pub windows: Vec<Option<(u64, u64)>>,
+    pub workgroups: [u32; 3],
+}

@@ -1,0 +1,177 @@
+//! Lowering of matmuls: which of the four kernels a matmul gets (generic, tiled, cooperative-matrix, mat-vec),
+//! its parameters and its grid.
+//!
+//! The tiled kernel (`matmul_tiled.wgsl`) needs each operand's contiguous axis to have stride 1 and a length that
+//! is a multiple of 4, with every other stride and offset a multiple of 4; the mat-vec kernel needs a one-row A
+//! with contiguous K; the cooperative-matrix kernel needs the tiled kernel's conditions, f16 A and B, and an
+//! adapter with cooperative matrices. Everything else takes the generic strided kernel, which handles any layout.
+
+use super::target::{dispatch, grid, GpuTarget};
+use crate::backend::gpu::kernel::{Dispatch, KernelKey, KernelKind};
+use crate::backend::gpu::params::{set_packed, vec4, MatmulParams, Params};
+use crate::backend::gpu::wgsl::elementwise::render_expr;
+use crate::compile::ir::{Expr, Program};
+use crate::gpu::{MatmulChoice, MatmulKernels, DEFAULT_CONFIG};
+use crate::graph::NodeId;
+use crate::{DType, Error, Result};
+
+/// What choosing a kernel needs to know about one matmul: sizes, strides (batch0, batch1, row, col) and offsets
+/// in elements, all already broadcast to the output's batch dims.
+pub(crate) struct MatmulShape {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batches: usize,
+    pub sa: [usize; 4],
+    pub sb: [usize; 4],
+    pub oa: usize,
+    pub ob: usize,
+}
+
+fn aligned(v: &[usize]) -> bool {
+    v.iter().all(|x| x % 4 == 0)
+}
+
+/// The operand layouts the vec4 kernels accept: A's contiguous axis (Some(true) = k), B's (Some(true) = n).
+fn vec4_layouts(s: &MatmulShape) -> (Option<bool>, Option<bool>) {
+    let a = if s.sa[3] == 1 && s.k.is_multiple_of(4) && aligned(&[s.sa[0], s.sa[1], s.sa[2], s.oa]) {
+        Some(true)
+    } else if s.sa[2] == 1 && s.m.is_multiple_of(4) && aligned(&[s.sa[0], s.sa[1], s.sa[3], s.oa]) {
+        Some(false)
+    } else {
+        None
+    };
+    let b = if s.sb[3] == 1 && s.n.is_multiple_of(4) && aligned(&[s.sb[0], s.sb[1], s.sb[2], s.ob]) {
+        Some(true)
+    } else if s.sb[2] == 1 && s.k.is_multiple_of(4) && aligned(&[s.sb[0], s.sb[1], s.sb[3], s.ob]) {
+        Some(false)
+    } else {
+        None
+    };
+    (a, b)
+}
+
+/// A workgroup count along one grid dimension, or [`Error::LimitExceeded`] naming the matmul.
+fn groups(s: &MatmulShape, g: u64, what: &str, max_groups: u32) -> Result<u32> {
+    if g > max_groups as u64 {
+        return Err(Error::LimitExceeded {
+            what: format!("matmul [{}, {}, {}] x {} batches: {what} = {g} workgroups", s.m, s.k, s.n, s.batches),
+            size: g,
+            limit_name: "max_compute_workgroups_per_dimension",
+            limit: max_groups as u64,
+        });
+    }
+    Ok(g as u32)
+}
+
+/// The kernel and its workgroup grid for a matmul of `shape`. `epi` is a fused epilogue; when `scalar_only` (an
+/// epilogue operand shares memory with A or B, so one scalar binding must serve both), the generic kernel is
+/// used. `f16_operands`: A and B are both f16 (a cooperative-matrix candidate).
+pub(crate) fn choose(
+    s: &MatmulShape,
+    epi: Option<String>,
+    scalar_only: bool,
+    f16_operands: bool,
+    t: &GpuTarget,
+) -> Result<(KernelKind, [u32; 3])> {
+    let MatmulKernels { tiled: choice, coop } = t.matmul;
+    let (a, b) = if scalar_only { (None, None) } else { vec4_layouts(s) };
+    let z = groups(s, s.batches as u64, "batches", t.max_groups)?;
+    if s.m == 1 && a == Some(true) {
+        if let Some(b_ncontig) = b {
+            let per_group = if b_ncontig { 64 } else { 8 };
+            let [x, y, _] = grid("matmul (mat-vec)", s.n.div_ceil(per_group) as u64, t.max_groups)?;
+            // subgroupAdd is used when subgroups tile each 32-lane row group exactly
+            let subgroups = t.subgroup_size.filter(|&g| g > 0 && 32 % g == 0 && !b_ncontig);
+            return Ok((KernelKind::MatVec { b_ncontig, subgroups: subgroups.is_some(), epi }, [x, y, z]));
+        }
+    }
+    if let (Some(cfg), Some(a_kcontig), Some(b_ncontig)) = (coop, a, b) {
+        if f16_operands && t.coop_frag == Some(cfg.frag) && cfg.shared_bytes() <= t.max_shared {
+            let gx = groups(s, s.n.div_ceil(cfg.bn() as usize) as u64, "N / tile", t.max_groups)?;
+            let gy = groups(s, s.m.div_ceil(cfg.bm() as usize) as u64, "M / tile", t.max_groups)?;
+            let emulated = t.coop_emulated;
+            return Ok((KernelKind::MatMulCoop { cfg, a_kcontig, b_ncontig, epi, emulated }, [gx, gy, z]));
+        }
+    }
+    let tiled = match choice {
+        MatmulChoice::Tiled(cfg) => Some(cfg),
+        MatmulChoice::Coop(_) => Some(DEFAULT_CONFIG),
+        MatmulChoice::Generic => None,
+    };
+    if let (Some(cfg), Some(a_kcontig), Some(b_ncontig)) = (tiled, a, b) {
+        if cfg.shared_bytes() <= t.max_shared {
+            let gx = groups(s, s.n.div_ceil(64 * cfg.rn as usize) as u64, "N / tile", t.max_groups)?;
+            let gy = groups(s, s.m.div_ceil(64 * cfg.rm as usize) as u64, "M / tile", t.max_groups)?;
+            let out_vec4 = s.n.is_multiple_of(4);
+            return Ok((KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, epi }, [gx, gy, z]));
+        }
+    }
+    let gx = groups(s, s.n.div_ceil(64) as u64, "N / 64", t.max_groups)?;
+    let gy = groups(s, s.m.div_ceil(64) as u64, "M / 64", t.max_groups)?;
+    Ok((KernelKind::MatMul { epi }, [gx, gy, z]))
+}
+
+/// Lowers matmul step `id` (`a @ b`, optionally with a fused epilogue over extra operands) to a dispatch.
+pub(super) fn lower(
+    program: &Program,
+    id: NodeId,
+    a: NodeId,
+    b: NodeId,
+    epilogue: Option<&(Expr, Vec<NodeId>)>,
+    t: &GpuTarget,
+) -> Result<Dispatch> {
+    let nodes = &program.nodes;
+    let shape = &nodes[id].layout.shape;
+    let r = shape.len();
+    let (m, n) = (shape[r - 2], shape[r - 1]);
+    let k = nodes[a].layout.shape[nodes[a].layout.rank() - 1];
+    let mut batch4 = [1usize; 4];
+    batch4[4 - (r - 2)..].copy_from_slice(&shape[..r - 2]);
+    // strides (batch0, batch1, row, col) of an operand broadcast to [batch.., rows, cols]
+    let full = |src: NodeId, rows: usize, cols: usize| {
+        let mut s = shape[..r - 2].to_vec();
+        s.extend([rows, cols]);
+        let l = nodes[src].layout.broadcast_operand(&s);
+        let (_, st) = l.padded4();
+        let nb = r - 2;
+        let b0 = if nb == 2 { st[0] } else { 0 };
+        let b1 = if nb >= 1 { st[1] } else { 0 };
+        ([b0, b1, st[2], st[3]], l.offset)
+    };
+    let (sa, oa) = full(a, m, k);
+    let (sb, ob) = full(b, k, n);
+    let batches = batch4[2] * batch4[3];
+    let mut p = MatmulParams {
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        batch1: batch4[3] as u32,
+        a_strides: vec4(sa),
+        b_strides: vec4(sb),
+        a_offset: oa as u32,
+        b_offset: ob as u32,
+        ldc: n as u32,
+        ..Default::default()
+    };
+    let mut ins = vec![nodes[a].dtype, nodes[b].dtype];
+    let mut bindings = vec![id, nodes[a].storage, nodes[b].storage];
+    let mut epi = None;
+    let mut scalar_only = false;
+    if let Some((expr, srcs)) = epilogue {
+        for (j, &s) in srcs.iter().enumerate() {
+            let l = program.operand_layout(s, id);
+            p.epi_strides[j] = vec4(l.padded4().1);
+            set_packed(&mut p.epi_offsets, j, l.offset);
+            ins.push(nodes[s].dtype);
+            bindings.push(nodes[s].storage);
+            scalar_only |= nodes[s].storage == nodes[a].storage || nodes[s].storage == nodes[b].storage;
+        }
+        epi = Some(render_expr(expr));
+    }
+    let ms = MatmulShape { m, n, k, batches, sa, sb, oa, ob };
+    let f16_operands = nodes[a].dtype == DType::F16 && nodes[b].dtype == DType::F16;
+    let (kind, workgroups) = choose(&ms, epi, scalar_only, f16_operands, t)?;
+    let key = KernelKey::new(kind, nodes[id].dtype, ins);
+    Ok(dispatch(key, Params::MatmulParams(p), bindings, workgroups))
+}

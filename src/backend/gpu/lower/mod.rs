@@ -1,0 +1,60 @@
+//! Lowering (compile passes 5 and 6 for the GPU): each step of a program becomes a [`Dispatch`] — its WGSL variant,
+//! typed parameters, bindings and grid — one module per kernel family; [`split`] then splits dispatches whose
+//! operands exceed one storage binding.
+
+mod elementwise;
+mod gather;
+pub(crate) mod matmul;
+mod rows;
+mod split;
+pub(crate) mod target;
+
+use crate::backend::gpu::kernel::Dispatch;
+use crate::compile::ir::{Program, Step};
+use crate::compile::memory::{MemoryLimits, MemoryPlan};
+use crate::compile::Target;
+use crate::graph::NodeId;
+use crate::{DType, Result};
+use target::GpuTarget;
+
+impl Target for GpuTarget {
+    type Kernel = Dispatch;
+
+    fn fusion(&self) -> bool {
+        self.fusion
+    }
+
+    fn may_overwrite(&self, program: &Program, storage: NodeId) -> bool {
+        // a packed f16 output is written with atomics, so it cannot also serve as a plain input
+        self.shader_f16 || program.nodes[storage].dtype != DType::F16
+    }
+
+    fn memory_limits(&self) -> MemoryLimits {
+        let max = self.max_buffer.min(1 << 40);
+        // a tensor may exceed one binding (it is then split), not one buffer
+        MemoryLimits { align: self.align, max_arena: max, max_tensor: max, place_inputs: true }
+    }
+
+    fn lower(&self, program: &Program, memory: &MemoryPlan, id: NodeId) -> Result<Dispatch> {
+        let mut d = match &program.nodes[id].step {
+            Step::Elementwise { expr, srcs } => elementwise::lower(program, id, expr, srcs, self)?,
+            Step::MatMul { a, b, epilogue } => matmul::lower(program, id, *a, *b, epilogue.as_ref(), self)?,
+            Step::Row { .. } | Step::Reduce { .. } => rows::lower(program, id, self)?,
+            Step::GetRows { table, idx } => gather::get_rows(program, id, *table, *idx, self)?,
+            Step::Concat { a, b, axis } => gather::concat(program, id, *a, *b, *axis, self)?,
+            Step::Input { .. } | Step::View { .. } => unreachable!("inputs and views are not scheduled"),
+        };
+        // one binding per memory range: WebGPU rejects overlapping bindings in a dispatch when one is writable
+        let blocks: Vec<(usize, u64)> =
+            d.bindings.iter().map(|n| (memory.blocks[n].arena, memory.blocks[n].offset)).collect();
+        d.key.alias =
+            (0..blocks.len()).map(|i| blocks.iter().position(|b| *b == blocks[i]).expect("present")).collect();
+        let has_f16 = d.key.out == DType::F16 || d.key.ins.contains(&DType::F16);
+        d.key.packed_f16 = !self.shader_f16 && has_f16;
+        Ok(d)
+    }
+
+    fn split(&self, d: Dispatch, program: &Program, memory: &MemoryPlan) -> Result<Vec<Dispatch>> {
+        split::split(d, program, memory, self)
+    }
+}

@@ -1,0 +1,339 @@
+//! Tensors larger than one storage binding (compile pass 6 for the GPU): a dispatch whose operands exceed the
+//! adapter's `max_storage_buffer_binding_size` is split into several, each binding a window of the large tensors.
+//!
+//! Windows start at an offset aligned to `min_storage_buffer_offset_alignment` (rounded down), and the rest of
+//! the way to the first element travels as an element offset in the parameters (wrapping u32 arithmetic in the
+//! shader makes a negative difference work). Supported:
+//! - elementwise kernels (fused or not): chunks of output elements; a large operand must be read at the output's
+//!   own index (same shape, contiguous), smaller ones are bound whole;
+//! - row ops (softmax, norms, reductions): chunks of whole rows of a contiguous input;
+//! - get_rows: windows of table rows, each dispatch writing the outputs whose index falls in its window;
+//! - matmul and mat-vec whose B is a transposed view of a row-major weight W [N, K] (`x @ t(w)`, the usual
+//!   layout of linear layers and vocabulary projections): chunks of output columns, each binding a window of W's
+//!   rows; and a matmul whose A is row-major (k contiguous): chunks of output rows over windows of A's rows and,
+//!   when it is large, of the output.
+//!
+//! Anything else over the limit is an [`Error::LimitExceeded`] naming the limit and the size.
+
+use super::target::{grid, GpuTarget};
+use crate::backend::gpu::kernel::{Dispatch, KernelKind};
+use crate::backend::gpu::params::{
+    get_packed, set_packed, ElementwiseParams, GetRowsParams, MatmulParams, Params, RowsParams,
+};
+use crate::compile::ir::Program;
+use crate::compile::memory::MemoryPlan;
+use crate::shape::contiguous_strides;
+use crate::{Error, Result};
+
+fn round4(n: u64) -> u64 {
+    n.div_ceil(4) * 4
+}
+
+/// The window holding elements [first, end) of a tensor of `elem` bytes each: (aligned start byte, byte size),
+/// and the element offset of the window's start.
+fn window(first: u64, end: u64, elem: u64, align: u64) -> ((u64, u64), u64) {
+    let start = first * elem / align * align;
+    ((start, round4(end * elem) - start), start / elem)
+}
+
+/// What every family's splitter needs.
+struct Splitter<'a> {
+    d: &'a Dispatch,
+    program: &'a Program,
+    /// Bytes of each binding's block, rounded to 4.
+    bytes: Vec<u64>,
+    max_binding: u64,
+    align: u64,
+    max_groups: u32,
+    /// Room for the data of one chunk: the binding limit less the alignment slack at the window's start.
+    room: u64,
+}
+
+impl Splitter<'_> {
+    fn elem(&self, i: usize) -> u64 {
+        self.program.nodes[self.d.bindings[i]].dtype.size_bytes() as u64
+    }
+
+    fn large(&self, i: usize) -> bool {
+        self.bytes[i] > self.max_binding
+    }
+
+    fn describe(&self, i: usize) -> String {
+        let n = &self.program.nodes[self.d.bindings[i]];
+        let out = &self.program.nodes[self.d.bindings[0]];
+        format!(
+            "{} ({} {:?}) of {} {:?}",
+            self.d.key.kind.name(),
+            n.dtype,
+            n.layout.shape,
+            out.step.name(),
+            out.layout.shape
+        )
+    }
+
+    fn too_big(&self, what: String, size: u64) -> Error {
+        Error::LimitExceeded { what, size, limit_name: "max_storage_buffer_binding_size", limit: self.max_binding }
+    }
+
+    fn chunk(&self, params: Params, windows: Vec<Option<(u64, u64)>>, workgroups: [u32; 3]) -> Dispatch {
+        Dispatch { key: self.d.key.clone(), params, bindings: self.d.bindings.clone(), windows, workgroups }
+    }
+
+    fn elementwise(&self, p0: &ElementwiseParams) -> Result<Vec<Dispatch>> {
+        let node = &self.program.nodes[self.d.bindings[0]];
+        let numel = node.layout.numel() as u64;
+        let (pshape, _) = node.layout.padded4();
+        let mut same_index = contiguous_strides(&pshape);
+        for (s, &n) in same_index.iter_mut().zip(&pshape) {
+            if n == 1 {
+                *s = 0;
+            }
+        }
+        let same_index: Vec<u32> = same_index.iter().map(|&s| s as u32).collect();
+        let per_chunk = self.room / 4;
+        if per_chunk == 0 {
+            return Err(self.too_big(self.describe(0), self.bytes[0]));
+        }
+        for k in 1..self.bytes.len() {
+            if self.large(k) && p0.in_strides[k - 1].as_slice() != same_index.as_slice() {
+                let what = format!("{} (read through a broadcast or strided view)", self.describe(k));
+                return Err(self.too_big(what, self.bytes[k]));
+            }
+        }
+        let mut chunks = Vec::new();
+        let mut s = 0u64;
+        while s < numel {
+            let e = (s + per_chunk).min(numel);
+            let mut p = *p0;
+            let mut windows = vec![None; self.bytes.len()];
+            p.count = (e - s) as u32;
+            p.first = s as u32;
+            p.out_offset = s as u32; // output offset when the output is bound whole
+            if self.large(0) {
+                let (w, base) = window(s, e, self.elem(0), self.align);
+                windows[0] = Some(w);
+                p.out_offset = (s - base) as u32;
+            }
+            for (k, win) in windows.iter_mut().enumerate().skip(1) {
+                if !self.large(k) {
+                    continue;
+                }
+                let off = get_packed(&p.in_offsets, k - 1) as u64;
+                let (w, base) = window(off + s, off + e, self.elem(k), self.align);
+                *win = Some(w);
+                set_packed(&mut p.in_offsets, k - 1, (off as u32).wrapping_sub(base as u32) as usize);
+            }
+            let workgroups = grid("elementwise", (e - s).div_ceil(256), self.max_groups)?;
+            chunks.push(self.chunk(Params::ElementwiseParams(p), windows, workgroups));
+            s = e;
+        }
+        Ok(chunks)
+    }
+
+    fn rows(&self, p0: &RowsParams, reduces: bool) -> Result<Vec<Dispatch>> {
+        let (n, rows) = (p0.n as u64, p0.rows as u64);
+        if self.bytes.len() > 2 && self.large(2) {
+            return Err(self.too_big(self.describe(2), self.bytes[2]));
+        }
+        let shape: Vec<usize> = p0.x_shape.iter().map(|&v| v as usize).collect();
+        let strides: Vec<usize> = p0.x_strides.iter().map(|&v| v as usize).collect();
+        let contiguous = crate::shape::Layout { shape, strides, offset: 0 }.is_contiguous();
+        if self.large(1) && !contiguous {
+            return Err(self.too_big(format!("{} (a strided view)", self.describe(1)), self.bytes[1]));
+        }
+        let per_chunk = self.room / (n * 4);
+        if per_chunk == 0 {
+            let what = format!("one row of {n} elements of {}", self.describe(1));
+            return Err(self.too_big(what, n * self.elem(1)));
+        }
+        let out_per_row = if reduces { 1 } else { n };
+        let mut chunks = Vec::new();
+        let mut r0 = 0u64;
+        while r0 < rows {
+            let r1 = (r0 + per_chunk).min(rows);
+            let mut p = *p0;
+            let mut windows = vec![None; self.bytes.len()];
+            p.rows = (r1 - r0) as u32;
+            p.first_row = r0 as u32;
+            p.out_offset = (r0 * out_per_row) as u32; // output offset when the output is bound whole
+            if self.large(0) {
+                let (w, base) = window(r0 * out_per_row, r1 * out_per_row, self.elem(0), self.align);
+                windows[0] = Some(w);
+                p.out_offset = (r0 * out_per_row - base) as u32;
+            }
+            if self.large(1) {
+                let off = p.x_offset as u64;
+                let (w, base) = window(off + r0 * n, off + r1 * n, self.elem(1), self.align);
+                windows[1] = Some(w);
+                p.x_offset = (off as u32).wrapping_sub(base as u32);
+            }
+            let workgroups = grid("rows", r1 - r0, self.max_groups)?;
+            chunks.push(self.chunk(Params::RowsParams(p), windows, workgroups));
+            r0 = r1;
+        }
+        Ok(chunks)
+    }
+
+    fn get_rows(&self, p0: &GetRowsParams) -> Result<Vec<Dispatch>> {
+        if self.large(0) || self.large(2) {
+            let i = if self.large(0) { 0 } else { 2 };
+            return Err(self.too_big(self.describe(i), self.bytes[i]));
+        }
+        let (v, dim) = (p0.rows as u64, p0.dim as u64);
+        if p0.row_stride as u64 != dim || p0.col_stride != 1 {
+            return Err(self.too_big(format!("{} (a strided view)", self.describe(1)), self.bytes[1]));
+        }
+        let per_chunk = self.room / (dim * 4);
+        if per_chunk == 0 {
+            let what = format!("one row of {dim} elements of {}", self.describe(1));
+            return Err(self.too_big(what, dim * self.elem(1)));
+        }
+        let mut chunks = Vec::new();
+        let mut lo = 0u64;
+        while lo < v {
+            let hi = (lo + per_chunk).min(v);
+            let mut p = *p0;
+            let off = p.table_offset as u64;
+            let (w, base) = window(off + lo * dim, off + hi * dim, self.elem(1), self.align);
+            let mut windows = vec![None; self.bytes.len()];
+            windows[1] = Some(w);
+            p.table_offset = (off as u32).wrapping_sub(base as u32);
+            p.window_lo = lo as u32;
+            p.window_hi = hi as u32;
+            chunks.push(self.chunk(Params::GetRowsParams(p), windows, self.d.workgroups));
+            lo = hi;
+        }
+        Ok(chunks)
+    }
+
+    /// A matmul or mat-vec whose B (binding 2) is the transposed view of a row-major weight W [N, K]: chunks of
+    /// output columns, each binding a window of W's rows.
+    fn matmul_columns(&self, p0: &MatmulParams) -> Result<Vec<Dispatch>> {
+        if let Some(i) = (0..self.bytes.len()).find(|&i| i != 2 && self.large(i)) {
+            return Err(self.too_big(self.describe(i), self.bytes[i]));
+        }
+        let (n, k) = (p0.n as u64, p0.k as u64);
+        let (k_stride, n_stride) = (p0.b_strides[2] as u64, p0.b_strides[3] as u64);
+        if self.d.workgroups[2] != 1 || k_stride != 1 || n_stride < k {
+            let why = "(over the binding limit and not the transposed view of a row-major [N, K] weight)";
+            return Err(self.too_big(format!("{} {why}", self.describe(2)), self.bytes[2]));
+        }
+        let per_chunk = self.room / (n_stride * self.elem(2)) / 64 * 64;
+        if per_chunk == 0 {
+            let what = format!("64 columns of {}", self.describe(2));
+            return Err(self.too_big(what, 64 * n_stride * self.elem(2)));
+        }
+        let mut chunks = Vec::new();
+        let mut n0 = 0u64;
+        while n0 < n {
+            let n1 = (n0 + per_chunk).min(n);
+            let mut p = *p0;
+            let off = p.b_offset as u64;
+            let (w, base) = window(off + n0 * n_stride, off + (n1 - 1) * n_stride + k, self.elem(2), self.align);
+            let mut windows = vec![None; self.bytes.len()];
+            windows[2] = Some(w);
+            p.n = (n1 - n0) as u32;
+            p.b_offset = ((off + n0 * n_stride) as u32).wrapping_sub(base as u32);
+            p.n0 = n0 as u32;
+            let cols = n1 - n0;
+            let workgroups = match (&self.d.key.kind, self.d.key.kind.matmul_tile()) {
+                (KernelKind::MatVec { b_ncontig, .. }, _) => {
+                    grid("matmul (mat-vec)", cols.div_ceil(if *b_ncontig { 64 } else { 8 }), self.max_groups)?
+                }
+                (_, tile) => [cols.div_ceil(tile.expect("a matmul kernel").1) as u32, self.d.workgroups[1], 1],
+            };
+            chunks.push(self.chunk(Params::MatmulParams(p), windows, workgroups));
+            n0 = n1;
+        }
+        Ok(chunks)
+    }
+
+    /// A matmul whose A (row-major, k contiguous) is larger than one binding: chunks of output rows, each binding
+    /// a window of A's rows and, when the output is large too, of the output's rows; B and the epilogue operands
+    /// are bound whole.
+    fn matmul_rows(&self, p0: &MatmulParams) -> Result<Vec<Dispatch>> {
+        if let Some(i) = (2..self.bytes.len()).find(|&i| self.large(i)) {
+            return Err(self.too_big(format!("{} (with a large A too)", self.describe(i)), self.bytes[i]));
+        }
+        let (m, k, ldc) = (p0.m as u64, p0.k as u64, p0.ldc as u64);
+        let (row_stride, k_stride) = (p0.a_strides[2] as u64, p0.a_strides[3] as u64);
+        if self.d.workgroups[2] != 1 || k_stride != 1 || row_stride < k {
+            return Err(self.too_big(format!("{} (not a row-major A of one batch)", self.describe(1)), self.bytes[1]));
+        }
+        let (a_elem, out_elem) = (self.elem(1), self.elem(0));
+        let tile_rows = self.d.key.kind.matmul_tile().expect("a 2-D matmul kernel").0;
+        let out_row = ldc * out_elem;
+        let per_chunk = self.room / (row_stride * a_elem).max(out_row) / tile_rows * tile_rows;
+        if per_chunk == 0 {
+            let what = format!("{} rows of {}", tile_rows, self.describe(1));
+            return Err(self.too_big(what, tile_rows * row_stride * a_elem));
+        }
+        let mut chunks = Vec::new();
+        let mut m0 = 0u64;
+        while m0 < m {
+            let m1 = (m0 + per_chunk).min(m);
+            let mut p = *p0;
+            let mut windows = vec![None; self.bytes.len()];
+            let off = p.a_offset as u64;
+            let (w, base) = window(off + m0 * row_stride, off + (m1 - 1) * row_stride + k, a_elem, self.align);
+            windows[1] = Some(w);
+            p.m = (m1 - m0) as u32;
+            p.a_offset = ((off + m0 * row_stride) as u32).wrapping_sub(base as u32);
+            p.m0 = m0 as u32;
+            if self.large(0) {
+                let (w, base) = window(m0 * ldc, m1 * ldc, out_elem, self.align);
+                windows[0] = Some(w);
+                p.out_window = base as u32;
+            }
+            let workgroups = [self.d.workgroups[0], (m1 - m0).div_ceil(tile_rows) as u32, 1];
+            chunks.push(self.chunk(Params::MatmulParams(p), windows, workgroups));
+            m0 = m1;
+        }
+        Ok(chunks)
+    }
+}
+
+/// Splits `d` (lowered from a step of `program`) so that every binding fits one storage binding.
+pub(super) fn split(d: Dispatch, program: &Program, mem: &MemoryPlan, t: &GpuTarget) -> Result<Vec<Dispatch>> {
+    let bytes: Vec<u64> = d.bindings.iter().map(|n| round4(mem.blocks[n].size)).collect();
+    if bytes.iter().all(|&b| b <= t.max_binding) {
+        return Ok(vec![d]);
+    }
+    let room = t.max_binding.saturating_sub(2 * t.align);
+    let s =
+        Splitter { d: &d, program, bytes, max_binding: t.max_binding, align: t.align, max_groups: t.max_groups, room };
+    match (&d.key.kind, &d.params) {
+        (KernelKind::Elementwise { .. }, Params::ElementwiseParams(p)) => s.elementwise(p),
+        (KernelKind::Rows { op, .. }, Params::RowsParams(p)) => s.rows(p, op.reduces()),
+        (KernelKind::GetRows, Params::GetRowsParams(p)) => s.get_rows(p),
+        (KernelKind::MatVec { .. }, Params::MatmulParams(p)) => s.matmul_columns(p),
+        (kind, Params::MatmulParams(p)) if kind.is_matmul() => {
+            if s.large(1) {
+                s.matmul_rows(p)
+            } else {
+                s.matmul_columns(p)
+            }
+        }
+        _ => {
+            let i = (0..s.bytes.len()).find(|&i| s.large(i)).expect("some binding is too large");
+            Err(s.too_big(s.describe(i), s.bytes[i]))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window;
+
+    #[test]
+    fn windows_start_aligned_and_cover_the_range() {
+        for align in [4u64, 32, 256] {
+            for (first, end, elem) in [(0u64, 10u64, 4u64), (37, 1000, 4), (33_554_431, 37_500_000, 4), (7, 9, 2)] {
+                let ((start, size), base) = window(first, end, elem, align);
+                assert_eq!(start % align, 0);
+                assert!(start <= first * elem && start + size >= end * elem && size % 4 == 0);
+                assert_eq!(base * elem, start);
+            }
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! WGSL of the generic, tiled and mat-vec matmul kernels, and the epilogue function every matmul kernel calls.
+
+use super::template::render;
+use crate::backend::gpu::kernel::{KernelKey, KernelKind};
+
+const GENERIC: &str = include_str!("../../../../shaders/matmul.wgsl");
+const TILED: &str = include_str!("../../../../shaders/matmul_tiled.wgsl");
+const STORE_VEC4: &str = include_str!("../../../../shaders/matmul_store_vec4.wgsl");
+const STORE_SCALAR: &str = include_str!("../../../../shaders/matmul_store_scalar.wgsl");
+const MATVEC: &str = include_str!("../../../../shaders/matvec.wgsl");
+const REDUCE_SUBGROUPS: &str = include_str!("../../../../shaders/matvec_reduce_subgroups.wgsl");
+const REDUCE_SHARED: &str = include_str!("../../../../shaders/matvec_reduce_shared.wgsl");
+
+/// The `epilogue(acc, coords)` function of a matmul variant: the expression over `acc` and the extra operands
+/// (`ins[2..]`), each read at the output element's coordinates (b0, b1, m, n) through its strides and offset in
+/// the parameters. The identity when nothing was fused.
+pub(crate) fn epilogue(key: &KernelKey, epi: Option<&str>) -> String {
+    let Some(expr) = epi else {
+        return "fn epilogue(acc: f32, c: vec4<u32>) -> f32 {\n    return acc;\n}".into();
+    };
+    let loads: String = (0..key.ins.len() - 2)
+        .map(|k| {
+            let off = format!("P.epi_offsets[{}].{}", k / 4, ["x", "y", "z", "w"][k % 4]);
+            format!("    let x{k} = f32(ld_e{k}(at(c, P.epi_strides[{k}], {off})));\n")
+        })
+        .collect();
+    format!("fn epilogue(acc: f32, c: vec4<u32>) -> f32 {{\n{loads}    return {expr};\n}}")
+}
+
+/// The generic, tiled or mat-vec kernel of `key`.
+pub(super) fn wgsl(key: &KernelKey, bindings: String) -> String {
+    match key.kind {
+        KernelKind::MatMul { ref epi } => {
+            render(GENERIC, &[("BINDINGS", bindings), ("EPILOGUE", epilogue(key, epi.as_deref()))])
+        }
+        KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, ref epi } => {
+            let text = render(
+                TILED,
+                &[
+                    ("BINDINGS", bindings),
+                    ("EPILOGUE", epilogue(key, epi.as_deref())),
+                    ("RM", cfg.rm.to_string()),
+                    ("RN", cfg.rn.to_string()),
+                    ("BK", cfg.bk.to_string()),
+                    ("A_KCONTIG", a_kcontig.to_string()),
+                    ("B_NCONTIG", b_ncontig.to_string()),
+                    ("A_SHARED", (cfg.bk * 16 * cfg.rm).to_string()),
+                    ("B_SHARED", (cfg.bk * 16 * cfg.rn).to_string()),
+                ],
+            );
+            text + "\n" + if out_vec4 { STORE_VEC4 } else { STORE_SCALAR }
+        }
+        KernelKind::MatVec { b_ncontig, subgroups, ref epi } => {
+            let (args, call, reduce) = if subgroups {
+                let args =
+                    ",\n        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32";
+                (args, ", sg_lane, sg_size", REDUCE_SUBGROUPS)
+            } else {
+                ("", ", 0u, 32u", REDUCE_SHARED)
+            };
+            let text = render(
+                MATVEC,
+                &[
+                    ("BINDINGS", bindings),
+                    ("EPILOGUE", epilogue(key, epi.as_deref())),
+                    ("B_NCONTIG", b_ncontig.to_string()),
+                    ("SUBGROUP_ARGS", args.into()),
+                    ("SUBGROUP_CALL", call.into()),
+                ],
+            );
+            text + "\n" + reduce
+        }
+        _ => unreachable!("matmul::wgsl for {:?}", key.kind),
+    }
+}

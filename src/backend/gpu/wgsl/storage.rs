@@ -1,0 +1,153 @@
+//! Storage bindings and their accessors. Templates in `shaders/` never touch a storage binding directly: they call
+//! accessors generated here, `ld_NAME(i)` / `ld4_NAME(i)` to read element `i` (4 elements from `i` for vec4
+//! bindings) as f32 (i32 for integer tensors) and `st_NAME(i, v)` / `st4_NAME(i, v)` to write. That keeps every
+//! storage question in one place:
+//! - f16 with SHADER_F16: `array<f16>` / `array<vec4<f16>>` and `enable f16;`;
+//! - f16 without it (the browser's SwiftShader, GL): pairs packed in u32 words, unpacked with
+//!   `unpack2x16float`; a scalar store into a shared word goes through two atomics (clear its half, then set it)
+//!   so that two invocations writing the two halves never clobber each other; vec4 stores own whole words;
+//! - bindings over the same memory (`x + x`, in-place): one declaration, the other name's accessors use it.
+
+use super::template::compute_type;
+use crate::backend::gpu::kernel::{KernelKey, KernelKind};
+use crate::DType;
+
+/// One storage binding of a kernel: its variable name, dtype, whether it is read as vec4, whether it is the output.
+struct Binding {
+    name: String,
+    dtype: DType,
+    vec4: bool,
+    output: bool,
+}
+
+/// The storage bindings of a variant, output first, in binding order (binding 0 is the uniform block).
+fn bindings(key: &KernelKey) -> Vec<Binding> {
+    let b = |name: &str, dtype: DType, vec4: bool, output: bool| Binding { name: name.into(), dtype, vec4, output };
+    let extra = |v: &mut Vec<Binding>| {
+        for (k, &d) in key.ins.iter().enumerate().skip(2) {
+            v.push(b(&format!("e{}", k - 2), d, false, false));
+        }
+    };
+    let mut v = Vec::new();
+    match &key.kind {
+        KernelKind::Elementwise { .. } => {
+            v.push(b("out", key.out, false, true));
+            for (k, &d) in key.ins.iter().enumerate() {
+                v.push(b(&format!("in{k}"), d, false, false));
+            }
+        }
+        KernelKind::MatMul { .. } => {
+            v.extend([b("c_out", key.out, false, true), b("a_in", key.ins[0], false, false)]);
+            v.push(b("b_in", key.ins[1], false, false));
+            extra(&mut v);
+        }
+        KernelKind::MatMulTiled { out_vec4, .. } => {
+            v.extend([b("c_out", key.out, *out_vec4, true), b("a_in", key.ins[0], true, false)]);
+            v.push(b("b_in", key.ins[1], true, false));
+            extra(&mut v);
+        }
+        KernelKind::MatMulCoop { .. } => {
+            v.extend([b("c_out", key.out, false, true), b("a_in", key.ins[0], true, false)]);
+            v.push(b("b_in", key.ins[1], true, false));
+            extra(&mut v);
+        }
+        KernelKind::MatVec { .. } => {
+            v.extend([b("y_out", key.out, false, true), b("x_in", key.ins[0], true, false)]);
+            v.push(b("b_in", key.ins[1], true, false));
+            extra(&mut v);
+        }
+        KernelKind::Rows { .. } => {
+            v.extend([b("out", key.out, false, true), b("x_in", key.ins[0], false, false)]);
+            if key.ins.len() > 1 {
+                v.push(b("m_in", key.ins[1], false, false));
+            }
+        }
+        KernelKind::GetRows | KernelKind::Concat => {
+            v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
+            v.push(b("src1", key.ins[1], false, false));
+        }
+    }
+    v
+}
+
+/// Declarations of the storage bindings (1..) and their accessors.
+pub(super) fn declarations(key: &KernelKey) -> String {
+    let binds = bindings(key);
+    let packed = |d: DType| d == DType::F16 && key.packed_f16;
+    let mut out = String::new();
+    for (i, bd) in binds.iter().enumerate() {
+        let target = &binds[key.alias.get(i).copied().unwrap_or(i)];
+        debug_assert!(target.dtype == bd.dtype && target.vec4 == bd.vec4, "aliased bindings must agree");
+        let atomic = packed(bd.dtype) && bd.output && !bd.vec4;
+        if std::ptr::eq(target, bd) {
+            let elem = match (bd.dtype, bd.vec4, packed(bd.dtype)) {
+                (DType::F16, true, true) => "vec2<u32>".to_string(),
+                (DType::F16, false, true) if atomic => "atomic<u32>".to_string(),
+                (DType::F16, false, true) => "u32".to_string(),
+                (d, true, false) => format!("vec4<{}>", wgsl_storage(d)),
+                (d, false, _) => wgsl_storage(d).to_string(),
+                (_, true, true) => unreachable!("only f16 is packed"),
+            };
+            let var = &target.name;
+            out.push_str(&format!("@group(0) @binding({}) var<storage, read_write> {var}: array<{elem}>;\n", i + 1));
+        }
+        out.push_str(&accessors(bd, &target.name, packed(bd.dtype), atomic));
+    }
+    out
+}
+
+/// The `ld`/`st` functions of binding `bd`, whose array is `var`.
+fn accessors(bd: &Binding, var: &str, packed: bool, atomic: bool) -> String {
+    let c = compute_type(bd.dtype);
+    let name = &bd.name;
+    match (bd.output, bd.vec4) {
+        (true, true) => {
+            let body = if packed {
+                format!("{var}[i / 4u] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));")
+            } else {
+                format!("{var}[i / 4u] = vec4<{}>(v);", wgsl_storage(bd.dtype))
+            };
+            format!("fn st4_{name}(i: u32, v: vec4<f32>) {{\n    {body}\n}}\n")
+        }
+        (true, false) => {
+            let body = if atomic {
+                format!(
+                    "let sh = (i & 1u) * 16u;\n    atomicAnd(&{var}[i >> 1u], ~(0xffffu << sh));\n    atomicOr(&{var}[i >> 1u], (pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu) << sh);"
+                )
+            } else {
+                format!("{var}[i] = {}(v);", wgsl_storage(bd.dtype))
+            };
+            format!("fn st_{name}(i: u32, v: {c}) {{\n    {body}\n}}\n")
+        }
+        (false, true) => {
+            let body = if packed {
+                format!("let w = {var}[i / 4u];\n    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));")
+            } else {
+                format!("return vec4<f32>({var}[i / 4u]);")
+            };
+            let mut s = format!("fn ld4_{name}(i: u32) -> vec4<f32> {{\n    {body}\n}}\n");
+            if bd.dtype == DType::F16 && !packed {
+                // the f16 elements as stored, for kernels that compute in f16 (cooperative matrices)
+                s.push_str(&format!("fn ld4h_{name}(i: u32) -> vec4<f16> {{\n    return {var}[i / 4u];\n}}\n"));
+            }
+            s
+        }
+        (false, false) => {
+            let body = if packed {
+                format!("return unpack2x16float({var}[i >> 1u])[i & 1u];")
+            } else {
+                format!("return {c}({var}[i]);")
+            };
+            format!("fn ld_{name}(i: u32) -> {c} {{\n    {body}\n}}\n")
+        }
+    }
+}
+
+/// The WGSL element type of a native storage array.
+fn wgsl_storage(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::I32 => "i32",
+    }
+}

@@ -1,0 +1,137 @@
+//! What a device is and can do: the backend kinds, device types and the [`Capabilities`] every backend reports,
+//! plain data that the compiler reads and `webtensor info` prints.
+
+use crate::{DType, Error, Result};
+
+/// Environment variable that forces a backend: `cpu`, `vulkan`, `gl`, `metal`, `dx12`, `webgpu` or `auto`.
+pub const BACKEND_ENV: &str = "WEBTENSOR_BACKEND";
+
+/// Which backend to run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// The best GPU adapter, else the CPU.
+    Auto,
+    /// The CPU backend (always available).
+    Cpu,
+    Vulkan,
+    /// OpenGL / GLES (EGL on Linux).
+    Gl,
+    Metal,
+    Dx12,
+    /// WebGPU in the browser.
+    WebGpu,
+}
+
+impl BackendKind {
+    /// The lowercase name that [`FromStr`](std::str::FromStr) parses and [`BACKEND_ENV`] takes: `auto`, `cpu`, `vulkan`, `gl`,
+    /// `metal`, `dx12` or `webgpu`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Vulkan => "vulkan",
+            BackendKind::Gl => "gl",
+            BackendKind::Metal => "metal",
+            BackendKind::Dx12 => "dx12",
+            BackendKind::WebGpu => "webgpu",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<BackendKind> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "auto" | "" => BackendKind::Auto,
+            "cpu" => BackendKind::Cpu,
+            "vulkan" | "vk" => BackendKind::Vulkan,
+            "gl" | "gles" | "opengl" => BackendKind::Gl,
+            "metal" => BackendKind::Metal,
+            "dx12" | "d3d12" => BackendKind::Dx12,
+            "webgpu" => BackendKind::WebGpu,
+            other => {
+                return Err(Error::NoDevice(format!(
+                    "unknown backend '{other}' (expected auto, cpu, vulkan, gl, metal, dx12 or webgpu)"
+                )))
+            }
+        })
+    }
+}
+
+/// The kind of device behind an adapter, as the driver reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    /// A GPU of its own.
+    DiscreteGpu,
+    /// A GPU sharing the CPU's memory.
+    IntegratedGpu,
+    /// A GPU behind a virtualization layer.
+    VirtualGpu,
+    /// Computation on the CPU: a software adapter (lavapipe, llvmpipe, SwiftShader, WARP) or the CPU backend.
+    Cpu,
+    /// Anything else, or unknown (browsers often hide it).
+    Other,
+}
+
+impl DeviceType {
+    /// `DiscreteGpu`, `IntegratedGpu`, `VirtualGpu`, `Cpu` or `Other`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceType::DiscreteGpu => "DiscreteGpu",
+            DeviceType::IntegratedGpu => "IntegratedGpu",
+            DeviceType::VirtualGpu => "VirtualGpu",
+            DeviceType::Cpu => "Cpu",
+            DeviceType::Other => "Other",
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the compiler may ask of a device. Everything the code depends on about an adapter is read into this
+/// struct, in one place, and printed by `webtensor info`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Capabilities {
+    /// The backend: `Cpu`, `Vulkan`, `Gl`, `Metal`, `Dx12` or `WebGpu`.
+    pub backend: BackendKind,
+    /// The adapter's name (e.g. `llvmpipe (LLVM 15.0.7, 256 bits)`), or the CPU's description.
+    pub name: String,
+    /// What kind of device the adapter is (a software rasterizer such as lavapipe reports `Cpu`).
+    pub device_type: DeviceType,
+    /// Driver name and version as the adapter reports them.
+    pub driver: String,
+    /// Largest storage-buffer binding, in bytes (`max_storage_buffer_binding_size`).
+    pub max_storage_binding_bytes: u64,
+    /// Largest buffer, in bytes (`max_buffer_size`).
+    pub max_buffer_bytes: u64,
+    /// Workgroup (shared) memory per workgroup, in bytes.
+    pub max_workgroup_storage_bytes: u32,
+    /// Invocations per workgroup.
+    pub max_invocations_per_workgroup: u32,
+    /// Workgroups per dispatch dimension.
+    pub max_workgroups_per_dimension: u32,
+    /// Alignment of storage-binding offsets, in bytes.
+    pub min_storage_offset_alignment: u32,
+    /// Alignment of uniform-binding offsets, in bytes.
+    pub min_uniform_offset_alignment: u32,
+    /// WGSL `enable f16;` (SHADER_F16) is available.
+    pub shader_f16: bool,
+    /// Subgroup operations are available.
+    pub subgroups: bool,
+    /// Smallest and largest subgroup size in invocations (0 when unknown).
+    pub subgroup_size: (u32, u32),
+    /// Cooperative-matrix tile shapes, e.g. `16x16x16 f16->f32` (empty when unsupported).
+    pub cooperative_matrix: Vec<String>,
+    /// Element types tensors may have on this device.
+    pub dtypes: Vec<DType>,
+}

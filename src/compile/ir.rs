@@ -1,0 +1,262 @@
+//! The compiler's program (stage 2): the graph reduced to what its outputs need, in the compiler's own step
+//! vocabulary. Unary, binary, GLU and cast nodes become one-node elementwise expressions, which the fusion pass
+//! merges; a matmul may carry an elementwise epilogue. Every backend lowers these steps.
+
+use crate::graph::{Node as GraphNode, NodeId, Op};
+use crate::ops::{BinaryOp, GluOp, ReduceOp, RowOp, RowParams, UnaryOp};
+use crate::shape::Layout;
+use crate::{DType, Error, Graph, Result, Tensor};
+
+/// One elementwise function in an expression tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum ElemOp {
+    /// A unary op with its f32 parameters as bits.
+    Unary {
+        op: UnaryOp,
+        a: u32,
+        b: u32,
+    },
+    Binary(BinaryOp),
+    /// `act(arg0) · arg1`.
+    Glu(GluOp),
+    /// The identity: a copy, or a conversion to the node's dtype.
+    Cast,
+}
+
+/// An elementwise expression tree over a step's operands. Values are f32 (i32 when every dtype is i32).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Expr {
+    /// The k-th operand of the step, read through its own strides broadcast to the output's shape.
+    Leaf(usize),
+    /// A matmul's accumulated product (only in a matmul's epilogue).
+    Acc,
+    /// `op(args)`; `dtype` is the dtype the graph gave this intermediate.
+    Node { op: ElemOp, args: Vec<Expr>, dtype: DType },
+}
+
+impl Expr {
+    /// Renders the expression: `leaf(k)` for operand k, `acc` for the accumulator, `node(op, dtype, args)` for
+    /// each node with its arguments already rendered.
+    pub(crate) fn render(
+        &self,
+        leaf: &dyn Fn(usize) -> String,
+        node: &dyn Fn(ElemOp, DType, &[String]) -> String,
+    ) -> String {
+        match self {
+            Expr::Leaf(k) => leaf(*k),
+            Expr::Acc => "acc".into(),
+            Expr::Node { op, args, dtype } => {
+                let args: Vec<String> = args.iter().map(|a| a.render(leaf, node)).collect();
+                node(*op, *dtype, &args)
+            }
+        }
+    }
+
+    /// The expression with every leaf `k` replaced by `f(k)`.
+    pub(crate) fn map_leaves(&self, f: &mut dyn FnMut(usize) -> Expr) -> Expr {
+        match self {
+            Expr::Leaf(k) => f(*k),
+            Expr::Acc => Expr::Acc,
+            Expr::Node { op, args, dtype } => {
+                Expr::Node { op: *op, args: args.iter().map(|a| a.map_leaves(f)).collect(), dtype: *dtype }
+            }
+        }
+    }
+}
+
+/// What one node of the program computes.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Step {
+    Input {
+        name: String,
+    },
+    View {
+        src: NodeId,
+    },
+    /// `expr` over `srcs` (leaf k is `srcs[k]`), one value per output element.
+    Elementwise {
+        expr: Expr,
+        srcs: Vec<NodeId>,
+    },
+    /// `a @ b`, its product passed through `epilogue` (an expression over [`Expr::Acc`] and the extra operands)
+    /// before the store.
+    MatMul {
+        a: NodeId,
+        b: NodeId,
+        epilogue: Option<(Expr, Vec<NodeId>)>,
+    },
+    /// A row op over the last axis of `x` (its own layout); the mask broadcasts to x.
+    Row {
+        op: RowOp,
+        x: NodeId,
+        mask: Option<NodeId>,
+        params: RowParams,
+    },
+    Reduce {
+        op: ReduceOp,
+        x: NodeId,
+    },
+    GetRows {
+        table: NodeId,
+        idx: NodeId,
+    },
+    Concat {
+        a: NodeId,
+        b: NodeId,
+        axis: usize,
+    },
+}
+
+impl Step {
+    /// Operand node ids, in order.
+    pub(crate) fn srcs(&self) -> Vec<NodeId> {
+        match self {
+            Step::Input { .. } => vec![],
+            Step::View { src } => vec![*src],
+            Step::Elementwise { srcs, .. } => srcs.clone(),
+            Step::MatMul { a, b, epilogue } => {
+                [*a, *b].into_iter().chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
+            }
+            Step::Row { x, mask, .. } => std::iter::once(*x).chain(*mask).collect(),
+            Step::Reduce { x, .. } => vec![*x],
+            Step::GetRows { table, idx } => vec![*table, *idx],
+            Step::Concat { a, b, .. } => vec![*a, *b],
+        }
+    }
+
+    /// Short name, as in error messages and plan statistics.
+    pub(crate) fn name(&self) -> String {
+        match self {
+            Step::Input { .. } => "input".into(),
+            Step::View { .. } => "view".into(),
+            Step::Elementwise { expr: Expr::Node { op, args, .. }, .. }
+                if args.iter().all(|a| matches!(a, Expr::Leaf(_))) =>
+            {
+                match op {
+                    ElemOp::Unary { op, .. } => op.name().into(),
+                    ElemOp::Binary(op) => op.name().into(),
+                    ElemOp::Glu(op) => op.name().into(),
+                    ElemOp::Cast => "cast".into(),
+                }
+            }
+            Step::Elementwise { .. } => "fused".into(),
+            Step::MatMul { epilogue: None, .. } => "matmul".into(),
+            Step::MatMul { .. } => "matmul+epilogue".into(),
+            Step::Row { op, .. } => op.name().into(),
+            Step::Reduce { op, .. } => op.name().into(),
+            Step::GetRows { .. } => "get_rows".into(),
+            Step::Concat { .. } => "concat".into(),
+        }
+    }
+}
+
+/// One node of the program: its step, dtype, layout over its storage, and the node that owns the storage.
+#[derive(Clone, Debug)]
+pub(crate) struct Node {
+    pub step: Step,
+    pub dtype: DType,
+    /// Where this tensor's elements sit inside the storage of `storage`, in elements.
+    pub layout: Layout,
+    /// The node that owns the memory: itself for inputs and computed nodes, the viewed node's owner for views.
+    pub storage: NodeId,
+}
+
+/// A graph reduced to what its outputs need, in execution order.
+#[derive(Clone, Debug)]
+pub(crate) struct Program {
+    /// Every node of the graph (ids index this vector; nodes no output needs stay, unscheduled).
+    pub nodes: Vec<Node>,
+    /// Nodes that compute (neither inputs nor views), in a valid execution order.
+    pub steps: Vec<NodeId>,
+    /// Input nodes the outputs depend on, in declaration order.
+    pub inputs: Vec<NodeId>,
+    /// The requested outputs (possibly views), in the order given.
+    pub outputs: Vec<NodeId>,
+}
+
+/// The compiler's step for a graph op: elementwise ops become one-node expressions.
+fn step_of(op: &Op, dtype: DType) -> Step {
+    let node = |op: ElemOp, srcs: Vec<NodeId>| {
+        let args = (0..srcs.len()).map(Expr::Leaf).collect();
+        Step::Elementwise { expr: Expr::Node { op, args, dtype }, srcs }
+    };
+    match *op {
+        Op::Input { ref name } => Step::Input { name: name.clone() },
+        Op::View { src } => Step::View { src },
+        Op::Unary { op, x, a, b } => node(ElemOp::Unary { op, a, b }, vec![x]),
+        Op::Binary { op, a, b } => node(ElemOp::Binary(op), vec![a, b]),
+        Op::Glu { op, a, b } => node(ElemOp::Glu(op), vec![a, b]),
+        Op::Cast { x } => node(ElemOp::Cast, vec![x]),
+        Op::MatMul { a, b } => Step::MatMul { a, b, epilogue: None },
+        Op::Row { op, x, mask, scale, eps } => Step::Row { op, x, mask, params: RowParams { scale, eps } },
+        Op::Reduce { op, x } => Step::Reduce { op, x },
+        Op::GetRows { table, idx } => Step::GetRows { table, idx },
+        Op::Concat { a, b, axis } => Step::Concat { a, b, axis },
+    }
+}
+
+impl Program {
+    /// The dead-node pass and the translation into the IR: keeps what `outputs` depend on, in id order (node
+    /// ids are already topological: an op only refers to earlier nodes).
+    pub(crate) fn new(graph: &Graph, outputs: &[Tensor]) -> Result<Program> {
+        if outputs.is_empty() {
+            return Err(Error::InvalidShape { op: "compile", shape: vec![], reason: "no outputs requested".into() });
+        }
+        let mut live = vec![false; graph.nodes.len()];
+        let mut stack = Vec::new();
+        for &t in outputs {
+            graph.node("compile", t)?;
+            stack.push(t.id as usize);
+        }
+        while let Some(id) = stack.pop() {
+            if !std::mem::replace(&mut live[id], true) {
+                stack.extend(graph.nodes[id].op.srcs());
+            }
+        }
+        let nodes: Vec<Node> = graph
+            .nodes
+            .iter()
+            .map(|n: &GraphNode| Node {
+                step: step_of(&n.op, n.dtype),
+                dtype: n.dtype,
+                layout: n.layout.clone(),
+                storage: n.storage,
+            })
+            .collect();
+        let steps = (0..nodes.len())
+            .filter(|&i| live[i] && !matches!(nodes[i].step, Step::Input { .. } | Step::View { .. }))
+            .collect();
+        let inputs = (0..nodes.len()).filter(|&i| live[i] && matches!(nodes[i].step, Step::Input { .. })).collect();
+        Ok(Program { nodes, steps, inputs, outputs: outputs.iter().map(|t| t.id as usize).collect() })
+    }
+
+    /// Size in bytes of the storage owned by `id` (an input or a step).
+    pub(crate) fn storage_bytes(&self, id: NodeId) -> u64 {
+        let n = &self.nodes[id];
+        n.layout.numel() as u64 * n.dtype.size_bytes() as u64
+    }
+
+    /// The name of input node `id` (empty for other nodes).
+    pub(crate) fn input_name(&self, id: NodeId) -> &str {
+        match &self.nodes[id].step {
+            Step::Input { name } => name,
+            _ => "",
+        }
+    }
+
+    /// For each storage node, the index of the last step that reads it (`None` if no step reads it).
+    pub(crate) fn last_reads(&self) -> Vec<Option<usize>> {
+        let mut last = vec![None; self.nodes.len()];
+        for (i, &s) in self.steps.iter().enumerate() {
+            for src in self.nodes[s].step.srcs() {
+                last[self.nodes[src].storage] = Some(i);
+            }
+        }
+        last
+    }
+
+    /// The layout through which step `id` reads operand `src`, broadcast to the step's output shape.
+    pub(crate) fn operand_layout(&self, src: NodeId, id: NodeId) -> Layout {
+        self.nodes[src].layout.broadcast_operand(&self.nodes[id].layout.shape)
+    }
+}

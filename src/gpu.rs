@@ -1,0 +1,217 @@
+//! GPU tuning vocabulary: the matmul kernels' tile configurations, the choice a plan or the environment can pin,
+//! and the environment variables the GPU backend reads. Everything else about a GPU device is in
+//! [`Capabilities`](crate::Capabilities).
+
+use crate::{Error, Result};
+
+/// Environment variable that pins the matmul kernel: a [`TileConfig`] name such as `128x128x8`, a
+/// [`CoopConfig`] name such as `coop16-64x64x32-4sg`, or `generic`.
+pub const MATMUL_ENV: &str = "WEBTENSOR_MATMUL";
+
+/// Environment variable: whether the matmul kernels keep wgpu's runtime shader checks, `on` or `off`. wgpu clamps
+/// every array index and bounds every loop by default; on tensor-core kernels that costs 3.5× (measured on an
+/// H200). The matmul kernels are in bounds by construction (every global access is guarded against the operand's
+/// own extent, every workgroup and private index is bounded by tile constants, every loop ends), which tests with
+/// NaN guard borders check. Default: `off` on Vulkan, where the driver's robustBufferAccess (which wgpu enables)
+/// still confines buffer accesses; `on` elsewhere. Browsers always check.
+pub const SHADER_CHECKS_ENV: &str = "WEBTENSOR_SHADER_CHECKS";
+
+/// Environment variable: how long, in milliseconds, a run waits natively for the GPU to finish its work and map
+/// the outputs before it fails with [`Error::Gpu`] (default 60000, i.e. 60 s). Read once per process.
+///
+/// The bound turns a GPU that never finishes into an error; it is not a performance budget. A real GPU's driver
+/// resets a dispatch that runs for seconds (Windows TDR: 2 s) and the device is then reported lost, so the
+/// timeout only matters where no watchdog exists, such as lavapipe, where a large plan on a slow CPU can
+/// legitimately take tens of seconds: hence the default of a minute. In the browser the runtime bounds the wait
+/// (the map fails when the device is lost) and this variable is not read.
+pub const READBACK_TIMEOUT_ENV: &str = "WEBTENSOR_READBACK_TIMEOUT_MS";
+
+/// Environment variable: where the per-device tuning results are kept. `off` disables the file; a path puts it
+/// there; unset, it is `$XDG_CACHE_HOME/webtensor/matmul-tuning.txt` (or `~/.cache/webtensor/...`). The file has
+/// one line per tuned device, `backend|adapter name|driver = choice` (and `...|f16 coop = choice` for the
+/// cooperative-matrix kernel); the last line for a device wins, and deleting the file re-tunes.
+pub const TUNE_CACHE_ENV: &str = "WEBTENSOR_TUNE_CACHE";
+
+/// A tile shape of `matmul_tiled.wgsl`: TM = 64·rm rows, TN = 64·rn columns, K steps of bk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TileConfig {
+    /// Row blocks of 64: the tile has TM = 64·rm rows.
+    pub rm: u32,
+    /// Column blocks of 64: the tile has TN = 64·rn columns.
+    pub rn: u32,
+    /// K elements staged in workgroup memory per step.
+    pub bk: u32,
+}
+
+impl TileConfig {
+    /// `TMxTNxBK`, e.g. `128x128x8`.
+    pub fn name(self) -> String {
+        format!("{}x{}x{}", 64 * self.rm, 64 * self.rn, self.bk)
+    }
+
+    /// Workgroup memory the configuration needs, in bytes.
+    pub fn shared_bytes(self) -> u32 {
+        (64 * self.rm + 64 * self.rn) * self.bk * 4
+    }
+}
+
+/// Every tile configuration the tuner may choose from (each loads a whole number of vec4 per invocation).
+pub const TILE_CONFIGS: [TileConfig; 4] = [
+    TileConfig { rm: 2, rn: 2, bk: 8 },
+    TileConfig { rm: 1, rn: 1, bk: 16 },
+    TileConfig { rm: 2, rn: 2, bk: 16 },
+    TileConfig { rm: 2, rn: 1, bk: 16 },
+];
+
+/// The configuration used when nothing was tuned (on wasm, and before tuning).
+pub const DEFAULT_CONFIG: TileConfig = TILE_CONFIGS[0];
+
+/// A tile shape of `matmul_coop.wgsl`: a workgroup of `wm × wn` subgroups (32 invocations each), each owning
+/// `sm × sn` accumulator fragments of `frag × frag` elements; K advances `bk` elements per step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CoopConfig {
+    /// Fragment size in elements (16 for `coop_mat16x16`; the template also takes 8, `coop_mat8x8`).
+    pub frag: u32,
+    /// Subgroups along M (rows of the block).
+    pub wm: u32,
+    /// Subgroups along N (columns of the block).
+    pub wn: u32,
+    /// Accumulator fragments per subgroup along M.
+    pub sm: u32,
+    /// Accumulator fragments per subgroup along N.
+    pub sn: u32,
+    /// K elements staged per step (a multiple of `frag`).
+    pub bk: u32,
+}
+
+/// Every cooperative-matrix configuration the tuner may choose from. All use 16×16×16 fragments: the only
+/// adapters offering 8×8×8 f16 → f32 (Metal) have variable subgroup sizes, which the kernel cannot use.
+pub const COOP_CONFIGS: [CoopConfig; 4] = [
+    CoopConfig { frag: 16, wm: 2, wn: 2, sm: 2, sn: 2, bk: 32 },
+    CoopConfig { frag: 16, wm: 2, wn: 2, sm: 4, sn: 2, bk: 32 },
+    CoopConfig { frag: 16, wm: 2, wn: 2, sm: 4, sn: 4, bk: 32 },
+    CoopConfig { frag: 16, wm: 2, wn: 4, sm: 4, sn: 2, bk: 32 },
+];
+
+impl CoopConfig {
+    /// Block rows (elements).
+    pub fn bm(self) -> u32 {
+        self.wm * self.sm * self.frag
+    }
+
+    /// Block columns (elements).
+    pub fn bn(self) -> u32 {
+        self.wn * self.sn * self.frag
+    }
+
+    /// Invocations per workgroup (32 per subgroup).
+    pub fn invocations(self) -> u32 {
+        32 * self.wm * self.wn
+    }
+
+    /// `coopF-BMxBNxBK-Ssg`, e.g. `coop16-64x64x32-4sg`.
+    pub fn name(self) -> String {
+        format!("coop{}-{}x{}x{}-{}sg", self.frag, self.bm(), self.bn(), self.bk, self.wm * self.wn)
+    }
+
+    /// Row strides (in halves) of the A and B staging blocks for the operands' layouts.
+    pub(crate) fn strides(self, a_kcontig: bool, b_ncontig: bool) -> (u32, u32) {
+        let sa = if a_kcontig { self.bk + 8 } else { self.bm() + 8 };
+        let sb = if b_ncontig { self.bn() + 8 } else { self.bk + 8 };
+        (sa, sb)
+    }
+
+    /// Workgroup memory the configuration needs, in bytes (the larger of the two operand layouts).
+    pub fn shared_bytes(self) -> u32 {
+        let a = (self.bm() * (self.bk + 8)).max(self.bk * (self.bm() + 8));
+        let b = (self.bn() * (self.bk + 8)).max(self.bk * (self.bn() + 8));
+        2 * (a + b) + 4 * self.wm * self.wn * self.frag * self.frag
+    }
+}
+
+/// A pinned or tuned choice of matmul kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatmulChoice {
+    /// Always the generic strided kernel.
+    Generic,
+    /// The tiled kernel with this configuration where its preconditions hold (no cooperative matrices).
+    Tiled(TileConfig),
+    /// f16 × f16 matmuls on cooperative matrices with this configuration where the adapter and the layouts
+    /// allow it; every other matmul takes the tiled kernel with [`DEFAULT_CONFIG`].
+    Coop(CoopConfig),
+}
+
+impl MatmulChoice {
+    /// The name `WEBTENSOR_MATMUL` accepts for this choice.
+    pub fn name(self) -> String {
+        match self {
+            MatmulChoice::Generic => "generic".into(),
+            MatmulChoice::Tiled(c) => c.name(),
+            MatmulChoice::Coop(c) => c.name(),
+        }
+    }
+}
+
+impl std::str::FromStr for MatmulChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<MatmulChoice> {
+        if s == "generic" {
+            return Ok(MatmulChoice::Generic);
+        }
+        let tiled = TILE_CONFIGS.iter().map(|&c| MatmulChoice::Tiled(c));
+        let all = tiled.chain(COOP_CONFIGS.iter().map(|&c| MatmulChoice::Coop(c)));
+        all.clone().find(|c| c.name() == s).ok_or_else(|| {
+            let names: Vec<String> = all.map(|c| c.name()).collect();
+            Error::InvalidArgument {
+                op: "matmul",
+                reason: format!("unknown matmul kernel '{s}' (expected generic or one of {})", names.join(", ")),
+            }
+        })
+    }
+}
+
+/// The kernels a plan's matmuls may use: the tiled configuration (or the generic kernel) and, for f16 × f16
+/// matmuls on adapters that have them, a cooperative-matrix configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MatmulKernels {
+    /// [`MatmulChoice::Tiled`] or [`MatmulChoice::Generic`].
+    pub tiled: MatmulChoice,
+    pub coop: Option<CoopConfig>,
+}
+
+impl MatmulKernels {
+    /// What a pinned [`MatmulChoice`] means: `Coop(c)` is `c` for f16 × f16 and the default tiled kernel for the
+    /// rest; `Tiled` and `Generic` use no cooperative matrices.
+    pub(crate) fn pinned(c: MatmulChoice) -> MatmulKernels {
+        match c {
+            MatmulChoice::Coop(cfg) => MatmulKernels { tiled: MatmulChoice::Tiled(DEFAULT_CONFIG), coop: Some(cfg) },
+            c => MatmulKernels { tiled: c, coop: None },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coop_configs_load_whole_vec4s_and_fit_steps() {
+        for c in COOP_CONFIGS {
+            let inv = c.invocations();
+            assert_eq!((c.bm() * c.bk / 4) % inv, 0, "{}: A loads", c.name());
+            assert_eq!((c.bn() * c.bk / 4) % inv, 0, "{}: B loads", c.name());
+            assert_eq!(c.bk % c.frag, 0, "{}: K step", c.name());
+            // padded rows and fragment offsets keep every cooperative load's pointer and stride 16-byte aligned
+            // (Vulkan: the lesser of 16 bytes and one row), in all four layouts; the f32 scratch too
+            assert_eq!(c.frag % 8, 0);
+            for (a, b) in [(true, true), (true, false), (false, true), (false, false)] {
+                let (sa, sb) = c.strides(a, b);
+                assert_eq!((sa * 2) % 16, 0, "{}: A stride {sa}", c.name());
+                assert_eq!((sb * 2) % 16, 0, "{}: B stride {sb}", c.name());
+            }
+            assert_eq!((c.frag * c.frag * 4) % 16, 0);
+        }
+        let names: std::collections::HashSet<String> = COOP_CONFIGS.iter().map(|c| c.name()).collect();
+        assert_eq!(names.len(), COOP_CONFIGS.len(), "names are unique");
+    }
+}

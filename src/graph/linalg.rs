@@ -1,0 +1,69 @@
+//! Matrix products.
+
+use super::elementwise::promote;
+use super::{Graph, Op, Tensor};
+use crate::shape::broadcast_shapes;
+use crate::{Error, Result};
+
+impl Graph {
+    /// Matrix product with `numpy.matmul` semantics: `C[..., m, n] = Σ_k A[..., m, k] · B[..., k, n]`.
+    ///
+    /// # Shapes
+    /// A `[..., M, K]`, B `[..., K, N]` → C `[batch..., M, N]`, batch dims broadcast by numpy's rule. A rank-1 A
+    /// is treated as `[1, K]` and a rank-1 B as `[K, 1]`, and that dim is dropped from the result (so two rank-1
+    /// operands give numpy's 0-d dot product). Either operand may be a strided view (`g.t(w)`), read in place.
+    /// # DTypes
+    /// f32 and f16 in any mix, accumulated in f32; the output is f32 unless both are f16.
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when K differs or batch dims do not broadcast; [`Error::UnsupportedDType`] for i32;
+    /// [`Error::InvalidShape`] for a 0-d operand.
+    /// # Reference
+    /// `numpy.matmul`; ggml's `ggml_mul_mat(a, b)` is `matmul(b, t(a))` here.
+    pub fn matmul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        let (_, da, sa) = self.require_float("matmul", a)?;
+        let (_, db, sb) = self.require_float("matmul", b)?;
+        for s in [&sa, &sb] {
+            if s.is_empty() {
+                return Err(Error::InvalidShape {
+                    op: "matmul",
+                    shape: vec![],
+                    reason: "0-d operands have no matrix dimensions (numpy.matmul refuses them too)".into(),
+                });
+            }
+        }
+        if sa.len() == 1 || sb.len() == 1 {
+            // promote to matrices, multiply, drop the promoted dims from the result
+            let a2 = if sa.len() == 1 { self.reshape(a, &[1, sa[0]])? } else { a };
+            let b2 = if sb.len() == 1 { self.reshape(b, &[sb[0], 1])? } else { b };
+            let c = self.matmul(a2, b2)?;
+            let cs = self.shape(c)?.to_vec();
+            let r = cs.len();
+            let s = match (sa.len() == 1, sb.len() == 1) {
+                (true, true) => vec![],
+                (true, false) => [&cs[..r - 2], &cs[r - 1..]].concat(),
+                _ => cs[..r - 1].to_vec(),
+            };
+            return self.reshape(c, &s);
+        }
+        let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+        let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+        if k != k2 {
+            return Err(Error::ShapeMismatch {
+                op: "matmul",
+                lhs: sa,
+                rhs: sb,
+                reason: format!("inner dimensions differ: {k} vs {k2}"),
+            });
+        }
+        let mut shape =
+            broadcast_shapes("matmul", &sa[..sa.len() - 2], &sb[..sb.len() - 2]).map_err(|_| Error::ShapeMismatch {
+                op: "matmul",
+                lhs: sa.clone(),
+                rhs: sb.clone(),
+                reason: "batch dimensions do not broadcast".into(),
+            })?;
+        shape.extend([m, n]);
+        let dtype = promote("matmul", (da, &sa), (db, &sb))?;
+        self.push(Op::MatMul { a: a.id as usize, b: b.id as usize }, dtype, &shape)
+    }
+}

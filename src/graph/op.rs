@@ -1,0 +1,83 @@
+//! What a graph node computes: only what users build. The compiler's own step type (fused expressions, matmuls
+//! with epilogues) lives in `compile::ir`.
+
+use crate::ops::{BinaryOp, GluOp, ReduceOp, RowOp, UnaryOp};
+
+/// Index of a node in its graph's arena.
+pub(crate) type NodeId = usize;
+
+/// One recorded operation. Operands are node ids; their layouts are read from the operand nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Op {
+    /// A tensor whose values are given at each run.
+    Input {
+        name: String,
+    },
+    /// A view: same storage as `src`, a different layout.
+    View {
+        src: NodeId,
+    },
+    /// `op(x)` with f32 parameters `a`, `b` stored as bits.
+    Unary {
+        op: UnaryOp,
+        x: NodeId,
+        a: u32,
+        b: u32,
+    },
+    Binary {
+        op: BinaryOp,
+        a: NodeId,
+        b: NodeId,
+    },
+    /// `act(a) · b`, the split form of a GLU.
+    Glu {
+        op: GluOp,
+        a: NodeId,
+        b: NodeId,
+    },
+    /// A contiguous copy, converted to the node's dtype.
+    Cast {
+        x: NodeId,
+    },
+    MatMul {
+        a: NodeId,
+        b: NodeId,
+    },
+    /// A row op over the last axis; `mask` and `scale` are softmax's, `eps` the norms'.
+    Row {
+        op: RowOp,
+        x: NodeId,
+        mask: Option<NodeId>,
+        scale: f32,
+        eps: f32,
+    },
+    Reduce {
+        op: ReduceOp,
+        x: NodeId,
+    },
+    GetRows {
+        table: NodeId,
+        idx: NodeId,
+    },
+    Concat {
+        a: NodeId,
+        b: NodeId,
+        axis: usize,
+    },
+}
+
+impl Op {
+    /// Operand node ids, in order.
+    pub(crate) fn srcs(&self) -> Vec<NodeId> {
+        match *self {
+            Op::Input { .. } => vec![],
+            Op::View { src } => vec![src],
+            Op::Unary { x, .. } | Op::Cast { x } | Op::Reduce { x, .. } => vec![x],
+            Op::Binary { a, b, .. } | Op::Glu { a, b, .. } | Op::MatMul { a, b } | Op::Concat { a, b, .. } => {
+                vec![a, b]
+            }
+            Op::Row { x, mask, .. } => std::iter::once(x).chain(mask).collect(),
+            Op::GetRows { table, idx } => vec![table, idx],
+        }
+    }
+}

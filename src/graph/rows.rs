@@ -1,0 +1,163 @@
+//! Row ops over the last axis: softmax, the norms, and reductions.
+
+use super::{Graph, NodeId, Op, Tensor};
+use crate::ops::{ReduceOp, RowOp};
+use crate::shape::broadcast_shapes;
+use crate::{DType, Error, Result};
+
+impl Graph {
+    /// A float operand with at least one axis, for an op over the last axis.
+    fn row_operand(&self, op: &'static str, x: Tensor) -> Result<(NodeId, DType, Vec<usize>)> {
+        let (id, dtype, shape) = self.require_float(op, x)?;
+        if shape.is_empty() {
+            return Err(Error::InvalidShape { op, shape, reason: "a 0-d tensor has no last axis".into() });
+        }
+        Ok((id, dtype, shape))
+    }
+
+    /// `softmax(x)` over the last axis ([`Graph::softmax_ext`] without a mask, scale 1).
+    ///
+    /// # Shapes
+    /// x `[..., N]` → the same shape.
+    /// # DTypes
+    /// f32 and f16, computed in f32; the output has x's dtype.
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+    /// # Reference
+    /// `torch.softmax(x, -1)`; ggml_soft_max.
+    pub fn softmax(&mut self, x: Tensor) -> Result<Tensor> {
+        self.softmax_ext(x, None, 1.0)
+    }
+
+    /// `softmax(x·scale + mask)` over the last axis. A row whose entries are all −inf gives zeros (PyTorch would
+    /// give NaN). The row's maximum is subtracted first, so large inputs do not overflow.
+    ///
+    /// # Shapes
+    /// x `[..., N]`; mask broadcasts to x's shape (e.g. `[S, N]` for a causal mask). Output: x's shape.
+    /// # DTypes
+    /// x and mask f32 or f16, computed in f32; the output has x's dtype.
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for i32; [`Error::ShapeMismatch`] when the mask does not broadcast to x;
+    /// [`Error::InvalidShape`] for a 0-d x.
+    /// # Reference
+    /// ggml_soft_max_ext; `torch.softmax(x * scale + mask, -1)`.
+    pub fn softmax_ext(&mut self, x: Tensor, mask: Option<Tensor>, scale: f32) -> Result<Tensor> {
+        let (ix, dtype, shape) = self.row_operand("softmax", x)?;
+        let mask = match mask {
+            Some(m) => {
+                let (im, _, sm) = self.require_float("softmax", m)?;
+                if broadcast_shapes("softmax", &sm, &shape)? != shape {
+                    return Err(Error::ShapeMismatch {
+                        op: "softmax",
+                        lhs: shape,
+                        rhs: sm,
+                        reason: "the mask must broadcast to the input's shape".into(),
+                    });
+                }
+                Some(im)
+            }
+            None => None,
+        };
+        self.push(Op::Row { op: RowOp::Softmax, x: ix, mask, scale, eps: 0.0 }, dtype, &shape)
+    }
+
+    /// `x / √(mean(x², last axis) + eps)`; multiply by a weight with [`Graph::mul`].
+    ///
+    /// # Shapes
+    /// x `[..., N]` → the same shape.
+    /// # DTypes
+    /// f32 and f16, accumulated in f32; the output has x's dtype.
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+    /// # Reference
+    /// ggml_rms_norm; `torch.nn.functional.rms_norm(x, (N,), eps=eps)` without weight.
+    pub fn rms_norm(&mut self, x: Tensor, eps: f32) -> Result<Tensor> {
+        let (ix, dtype, shape) = self.row_operand("rms_norm", x)?;
+        self.push(Op::Row { op: RowOp::RmsNorm, x: ix, mask: None, scale: 1.0, eps }, dtype, &shape)
+    }
+
+    /// `(x − mean) / √(var + eps)` over the last axis, biased variance; apply weight and bias with
+    /// [`Graph::mul`] and [`Graph::add`].
+    ///
+    /// # Shapes
+    /// x `[..., N]` → the same shape.
+    /// # DTypes
+    /// f32 and f16, accumulated in f32; the output has x's dtype.
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+    /// # Reference
+    /// ggml_norm; `torch.nn.functional.layer_norm(x, (N,), eps=eps)` without weight and bias.
+    pub fn layer_norm(&mut self, x: Tensor, eps: f32) -> Result<Tensor> {
+        let (ix, dtype, shape) = self.row_operand("layer_norm", x)?;
+        self.push(Op::Row { op: RowOp::LayerNorm, x: ix, mask: None, scale: 1.0, eps }, dtype, &shape)
+    }
+
+    /// A reduction of the table over the last axis, kept as size 1.
+    ///
+    /// # Shapes
+    /// x `[..., N]` → `[..., 1]`.
+    /// # DTypes
+    /// f32 and f16, accumulated in f32 (f64 on the CPU); the output has x's dtype, i32 for `argmax`.
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+    /// # Reference
+    /// `torch.sum(x, -1, keepdim=True)`, `torch.mean`, `torch.amax`, `numpy.argmax(x, -1)[..., None]`.
+    pub fn reduce(&mut self, op: ReduceOp, x: Tensor) -> Result<Tensor> {
+        let (ix, dtype, mut shape) = self.row_operand(op.name(), x)?;
+        *shape.last_mut().expect("rank >= 1") = 1;
+        self.push(Op::Reduce { op, x: ix }, op.out_dtype(dtype), &shape)
+    }
+
+    /// Sum over the last axis, kept as size 1 ([`Graph::reduce`] with [`ReduceOp::Sum`]).
+    ///
+    /// # Shapes
+    /// x `[..., N]` → `[..., 1]`.
+    /// # DTypes
+    /// f32 and f16 (accumulated in f32 on the GPU, f64 on the CPU); the output has x's dtype.
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+    /// # Reference
+    /// `torch.sum(x, -1, keepdim=True)`.
+    pub fn sum(&mut self, x: Tensor) -> Result<Tensor> {
+        self.reduce(ReduceOp::Sum, x)
+    }
+    /// Mean over the last axis, kept as size 1 ([`Graph::reduce`] with [`ReduceOp::Mean`]).
+    ///
+    /// # Shapes
+    /// x `[..., N]` → `[..., 1]`.
+    /// # DTypes
+    /// f32 and f16 (accumulated in f32 on the GPU, f64 on the CPU); the output has x's dtype.
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+    /// # Reference
+    /// `torch.mean(x, -1, keepdim=True)`.
+    pub fn mean(&mut self, x: Tensor) -> Result<Tensor> {
+        self.reduce(ReduceOp::Mean, x)
+    }
+    /// Maximum over the last axis, kept as size 1 ([`Graph::reduce`] with [`ReduceOp::Max`]).
+    ///
+    /// # Shapes
+    /// x `[..., N]` → `[..., 1]`.
+    /// # DTypes
+    /// f32 and f16 (accumulated in f32 on the GPU, f64 on the CPU); the output has x's dtype.
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+    /// # Reference
+    /// `torch.amax(x, -1, keepdim=True)`.
+    pub fn max(&mut self, x: Tensor) -> Result<Tensor> {
+        self.reduce(ReduceOp::Max, x)
+    }
+    /// Index of the first maximum over the last axis, kept as size 1 ([`Graph::reduce`] with [`ReduceOp::ArgMax`]).
+    ///
+    /// # Shapes
+    /// x `[..., N]` → `[..., 1]`.
+    /// # DTypes
+    /// f32 and f16 (accumulated in f32 on the GPU, f64 on the CPU); the output has x's dtype, i32 here.
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+    /// # Reference
+    /// `numpy.argmax(x, -1)[..., None]`.
+    pub fn argmax(&mut self, x: Tensor) -> Result<Tensor> {
+        self.reduce(ReduceOp::ArgMax, x)
+    }
+}

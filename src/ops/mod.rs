@@ -1,0 +1,20 @@
+//! Op tables: the vocabulary every stage shares. Each op family is one enum with an `ALL` list, and each op is one
+//! row of its family's table: its name (the PyTorch / numpy name), the dtypes it accepts, its CPU function and its
+//! WGSL expression. Graph constructors, the wasm bindings, the WGSL variant catalogue and the differential test
+//! cases iterate these tables, so a new elementwise op is one table row (plus its f64 reference in the tests).
+
+mod binary;
+mod common;
+mod glu;
+mod reduce;
+mod rows;
+mod unary;
+
+pub use binary::BinaryOp;
+pub use common::Accepts;
+pub use glu::GluOp;
+pub use reduce::ReduceOp;
+pub use rows::RowOp;
+pub(crate) use rows::RowParams;
+pub(crate) use unary::for_each_unary;
+pub use unary::UnaryOp;

@@ -1,0 +1,65 @@
+//! The row-op table: ops over the last axis that give a row for each row (softmax and the norms).
+
+/// The parameters a row op may use: softmax's scale, the norms' epsilon.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct RowParams {
+    pub scale: f32,
+    pub eps: f32,
+}
+
+macro_rules! define_rows {
+    ($(($var:ident, $method:ident, $wgsl:literal, |$row:ident, $p:ident| $cpu:block, $doc:literal))*) => {
+        /// Ops over the last axis that give a row for each row, computed in f32 on the GPU and f64 on the CPU;
+        /// see the [`Graph`](crate::Graph) method of each.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum RowOp {
+            $(#[doc = $doc] $var,)*
+        }
+
+        impl RowOp {
+            /// Every row op, in table order.
+            pub const ALL: &'static [RowOp] = &[$(RowOp::$var),*];
+
+            /// The PyTorch-style name (`rms_norm`).
+            pub fn name(self) -> &'static str {
+                match self { $(RowOp::$var => stringify!($method),)* }
+            }
+
+            /// The op's constant in `shaders/rows.wgsl`, which selects its code there.
+            pub(crate) fn wgsl_const(self) -> &'static str {
+                match self { $(RowOp::$var => $wgsl,)* }
+            }
+
+            /// Replaces `row` (already scaled and masked for softmax) by the op's result, in f64 (the CPU
+            /// backend's function).
+            pub(crate) fn eval(self, row: &mut [f64], p: RowParams) {
+                match self {
+                    $(RowOp::$var => {
+                        let f = |$row: &mut [f64], $p: RowParams| $cpu;
+                        f(row, p)
+                    })*
+                }
+            }
+        }
+    };
+}
+
+define_rows! {
+    (Softmax, softmax, "SOFTMAX", |row, _p| {
+        let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        row.iter_mut().for_each(|e| *e = if max == f64::NEG_INFINITY { 0.0 } else { (*e - max).exp() });
+        let s: f64 = row.iter().sum();
+        row.iter_mut().for_each(|e| *e = if s > 0.0 { *e / s } else { 0.0 });
+    }, "`softmax(x·scale + mask)`; a row of −inf gives zeros (ggml_soft_max_ext).")
+    (RmsNorm, rms_norm, "RMS_NORM", |row, p| {
+        let inv = 1.0 / (row.iter().map(|x| x * x).sum::<f64>() / row.len() as f64 + p.eps as f64).sqrt();
+        row.iter_mut().for_each(|e| *e *= inv);
+    }, "`x / √(mean(x²) + eps)` (ggml_rms_norm).")
+    (LayerNorm, layer_norm, "LAYER_NORM", |row, p| {
+        let n = row.len() as f64;
+        let mean = row.iter().sum::<f64>() / n;
+        let var = row.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+        let inv = 1.0 / (var + p.eps as f64).sqrt();
+        row.iter_mut().for_each(|e| *e = (*e - mean) * inv);
+    }, "`(x − mean) / √(var + eps)`, biased variance (ggml_norm).")
+}

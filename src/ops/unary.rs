@@ -1,0 +1,146 @@
+//! The unary table: elementwise functions of one operand (and up to two f32 parameters `a`, `b`).
+
+use super::common::{fill, wgsl_f32, Accepts};
+
+/// The unary table. `$callback!` receives every row as
+/// `(Variant, method, "js name", accepts, |x, a, b| cpu f32 expression, "WGSL of {x} {a} {b}", "doc", params)`,
+/// where `params` is the number of f32 parameters (0 for the ops that get a generated `Graph` method).
+macro_rules! for_each_unary {
+    ($callback:ident) => {
+        $callback! {
+            (Neg, neg, "neg", FloatOrInt, |x, _a, _b| -x, "(-{x})", "`-x` (`torch.neg`).", 0)
+            (Abs, abs, "abs", FloatOrInt, |x, _a, _b| x.abs(), "abs({x})", "`|x|` (`torch.abs`).", 0)
+            (Sqr, sqr, "sqr", FloatOrInt, |x, _a, _b| x * x, "({x} * {x})", "`x²` (`torch.square`, ggml_sqr).", 0)
+            (Sqrt, sqrt, "sqrt", Float, |x, _a, _b| x.sqrt(), "sqrt({x})",
+                "`√x`, NaN for x < 0 (`torch.sqrt`).", 0)
+            (Exp, exp, "exp", Float, |x, _a, _b| x.exp(), "exp({x})", "`eˣ` (`torch.exp`).", 0)
+            (Log, log, "log", Float, |x, _a, _b| x.ln(), "log({x})",
+                "Natural logarithm: −inf at 0, NaN below (`torch.log`).", 0)
+            (Sin, sin, "sin", Float, |x, _a, _b| x.sin(), "wt_sin({x})",
+                "`sin x` in radians (`torch.sin`); accurate to a few f32 ulps for |x| < 10⁵ on every backend.", 0)
+            (Cos, cos, "cos", Float, |x, _a, _b| x.cos(), "wt_cos({x})",
+                "`cos x` in radians (`torch.cos`); accurate like [`Graph::sin`](crate::Graph::sin).", 0)
+            (Tanh, tanh, "tanh", Float, |x, _a, _b| x.tanh(), "wt_tanh({x})",
+                "`tanh x`, finite for every finite x (`torch.tanh`).", 0)
+            (Relu, relu, "relu", Float, |x, _a, _b| x.max(0.0), "max({x}, 0.0)", "`max(x, 0)` (`torch.relu`).", 0)
+            (Gelu, gelu, "gelu", Float, |x, _a, _b| crate::ops::unary::gelu_tanh(x), "wt_gelu({x})",
+                "GELU, tanh form: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` (ggml_gelu, \
+                 `torch.nn.functional.gelu(x, approximate=\"tanh\")`).", 0)
+            (GeluErf, gelu_erf, "geluErf", Float, |x, _a, _b| 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+                "wt_gelu_erf({x})",
+                "GELU, exact erf form: `0.5·x·(1 + erf(x/√2))` (ggml_gelu_erf, PyTorch's default `gelu`).", 0)
+            (GeluQuick, gelu_quick, "geluQuick", Float, |x, _a, _b| x * crate::ops::unary::sigmoid(1.702 * x),
+                "wt_gelu_quick({x})", "Quick GELU: `x·σ(1.702·x)` (ggml_gelu_quick).", 0)
+            (Silu, silu, "silu", Float, |x, _a, _b| x * crate::ops::unary::sigmoid(x), "wt_silu({x})",
+                "`x·σ(x)` (`torch.nn.functional.silu`, ggml_silu).", 0)
+            (Sigmoid, sigmoid, "sigmoid", Float, |x, _a, _b| crate::ops::unary::sigmoid(x), "wt_sigmoid({x})",
+                "`1 / (1 + e⁻ˣ)`, stable for large |x| (`torch.sigmoid`).", 0)
+            (Elu, elu, "elu", Float, |x, _a, _b| if x > 0.0 { x } else { x.exp_m1() }, "wt_elu({x})",
+                "`x` for x > 0, else `eˣ − 1` (`torch.nn.functional.elu` with α = 1, ggml_elu).", 0)
+            (Softplus, softplus, "softplus", Float, |x, _a, _b| crate::ops::unary::softplus(x), "wt_softplus({x})",
+                "`log(1 + eˣ)`, computed stably for every x (`torch.nn.functional.softplus` with β = 1).", 0)
+            (Scale, scale, "scale", Float, |x, a, _b| x * a, "({x} * {a})",
+                "`x · s` (ggml_scale); `s` is the op's parameter.", 1)
+            (Clamp, clamp, "clamp", Float, |x, a, b| x.max(a).min(b), "min(max({x}, {a}), {b})",
+                "`min(max(x, lo), hi)` (`torch.clamp`); NaN stays NaN on the CPU.", 2)
+        }
+    };
+}
+pub(crate) use for_each_unary;
+
+macro_rules! define_unary {
+    ($(($var:ident, $method:ident, $js:literal, $acc:ident, |$x:ident, $a:ident, $b:ident| $cpu:expr,
+        $wgsl:literal, $doc:literal, $params:literal))*) => {
+        /// Elementwise functions of one operand, computed in f32 and rounded once to the output dtype. Each
+        /// matches the PyTorch function of the same name; see the [`Graph`](crate::Graph) method of each.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum UnaryOp {
+            $(#[doc = $doc] $var,)*
+        }
+
+        impl UnaryOp {
+            /// Every unary op, in table order.
+            pub const ALL: &'static [UnaryOp] = &[$(UnaryOp::$var),*];
+
+            /// The PyTorch-style name (`gelu_erf`), as in error messages and `Graph::unary_by_name`.
+            pub fn name(self) -> &'static str {
+                match self { $(UnaryOp::$var => stringify!($method),)* }
+            }
+
+            /// The element types the op accepts.
+            pub fn accepts(self) -> Accepts {
+                match self { $(UnaryOp::$var => Accepts::$acc,)* }
+            }
+
+            /// How many f32 parameters the op takes (`scale`: 1, `clamp`: 2, the rest 0).
+            pub fn params(self) -> usize {
+                match self { $(UnaryOp::$var => $params,)* }
+            }
+
+            /// The f32 value of the op at `x` with parameters `a`, `b` (the CPU backend's function).
+            #[allow(unused_variables)]
+            pub(crate) fn eval(self, x: f32, a: f32, b: f32) -> f32 {
+                match self {
+                    $(UnaryOp::$var => {
+                        let f = |$x: f32, $a: f32, $b: f32| -> f32 { $cpu };
+                        f(x, a, b)
+                    })*
+                }
+            }
+
+            /// The WGSL expression template over `{x}`, `{a}` and `{b}` (functions from `shaders/common.wgsl`).
+            pub(crate) fn wgsl_template(self) -> &'static str {
+                match self { $(UnaryOp::$var => $wgsl,)* }
+            }
+        }
+
+        impl std::str::FromStr for UnaryOp {
+            type Err = crate::Error;
+            fn from_str(s: &str) -> crate::Result<UnaryOp> {
+                UnaryOp::ALL.iter().copied().find(|op| op.name() == s).ok_or_else(|| crate::Error::InvalidArgument {
+                    op: "unary",
+                    reason: format!("unknown unary op '{s}'"),
+                })
+            }
+        }
+    };
+}
+for_each_unary!(define_unary);
+
+impl UnaryOp {
+    /// The WGSL expression of the op applied to `x`, with its parameters (f32 bits) as constants.
+    pub(crate) fn wgsl(self, x: &str, a: u32, b: u32) -> String {
+        fill(self.wgsl_template(), &[("x", x), ("a", &wgsl_f32(a)), ("b", &wgsl_f32(b))])
+    }
+
+    /// The i32 value of an integer op (wrapping, as WGSL and hardware do); `None` for float-only ops.
+    pub(crate) fn eval_i32(self, x: i32) -> Option<i32> {
+        Some(match self {
+            UnaryOp::Neg => x.wrapping_neg(),
+            UnaryOp::Abs => x.wrapping_abs(),
+            UnaryOp::Sqr => x.wrapping_mul(x),
+            _ => return None,
+        })
+    }
+}
+
+/// `1 / (1 + e⁻ˣ)`, evaluated so that neither branch overflows.
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// GELU's tanh form; `x³` may overflow to inf, where tanh saturates and the result is `x` (or −0).
+pub(crate) fn gelu_tanh(x: f32) -> f32 {
+    let c = 0.797_884_6_f32; // √(2/π)
+    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// `log(1 + eˣ) = max(x, 0) + log1p(e^-|x|)`.
+pub(crate) fn softplus(x: f32) -> f32 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
+}

@@ -1,0 +1,116 @@
+//! Host-side tensors: values of every dtype with their shape.
+
+use crate::DType;
+use half::f16;
+
+/// Host-side values of a tensor, one variant per [`DType`], row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    I32(Vec<i32>),
+}
+
+impl Data {
+    /// The dtype of these values.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Data::F32(_) => DType::F32,
+            Data::F16(_) => DType::F16,
+            Data::I32(_) => DType::I32,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Data::F32(v) => v.len(),
+            Data::F16(v) => v.len(),
+            Data::I32(v) => v.len(),
+        }
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The raw little-endian bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Data::F32(v) => bytemuck::cast_slice(v),
+            Data::F16(v) => bytemuck::cast_slice(v),
+            Data::I32(v) => bytemuck::cast_slice(v),
+        }
+    }
+
+    /// Values converted to f32 (f16 widened exactly, i32 rounded to nearest).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            Data::F32(v) => v.clone(),
+            Data::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            Data::I32(v) => v.iter().map(|&x| x as f32).collect(),
+        }
+    }
+
+    /// Values converted to f64 (exact for every dtype).
+    pub fn to_f64(&self) -> Vec<f64> {
+        match self {
+            Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            Data::I32(v) => v.iter().map(|&x| x as f64).collect(),
+        }
+    }
+
+    /// Values of `dtype` from little-endian bytes. `bytes.len()` must be a multiple of the element size.
+    pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Data {
+        match dtype {
+            DType::F32 => Data::F32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::F16 => Data::F16(bytemuck::pod_collect_to_vec(bytes)),
+            DType::I32 => Data::I32(bytemuck::pod_collect_to_vec(bytes)),
+        }
+    }
+
+    /// Values of `dtype` converted from f64 (rounded to nearest; i32 saturates).
+    pub fn from_f64(dtype: DType, v: &[f64]) -> Data {
+        match dtype {
+            DType::F32 => Data::F32(v.iter().map(|&x| x as f32).collect()),
+            DType::F16 => Data::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
+            DType::I32 => Data::I32(v.iter().map(|&x| x as i32).collect()),
+        }
+    }
+}
+
+/// A tensor's values on the host together with its shape (numpy order, outermost first).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    /// Dimensions in elements, outermost first.
+    pub shape: Vec<usize>,
+    /// Row-major values; `data.len()` equals the product of `shape`.
+    pub data: Data,
+}
+
+impl HostTensor {
+    /// An f32 tensor. Fails with [`crate::Error::InvalidShape`] when `data.len()` is not the product of `shape`.
+    pub fn f32(shape: &[usize], data: Vec<f32>) -> crate::Result<HostTensor> {
+        HostTensor::new(shape, Data::F32(data))
+    }
+
+    /// A tensor of any dtype, checked like [`HostTensor::f32`].
+    pub fn new(shape: &[usize], data: Data) -> crate::Result<HostTensor> {
+        let n: usize = shape.iter().product();
+        if n != data.len() {
+            return Err(crate::Error::InvalidShape {
+                op: "HostTensor::new",
+                shape: shape.to_vec(),
+                reason: format!("shape holds {n} elements but {} values were given", data.len()),
+            });
+        }
+        Ok(HostTensor { shape: shape.to_vec(), data })
+    }
+
+    /// The dtype of the values.
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+}
