@@ -2,6 +2,7 @@
 //! plain data that the compiler reads and `webtensor info` prints.
 
 use crate::{DType, Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Environment variable that forces a backend: `cpu`, `vulkan`, `gl`, `metal`, `dx12`, `webgpu` or `auto`.
 pub const BACKEND_ENV: &str = "WEBTENSOR_BACKEND";
@@ -134,4 +135,11 @@ pub struct Capabilities {
     pub cooperative_matrix: Vec<String>,
     /// Element types tensors may have on this device.
     pub dtypes: Vec<DType>,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh identity for a device or an external tensor (unique in the process).
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }

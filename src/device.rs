@@ -6,6 +6,8 @@ use crate::backend::gpu::GpuBackend;
 use crate::backend::{Backend, CompileOptions, Executable, PlanStats};
 use crate::caps::{BackendKind, Capabilities, BACKEND_ENV};
 use crate::graph::NodeId;
+use crate::resident::{Bytes, Resident, State};
+use crate::run::{Fetch, Value};
 use crate::{Error, Graph, HostTensor, Result, Tensor};
 use std::sync::Arc;
 
@@ -148,6 +150,51 @@ impl Device {
         self.backend.build_wgsl_for_tests(wgsl).await
     }
 
+    /// Places `t` in this device's memory once, as a resident tensor named `name` (the name errors use), for
+    /// [`Graph::resident`](crate::Graph::resident). On the CPU backend the values are moved, not copied.
+    ///
+    /// # Errors
+    /// [`Error::LimitExceeded`] when the tensor exceeds the device's largest buffer; [`Error::Gpu`] when the device
+    /// was lost.
+    pub fn upload(&self, name: &str, t: HostTensor) -> Result<Resident> {
+        let (dtype, shape) = (t.dtype(), t.shape.clone());
+        let len = t.data.as_bytes().len();
+        self.upload_bytes(name, dtype, &shape, Bytes::from_owner(Arc::new(t.data), 0..len)?)
+    }
+
+    /// Places raw little-endian `bytes` of a `dtype` tensor of `shape` in this device's memory, as a resident
+    /// tensor. On the CPU backend the bytes are used where they are (a memory-mapped file stays mapped); a GPU
+    /// copies them into a buffer of its own.
+    ///
+    /// # Errors
+    /// [`Error::BadInput`] naming the tensor when the byte count does not match `dtype` and `shape`;
+    /// [`Error::InvalidShape`] for a bad shape; [`Error::LimitExceeded`] when the tensor exceeds the device's
+    /// largest buffer; [`Error::Gpu`] when the device was lost.
+    pub fn upload_bytes(&self, name: &str, dtype: crate::DType, shape: &[usize], bytes: Bytes) -> Result<Resident> {
+        crate::resident::check_bytes(name, dtype, shape, bytes.len())?;
+        Ok(Resident { inner: self.backend.upload(name, dtype, shape, bytes, false)? })
+    }
+
+    /// A new state tensor named `name`, zeroed, in this device's memory: a KV cache that plans of this device
+    /// read through [`Graph::state`](crate::Graph::state) and write with
+    /// [`Graph::set_rows`](crate::Graph::set_rows) or [`Graph::copy_into`](crate::Graph::copy_into).
+    ///
+    /// # Errors
+    /// [`Error::InvalidShape`] for a bad shape; [`Error::LimitExceeded`] when it exceeds the device's largest
+    /// buffer; [`Error::Gpu`] when the device was lost.
+    pub fn state(&self, name: &str, dtype: crate::DType, shape: &[usize]) -> Result<State> {
+        crate::shape::check_shape("state", shape)?;
+        let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
+        let zeros = Bytes::from_vec(vec![0u8; bytes]);
+        Ok(State { inner: self.backend.upload(name, dtype, shape, zeros, true)? })
+    }
+
+    /// Bytes of the resident and state tensors alive on this device (each counted once, however many plans use
+    /// it). A plan's own memory is in its [`PlanStats::memory_bytes`].
+    pub fn resident_bytes(&self) -> u64 {
+        self.backend.resident_bytes()
+    }
+
     /// Compiles `outputs` of `graph` into a plan for this device, asynchronously.
     ///
     /// # Errors
@@ -168,7 +215,7 @@ impl Device {
                 (i, graph.input_name(graph.handle(i)).unwrap_or_default().to_string(), n.dtype, n.layout.shape.clone())
             })
             .collect();
-        Ok(Plan { exe, graph: graph.id, inputs, device: self.clone() })
+        Ok(Plan { exe, outputs: outputs.len(), graph: graph.id, inputs, device: self.clone() })
     }
 
     /// Blocking form of [`Device::compile_async`] with default options (native only).
@@ -184,9 +231,21 @@ impl Device {
     }
 }
 
+/// The bytes of `v`, borrowed for as long as what `v` refers to.
+fn value_bytes<'v>(v: Value<'v>) -> &'v [u8] {
+    match v {
+        Value::Host(t) => t.data.as_bytes(),
+        Value::F32(s) => bytemuck::cast_slice(s),
+        Value::F16(s) => bytemuck::cast_slice(s),
+        Value::I32(s) => bytemuck::cast_slice(s),
+    }
+}
+
 /// A compiled graph: run it as often as needed. Runs create no buffers, pipelines or bind groups.
 pub struct Plan {
     exe: Box<dyn Executable>,
+    /// Number of outputs.
+    outputs: usize,
     graph: u32,
     /// Live inputs: node, name, dtype, shape.
     inputs: Vec<(NodeId, String, crate::DType, Vec<usize>)>,
@@ -204,7 +263,44 @@ impl Plan {
     /// by [`READBACK_TIMEOUT_ENV`](crate::gpu::READBACK_TIMEOUT_ENV) (60 s by default). Device faults never panic,
     /// and a run never waits past that bound.
     pub async fn run_async(&mut self, inputs: &[(Tensor, &HostTensor)]) -> Result<Vec<HostTensor>> {
-        let mut given: Vec<(NodeId, &HostTensor)> = Vec::new();
+        let values: Vec<(Tensor, Value)> = inputs.iter().map(|&(t, v)| (t, Value::Host(v))).collect();
+        let fetch = vec![Fetch::All; self.outputs];
+        Ok(self.run_with_async(&values, &fetch).await?.into_iter().flatten().collect())
+    }
+
+    /// Runs the plan with `inputs` as [`Value`]s (host tensors or borrowed slices, so a decode step passes its
+    /// token id without building a tensor) and reads back each output as `fetch` says: all of it, a range of rows
+    /// (the last position's logits), or nothing (`None`). `fetch` has one entry per output, or none for all.
+    ///
+    /// # Errors
+    /// As [`Plan::run_async`]; [`Error::InvalidArgument`] when `fetch` has another length than the outputs or asks
+    /// for rows outside an output; [`Error::BadInput`] when a slice has the wrong number of elements.
+    pub async fn run_with_async(
+        &mut self,
+        inputs: &[(Tensor, Value<'_>)],
+        fetch: &[Fetch],
+    ) -> Result<Vec<Option<HostTensor>>> {
+        let given = self.check_inputs(inputs)?;
+        let all = vec![Fetch::All; self.outputs];
+        let fetch = if fetch.is_empty() { &all[..] } else { fetch };
+        if fetch.len() != self.outputs {
+            return Err(Error::InvalidArgument {
+                op: "run",
+                reason: format!("{} fetches given for {} outputs", fetch.len(), self.outputs),
+            });
+        }
+        self.exe.run(&given, fetch).await
+    }
+
+    /// Blocking form of [`Plan::run_with_async`] (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn run_with(&mut self, inputs: &[(Tensor, Value<'_>)], fetch: &[Fetch]) -> Result<Vec<Option<HostTensor>>> {
+        pollster::block_on(self.run_with_async(inputs, fetch))
+    }
+
+    /// Every input exactly once, of the declared dtype and shape: the node ids and bytes a run takes.
+    fn check_inputs<'v>(&self, inputs: &[(Tensor, Value<'v>)]) -> Result<Vec<(NodeId, &'v [u8])>> {
+        let mut given: Vec<(NodeId, &'v [u8])> = Vec::new();
         for &(t, v) in inputs {
             let Some((id, name, dtype, shape)) =
                 self.inputs.iter().find(|(id, ..)| *id == t.index() && t.graph == self.graph)
@@ -214,22 +310,23 @@ impl Plan {
                     reason: "not an input this plan depends on".into(),
                 });
             };
-            if v.dtype() != *dtype || &v.shape != shape {
+            if v.dtype() != *dtype || v.shape().is_some_and(|s| s != &shape[..]) {
+                let got = v.shape().map_or_else(|| format!("{} elements", v.len()), |s| format!("{s:?}"));
                 return Err(Error::BadInput {
                     name: name.clone(),
-                    reason: format!("expected {dtype} {shape:?}, got {} {:?}", v.dtype(), v.shape),
+                    reason: format!("expected {dtype} {shape:?}, got {} {got}", v.dtype()),
                 });
             }
-            if v.data.len() != shape.iter().product::<usize>() {
+            if v.len() != shape.iter().product::<usize>() {
                 return Err(Error::BadInput {
                     name: name.clone(),
-                    reason: "data length does not match the shape".into(),
+                    reason: format!("{} values given for {shape:?}", v.len()),
                 });
             }
             if given.iter().any(|(g, _)| g == id) {
                 return Err(Error::BadInput { name: name.clone(), reason: "given twice".into() });
             }
-            given.push((*id, v));
+            given.push((*id, value_bytes(v)));
         }
         if let Some((_, name, dtype, shape)) = self.inputs.iter().find(|(id, ..)| !given.iter().any(|(g, _)| g == id)) {
             return Err(Error::BadInput {
@@ -237,7 +334,7 @@ impl Plan {
                 reason: format!("missing (expected {dtype} {shape:?})"),
             });
         }
-        self.exe.run(&given).await
+        Ok(given)
     }
 
     /// Blocking form of [`Plan::run_async`] (native only).
@@ -249,6 +346,12 @@ impl Plan {
     /// The graph inputs this plan reads (those its outputs depend on), in declaration order.
     pub fn inputs(&self) -> Vec<Tensor> {
         self.inputs.iter().map(|(id, ..)| Tensor { id: *id as u32, graph: self.graph }).collect()
+    }
+
+    /// Host time of the last run until its work was submitted (uploads, encoding, submit), in microseconds; on the
+    /// CPU backend the whole run. 0 before the first run, and on wasm.
+    pub fn last_host_us(&self) -> f64 {
+        self.exe.last_host_us()
     }
 
     /// Dispatches, pipelines and memory of this plan.

@@ -34,6 +34,8 @@ pub mod gpu;
 mod graph;
 pub mod io;
 mod ops;
+mod resident;
+mod run;
 mod shape;
 mod tensor;
 #[cfg(target_arch = "wasm32")]
@@ -46,6 +48,8 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use graph::{Graph, Tensor};
 pub use ops::{Accepts, BinaryOp, GluOp, ReduceOp, RowOp, UnaryOp};
+pub use resident::{Bytes, Resident, State};
+pub use run::{Fetch, Value};
 pub use shape::MAX_RANK;
 pub use tensor::{Data, HostTensor};
 

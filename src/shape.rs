@@ -102,6 +102,11 @@ impl Layout {
         true
     }
 
+    /// One past the largest storage element this layout touches, in elements.
+    pub(crate) fn storage_extent(&self) -> usize {
+        self.offset + self.shape.iter().zip(&self.strides).map(|(&n, &s)| n.saturating_sub(1) * s).sum::<usize>() + 1
+    }
+
     /// The layout an operand is read through for an op whose output has `shape`: this layout broadcast to it.
     /// Graph constructors validated the broadcast when they recorded the op.
     pub(crate) fn broadcast_operand(&self, shape: &[usize]) -> Layout {

@@ -81,6 +81,12 @@ impl Data {
     }
 }
 
+impl AsRef<[u8]> for Data {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
 /// A tensor's values on the host together with its shape (numpy order, outermost first).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {

@@ -699,3 +699,105 @@ fn data_movement() {
     ));
     run_suite("data", &cases);
 }
+
+/// Writes into states: set_rows (f32 into f32 and into f16, first, last and repeated indices, the last repeated
+/// row winning) and copies into views of a state (strided, broadcast, converting), read back through the written
+/// tensor.
+#[test]
+fn state_writes() {
+    let mut cases = Vec::new();
+    let set_rows_ref = |dst: &Arr, idx: &Arr, src: &Arr| {
+        let d = dst.shape[1];
+        let mut out = dst.clone();
+        for (i, &r) in idx.data.iter().enumerate() {
+            for c in 0..d {
+                out.data[r as usize * d + c] = src.data[i * d + c];
+            }
+        }
+        out
+    };
+    for dst in [F32, F16] {
+        for (name, idx) in [
+            ("first", vec![0.0]),
+            ("last", vec![9.0]),
+            ("several", vec![3.0, 0.0, 9.0, 5.0]),
+            ("repeated", vec![2.0, 7.0, 2.0, 2.0, 7.0]),
+        ] {
+            let n = idx.len();
+            cases.push(
+                Case::new(
+                    format!("set_rows/{dst}/{name}"),
+                    vec![inp_given(I32, &[n], idx), inp(F32, &[n, 33], 2)],
+                    |g, x| g.set_rows(x[2], x[0], x[1]),
+                    move |x| set_rows_ref(&x[2], &x[0], &x[1]),
+                )
+                .with_state(inp(dst, &[10, 33], 3))
+                .tol(if dst == F16 { 1e-6 } else { 0.0 }),
+            );
+        }
+    }
+    // two writes in one graph, the second reading the first through the returned tensor
+    cases.push(
+        Case::new(
+            "set_rows/twice-then-read",
+            vec![inp_given(I32, &[1], vec![4.0]), inp_given(I32, &[1], vec![5.0]), inp(F32, &[1, 8], 2)],
+            |g, x| {
+                let w = g.set_rows(x[3], x[0], x[2])?;
+                let row = g.slice(w, 0, 4, 5)?; // the row just written
+                let twice = g.scale(row, 2.0)?;
+                g.set_rows(w, x[1], twice)
+            },
+            |x| {
+                let mut out = x[3].clone();
+                for c in 0..8 {
+                    out.data[4 * 8 + c] = x[2].data[c];
+                    out.data[5 * 8 + c] = 2.0 * x[2].data[c];
+                }
+                out
+            },
+        )
+        .with_state(inp(F32, &[6, 8], 3))
+        .tol(0.0),
+    );
+    // copies into views: a strided (permuted) slice of a state, a broadcast source, f32 into f16
+    cases.push(
+        Case::new(
+            "copy_into/permuted-slice",
+            vec![inp(F32, &[3, 5], 1)],
+            |g, x| {
+                let v = g.permute(x[1], &[1, 0, 2])?; // [6, 4, 5] view of the [4, 6, 5] state
+                let v = g.slice(v, 0, 2, 5)?; // rows 2..5 of axis 0: [3, 4, 5]
+                let v = g.slice(v, 1, 1, 2)?; // [3, 1, 5]
+                let src = g.reshape(x[0], &[3, 1, 5])?;
+                g.copy_into(v, src)?;
+                let whole = g.permute(x[1], &[0, 1, 2])?;
+                g.contiguous(whole)
+            },
+            |x| {
+                let mut out = x[1].clone(); // [4, 6, 5]; view (a, b, c) -> state (b + 1, a + 2, c)
+                for a in 0..3 {
+                    for c in 0..5 {
+                        out.data[(6 + a + 2) * 5 + c] = x[0].data[a * 5 + c];
+                    }
+                }
+                out
+            },
+        )
+        .with_state(inp(F32, &[4, 6, 5], 2))
+        .tol(0.0),
+    );
+    cases.push(
+        Case::new(
+            "copy_into/broadcast-f32-into-f16",
+            vec![inp(F32, &[1, 7], 1)],
+            |g, x| {
+                let v = g.slice(x[1], 0, 1, 4)?; // rows 1..4
+                g.copy_into(v, x[0])
+            },
+            |x| x[0].broadcast_to(&[3, 7]),
+        )
+        .with_state(inp(F16, &[5, 7], 2))
+        .tol(1e-6),
+    );
+    run_suite("state-writes", &cases);
+}

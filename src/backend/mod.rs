@@ -3,13 +3,17 @@
 //! groups are made once there, and each run only uploads inputs, dispatches and reads outputs back.
 
 pub(crate) mod cpu;
+pub(crate) mod external;
 pub(crate) mod gpu;
 
 use crate::caps::Capabilities;
 use crate::graph::NodeId;
-use crate::{Graph, HostTensor, Result, Tensor};
+use crate::resident::{Bytes, External};
+use crate::run::Fetch;
+use crate::{DType, Graph, HostTensor, Result, Tensor};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// `Send + Sync` natively; nothing on wasm, where GPU handles are single-threaded.
 #[cfg(not(target_arch = "wasm32"))]
@@ -52,18 +56,34 @@ pub struct CompileOptions {
     pub no_fusion: bool,
 }
 
+/// A run's inputs: node id and the values' bytes (checked against the input's dtype and shape by `Plan`).
+pub(crate) type Inputs<'a> = [(NodeId, &'a [u8])];
+
 /// A device's side of a plan: made once by `compile`, run many times.
 pub(crate) trait Executable {
-    /// Uploads `inputs` (node id, values), runs every step, returns the outputs in order.
-    fn run<'a>(&'a mut self, inputs: &'a [(NodeId, &'a HostTensor)]) -> LocalFuture<'a, Result<Vec<HostTensor>>>;
+    /// Uploads `inputs`, runs every step, returns each output as `fetch` asks (`None` for [`Fetch::Skip`]).
+    fn run<'a>(
+        &'a mut self,
+        inputs: &'a Inputs<'a>,
+        fetch: &'a [Fetch],
+    ) -> LocalFuture<'a, Result<Vec<Option<HostTensor>>>>;
     fn stats(&self) -> PlanStats;
     /// The graph inputs the plan reads (live inputs), in declaration order.
     fn input_ids(&self) -> &[NodeId];
+    /// Host time of the last run until its work was submitted (uploads, encoding, submit), in microseconds; the
+    /// CPU backend reports the whole run.
+    fn last_host_us(&self) -> f64;
 }
 
-/// A device: compiles graphs into executables.
+/// A device: compiles graphs into executables, and holds resident and state tensors.
 pub(crate) trait Backend: MaybeSendSync {
     fn capabilities(&self) -> &Capabilities;
+
+    /// Places `bytes` (a tensor of `dtype` and `shape`, already checked) in the device's memory.
+    fn upload(&self, name: &str, dtype: DType, shape: &[usize], bytes: Bytes, writable: bool) -> Result<Arc<External>>;
+
+    /// Bytes of the live resident and state tensors on this device.
+    fn resident_bytes(&self) -> u64;
 
     /// Live (buffers, bind groups, compute pipelines) on the device, where the backend counts them.
     fn resource_counts(&self) -> Option<[isize; 3]> {
@@ -90,6 +110,31 @@ pub(crate) trait Backend: MaybeSendSync {
                 reason: "the CPU backend runs no shaders".into(),
             })
         })
+    }
+}
+
+/// A timestamp for measuring host time (none on wasm, where `Instant` is unavailable).
+pub(crate) fn now() -> Option<std::time::Instant> {
+    #[cfg(not(target_arch = "wasm32"))]
+    return Some(std::time::Instant::now());
+    #[cfg(target_arch = "wasm32")]
+    None
+}
+
+/// Microseconds since `start` (0 on wasm).
+pub(crate) fn elapsed_us(start: Option<std::time::Instant>) -> f64 {
+    start.map_or(0.0, |s| s.elapsed().as_secs_f64() * 1e6)
+}
+
+/// The layout read back of an output with `layout` as `fetch` asks, and its shape (`None` for nothing).
+pub(crate) fn fetched(layout: &crate::shape::Layout, fetch: &Fetch) -> Result<Option<crate::shape::Layout>> {
+    match fetch {
+        Fetch::Skip => Ok(None),
+        Fetch::All => Ok(Some(layout.clone())),
+        Fetch::Rows(r) if layout.rank() == 0 => {
+            Err(crate::Error::InvalidArgument { op: "run", reason: format!("rows {r:?} of a 0-d output") })
+        }
+        Fetch::Rows(r) => layout.slice(0, r.start, r.end).map(Some),
     }
 }
 

@@ -23,6 +23,12 @@ fn is_elementwise_float(p: &Program, id: NodeId) -> bool {
         && n.step.srcs().iter().all(|&s| p.nodes[s].dtype.is_float())
 }
 
+/// Whether step `id` reads a state: such a step stays where it was scheduled (a fused kernel runs where its root
+/// is, which could be after a write to the state that the step must not see, or before one it must).
+fn reads_state(p: &Program, id: NodeId) -> bool {
+    p.nodes[id].step.srcs().iter().any(|&s| p.is_state(p.nodes[s].storage))
+}
+
 struct Builder<'a> {
     p: &'a Program,
     fusible: &'a [bool],
@@ -83,8 +89,11 @@ fn consumers(p: &Program) -> (Vec<Vec<NodeId>>, Vec<bool>, Vec<bool>) {
 pub(crate) fn fuse(mut p: Program) -> Program {
     let n = p.nodes.len();
     let (consumers, materialize, live) = consumers(&p);
-    let fusible: Vec<bool> =
-        (0..n).map(|i| live[i] && is_elementwise_float(&p, i) && !materialize[i] && consumers[i].len() == 1).collect();
+    let fusible: Vec<bool> = (0..n)
+        .map(|i| {
+            live[i] && is_elementwise_float(&p, i) && !materialize[i] && consumers[i].len() == 1 && !reads_state(&p, i)
+        })
+        .collect();
     let mut absorbed = vec![false; n];
     for &root in p.steps.clone().iter().rev() {
         if absorbed[root] || !is_elementwise_float(&p, root) {
@@ -104,6 +113,7 @@ pub(crate) fn fuse(mut p: Program) -> Program {
             .enumerate()
             .filter(|&(_, &l)| {
                 matches!(p.nodes[l].step, Step::MatMul { epilogue: None, .. })
+                    && !reads_state(&p, l)
                     && !materialize[l]
                     && consumers[l].len() == 1
                     && &p.nodes[l].layout.shape == shape

@@ -4,6 +4,7 @@
 
 use crate::graph::{Node as GraphNode, NodeId, Op};
 use crate::ops::{BinaryOp, GluOp, ReduceOp, RowOp, RowParams, UnaryOp};
+use crate::resident::ExternalRef;
 use crate::shape::Layout;
 use crate::{DType, Error, Graph, Result, Tensor};
 
@@ -70,6 +71,21 @@ pub(crate) enum Step {
     Input {
         name: String,
     },
+    /// A resident or state tensor, `Program::externals[slot]`.
+    External {
+        slot: usize,
+    },
+    /// Row `i` of `src` into row `idx[i]` of `dst`; the node's storage is dst's.
+    SetRows {
+        dst: NodeId,
+        idx: NodeId,
+        src: NodeId,
+    },
+    /// `src` broadcast into the view `dst`; the node's storage is dst's.
+    CopyInto {
+        dst: NodeId,
+        src: NodeId,
+    },
     View {
         src: NodeId,
     },
@@ -111,7 +127,9 @@ impl Step {
     /// Operand node ids, in order.
     pub(crate) fn srcs(&self) -> Vec<NodeId> {
         match self {
-            Step::Input { .. } => vec![],
+            Step::Input { .. } | Step::External { .. } => vec![],
+            Step::SetRows { dst, idx, src } => vec![*dst, *idx, *src],
+            Step::CopyInto { dst, src } => vec![*dst, *src],
             Step::View { src } => vec![*src],
             Step::Elementwise { srcs, .. } => srcs.clone(),
             Step::MatMul { a, b, epilogue } => {
@@ -128,6 +146,9 @@ impl Step {
     pub(crate) fn name(&self) -> String {
         match self {
             Step::Input { .. } => "input".into(),
+            Step::External { .. } => "external".into(),
+            Step::SetRows { .. } => "set_rows".into(),
+            Step::CopyInto { .. } => "copy_into".into(),
             Step::View { .. } => "view".into(),
             Step::Elementwise { expr: Expr::Node { op, args, .. }, .. }
                 if args.iter().all(|a| matches!(a, Expr::Leaf(_))) =>
@@ -172,6 +193,8 @@ pub(crate) struct Program {
     pub inputs: Vec<NodeId>,
     /// The requested outputs (possibly views), in the order given.
     pub outputs: Vec<NodeId>,
+    /// The resident and state tensors of the graph (`Step::External` slots index this).
+    pub externals: Vec<ExternalRef>,
 }
 
 /// The compiler's step for a graph op: elementwise ops become one-node expressions.
@@ -182,6 +205,9 @@ fn step_of(op: &Op, dtype: DType) -> Step {
     };
     match *op {
         Op::Input { ref name } => Step::Input { name: name.clone() },
+        Op::External { slot } => Step::External { slot },
+        Op::SetRows { dst, idx, src } => Step::SetRows { dst, idx, src },
+        Op::CopyInto { dst, src } => Step::CopyInto { dst, src },
         Op::View { src } => Step::View { src },
         Op::Unary { op, x, a, b } => node(ElemOp::Unary { op, a, b }, vec![x]),
         Op::Binary { op, a, b } => node(ElemOp::Binary(op), vec![a, b]),
@@ -198,12 +224,16 @@ fn step_of(op: &Op, dtype: DType) -> Step {
 impl Program {
     /// The dead-node pass and the translation into the IR: keeps what `outputs` depend on, in id order (node
     /// ids are already topological: an op only refers to earlier nodes).
+    /// Writes into states are kept as well: they are effects the graph asked for.
     pub(crate) fn new(graph: &Graph, outputs: &[Tensor]) -> Result<Program> {
-        if outputs.is_empty() {
+        let writes: Vec<NodeId> = (0..graph.nodes.len())
+            .filter(|&i| matches!(graph.nodes[i].op, Op::SetRows { .. } | Op::CopyInto { .. }))
+            .collect();
+        if outputs.is_empty() && writes.is_empty() {
             return Err(Error::InvalidShape { op: "compile", shape: vec![], reason: "no outputs requested".into() });
         }
         let mut live = vec![false; graph.nodes.len()];
-        let mut stack = Vec::new();
+        let mut stack = writes;
         for &t in outputs {
             graph.node("compile", t)?;
             stack.push(t.id as usize);
@@ -224,10 +254,13 @@ impl Program {
             })
             .collect();
         let steps = (0..nodes.len())
-            .filter(|&i| live[i] && !matches!(nodes[i].step, Step::Input { .. } | Step::View { .. }))
+            .filter(|&i| {
+                live[i] && !matches!(nodes[i].step, Step::Input { .. } | Step::View { .. } | Step::External { .. })
+            })
             .collect();
         let inputs = (0..nodes.len()).filter(|&i| live[i] && matches!(nodes[i].step, Step::Input { .. })).collect();
-        Ok(Program { nodes, steps, inputs, outputs: outputs.iter().map(|t| t.id as usize).collect() })
+        let outputs = outputs.iter().map(|t| t.id as usize).collect();
+        Ok(Program { nodes, steps, inputs, outputs, externals: graph.externals.clone() })
     }
 
     /// Size in bytes of the storage owned by `id` (an input or a step).
@@ -253,6 +286,33 @@ impl Program {
             }
         }
         last
+    }
+
+    /// The external tensor behind storage node `s`, if it is one.
+    pub(crate) fn external(&self, s: NodeId) -> Option<&ExternalRef> {
+        match self.nodes[s].step {
+            Step::External { slot } => Some(&self.externals[slot]),
+            _ => None,
+        }
+    }
+
+    /// The external tensors the scheduled steps and the outputs use.
+    pub(crate) fn live_externals(&self) -> Vec<&ExternalRef> {
+        let used = self.steps.iter().flat_map(|&s| self.nodes[s].step.srcs()).chain(self.outputs.iter().copied());
+        let mut out: Vec<&ExternalRef> = Vec::new();
+        for n in used {
+            if let Some(r) = self.external(self.nodes[n].storage) {
+                if !out.iter().any(|o| o.node == r.node) {
+                    out.push(r);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether storage node `s` is a state (written by the graph's steps, read across runs).
+    pub(crate) fn is_state(&self, s: NodeId) -> bool {
+        self.external(s).is_some_and(|e| e.ext.writable)
     }
 
     /// The layout through which step `id` reads operand `src`, broadcast to the step's output shape.

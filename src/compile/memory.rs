@@ -24,14 +24,18 @@ pub(crate) struct Block {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct MemoryPlan {
     pub blocks: HashMap<NodeId, Block>,
-    /// Size in bytes of each arena.
+    /// Size in bytes of each arena. Blocks with `arena >= arena_bytes.len()` are external tensors: block
+    /// `arena_bytes.len() + k` is the whole of `externals[k]`.
     pub arena_bytes: Vec<u64>,
+    /// The storage nodes of the program's resident and state tensors, in order.
+    pub externals: Vec<NodeId>,
     /// Largest sum of live tensor sizes (rounded to the alignment) at any step, in bytes.
     pub peak_live_bytes: u64,
 }
 
 impl MemoryPlan {
     /// Total bytes of all arenas.
+    /// Bytes of the plan's own arenas (resident and state tensors are not the plan's).
     pub(crate) fn total_bytes(&self) -> u64 {
         self.arena_bytes.iter().sum()
     }
@@ -149,6 +153,26 @@ impl Planner<'_> {
         self.live_bytes -= size;
     }
 
+    /// Frees the operands step `id` (at position `step`) reads for the last time.
+    fn free_operands(
+        &mut self,
+        id: NodeId,
+        step: usize,
+        pinned: &[bool],
+        handed_over: &[bool],
+        last: &[Option<usize>],
+    ) {
+        let mut freed: Vec<NodeId> =
+            self.program.nodes[id].step.srcs().iter().map(|&s| self.program.nodes[s].storage).collect();
+        freed.sort_unstable();
+        freed.dedup();
+        for s in freed {
+            if !pinned[s] && !handed_over[s] && last[s] == Some(step) {
+                self.free(s);
+            }
+        }
+    }
+
     fn note_peaks(&self, arena_peak: &mut Vec<u64>) {
         arena_peak.resize(self.arenas.len(), 0);
         for (a, ar) in self.arenas.iter().enumerate() {
@@ -179,7 +203,16 @@ pub(crate) fn plan(
     let mut arena_peak: Vec<u64> = Vec::new();
     let last = program.last_reads();
     let mut handed_over = vec![false; program.nodes.len()];
+    let externals: Vec<NodeId> = (0..program.nodes.len()).filter(|&i| program.external(i).is_some()).collect();
+    for &e in &externals {
+        pinned[e] = true;
+    }
     for (step, &id) in program.steps.iter().enumerate() {
+        if program.nodes[id].storage != id {
+            // a write into a state: no memory of its own
+            pl.free_operands(id, step, &pinned, &handed_over, &last);
+            continue;
+        }
         let donor = inplace(id).into_iter().find(|&c| !pinned[c] && !handed_over[c] && last[c] == Some(step));
         match donor {
             Some(c) => {
@@ -190,21 +223,19 @@ pub(crate) fn plan(
             None => pl.alloc(id)?,
         }
         pl.note_peaks(&mut arena_peak);
-        let mut freed: Vec<NodeId> = program.nodes[id].step.srcs().iter().map(|&s| program.nodes[s].storage).collect();
-        freed.sort_unstable();
-        freed.dedup();
-        for s in freed {
-            if !pinned[s] && !handed_over[s] && last[s] == Some(step) {
-                pl.free(s);
-            }
-        }
+        pl.free_operands(id, step, &pinned, &handed_over, &last);
         // a step nobody reads and nobody asked for is dead code removed earlier; an output stays pinned
         if !pinned[id] && last[id].is_none() {
             pl.free(id);
         }
     }
     pl.note_peaks(&mut arena_peak);
+    for (k, &e) in externals.iter().enumerate() {
+        let block = Block { arena: arena_peak.len() + k, offset: 0, size: program.storage_bytes(e) };
+        pl.out.blocks.insert(e, block);
+    }
     pl.out.arena_bytes = arena_peak;
+    pl.out.externals = externals;
     Ok(pl.out)
 }
 

@@ -15,7 +15,7 @@ pub(crate) mod ir;
 pub(crate) mod memory;
 
 use crate::graph::NodeId;
-use crate::{Graph, Result, Tensor};
+use crate::{Error, Graph, Result, Tensor};
 use ir::Program;
 use memory::{MemoryLimits, MemoryPlan};
 
@@ -23,6 +23,9 @@ use memory::{MemoryLimits, MemoryPlan};
 pub(crate) trait Target {
     /// One lowered unit of work (a GPU dispatch, a CPU kernel call).
     type Kernel;
+
+    /// The device's identity: every resident and state tensor the program uses must be on it.
+    fn device_id(&self) -> u64;
 
     /// Whether the fusion and in-place passes run (off: one kernel per op, as built).
     fn fusion(&self) -> bool;
@@ -55,6 +58,13 @@ pub(crate) struct Compiled<K> {
 /// Runs the passes in order (see the module docs) for `outputs` of `graph` on `target`.
 pub(crate) fn compile<T: Target>(graph: &Graph, outputs: &[Tensor], target: &T) -> Result<Compiled<T::Kernel>> {
     let program = Program::new(graph, outputs)?;
+    if let Some(r) = program.live_externals().into_iter().find(|r| r.ext.device != target.device_id()) {
+        let what = if r.ext.writable { "state" } else { "resident tensor" };
+        return Err(Error::InvalidArgument {
+            op: "compile",
+            reason: format!("{what} '{}' belongs to another device than the one compiling", r.ext.name),
+        });
+    }
     let program = if target.fusion() { fuse::fuse(program) } else { program };
     let allowed = |s: NodeId| target.may_overwrite(&program, s);
     let inplace = |s: NodeId| if target.fusion() { inplace::candidates(&program, s, &allowed) } else { vec![] };

@@ -10,10 +10,12 @@ mod gather;
 mod linalg;
 mod op;
 mod rows;
+mod state;
 mod views;
 
 pub(crate) use op::{NodeId, Op};
 
+use crate::resident::ExternalRef;
 use crate::shape::{check_shape, Layout};
 use crate::{DType, Error, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -62,6 +64,8 @@ static NEXT_GRAPH_ID: AtomicU32 = AtomicU32::new(1);
 pub struct Graph {
     pub(crate) id: u32,
     pub(crate) nodes: Vec<Node>,
+    /// The resident and state tensors the graph uses (their handles keep the memory alive).
+    pub(crate) externals: Vec<ExternalRef>,
 }
 
 impl Default for Graph {
@@ -73,7 +77,7 @@ impl Default for Graph {
 impl Graph {
     /// An empty graph.
     pub fn new() -> Graph {
-        Graph { id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed), nodes: Vec::new() }
+        Graph { id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed), nodes: Vec::new(), externals: Vec::new() }
     }
 
     /// Number of nodes recorded so far (views included).

@@ -13,6 +13,21 @@ pub(crate) enum Op {
     Input {
         name: String,
     },
+    /// A resident or state tensor: `slot` indexes the graph's externals.
+    External {
+        slot: usize,
+    },
+    /// Row `i` of `src` written to row `idx[i]` of `dst` (a state, or a view of one); the node aliases `dst`.
+    SetRows {
+        dst: NodeId,
+        idx: NodeId,
+        src: NodeId,
+    },
+    /// `src` (broadcast) written into `dst` (a view of a state); the node aliases `dst`.
+    CopyInto {
+        dst: NodeId,
+        src: NodeId,
+    },
     /// A view: same storage as `src`, a different layout.
     View {
         src: NodeId,
@@ -70,7 +85,9 @@ impl Op {
     /// Operand node ids, in order.
     pub(crate) fn srcs(&self) -> Vec<NodeId> {
         match *self {
-            Op::Input { .. } => vec![],
+            Op::Input { .. } | Op::External { .. } => vec![],
+            Op::SetRows { dst, idx, src } => vec![dst, idx, src],
+            Op::CopyInto { dst, src } => vec![dst, src],
             Op::View { src } => vec![src],
             Op::Unary { x, .. } | Op::Cast { x } | Op::Reduce { x, .. } => vec![x],
             Op::Binary { a, b, .. } | Op::Glu { a, b, .. } | Op::MatMul { a, b } | Op::Concat { a, b, .. } => {

@@ -91,6 +91,9 @@ pub struct Case {
     pub no_fusion: bool,
     /// On GPU devices, the plan must use a kernel whose name starts with this (not a fallback).
     pub expect_kernel: Option<String>,
+    /// State tensors created on the device with these values; the build and reference functions get them after
+    /// the inputs.
+    pub states: Vec<Input>,
 }
 
 /// Default NMSE tolerance for an output dtype: 1e-7 for f32 (the threshold); for f16 outputs the
@@ -120,7 +123,14 @@ impl Case {
             matmul: None,
             no_fusion: false,
             expect_kernel: None,
+            states: Vec::new(),
         }
+    }
+
+    /// Adds a state tensor with these values (see [`Case::states`]).
+    pub fn with_state(mut self, s: Input) -> Case {
+        self.states.push(s);
+        self
     }
 
     pub fn expect_kernel(mut self, prefix: &str) -> Case {
@@ -177,6 +187,16 @@ pub fn run_case(case: &Case, device: &Device) -> Outcome {
         host.push(h);
         refs.push(r);
     }
+    for (k, s) in case.states.iter().enumerate() {
+        let (h, r) = make(s);
+        let state = match device.state(&format!("state{k}"), s.dtype, &s.shape).and_then(|st| st.write(&h).map(|_| st))
+        {
+            Ok(st) => st,
+            Err(e) => return Outcome::Fail(format!("creating a state: {e}")),
+        };
+        handles.push(g.state(&state).expect("a state tensor"));
+        refs.push(r);
+    }
     let out = match (case.build)(&mut g, &handles) {
         Ok(t) => t,
         Err(e) => return Outcome::Fail(format!("building the graph failed: {e}")),
@@ -197,6 +217,7 @@ pub fn run_case(case: &Case, device: &Device) -> Outcome {
         }
     }
     let feed: Vec<(Tensor, &HostTensor)> = handles.iter().copied().zip(host.iter()).collect();
+    // (the state handles have no host values and are not inputs: zip stops at the inputs)
     let got = match plan.run(&feed) {
         Ok(mut v) => v.remove(0),
         Err(e) => return Outcome::Fail(format!("run: {e}")),

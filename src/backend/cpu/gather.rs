@@ -87,3 +87,70 @@ impl ConcatKernel {
         }
     }
 }
+
+/// `dst[idx[i], :] = src[i, :]` for each row `i` of `src`, in order (so the last of repeated indices wins).
+#[derive(Clone, Debug)]
+pub(crate) struct SetRowsKernel {
+    /// `[R, D]`, its rows contiguous.
+    pub dst: Leaf,
+    pub idx: Leaf,
+    /// `[N, D]`.
+    pub src: Leaf,
+}
+
+impl SetRowsKernel {
+    /// # Errors
+    /// [`Error::BadInput`] naming the index, its position and the row count when an index is out of range.
+    pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
+        let (rows, dim) = (self.dst.layout.shape[0], self.dst.layout.shape[1]);
+        let d = mem.view(self.dst.storage, self.dst.dtype);
+        let s = mem.view(self.src.storage, self.src.dtype);
+        let ix = mem.view(self.idx.storage, self.idx.dtype);
+        let n = self.idx.layout.numel();
+        for i in 0..n {
+            let r = ix.get_i32(self.idx.layout.index_of(i));
+            if r < 0 || r as usize >= rows {
+                return Err(Error::BadInput {
+                    name: "set_rows".into(),
+                    reason: format!(
+                        "index {r} at position {i} is outside 0..{rows} of the destination {:?}",
+                        self.dst.layout.shape
+                    ),
+                });
+            }
+            let base = self.dst.layout.offset + r as usize * self.dst.layout.strides[0];
+            for c in 0..dim {
+                let from = self.src.layout.index_of(i * dim + c);
+                if self.dst.dtype == DType::I32 {
+                    d.set_i32(base + c * self.dst.layout.strides[1], s.get_i32(from));
+                } else {
+                    d.set(base + c * self.dst.layout.strides[1], s.get(from));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `dst[...] = src` through dst's view layout (src broadcast to it).
+#[derive(Clone, Debug)]
+pub(crate) struct CopyIntoKernel {
+    pub dst: Leaf,
+    /// Broadcast to dst's shape.
+    pub src: Leaf,
+}
+
+impl CopyIntoKernel {
+    pub(crate) fn run(&self, mem: &Memory) {
+        let d = mem.view(self.dst.storage, self.dst.dtype);
+        let s = mem.view(self.src.storage, self.src.dtype);
+        for i in 0..self.dst.layout.numel() {
+            let (to, from) = (self.dst.layout.index_of(i), self.src.layout.index_of(i));
+            if self.dst.dtype == DType::I32 {
+                d.set_i32(to, s.get_i32(from));
+            } else {
+                d.set(to, s.get(from));
+            }
+        }
+    }
+}

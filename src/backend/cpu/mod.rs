@@ -9,24 +9,35 @@ mod gather;
 mod matmul;
 mod rows;
 
-use super::{gather as gather_view, Backend, CompileOptions, Executable, LocalFuture, PlanStats};
+use super::{
+    elapsed_us, fetched, gather as gather_view, now, Backend, CompileOptions, Executable, Inputs, LocalFuture,
+    PlanStats,
+};
+use crate::caps::next_id;
 use crate::caps::{BackendKind, Capabilities, DeviceType};
 use crate::compile::ir::{Program, Step};
 use crate::compile::memory::{MemoryLimits, MemoryPlan};
 use crate::compile::{Compiled, Target};
 use crate::graph::NodeId;
+use crate::resident::{Bytes, External, ExternalMemory};
+use crate::run::Fetch;
 use crate::{DType, Data, Error, Graph, HostTensor, Result, Tensor};
 use buffer::Memory;
 use elementwise::{ElementwiseKernel, Leaf};
-use gather::{ConcatKernel, GetRowsKernel};
+use gather::{ConcatKernel, CopyIntoKernel, GetRowsKernel, SetRowsKernel};
 use matmul::MatmulKernel;
 use rows::{RowKind, RowsKernel};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Largest tensor the CPU backend holds, in bytes: 2 GiB on wasm32 (4 GiB address space), 16 GiB natively.
 const MAX_TENSOR_BYTES: u64 = if cfg!(target_pointer_width = "32") { 1 << 31 } else { 1 << 34 };
 
 pub(crate) struct CpuBackend {
     caps: Capabilities,
+    id: u64,
+    /// Bytes of the live resident and state tensors on this device.
+    resident: Arc<AtomicU64>,
 }
 
 impl CpuBackend {
@@ -51,6 +62,8 @@ impl CpuBackend {
                 cooperative_matrix: vec![],
                 dtypes: vec![DType::F32, DType::F16, DType::I32],
             },
+            id: next_id(),
+            resident: Arc::new(AtomicU64::new(0)),
         }
     }
 }
@@ -63,11 +76,14 @@ enum CpuKernel {
     Rows(RowsKernel, usize),
     GetRows(GetRowsKernel),
     Concat(ConcatKernel),
+    SetRows(SetRowsKernel),
+    CopyInto(CopyIntoKernel),
 }
 
 /// The CPU's side of the pass list.
 struct CpuTarget {
     fusion: bool,
+    device: u64,
 }
 
 fn leaf(p: &Program, src: NodeId, shape: Option<&[usize]>) -> Leaf {
@@ -100,6 +116,10 @@ fn matmul_kernel(
 
 impl Target for CpuTarget {
     type Kernel = CpuKernel;
+
+    fn device_id(&self) -> u64 {
+        self.device
+    }
 
     fn fusion(&self) -> bool {
         self.fusion
@@ -145,7 +165,19 @@ impl Target for CpuTarget {
                 b: leaf(p, *b, None),
                 axis: *axis,
             }),
-            Step::Input { .. } | Step::View { .. } => unreachable!("inputs and views are not scheduled"),
+            Step::SetRows { dst, idx, src } => CpuKernel::SetRows(SetRowsKernel {
+                dst: leaf(p, *dst, None),
+                idx: leaf(p, *idx, None),
+                src: leaf(p, *src, None),
+            }),
+            Step::CopyInto { dst, src } => {
+                let dst = leaf(p, *dst, None);
+                let src = leaf(p, *src, Some(&dst.layout.shape));
+                CpuKernel::CopyInto(CopyIntoKernel { dst, src })
+            }
+            Step::Input { .. } | Step::View { .. } | Step::External { .. } => {
+                unreachable!("inputs, views and externals are not scheduled")
+            }
         })
     }
 }
@@ -158,6 +190,8 @@ impl CpuKernel {
             CpuKernel::Rows(k, rows) => k.run(mem, 0..*rows),
             CpuKernel::GetRows(k) => k.run(mem)?,
             CpuKernel::Concat(k) => k.run(mem),
+            CpuKernel::SetRows(k) => k.run(mem)?,
+            CpuKernel::CopyInto(k) => k.run(mem),
         }
         Ok(())
     }
@@ -168,20 +202,55 @@ impl Backend for CpuBackend {
         &self.caps
     }
 
+    fn upload(&self, name: &str, dtype: DType, shape: &[usize], bytes: Bytes, writable: bool) -> Result<Arc<External>> {
+        let size = bytes.len() as u64;
+        if size > MAX_TENSOR_BYTES {
+            let what = format!("{name} ({dtype} {shape:?}) on the CPU backend");
+            return Err(Error::LimitExceeded {
+                what,
+                size,
+                limit_name: "the CPU backend's largest tensor",
+                limit: MAX_TENSOR_BYTES,
+            });
+        }
+        let memory = if writable {
+            let mut words = vec![0u64; bytes.len().div_ceil(8)];
+            bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes.as_slice());
+            ExternalMemory::CpuState { words: std::cell::UnsafeCell::new(words), lock: std::sync::Mutex::new(()) }
+        } else {
+            ExternalMemory::CpuBytes(bytes)
+        };
+        self.resident.fetch_add(size, Ordering::Relaxed);
+        Ok(Arc::new(External {
+            id: next_id(),
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+            device: self.id,
+            writable,
+            memory,
+            accounting: self.resident.clone(),
+        }))
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        self.resident.load(Ordering::Relaxed)
+    }
+
     fn compile<'a>(
         &'a self,
         graph: &'a Graph,
         outputs: &'a [Tensor],
         options: &'a CompileOptions,
     ) -> LocalFuture<'a, Result<Box<dyn Executable>>> {
-        let plan = compile(graph, outputs, options).map(|p| Box::new(p) as Box<dyn Executable>);
+        let plan = compile(graph, outputs, options, self.id).map(|p| Box::new(p) as Box<dyn Executable>);
         Box::pin(async move { plan })
     }
 }
 
-fn compile(graph: &Graph, outputs: &[Tensor], options: &CompileOptions) -> Result<CpuPlan> {
-    let Compiled { program, memory, kernels } =
-        crate::compile::compile(graph, outputs, &CpuTarget { fusion: !options.no_fusion })?;
+fn compile(graph: &Graph, outputs: &[Tensor], options: &CompileOptions, device: u64) -> Result<CpuPlan> {
+    let target = CpuTarget { fusion: !options.no_fusion, device };
+    let Compiled { program, memory, kernels } = crate::compile::compile(graph, outputs, &target)?;
     for &id in program.inputs.iter() {
         let size = program.storage_bytes(id);
         if size > MAX_TENSOR_BYTES {
@@ -196,7 +265,7 @@ fn compile(graph: &Graph, outputs: &[Tensor], options: &CompileOptions) -> Resul
     }
     let arenas = memory.arena_bytes.iter().map(|&b| vec![0u64; (b as usize).div_ceil(8)]).collect();
     let kernels = kernels.into_iter().flatten().collect();
-    Ok(CpuPlan { program, memory, kernels, arenas, poison: options.poison })
+    Ok(CpuPlan { program, memory, kernels, arenas, poison: options.poison, last_us: 0.0 })
 }
 
 /// Runs `outputs` of `graph` once on the CPU backend (for checks inside the library, such as GPU tuning).
@@ -206,9 +275,11 @@ pub(crate) fn run_graph(
     outputs: &[Tensor],
     inputs: &[(Tensor, &HostTensor)],
 ) -> Result<Vec<HostTensor>> {
-    let mut plan = compile(graph, outputs, &CompileOptions::default())?;
-    let ins: Vec<(NodeId, &HostTensor)> = inputs.iter().map(|&(t, v)| (t.index(), v)).collect();
-    plan.run_sync(&ins)
+    // no external tensors: a device of its own will do
+    let mut plan = compile(graph, outputs, &CompileOptions::default(), 0)?;
+    let ins: Vec<(NodeId, &[u8])> = inputs.iter().map(|&(t, v)| (t.index(), v.data.as_bytes())).collect();
+    let fetch = vec![Fetch::All; outputs.len()];
+    Ok(plan.run_sync(&ins, &fetch)?.into_iter().flatten().collect())
 }
 
 struct CpuPlan {
@@ -218,11 +289,17 @@ struct CpuPlan {
     /// The memory plan's arenas (8-byte words; blocks are 64-byte aligned within them).
     arenas: Vec<Vec<u64>>,
     poison: bool,
+    /// Wall time of the last run, in microseconds.
+    last_us: f64,
 }
 
 impl Executable for CpuPlan {
-    fn run<'a>(&'a mut self, inputs: &'a [(NodeId, &'a HostTensor)]) -> LocalFuture<'a, Result<Vec<HostTensor>>> {
-        Box::pin(async move { self.run_sync(inputs) })
+    fn run<'a>(
+        &'a mut self,
+        inputs: &'a Inputs<'a>,
+        fetch: &'a [Fetch],
+    ) -> LocalFuture<'a, Result<Vec<Option<HostTensor>>>> {
+        Box::pin(async move { self.run_sync(inputs, fetch) })
     }
 
     fn stats(&self) -> PlanStats {
@@ -239,49 +316,92 @@ impl Executable for CpuPlan {
     fn input_ids(&self) -> &[NodeId] {
         &self.program.inputs
     }
+
+    fn last_host_us(&self) -> f64 {
+        self.last_us
+    }
 }
 
 impl CpuPlan {
     /// Where every storage node lives for a run: the caller's tensors for inputs (read in place, never written:
-    /// steps only write their own blocks), the arena for steps.
-    fn memory(&mut self, inputs: &[(NodeId, &HostTensor)]) -> Result<Memory> {
+    /// steps only write their own blocks or states), the arena for steps, and resident and state tensors where
+    /// they are.
+    fn memory(&mut self, inputs: &Inputs<'_>) -> Result<Memory> {
         let mut mem = Memory::new(self.program.nodes.len());
         for &id in &self.program.inputs {
-            let Some((_, t)) = inputs.iter().find(|(i, _)| *i == id) else {
+            let Some((_, bytes)) = inputs.iter().find(|(i, _)| *i == id) else {
                 // `Plan::run` checks this first; an executable called without it must not read a stale tensor
                 return Err(Error::BadInput { name: self.program.input_name(id).into(), reason: "missing".into() });
             };
-            let bytes = t.data.as_bytes();
             mem.set(id, bytes.as_ptr() as *mut u8, bytes.len());
         }
+        let n_arenas = self.arenas.len();
         for (&id, blk) in &self.memory.blocks {
-            let arena = &mut self.arenas[blk.arena];
-            let base = arena.as_mut_ptr() as *mut u8;
+            if blk.arena >= n_arenas {
+                continue;
+            }
+            let base = self.arenas[blk.arena].as_mut_ptr() as *mut u8;
             // SAFETY: the block lies inside its arena (the planner sized the arena to hold it).
             mem.set(id, unsafe { base.add(blk.offset as usize) }, blk.size as usize);
+        }
+        for r in &self.program.externals {
+            let len = r.ext.bytes() as usize;
+            let ptr = match &r.ext.memory {
+                // never written: only states are written, and set_rows and copy_into check their destination
+                ExternalMemory::CpuBytes(b) => b.as_slice().as_ptr() as *mut u8,
+                ExternalMemory::CpuState { words, .. } => {
+                    // SAFETY: the run holds the state's lock (see `run_sync`) while it uses this pointer.
+                    unsafe { (*words.get()).as_mut_ptr() as *mut u8 }
+                }
+                ExternalMemory::Gpu { .. } => unreachable!("compile checked the device"),
+            };
+            mem.set(r.node, ptr, len);
         }
         Ok(mem)
     }
 
-    fn run_sync(&mut self, inputs: &[(NodeId, &HostTensor)]) -> Result<Vec<HostTensor>> {
+    fn run_sync(&mut self, inputs: &Inputs<'_>, fetch: &[Fetch]) -> Result<Vec<Option<HostTensor>>> {
+        let start = now();
+        let out = self.run_steps(inputs, fetch);
+        self.last_us = elapsed_us(start);
+        out
+    }
+
+    fn run_steps(&mut self, inputs: &Inputs<'_>, fetch: &[Fetch]) -> Result<Vec<Option<HostTensor>>> {
         if self.poison {
             self.arenas.iter_mut().for_each(|a| a.fill(u64::MAX));
         }
+        // the states this plan uses, locked in a fixed order (ids) for the whole run
+        let mut states: Vec<Arc<External>> =
+            self.program.externals.iter().map(|r| r.ext.clone()).filter(|e| e.writable).collect();
+        states.sort_by_key(|e| e.id);
+        states.dedup_by_key(|e| e.id);
+        let _guards: Vec<_> = states
+            .iter()
+            .filter_map(|e| match &e.memory {
+                ExternalMemory::CpuState { lock, .. } => Some(lock.lock().unwrap_or_else(|p| p.into_inner())),
+                _ => None,
+            })
+            .collect();
         let mem = self.memory(inputs)?;
         for k in &self.kernels {
             k.run(&mem)?;
         }
-        Ok(self.program.outputs.iter().map(|&o| self.read(&mem, o)).collect())
+        let mut out = Vec::with_capacity(fetch.len());
+        for (&o, f) in self.program.outputs.iter().zip(fetch) {
+            out.push(fetched(&self.program.nodes[o].layout, f)?.map(|l| self.read(&mem, o, &l)));
+        }
+        Ok(out)
     }
 
-    /// Output `o` (possibly a view) as a new row-major tensor.
-    fn read(&self, mem: &Memory, o: NodeId) -> HostTensor {
+    /// The elements of output `o` under `layout` (its layout, or rows of it) as a new row-major tensor.
+    fn read(&self, mem: &Memory, o: NodeId, layout: &crate::shape::Layout) -> HostTensor {
         let n = &self.program.nodes[o];
         let v = mem.view(n.storage, n.dtype);
-        let shape = n.layout.shape.clone();
-        if n.layout.is_contiguous() {
+        let shape = layout.shape.clone();
+        if layout.is_contiguous() {
             // one copy of the elements as stored, straight into the result
-            let range = n.layout.offset..n.layout.offset + n.layout.numel();
+            let range = layout.offset..layout.offset + layout.numel();
             let mut data = match n.dtype {
                 DType::F32 => Data::F32(vec![0.0; range.len()]),
                 DType::F16 => Data::F16(vec![half::f16::ZERO; range.len()]),
@@ -301,6 +421,6 @@ impl CpuPlan {
             DType::F16 => Data::F16(all.map(|i| half::f16::from_f32(v.get(i))).collect()),
             DType::I32 => Data::I32(all.map(|i| v.get_i32(i)).collect()),
         };
-        HostTensor { shape, data: gather_view(&storage, &n.layout) }
+        HostTensor { shape, data: gather_view(&storage, layout) }
     }
 }

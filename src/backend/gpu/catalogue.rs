@@ -99,6 +99,10 @@ fn other_keys(keys: &mut Vec<KernelKey>) {
         keys.push(KernelKey::new(KernelKind::GetRows, d, vec![d, I32]));
         keys.push(KernelKey::new(KernelKind::Concat, d, vec![d, d]));
     }
+    for (dst, src) in [(F32, F32), (F16, F32), (F16, F16), (F32, F16), (I32, I32)] {
+        keys.push(KernelKey::new(KernelKind::SetRows, dst, vec![src, I32]));
+        keys.push(KernelKey::new(KernelKind::CopyInto, dst, vec![src]));
+    }
     // shared memory bound once: matmul(x, x), x + x, softmax(x, mask = x), in-place x = exp(x)
     let aliased = [
         (KernelKind::MatMul { epi: None }, vec![F32, F32], vec![0, 1, 1]),

@@ -32,6 +32,10 @@ pub(crate) struct GpuBackend {
     pub caps: Capabilities,
     pipelines: Mutex<HashMap<KernelKey, Arc<wgpu::ComputePipeline>>>,
     pub lost: Arc<AtomicBool>,
+    /// This device's identity (resident and state tensors record it).
+    pub id: u64,
+    /// Bytes of the live resident and state tensors on this device.
+    pub resident: Arc<std::sync::atomic::AtomicU64>,
     /// Held by compile, run and plan drops on GL: wgpu's GL backend panics when a thread waits more than a few
     /// seconds (6 in wgpu 30) for the GL context, which a long dispatch on a slow adapter holds, so GL work is
     /// serialized here (reentrant: tuning compiles and runs plans inside a compile).
@@ -240,6 +244,8 @@ impl GpuBackend {
             caps,
             pipelines: Mutex::new(HashMap::new()),
             lost,
+            id: crate::caps::next_id(),
+            resident: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             matmul: Mutex::new(None),
             coop_frag,
             coop_emulated: false,
@@ -350,6 +356,7 @@ impl GpuBackend {
             max_buffer: caps.max_buffer_bytes,
             align: (caps.min_storage_offset_alignment as u64).max(256),
             fusion,
+            device: self.id,
         }
     }
 

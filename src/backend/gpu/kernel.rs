@@ -69,6 +69,10 @@ pub(crate) enum KernelKind {
     GetRows,
     /// `concat.wgsl`.
     Concat,
+    /// `set_rows.wgsl`.
+    SetRows,
+    /// `copy_into.wgsl`.
+    CopyInto,
 }
 
 impl KernelKind {
@@ -88,6 +92,8 @@ impl KernelKind {
             KernelKind::Rows { op, .. } => format!("rows {}", op.name()),
             KernelKind::GetRows => "get_rows".into(),
             KernelKind::Concat => "concat".into(),
+            KernelKind::SetRows => "set_rows".into(),
+            KernelKind::CopyInto => "copy_into".into(),
         }
     }
 

@@ -21,7 +21,8 @@ use crate::caps::Capabilities;
 use crate::gpu::MATMUL_ENV;
 use crate::gpu::{MatmulChoice, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
 use crate::graph::Op;
-use crate::{Error, Graph, Result, Tensor};
+use crate::resident::{Bytes, External, ExternalMemory};
+use crate::{DType, Error, Graph, Result, Tensor};
 use std::sync::Arc;
 
 /// The matmul kernels for a plan: the plan's pin, else `WEBTENSOR_MATMUL`, else the device's choice, tuned on first
@@ -75,6 +76,53 @@ async fn compile_plan(
 impl Backend for Arc<GpuBackend> {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
+    }
+
+    fn upload(&self, name: &str, dtype: DType, shape: &[usize], bytes: Bytes, writable: bool) -> Result<Arc<External>> {
+        let size = bytes.len() as u64;
+        if size > self.caps.max_buffer_bytes {
+            let what = format!("{name} ({dtype} {shape:?})");
+            let limit = self.caps.max_buffer_bytes;
+            return Err(Error::LimitExceeded { what, size, limit_name: "max_buffer_size", limit });
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        let _serial = self.serialize();
+        self.check_alive(&format!("uploading {name}"))?;
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(name),
+            size: size.div_ceil(4).max(1) * 4,
+            usage,
+            mapped_at_creation: false,
+        });
+        let data = bytes.as_slice();
+        let whole = data.len() / 4 * 4;
+        // in pieces, so the queue's staging copy of a large weight stays small
+        for start in (0..whole).step_by(64 << 20) {
+            let end = (start + (64 << 20)).min(whole);
+            self.queue.write_buffer(&buffer, start as u64, &data[start..end]);
+        }
+        if whole < data.len() {
+            let mut tail = data[whole..].to_vec();
+            tail.resize(4, 0);
+            self.queue.write_buffer(&buffer, whole as u64, &tail);
+        }
+        self.resident.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+        let memory = ExternalMemory::Gpu { buffer, device: self.clone() };
+        Ok(Arc::new(External {
+            id: crate::caps::next_id(),
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+            device: self.id,
+            writable,
+            memory,
+            accounting: self.resident.clone(),
+        }))
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        self.resident.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn resource_counts(&self) -> Option<[isize; 3]> {

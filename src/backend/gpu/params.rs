@@ -210,6 +210,50 @@ params! {
         _pad2: u32,
     }
 
+    /// `set_rows.wgsl`: `dst[idx[r], :] = src[r, :]`.
+    SetRowsParams {
+        /// Elements written: N rows of D.
+        count: u32,
+        /// Row length D.
+        dim: u32,
+        /// Destination rows R.
+        rows: u32,
+        /// Source rows N.
+        n: u32,
+        /// The destination's offset within its binding.
+        dst_offset: u32,
+        /// The destination's row stride.
+        dst_row_stride: u32,
+        /// The source's offset within its binding.
+        src_offset: u32,
+        /// The source's row stride.
+        src_row_stride: u32,
+        /// The source's column stride.
+        src_col_stride: u32,
+        /// The indices' offset within their binding.
+        idx_offset: u32,
+        /// The indices' stride.
+        idx_stride: u32,
+        _pad0: u32,
+    }
+
+    /// `copy_into.wgsl`: `dst[c] = src[c]` through dst's strides.
+    CopyParams {
+        /// Elements written.
+        count: u32,
+        /// dst's offset within its binding.
+        dst_offset: u32,
+        /// src's offset within its binding.
+        src_offset: u32,
+        _pad0: u32,
+        /// dst's shape, rank 4.
+        shape: [u32; 4],
+        /// dst's strides.
+        dst_strides: [u32; 4],
+        /// src's strides, broadcast to dst's shape.
+        src_strides: [u32; 4],
+    }
+
     /// `concat.wgsl`: `out = concatenate([a, b], axis)`.
     ConcatParams {
         /// Output elements.

@@ -5,7 +5,7 @@
 
 use super::device::GpuBackend;
 use super::kernel::Dispatch;
-use crate::backend::{gather, CompileOptions, Executable, LocalFuture, PlanStats};
+use crate::backend::{fetched, gather, CompileOptions, Executable, Inputs, LocalFuture, PlanStats};
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
 use crate::compile::Compiled;
@@ -13,6 +13,8 @@ use crate::gpu::MatmulKernels;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::gpu::READBACK_TIMEOUT_ENV;
 use crate::graph::NodeId;
+use crate::resident::ExternalMemory;
+use crate::run::Fetch;
 use crate::{Data, Error, Graph, HostTensor, Result, Tensor};
 use std::collections::HashSet;
 use std::mem::ManuallyDrop;
@@ -47,12 +49,12 @@ pub(crate) struct GpuPlan {
     mem: MemoryPlan,
     /// The plan's wgpu objects, released in `Drop for GpuPlan` under the device's serial lock.
     res: ManuallyDrop<Resources>,
-    /// Storage nodes read back, with their byte offset in `res.staging`.
-    readback: Vec<(NodeId, u64)>,
     poison: bool,
     pipelines: usize,
     buffers: usize,
     kernels: Vec<String>,
+    /// Host time of the last run until submit, in microseconds.
+    last_us: f64,
 }
 
 /// The wgpu objects a plan owns. Releasing them takes the GL context on GL (buffers are deleted at once), so
@@ -82,18 +84,9 @@ fn round4(n: u64) -> u64 {
     n.div_ceil(4) * 4
 }
 
-/// The storage nodes read back, with their byte offset in the staging buffer, and the staging size in bytes.
-fn readback_layout(program: &Program, mem: &MemoryPlan) -> (Vec<(NodeId, u64)>, u64) {
-    let mut readback = Vec::new();
-    let mut size = 0u64;
-    for &o in &program.outputs {
-        let s = program.nodes[o].storage;
-        if !readback.iter().any(|&(n, _)| n == s) {
-            readback.push((s, size));
-            size += round4(mem.blocks[&s].size).div_ceil(256) * 256;
-        }
-    }
-    (readback, size)
+/// The staging buffer's size in bytes: room for every output read back whole.
+fn staging_size(program: &Program, mem: &MemoryPlan) -> u64 {
+    program.outputs.iter().map(|&o| round4(mem.blocks[&program.nodes[o].storage].size) + 8).sum()
 }
 
 /// The plan's buffers: arenas, the uniform block of every dispatch (written once, here), and the staging buffer.
@@ -150,6 +143,7 @@ async fn allocate(
 /// The pipeline and bind group of every dispatch (pipelines from the device's cache).
 async fn bind(
     gpu: &GpuBackend,
+    program: &Program,
     mem: &MemoryPlan,
     dispatches: &[&Dispatch],
     arenas: &[wgpu::Buffer],
@@ -180,7 +174,7 @@ async fn bind(
             entries.push(wgpu::BindGroupEntry {
                 binding: b as u32 + 1,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: &arenas[blk.arena],
+                    buffer: buffer_of(arenas, program, mem, blk.arena),
                     offset: blk.offset + offset,
                     size: wgpu::BufferSize::new(size),
                 }),
@@ -221,10 +215,10 @@ impl GpuPlan {
     ) -> Result<GpuPlan> {
         let Compiled { program, memory: mem, kernels } = compiled;
         let dispatches: Vec<&Dispatch> = kernels.iter().flatten().collect();
-        let (readback, staging_size) = readback_layout(&program, &mem);
+        let staging_size = staging_size(&program, &mem);
         let uniform_stride = PARAMS_BYTES.max(gpu.caps.min_uniform_offset_alignment as u64);
         let (arenas, uniforms, staging) = allocate(&gpu, &mem, &dispatches, staging_size, uniform_stride).await?;
-        let (steps, pipelines) = bind(&gpu, &mem, &dispatches, &arenas, &uniforms, uniform_stride).await?;
+        let (steps, pipelines) = bind(&gpu, &program, &mem, &dispatches, &arenas, &uniforms, uniform_stride).await?;
         // wgpu reports no errors for work on a lost device: a device lost during compile shows up only here
         gpu.check_alive("compile")?;
         let buffers = arenas.len() + 2;
@@ -234,15 +228,21 @@ impl GpuPlan {
             program,
             mem,
             res: ManuallyDrop::new(Resources { arenas, steps, staging }),
-            readback,
             poison: options.poison,
             pipelines,
             buffers,
             kernels,
+            last_us: 0.0,
         })
     }
 
-    async fn run_async(&mut self, inputs: &[(NodeId, &HostTensor)]) -> Result<Vec<HostTensor>> {
+    /// The buffer holding block `blk`: an arena, or an external tensor's own buffer.
+    fn buffer(&self, arena: usize) -> &wgpu::Buffer {
+        buffer_of(&self.res.arenas, &self.program, &self.mem, arena)
+    }
+
+    async fn run_async(&mut self, inputs: &Inputs<'_>, fetch: &[Fetch]) -> Result<Vec<Option<HostTensor>>> {
+        let start = crate::backend::now();
         let gpu = self.gpu.clone();
         #[cfg(not(target_arch = "wasm32"))]
         let _serial = gpu.serialize();
@@ -254,15 +254,14 @@ impl GpuPlan {
                 gpu.queue.write_buffer(a, 0, &vec![0xFF; a.size() as usize]);
             }
         }
-        for &(id, t) in inputs {
+        for &(id, bytes) in inputs {
             let blk = self.mem.blocks[&id];
-            let bytes = t.data.as_bytes();
             if bytes.len() % 4 == 0 {
-                gpu.queue.write_buffer(&self.res.arenas[blk.arena], blk.offset, bytes);
+                gpu.queue.write_buffer(self.buffer(blk.arena), blk.offset, bytes);
             } else {
                 let mut padded = bytes.to_vec();
                 padded.resize(round4(bytes.len() as u64) as usize, 0);
-                gpu.queue.write_buffer(&self.res.arenas[blk.arena], blk.offset, &padded);
+                gpu.queue.write_buffer(self.buffer(blk.arena), blk.offset, &padded);
             }
         }
         let mut enc =
@@ -275,17 +274,13 @@ impl GpuPlan {
                 pass.dispatch_workgroups(*x, *y, *z);
             }
         }
-        for &(node, off) in &self.readback {
-            let blk = self.mem.blocks[&node];
-            enc.copy_buffer_to_buffer(
-                &self.res.arenas[blk.arena],
-                blk.offset,
-                &self.res.staging,
-                off,
-                round4(blk.size),
-            );
+        let copies = self.copies(fetch)?;
+        for c in copies.iter().flatten() {
+            let blk = self.mem.blocks[&c.storage];
+            enc.copy_buffer_to_buffer(self.buffer(blk.arena), blk.offset + c.from, &self.res.staging, c.to, c.len);
         }
         gpu.queue.submit([enc.finish()]);
+        self.last_us = crate::backend::elapsed_us(start);
         let oom = oom.pop();
         let validation = validation.pop();
         if let Some(e) = oom.await {
@@ -294,23 +289,88 @@ impl GpuPlan {
         if let Some(e) = validation.await {
             return Err(Error::Gpu { context: "run".into(), message: e.to_string() });
         }
-        let bytes = read_staging(&gpu, &self.res.staging).await?;
-        Ok(self
-            .program
-            .outputs
-            .iter()
-            .map(|&o| {
-                let n = &self.program.nodes[o];
-                let (_, off) = *self.readback.iter().find(|&&(s, _)| s == n.storage).expect("staged");
-                let size = self.mem.blocks[&n.storage].size as usize;
-                let storage = Data::from_bytes(n.dtype, &bytes[off as usize..off as usize + size]);
-                HostTensor { shape: n.layout.shape.clone(), data: gather(&storage, &n.layout) }
+        let total = copies.iter().flatten().map(|c| c.to + c.len).max().unwrap_or(0);
+        let bytes = if total > 0 { read_staging(&gpu, &self.res.staging, total).await? } else { Vec::new() };
+        Ok(copies
+            .into_iter()
+            .map(|c| {
+                let c = c?;
+                let n = &self.program.nodes[c.output];
+                let esz = n.dtype.size_bytes();
+                let chunk = &bytes[c.to as usize..(c.to + c.len) as usize];
+                let storage = Data::from_bytes(n.dtype, &chunk[..chunk.len() / esz * esz]);
+                let mut layout = c.layout;
+                layout.offset -= (c.from / esz as u64) as usize;
+                Some(HostTensor { shape: layout.shape.clone(), data: gather(&storage, &layout) })
             })
             .collect())
     }
+
+    /// For each output, what this run copies back (`None`: nothing): the bytes its fetched layout spans, packed
+    /// one after another from the start of the staging buffer.
+    fn copies(&self, fetch: &[Fetch]) -> Result<Vec<Option<Copy>>> {
+        let mut to = 0u64;
+        let mut out = Vec::with_capacity(fetch.len());
+        for (&o, f) in self.program.outputs.iter().zip(fetch) {
+            let n = &self.program.nodes[o];
+            let Some(layout) = fetched(&n.layout, f)? else {
+                out.push(None);
+                continue;
+            };
+            let esz = n.dtype.size_bytes() as u64;
+            let from = layout.offset as u64 * esz / 4 * 4;
+            let end = round4(layout.storage_extent() as u64 * esz).min(round4(self.mem.blocks[&n.storage].size));
+            let len = end.saturating_sub(from);
+            out.push(Some(Copy { output: o, storage: n.storage, layout, from, to, len }));
+            to += round4(len);
+        }
+        Ok(out)
+    }
 }
 
-/// Maps `staging` for reading and returns its bytes. Natively the device is polled until the GPU is done, for
+/// One output's readback in a run: `len` bytes from byte `from` of its storage's block to byte `to` of staging.
+struct Copy {
+    output: NodeId,
+    storage: NodeId,
+    layout: crate::shape::Layout,
+    from: u64,
+    to: u64,
+    len: u64,
+}
+
+/// The buffer of block arena index `arena`: one of the plan's arenas, or an external tensor's own buffer.
+fn buffer_of<'a>(arenas: &'a [wgpu::Buffer], program: &'a Program, mem: &MemoryPlan, arena: usize) -> &'a wgpu::Buffer {
+    if arena < arenas.len() {
+        return &arenas[arena];
+    }
+    let node = mem.externals[arena - arenas.len()];
+    match program.external(node).map(|r| &r.ext.memory) {
+        Some(ExternalMemory::Gpu { buffer, .. }) => buffer,
+        _ => unreachable!("compile checked that every external tensor is on this device"),
+    }
+}
+
+/// The first `len` bytes of `buffer` (a state), through a staging buffer of their own.
+pub(crate) async fn read_buffer(gpu: &GpuBackend, buffer: &wgpu::Buffer, len: u64) -> Result<Vec<u8>> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let _serial = gpu.serialize();
+    gpu.check_alive("reading a state")?;
+    let size = len.div_ceil(8) * 8;
+    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("webtensor state readback"),
+        size: size.max(8),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+    enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, round4(len).min(buffer.size()));
+    gpu.queue.submit([enc.finish()]);
+    let mut bytes = read_staging(gpu, &staging, len).await?;
+    bytes.truncate(len as usize);
+    Ok(bytes)
+}
+
+/// Maps the first `len` bytes of `staging` for reading and returns them. Natively the device is polled until the GPU is done, for
 /// at most [`READBACK_TIMEOUT_ENV`] (60 s by default), and the map has then completed or failed: this never
 /// blocks longer. On wasm the browser completes (or, when the device is lost, fails) the map and this future
 /// awaits its callback.
@@ -318,14 +378,17 @@ impl GpuPlan {
 /// # Errors
 /// [`Error::Gpu`] when the device is lost, the wait times out, or the map fails. The buffer is left unmapped
 /// in every case, so a later run can map it again.
-async fn read_staging(gpu: &GpuBackend, staging: &wgpu::Buffer) -> Result<Vec<u8>> {
+async fn read_staging(gpu: &GpuBackend, staging: &wgpu::Buffer, len: u64) -> Result<Vec<u8>> {
     let (tx, rx) = futures_channel::oneshot::channel();
-    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+    // map offsets and sizes are multiples of 8 bytes (wgpu::MAP_ALIGNMENT); the staging buffer is large enough
+    let len = len.div_ceil(8) * 8;
+    let range = 0..len.min(staging.size());
+    staging.map_async(wgpu::MapMode::Read, range.clone(), move |r| {
         let _ = tx.send(r);
     });
     match wait_for_map(gpu, rx).await {
         Ok(()) => {
-            let bytes = staging.get_mapped_range(..).map(|view| view.to_vec());
+            let bytes = staging.get_mapped_range(range).map(|view| view.to_vec());
             staging.unmap();
             bytes.map_err(|e| Error::Gpu { context: "readback".into(), message: e.to_string() })
         }
@@ -387,8 +450,12 @@ async fn wait_for_map(
 }
 
 impl Executable for GpuPlan {
-    fn run<'a>(&'a mut self, inputs: &'a [(NodeId, &'a HostTensor)]) -> LocalFuture<'a, Result<Vec<HostTensor>>> {
-        Box::pin(self.run_async(inputs))
+    fn run<'a>(
+        &'a mut self,
+        inputs: &'a Inputs<'a>,
+        fetch: &'a [Fetch],
+    ) -> LocalFuture<'a, Result<Vec<Option<HostTensor>>>> {
+        Box::pin(self.run_async(inputs, fetch))
     }
 
     fn stats(&self) -> PlanStats {
@@ -404,5 +471,9 @@ impl Executable for GpuPlan {
 
     fn input_ids(&self) -> &[NodeId] {
         &self.program.inputs
+    }
+
+    fn last_host_us(&self) -> f64 {
+        self.last_us
     }
 }

@@ -14,6 +14,7 @@ use crate::backend::{CompileOptions, Executable};
 use crate::caps::DeviceType;
 use crate::gpu::MatmulChoice::{self, Coop, Generic, Tiled};
 use crate::gpu::{CoopConfig, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS, TUNE_CACHE_ENV};
+use crate::run::Fetch;
 use crate::{DType, Graph, HostTensor, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -133,8 +134,8 @@ impl Check {
 
     /// Runs `plan` once; whether its answer matches the CPU backend's (NMSE ≤ `tolerance`, and no NaN).
     async fn passes(&self, plan: &mut GpuPlan, tolerance: f64) -> Result<bool> {
-        let ids: Vec<(usize, &HostTensor)> = self.inputs.iter().map(|(i, t)| (*i, t)).collect();
-        let got = plan.run(&ids).await?.remove(0).data.to_f64();
+        let ids: Vec<(usize, &[u8])> = self.inputs.iter().map(|(i, t)| (*i, t.data.as_bytes())).collect();
+        let got = plan.run(&ids, &[Fetch::All]).await?.remove(0).expect("fetched").data.to_f64();
         let Some(want) = &self.want else { return Ok(true) };
         let err: f64 =
             got.iter().zip(want).map(|(x, y)| (x - y) * (x - y)).sum::<f64>() / want.iter().map(|y| y * y).sum::<f64>();
@@ -143,11 +144,11 @@ impl Check {
 
     /// Best of 3 runs of `plan`, wall clock around upload, submit and readback.
     async fn time(&self, plan: &mut GpuPlan) -> Result<Duration> {
-        let ids: Vec<(usize, &HostTensor)> = self.inputs.iter().map(|(i, t)| (*i, t)).collect();
+        let ids: Vec<(usize, &[u8])> = self.inputs.iter().map(|(i, t)| (*i, t.data.as_bytes())).collect();
         let mut t = Duration::MAX;
         for _ in 0..3 {
             let start = Instant::now();
-            plan.run(&ids).await?;
+            plan.run(&ids, &[Fetch::All]).await?;
             t = t.min(start.elapsed());
         }
         Ok(t)

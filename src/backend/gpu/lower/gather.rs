@@ -2,7 +2,7 @@
 
 use super::target::{dispatch, grid, GpuTarget};
 use crate::backend::gpu::kernel::{Dispatch, KernelKey, KernelKind};
-use crate::backend::gpu::params::{vec4, ConcatParams, GetRowsParams, Params};
+use crate::backend::gpu::params::{vec4, ConcatParams, CopyParams, GetRowsParams, Params, SetRowsParams};
 use crate::compile::ir::Program;
 use crate::graph::NodeId;
 use crate::Result;
@@ -61,4 +61,59 @@ pub(super) fn concat(
     let bindings = vec![id, nodes[a].storage, nodes[b].storage];
     let workgroups = grid("concat", (numel as u64).div_ceil(256), t.max_groups)?;
     Ok(dispatch(key, Params::ConcatParams(p), bindings, workgroups))
+}
+
+/// `dst[idx[r], :] = src[r, :]`, one invocation per element of src.
+pub(super) fn set_rows(
+    p: &Program,
+    id: NodeId,
+    dst: NodeId,
+    idx: NodeId,
+    src: NodeId,
+    t: &GpuTarget,
+) -> Result<Dispatch> {
+    let nodes = &p.nodes;
+    let (ld, li, ls) = (&nodes[dst].layout, &nodes[idx].layout, &nodes[src].layout);
+    let (rows, dim, n) = (ld.shape[0], ld.shape[1], ls.shape[0]);
+    let count = n * dim;
+    let params = SetRowsParams {
+        count: count as u32,
+        dim: dim as u32,
+        rows: rows as u32,
+        n: n as u32,
+        dst_offset: ld.offset as u32,
+        dst_row_stride: ld.strides[0] as u32,
+        src_offset: ls.offset as u32,
+        src_row_stride: ls.strides[0] as u32,
+        src_col_stride: ls.strides[1] as u32,
+        idx_offset: li.offset as u32,
+        idx_stride: li.strides[0] as u32,
+        _pad0: 0,
+    };
+    let key = KernelKey::new(KernelKind::SetRows, nodes[dst].dtype, vec![nodes[src].dtype, nodes[idx].dtype]);
+    let bindings = vec![nodes[id].storage, nodes[src].storage, nodes[idx].storage];
+    let workgroups = grid("set_rows", (count as u64).div_ceil(256), t.max_groups)?;
+    Ok(dispatch(key, Params::SetRowsParams(params), bindings, workgroups))
+}
+
+/// `dst[c] = src[c]` through dst's strides, one invocation per element.
+pub(super) fn copy_into(p: &Program, id: NodeId, dst: NodeId, src: NodeId, t: &GpuTarget) -> Result<Dispatch> {
+    let nodes = &p.nodes;
+    let ld = &nodes[dst].layout;
+    let ls = nodes[src].layout.broadcast_operand(&ld.shape);
+    let (shape, dst_strides) = ld.padded4();
+    let count = ld.numel();
+    let params = CopyParams {
+        count: count as u32,
+        dst_offset: ld.offset as u32,
+        src_offset: ls.offset as u32,
+        _pad0: 0,
+        shape: vec4(shape),
+        dst_strides: vec4(dst_strides),
+        src_strides: vec4(ls.padded4().1),
+    };
+    let key = KernelKey::new(KernelKind::CopyInto, nodes[dst].dtype, vec![nodes[src].dtype]);
+    let bindings = vec![nodes[id].storage, nodes[src].storage];
+    let workgroups = grid("copy_into", (count as u64).div_ceil(256), t.max_groups)?;
+    Ok(dispatch(key, Params::CopyParams(params), bindings, workgroups))
 }

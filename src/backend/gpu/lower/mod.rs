@@ -20,6 +20,10 @@ use target::GpuTarget;
 impl Target for GpuTarget {
     type Kernel = Dispatch;
 
+    fn device_id(&self) -> u64 {
+        self.device
+    }
+
     fn fusion(&self) -> bool {
         self.fusion
     }
@@ -42,7 +46,11 @@ impl Target for GpuTarget {
             Step::Row { .. } | Step::Reduce { .. } => rows::lower(program, id, self)?,
             Step::GetRows { table, idx } => gather::get_rows(program, id, *table, *idx, self)?,
             Step::Concat { a, b, axis } => gather::concat(program, id, *a, *b, *axis, self)?,
-            Step::Input { .. } | Step::View { .. } => unreachable!("inputs and views are not scheduled"),
+            Step::SetRows { dst, idx, src } => gather::set_rows(program, id, *dst, *idx, *src, self)?,
+            Step::CopyInto { dst, src } => gather::copy_into(program, id, *dst, *src, self)?,
+            Step::Input { .. } | Step::View { .. } | Step::External { .. } => {
+                unreachable!("inputs, views and externals are not scheduled")
+            }
         };
         // one binding per memory range: WebGPU rejects overlapping bindings in a dispatch when one is writable
         let blocks: Vec<(usize, u64)> =

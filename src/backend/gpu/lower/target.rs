@@ -31,6 +31,8 @@ pub(crate) struct GpuTarget {
     pub align: u64,
     /// Whether fusion and in-place execution run.
     pub fusion: bool,
+    /// The device's identity.
+    pub device: u64,
 }
 
 /// Workgroup grid for `groups` workgroups: 1-D when it fits `max_per_dim`, else split over x and y.

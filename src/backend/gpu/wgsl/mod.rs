@@ -12,7 +12,9 @@ mod storage;
 pub(crate) mod template;
 
 use super::kernel::{KernelKey, KernelKind};
-use super::params::{ConcatParams, ElementwiseParams, GetRowsParams, MatmulParams, RowsParams};
+use super::params::{
+    ConcatParams, CopyParams, ElementwiseParams, GetRowsParams, MatmulParams, RowsParams, SetRowsParams,
+};
 
 const COMMON: &str = include_str!("../../../../shaders/common.wgsl");
 
@@ -27,6 +29,8 @@ fn params_decl(kind: &KernelKind) -> String {
         KernelKind::Rows { .. } => RowsParams::wgsl_fields(),
         KernelKind::GetRows => GetRowsParams::wgsl_fields(),
         KernelKind::Concat => ConcatParams::wgsl_fields(),
+        KernelKind::SetRows => SetRowsParams::wgsl_fields(),
+        KernelKind::CopyInto => CopyParams::wgsl_fields(),
     };
     format!("{fields}@group(0) @binding(0) var<uniform> P: Params;\n")
 }
@@ -53,7 +57,9 @@ impl KernelKey {
             }
             KernelKind::MatMulCoop { .. } => coop::wgsl(self, bindings),
             KernelKind::Rows { op, mask } => rows::wgsl(self, bindings, *op, *mask),
-            KernelKind::GetRows | KernelKind::Concat => gather::wgsl(self, bindings),
+            KernelKind::GetRows | KernelKind::Concat | KernelKind::SetRows | KernelKind::CopyInto => {
+                gather::wgsl(self, bindings)
+            }
         };
         format!("{enable}{}{COMMON}\n{body}", params_decl(&self.kind))
     }

@@ -62,7 +62,10 @@ fn bindings(key: &KernelKey) -> Vec<Binding> {
                 v.push(b("m_in", key.ins[1], false, false));
             }
         }
-        KernelKind::GetRows | KernelKind::Concat => {
+        KernelKind::CopyInto => {
+            v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
+        }
+        KernelKind::GetRows | KernelKind::Concat | KernelKind::SetRows => {
             v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
             v.push(b("src1", key.ins[1], false, false));
         }

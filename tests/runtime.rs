@@ -1,0 +1,242 @@
+//! The model runtime on every backend: resident weights bound at compile time and shared by plans, states that
+//! persist across runs and plans, run-time integer inputs as borrowed slices, partial readback, the device's
+//! memory accounting, and the errors of this API.
+
+mod common;
+
+use webtensor::DType::{F16, F32, I32};
+use webtensor::{CompileOptions, Device, Error, Fetch, Graph, HostTensor, Value};
+
+fn ramp(shape: &[usize], scale: f32) -> HostTensor {
+    let n: usize = shape.iter().product();
+    HostTensor::f32(shape, (0..n).map(|i| ((i % 17) as f32 - 8.0) * scale).collect()).unwrap()
+}
+
+/// y = x @ wᵀ with a resident w: two plans share the weight; dropping one leaves the other working; the device
+/// counts the weight's bytes once.
+#[test]
+fn resident_weights_are_shared_and_counted_once() {
+    for device in common::devices() {
+        let before = device.resident_bytes();
+        let w = device.upload("w", ramp(&[5, 8], 0.25)).unwrap();
+        assert_eq!(device.resident_bytes() - before, 5 * 8 * 4, "{device:?}");
+        let build = |m: usize| {
+            let mut g = Graph::new();
+            let x = g.input("x", F32, &[m, 8]).unwrap();
+            let wt = g.resident(&w).unwrap();
+            let wt = g.t(wt).unwrap();
+            let y = g.matmul(x, wt).unwrap();
+            (g, x, y)
+        };
+        let (g1, x1, y1) = build(1);
+        let (g3, x3, y3) = build(3);
+        let mut p1 = device.compile(&g1, &[y1]).unwrap();
+        let mut p3 = device.compile(&g3, &[y3]).unwrap();
+        assert_eq!(device.resident_bytes() - before, 5 * 8 * 4, "shared, not copied per plan: {device:?}");
+        let xv = ramp(&[3, 8], 0.5);
+        let want: Vec<f32> = (0..3)
+            .flat_map(|i| {
+                let xv = &xv;
+                (0..5).map(move |j| {
+                    (0..8).map(|k| xv.data.to_f32()[i * 8 + k] * ((((j * 8 + k) % 17) as f32 - 8.0) * 0.25)).sum()
+                })
+            })
+            .collect();
+        let got3 = p3.run(&[(x3, &xv)]).unwrap()[0].data.to_f32();
+        assert_eq!(got3, want, "{device:?}");
+        drop(p3);
+        drop(g3);
+        let x1v = HostTensor::f32(&[1, 8], xv.data.to_f32()[..8].to_vec()).unwrap();
+        assert_eq!(p1.run(&[(x1, &x1v)]).unwrap()[0].data.to_f32(), want[..5], "after the other plan was dropped");
+        assert!(p1.stats().memory_bytes < 4096, "the plan's own memory excludes the weight: {:?}", p1.stats());
+        drop((p1, g1, w));
+        assert_eq!(device.resident_bytes(), before, "freed with the last plan and handle: {device:?}");
+    }
+}
+
+/// A state carried across three runs: each run appends its token's row at its position (an i32 slice, not a
+/// host tensor) and reads back the sum of the rows written so far.
+#[test]
+fn a_state_carries_across_runs() {
+    for device in common::devices() {
+        let cache = device.state("cache", F32, &[4, 3]).unwrap();
+        let mut g = Graph::new();
+        let pos = g.input("pos", I32, &[1]).unwrap();
+        let row = g.input("row", F32, &[1, 3]).unwrap();
+        let c = g.state(&cache).unwrap();
+        let c = g.set_rows(c, pos, row).unwrap();
+        let ct = g.t(c).unwrap();
+        let s = g.sum(ct).unwrap(); // [3, 1]: column sums of the cache
+        let mut plan = device.compile(&g, &[s]).unwrap();
+        let mut want = [0.0f32; 3];
+        for step in 0..3i32 {
+            let r = [step as f32 + 1.0, 10.0, -0.5];
+            (0..3).for_each(|j| want[j] += r[j]);
+            let out = plan.run_with(&[(pos, Value::I32(&[step])), (row, Value::F32(&r))], &[]).unwrap();
+            assert_eq!(out[0].as_ref().unwrap().data.to_f32(), want, "{device:?} step {step}");
+        }
+        let saved = cache.read().unwrap();
+        assert_eq!(saved.data.to_f32()[..9], [1.0, 10.0, -0.5, 2.0, 10.0, -0.5, 3.0, 10.0, -0.5]);
+        assert_eq!(saved.data.to_f32()[9..], [0.0; 3], "row 3 never written: zeroed at creation");
+        cache.zero().unwrap();
+        assert_eq!(cache.read().unwrap().data.to_f32(), vec![0.0; 12]);
+    }
+}
+
+/// Two plans share one weight and one state: the first (prefill) writes rows 0..n, the second (decode) reads them
+/// and appends row n; an f16 cache written from f32 rows.
+#[test]
+fn two_plans_share_a_weight_and_a_state() {
+    for device in common::devices() {
+        let w = device.upload("w", ramp(&[4, 4], 0.125)).unwrap();
+        let cache = device.state("kv", F16, &[8, 4]).unwrap();
+        // prefill: rows 0..3 of the cache = x @ w
+        let mut g1 = Graph::new();
+        let x = g1.input("x", F32, &[3, 4]).unwrap();
+        let idx = g1.input("idx", I32, &[3]).unwrap();
+        let (wt, c) = (g1.resident(&w).unwrap(), g1.state(&cache).unwrap());
+        let y = g1.matmul(x, wt).unwrap();
+        let done = g1.set_rows(c, idx, y).unwrap();
+        let mut prefill = device.compile(&g1, &[done]).unwrap();
+        // decode: row n = (sum of rows 0..n) @ w, and the whole cache back
+        let mut g2 = Graph::new();
+        let n_in = g2.input("n", I32, &[1]).unwrap();
+        let (wt2, c2) = (g2.resident(&w).unwrap(), g2.state(&cache).unwrap());
+        let rows = g2.slice(c2, 0, 0, 3).unwrap();
+        let rt = g2.t(rows).unwrap();
+        let total = g2.sum(rt).unwrap(); // [4, 1]
+        let total = g2.t(total).unwrap(); // [1, 4]
+        let next = g2.matmul(total, wt2).unwrap();
+        let written = g2.set_rows(c2, n_in, next).unwrap();
+        let mut decode = device.compile(&g2, &[written]).unwrap();
+        let xv = ramp(&[3, 4], 0.25);
+        prefill.run_with(&[(x, Value::Host(&xv)), (idx, Value::I32(&[0, 1, 2]))], &[Fetch::Skip]).unwrap();
+        let out = decode.run_with(&[(n_in, Value::I32(&[3]))], &[]).unwrap().remove(0).unwrap();
+        let (wv, x32) = (ramp(&[4, 4], 0.125).data.to_f32(), xv.data.to_f32());
+        let f16 = |v: f32| half::f16::from_f32(v).to_f32();
+        let mut want = vec![0.0f32; 32];
+        for i in 0..3 {
+            for j in 0..4 {
+                want[i * 4 + j] = f16((0..4).map(|k| x32[i * 4 + k] * wv[k * 4 + j]).sum());
+            }
+        }
+        let sums: Vec<f32> = (0..4).map(|k| (0..3).map(|i| want[i * 4 + k]).sum()).collect();
+        for j in 0..4 {
+            want[12 + j] = f16((0..4).map(|k| sums[k] * wv[k * 4 + j]).sum());
+        }
+        let got = out.data.to_f32();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{device:?} element {i}: {g} vs {w}");
+        }
+    }
+}
+
+/// Partial readback: one row of a [T, V] output, an argmax of 4 bytes, and an output skipped.
+#[test]
+fn outputs_are_read_back_as_fetched() {
+    for device in common::devices() {
+        let mut g = Graph::new();
+        let x = g.input("x", F32, &[5, 7]).unwrap();
+        let y = g.scale(x, 2.0).unwrap();
+        let am = g.argmax(y).unwrap();
+        let mut plan = device.compile(&g, &[y, am]).unwrap();
+        let xv = ramp(&[5, 7], 0.3);
+        let full = plan.run(&[(x, &xv)]).unwrap();
+        let out = plan.run_with(&[(x, Value::Host(&xv))], &[Fetch::Rows(4..5), Fetch::All]).unwrap();
+        let last = out[0].as_ref().unwrap();
+        assert_eq!(last.shape, vec![1, 7]);
+        assert_eq!(last.data.to_f32(), full[0].data.to_f32()[28..]);
+        assert_eq!(out[1].as_ref().unwrap(), &full[1]);
+        let out = plan.run_with(&[(x, Value::Host(&xv))], &[Fetch::Skip, Fetch::Rows(2..4)]).unwrap();
+        assert!(out[0].is_none());
+        assert_eq!(out[1].as_ref().unwrap().data.to_f32(), full[1].data.to_f32()[2..4]);
+        let e = plan.run_with(&[(x, Value::Host(&xv))], &[Fetch::Rows(3..9), Fetch::All]).unwrap_err();
+        assert!(matches!(e, Error::InvalidAxis { .. }), "{e}");
+        let e = plan.run_with(&[(x, Value::Host(&xv))], &[Fetch::All]).unwrap_err();
+        assert!(e.to_string().contains("1 fetches given for 2 outputs"), "{e}");
+    }
+}
+
+/// Rerunning plans with resident and state tensors creates no buffers, bind groups or pipelines.
+#[test]
+fn rerunning_runtime_plans_creates_no_gpu_objects() {
+    let Some(shared) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let device = &Device::with_backend(shared.capabilities().backend).unwrap();
+    let w = device.upload("w", ramp(&[16, 16], 0.1)).unwrap();
+    let cache = device.state("cache", F32, &[8, 16]).unwrap();
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[1, 16]).unwrap();
+    let p = g.input("p", I32, &[1]).unwrap();
+    let (wt, c) = (g.resident(&w).unwrap(), g.state(&cache).unwrap());
+    let y = g.matmul(x, wt).unwrap();
+    let c = g.set_rows(c, p, y).unwrap();
+    let s = g.softmax(c).unwrap();
+    let mut plan = device.compile_with(&g, &[s], &CompileOptions { poison: true, ..Default::default() }).unwrap();
+    let xv = ramp(&[1, 16], 0.2);
+    plan.run_with(&[(x, Value::Host(&xv)), (p, Value::I32(&[0]))], &[]).unwrap();
+    let before = device.resource_counts().unwrap();
+    for step in 1..8 {
+        plan.run_with(&[(x, Value::Host(&xv)), (p, Value::I32(&[step]))], &[Fetch::Rows(0..1)]).unwrap();
+    }
+    assert_eq!(device.resource_counts().unwrap(), before, "[buffers, bind groups, pipelines] changed across runs");
+}
+
+/// Errors of the runtime API name the tensor; nothing panics.
+#[test]
+fn runtime_errors_name_the_tensor() {
+    let cpu = Device::cpu();
+    let other = Device::cpu();
+    let w = cpu.upload("weights.0", ramp(&[2, 2], 1.0)).unwrap();
+    let s = cpu.state("kv.3", F32, &[4, 2]).unwrap();
+    let mut g = Graph::new();
+    let wt = g.resident(&w).unwrap();
+    let st = g.state(&s).unwrap();
+    let y = g.add(wt, wt).unwrap();
+    let e = other.compile(&g, &[y]).err().unwrap();
+    assert!(e.to_string().contains("weights.0") && e.to_string().contains("another device"), "{e}");
+    let e = other.compile(&g, &[st]).err().unwrap();
+    assert!(e.to_string().contains("kv.3"), "{e}");
+    // a destination that is not a state
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[4, 2]).unwrap();
+    let i = g.input("i", I32, &[1]).unwrap();
+    let r = g.input("r", F32, &[1, 2]).unwrap();
+    assert!(matches!(g.set_rows(x, i, r), Err(Error::InvalidArgument { op: "set_rows", .. })));
+    let wt = g.resident(&w).unwrap();
+    assert!(g.set_rows(wt, i, r).is_err(), "a resident weight is read-only");
+    let st = g.state(&s).unwrap();
+    let bad = g.input("bad", F32, &[1, 3]).unwrap();
+    assert!(matches!(g.set_rows(st, i, bad), Err(Error::ShapeMismatch { .. })));
+    let fidx = g.input("fi", F32, &[1]).unwrap();
+    assert!(matches!(g.set_rows(st, fidx, r), Err(Error::UnsupportedDType { .. })));
+    // wrong bytes for an upload, wrong values for a state
+    let e = cpu.upload_bytes("emb", F32, &[3, 3], webtensor::Bytes::from_vec(vec![0; 35])).unwrap_err();
+    assert!(e.to_string().contains("emb") && e.to_string().contains("35 bytes"), "{e}");
+    let e = s.write(&ramp(&[2, 2], 1.0)).unwrap_err();
+    assert!(e.to_string().contains("kv.3"), "{e}");
+    // an index out of range: an error naming it on the CPU; on a GPU, nothing written outside the state
+    let w2 = g.set_rows(st, i, r).unwrap();
+    for device in common::devices() {
+        let s = device.state("kv", F32, &[4, 2]).unwrap();
+        let mut g = Graph::new();
+        let i = g.input("i", I32, &[1]).unwrap();
+        let r = g.input("r", F32, &[1, 2]).unwrap();
+        let st = g.state(&s).unwrap();
+        let w = g.set_rows(st, i, r).unwrap();
+        let mut plan = device.compile(&g, &[w]).unwrap();
+        let rv = [7.0f32, 8.0];
+        let res = plan.run_with(&[(i, Value::I32(&[4])), (r, Value::F32(&rv))], &[]);
+        if device.is_cpu() {
+            let e = res.unwrap_err();
+            assert!(e.to_string().contains("index 4") && e.to_string().contains("0..4"), "{e}");
+        } else {
+            assert_eq!(res.unwrap()[0].as_ref().unwrap().data.to_f32(), vec![0.0; 8], "{device:?}: row skipped");
+        }
+        let res = plan.run_with(&[(i, Value::I32(&[-1])), (r, Value::F32(&rv))], &[]);
+        assert!(device.is_cpu() == res.is_err(), "{device:?}");
+    }
+    let _ = w2;
+}
