@@ -2,19 +2,95 @@
 //! small dispatches over resident weights and a state — on the CPU backend and every GPU backend present (lavapipe
 //! on Vulkan and llvmpipe on GL here), in microseconds of host time per dispatch (uploads, encoding and submit;
 //! the CPU backend's whole run), medians of 50 runs after 5 warm-up runs. Goal: at most 3 µs per dispatch.
-//! `WEBTENSOR_BENCH_BACKENDS=cpu,vulkan,gl` chooses the backends.
+//!
+//! Then the growing sequence: a decode step (rope, a write of the new key and value into f16 KV-cache states,
+//! attention with a run-time KV length L, nine query heads over three K/V heads of 64) at L = 64 in a plan whose
+//! cache holds 8192 positions, against a plan made for exactly 64: its cost must follow L, not the capacity
+//! (goal: at most 1.2×). `WEBTENSOR_BENCH_BACKENDS=cpu,vulkan,gl` chooses the backends.
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
-    use webtensor::{BackendKind, DType, Device, Fetch, Graph, HostTensor, Value};
+    use webtensor::BackendKind;
     let kinds: Vec<BackendKind> = std::env::var("WEBTENSOR_BENCH_BACKENDS")
         .unwrap_or_else(|_| "cpu,vulkan,gl".into())
         .split(',')
         .filter_map(|s| s.parse().ok())
         .collect();
+    host_overhead(&kinds);
+    growing_sequence(&kinds);
+}
+
+/// A decode step over a KV cache of `capacity` positions at KV length `len`: median milliseconds of a whole run.
+#[cfg(not(target_arch = "wasm32"))]
+fn decode_step_ms(device: &webtensor::Device, capacity: usize, len: usize) -> f64 {
+    use webtensor::{Attention, DType, Fetch, Graph, Rope, RopeMode, Value};
+    let (h, hkv, d) = (9usize, 3usize, 64usize);
+    let kc = device.state("k", DType::F16, &[capacity, hkv * d]).unwrap();
+    let vc = device.state("v", DType::F16, &[capacity, hkv * d]).unwrap();
+    let mut g = Graph::new();
+    let q_in = g.input("q", DType::F32, &[1, h, d]).unwrap();
+    let k = g.input("k", DType::F32, &[1, hkv * d]).unwrap();
+    let v = g.input("v", DType::F32, &[1, hkv * d]).unwrap();
+    let pos = g.input("pos", DType::I32, &[1]).unwrap();
+    let kv_len = g.input("kv_len", DType::I32, &[1]).unwrap();
+    let rope = Rope { n_dims: d, mode: RopeMode::Normal, freq_base: 1e5, freq_scale: 1.0 };
+    let q = g.rope(q_in, pos, &rope).unwrap();
+    let (ks, vs) = (g.state(&kc).unwrap(), g.state(&vc).unwrap());
+    let ks = g.set_rows(ks, pos, k).unwrap();
+    let vs = g.set_rows(vs, pos, v).unwrap();
+    let view = |g: &mut Graph, c| {
+        let c = g.reshape(c, &[capacity, hkv, d]).unwrap();
+        g.permute(c, &[1, 0, 2]).unwrap()
+    };
+    let (kv, vv) = (view(&mut g, ks), view(&mut g, vs));
+    let qh = g.permute(q, &[1, 0, 2]).unwrap();
+    let a = Attention { scale: 0.125, causal: true, mask: None, kv_len: Some(kv_len) };
+    let o = g.attention(qh, kv, vv, &a).unwrap();
+    let mut plan = device.compile(&g, &[o]).unwrap();
+    let (qv, kv_) = (vec![0.1f32; h * d], vec![0.2f32; hkv * d]);
+    let run = |plan: &mut webtensor::Plan| {
+        let ins = [
+            (q_in, Value::F32(&qv)),
+            (k, Value::F32(&kv_)),
+            (v, Value::F32(&kv_)),
+            (pos, Value::I32(&[len as i32 - 1])),
+            (kv_len, Value::I32(&[len as i32])),
+        ];
+        plan.run_with(&ins, &[Fetch::All]).unwrap();
+    };
+    let mut times = Vec::new();
+    for i in 0..25 {
+        let t = std::time::Instant::now();
+        run(&mut plan);
+        if i >= 5 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn growing_sequence(kinds: &[webtensor::BackendKind]) {
+    use webtensor::Device;
+    println!();
+    println!("| backend | step at L = 64, capacity 64 (ms) | step at L = 64, capacity 8192 (ms) | ratio | step at L = 4096, capacity 8192 (ms) |");
+    println!("|---|---|---|---|---|");
+    for &kind in kinds {
+        let Ok(device) = Device::with_backend(kind) else { continue };
+        let exact = decode_step_ms(&device, 64, 64);
+        let big = decode_step_ms(&device, 8192, 64);
+        let long = decode_step_ms(&device, 8192, 4096);
+        println!("| {kind} | {exact:.3} | {big:.3} | {:.2}× | {long:.3} |", big / exact);
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn host_overhead(kinds: &[webtensor::BackendKind]) {
+    use webtensor::{DType, Device, Fetch, Graph, HostTensor, Value};
     println!("| backend | adapter | dispatches | host µs per run | host µs per dispatch | whole run µs per dispatch |");
     println!("|---|---|---|---|---|---|");
-    for kind in kinds {
+    for &kind in kinds {
         let Ok(device) = Device::with_backend(kind) else {
             println!("| {kind} | absent | | | | |");
             continue;

@@ -180,11 +180,20 @@ impl Device {
     /// [`Graph::set_rows`](crate::Graph::set_rows) or [`Graph::copy_into`](crate::Graph::copy_into).
     ///
     /// # Errors
-    /// [`Error::InvalidShape`] for a bad shape; [`Error::LimitExceeded`] when it exceeds the device's largest
+    /// [`Error::InvalidShape`] for a bad shape; [`Error::UnsupportedDType`] for a block type (a state is written by
+    /// graph ops, which write f32, f16 and i32); [`Error::LimitExceeded`] when it exceeds the device's largest
     /// buffer; [`Error::Gpu`] when the device was lost.
     pub fn state(&self, name: &str, dtype: crate::DType, shape: &[usize]) -> Result<State> {
         crate::shape::check_shape("state", shape)?;
-        let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
+        if dtype.is_storage_format() {
+            let reason = "a state holds f32, f16 or i32 (graph ops write those)".into();
+            return Err(Error::UnsupportedDType { op: "state", dtype, shape: shape.to_vec(), reason });
+        }
+        let bytes = dtype.bytes_of_shape(shape).ok_or_else(|| Error::InvalidShape {
+            op: "state",
+            shape: shape.to_vec(),
+            reason: "the size in bytes overflows".into(),
+        })?;
         let zeros = Bytes::from_vec(vec![0u8; bytes]);
         Ok(State { inner: self.backend.upload(name, dtype, shape, zeros, true)? })
     }

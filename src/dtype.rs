@@ -1,8 +1,11 @@
-//! Element types.
+//! Element types: f32, f16, i32, and ggml's storage formats — bf16 and the block-quantized types, whose tensors are
+//! rows of whole blocks (a block holds `block_size` values in `block_bytes` bytes: scales and packed quants).
 
 use std::fmt;
 
 /// Element type of a tensor.
+#[allow(non_camel_case_types)]
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     /// IEEE 754 binary32.
@@ -11,29 +14,156 @@ pub enum DType {
     F16,
     /// Two's-complement 32-bit integer (indices, argmax results).
     I32,
+    /// bfloat16 storage (weights): the top 16 bits of an f32.
+    BF16,
+    /// ggml's Q4_0: blocks of 32, an f16 scale d and 16 bytes of 4-bit quants q; value `(q − 8)·d`.
+    Q4_0,
+    /// ggml's Q4_1: blocks of 32, f16 d and m, 16 bytes of 4-bit quants; value `q·d + m`.
+    Q4_1,
+    /// ggml's Q5_0: blocks of 32, f16 d, 4 bytes of fifth bits, 16 bytes of low nibbles; `(q − 16)·d`.
+    Q5_0,
+    /// ggml's Q5_1: blocks of 32, f16 d and m, fifth bits, nibbles; `q·d + m`.
+    Q5_1,
+    /// ggml's Q8_0: blocks of 32, f16 d and 32 int8 quants; `q·d`.
+    Q8_0,
+    /// ggml's Q2_K: super-blocks of 256 in 16 groups of 16 with 4-bit scales and mins.
+    Q2_K,
+    /// ggml's Q3_K: super-blocks of 256, 3-bit quants (2 low bits and a high-bit mask), 6-bit scales.
+    Q3_K,
+    /// ggml's Q4_K: super-blocks of 256 in 8 groups of 32 with 6-bit scales and mins.
+    Q4_K,
+    /// ggml's Q5_K: as Q4_K with a fifth bit per quant.
+    Q5_K,
+    /// ggml's Q6_K: super-blocks of 256, 6-bit quants in 16 groups of 16 with 8-bit scales.
+    Q6_K,
 }
 
 impl DType {
-    /// Size of one element in bytes.
-    pub fn size_bytes(self) -> usize {
+    /// Every dtype.
+    pub const ALL: [DType; 14] = [
+        DType::F32,
+        DType::F16,
+        DType::I32,
+        DType::BF16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ];
+
+    /// Values per block: 1 for f32, f16, i32 and bf16; 32 for the Q*_0/Q*_1 types; 256 for the K-quants.
+    pub fn block_size(self) -> usize {
         match self {
-            DType::F32 | DType::I32 => 4,
-            DType::F16 => 2,
+            DType::F32 | DType::F16 | DType::I32 | DType::BF16 => 1,
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => 32,
+            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
         }
     }
 
-    /// True for f32 and f16.
+    /// Bytes per block (ggml-common.h's `sizeof(block_…)`); for the plain types, bytes per element.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::Q4_0 => 18,
+            DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
+            DType::Q8_0 => 34,
+            DType::Q2_K => 84,
+            DType::Q3_K => 110,
+            DType::Q4_K => 144,
+            DType::Q5_K => 176,
+            DType::Q6_K => 210,
+        }
+    }
+
+    /// Size of one element in bytes, for the types that have one (every type but the block-quantized ones, whose
+    /// size is [`DType::block_bytes`] per [`DType::block_size`] elements; they return 0).
+    pub fn size_bytes(self) -> usize {
+        if self.block_size() == 1 {
+            self.block_bytes()
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of `numel` elements (`numel` a multiple of the block size for block types), or `None` on overflow.
+    pub fn bytes_of(self, numel: usize) -> Option<usize> {
+        (numel / self.block_size()).checked_mul(self.block_bytes())
+    }
+
+    /// Bytes of a tensor of `shape` (numpy order): `None` when the element count overflows or, for a block type,
+    /// the last dimension is not a whole number of blocks.
+    pub fn bytes_of_shape(self, shape: &[usize]) -> Option<usize> {
+        if shape.last().is_some_and(|&d| d % self.block_size() != 0) {
+            return None;
+        }
+        let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))?;
+        self.bytes_of(numel)
+    }
+
+    /// True for f32 and f16, the types arithmetic runs on.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16)
     }
 
-    /// Lower-case name as numpy spells it: `float32`, `float16`, `int32`.
+    /// True for bf16 and the block-quantized types: storage formats that matmul weights (`x @ t(w)`), get_rows
+    /// tables and casts to f32 or f16 read, and nothing else.
+    pub fn is_storage_format(self) -> bool {
+        !matches!(self, DType::F32 | DType::F16 | DType::I32)
+    }
+
+    /// The name: numpy's for the plain types (`float32`, `float16`, `int32`), ggml's for the others (`bf16`,
+    /// `q4_1`, `q6_k`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "float32",
             DType::F16 => "float16",
             DType::I32 => "int32",
+            DType::BF16 => "bf16",
+            DType::Q4_0 => "q4_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
+            DType::Q8_0 => "q8_0",
+            DType::Q2_K => "q2_k",
+            DType::Q3_K => "q3_k",
+            DType::Q4_K => "q4_k",
+            DType::Q5_K => "q5_k",
+            DType::Q6_K => "q6_k",
         }
+    }
+
+    /// ggml's type id (`enum ggml_type`), as GGUF files store it.
+    pub fn ggml_type(self) -> Option<u32> {
+        Some(match self {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::Q4_0 => 2,
+            DType::Q4_1 => 3,
+            DType::Q5_0 => 6,
+            DType::Q5_1 => 7,
+            DType::Q8_0 => 8,
+            DType::Q2_K => 10,
+            DType::Q3_K => 11,
+            DType::Q4_K => 12,
+            DType::Q5_K => 13,
+            DType::Q6_K => 14,
+            DType::I32 => 26,
+            DType::BF16 => 30,
+        })
+    }
+
+    /// The dtype of ggml type id `t`, if webtensor has it.
+    pub fn from_ggml_type(t: u32) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.ggml_type() == Some(t))
     }
 }
 

@@ -92,6 +92,7 @@ pub fn write_npy(path: &str, t: &HostTensor) -> Result<()> {
         Data::F32(v) => put(&mut w, &shape, v),
         Data::F16(v) => put(&mut w, &shape, v),
         Data::I32(v) => put(&mut w, &shape, v),
+        Data::Raw { .. } => put(&mut w, &shape, &t.data.to_f32()),
     }
     .map_err(|e| io_err(path, e))
 }

@@ -25,11 +25,13 @@
 //! ([`UnaryOp`], [`BinaryOp`], [`GluOp`], [`ReduceOp`]) are the vocabulary every stage shares.
 
 mod backend;
+mod blocks;
 mod caps;
 mod compile;
 mod device;
 mod dtype;
 mod error;
+pub mod gguf;
 pub mod gpu;
 mod graph;
 pub mod io;
@@ -46,8 +48,8 @@ pub use caps::{BackendKind, Capabilities, DeviceType, BACKEND_ENV};
 pub use device::{Device, Plan};
 pub use dtype::DType;
 pub use error::{Error, Result};
-pub use graph::{Graph, Tensor};
-pub use ops::{Accepts, BinaryOp, GluOp, ReduceOp, RowOp, UnaryOp};
+pub use graph::{Attention, Graph, Tensor};
+pub use ops::{Accepts, BinaryOp, GluOp, ReduceOp, Rope, RopeMode, RowOp, UnaryOp};
 pub use resident::{Bytes, Resident, State};
 pub use run::{Fetch, Value};
 pub use shape::MAX_RANK;

@@ -67,7 +67,15 @@ impl Bytes {
 /// Checks that `bytes` hold exactly a tensor of `dtype` and `shape`; `what` names it in the error.
 pub(crate) fn check_bytes(what: &str, dtype: DType, shape: &[usize], bytes: usize) -> Result<()> {
     crate::shape::check_shape("upload", shape)?;
-    let want = shape.iter().product::<usize>() * dtype.size_bytes();
+    let Some(want) = dtype.bytes_of_shape(shape) else {
+        return Err(Error::BadInput {
+            name: what.into(),
+            reason: format!(
+                "{dtype} {shape:?} is not a whole number of {dtype} blocks of {} elements in its last dimension",
+                dtype.block_size()
+            ),
+        });
+    };
     if bytes != want {
         return Err(Error::BadInput {
             name: what.into(),
@@ -109,7 +117,7 @@ pub(crate) struct External {
 impl External {
     /// Size in bytes.
     pub(crate) fn bytes(&self) -> u64 {
-        self.shape.iter().product::<usize>() as u64 * self.dtype.size_bytes() as u64
+        self.dtype.bytes_of_shape(&self.shape).unwrap_or(0) as u64
     }
 }
 

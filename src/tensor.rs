@@ -9,6 +9,11 @@ pub enum Data {
     F32(Vec<f32>),
     F16(Vec<f16>),
     I32(Vec<i32>),
+    /// A storage format (bf16, a block-quantized type) as its little-endian bytes: whole blocks.
+    Raw {
+        dtype: DType,
+        bytes: Vec<u8>,
+    },
 }
 
 impl Data {
@@ -18,6 +23,7 @@ impl Data {
             Data::F32(_) => DType::F32,
             Data::F16(_) => DType::F16,
             Data::I32(_) => DType::I32,
+            Data::Raw { dtype, .. } => *dtype,
         }
     }
 
@@ -27,6 +33,7 @@ impl Data {
             Data::F32(v) => v.len(),
             Data::F16(v) => v.len(),
             Data::I32(v) => v.len(),
+            Data::Raw { dtype, bytes } => bytes.len() / dtype.block_bytes() * dtype.block_size(),
         }
     }
 
@@ -41,6 +48,7 @@ impl Data {
             Data::F32(v) => bytemuck::cast_slice(v),
             Data::F16(v) => bytemuck::cast_slice(v),
             Data::I32(v) => bytemuck::cast_slice(v),
+            Data::Raw { bytes, .. } => bytes,
         }
     }
 
@@ -50,6 +58,11 @@ impl Data {
             Data::F32(v) => v.clone(),
             Data::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
             Data::I32(v) => v.iter().map(|&x| x as f32).collect(),
+            Data::Raw { dtype, bytes } => {
+                let mut out = vec![0f32; self.len()];
+                crate::blocks::decode(*dtype, bytes, &mut out);
+                out
+            }
         }
     }
 
@@ -59,25 +72,34 @@ impl Data {
             Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
             Data::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
             Data::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::Raw { .. } => self.to_f32().into_iter().map(|x| x as f64).collect(),
         }
     }
 
-    /// Values of `dtype` from little-endian bytes. `bytes.len()` must be a multiple of the element size.
+    /// Values of `dtype` from little-endian bytes (storage formats kept as bytes). `bytes.len()` must be a multiple
+    /// of the element (or block) size.
     pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Data {
         match dtype {
             DType::F32 => Data::F32(bytemuck::pod_collect_to_vec(bytes)),
             DType::F16 => Data::F16(bytemuck::pod_collect_to_vec(bytes)),
             DType::I32 => Data::I32(bytemuck::pod_collect_to_vec(bytes)),
+            d => Data::Raw { dtype: d, bytes: bytes.to_vec() },
         }
     }
 
-    /// Values of `dtype` converted from f64 (rounded to nearest; i32 saturates).
-    pub fn from_f64(dtype: DType, v: &[f64]) -> Data {
-        match dtype {
+    /// Values of `dtype` converted from f64 (rounded to nearest; i32 saturates; bf16 rounded to nearest even).
+    /// Block-quantized types have no conversion from values here: `None`.
+    pub fn from_f64(dtype: DType, v: &[f64]) -> Option<Data> {
+        Some(match dtype {
             DType::F32 => Data::F32(v.iter().map(|&x| x as f32).collect()),
             DType::F16 => Data::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
             DType::I32 => Data::I32(v.iter().map(|&x| x as i32).collect()),
-        }
+            DType::BF16 => {
+                let bytes = v.iter().flat_map(|&x| half::bf16::from_f64(x).to_le_bytes()).collect();
+                Data::Raw { dtype, bytes }
+            }
+            _ => return None,
+        })
     }
 }
 
@@ -102,10 +124,18 @@ impl HostTensor {
         HostTensor::new(shape, Data::F32(data))
     }
 
-    /// A tensor of any dtype, checked like [`HostTensor::f32`].
+    /// A tensor of any dtype, checked like [`HostTensor::f32`]; a storage format's rows must be whole blocks.
     pub fn new(shape: &[usize], data: Data) -> crate::Result<HostTensor> {
         let n: usize = shape.iter().product();
-        if n != data.len() {
+        let dtype = data.dtype();
+        if dtype.block_size() > 1 && shape.last().is_some_and(|r| r % dtype.block_size() != 0) {
+            return Err(crate::Error::InvalidShape {
+                op: "HostTensor::new",
+                shape: shape.to_vec(),
+                reason: format!("rows of {dtype} must be whole blocks of {} values", dtype.block_size()),
+            });
+        }
+        if n != data.len() || dtype.bytes_of(n) != Some(data.as_bytes().len()) {
             return Err(crate::Error::InvalidShape {
                 op: "HostTensor::new",
                 shape: shape.to_vec(),

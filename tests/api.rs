@@ -128,7 +128,8 @@ fn inputs_are_read_in_place_and_never_written() {
         let v: Vec<f32> = (0..32).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.125 * seed).collect();
         HostTensor::f32(&[4, 8], v).unwrap()
     };
-    let hv = HostTensor::new(&[4, 8], webtensor::Data::from_f64(DType::F16, &[0.5, 1.0, 2.0, -1.0].repeat(8))).unwrap();
+    let hv = HostTensor::new(&[4, 8], webtensor::Data::from_f64(DType::F16, &[0.5, 1.0, 2.0, -1.0].repeat(8)).unwrap())
+        .unwrap();
     let expect = |xv: &HostTensor| {
         let xs = xv.data.to_f32();
         let ys: Vec<f32> = xs.iter().map(|&v| v.min(0.0)).collect();

@@ -37,7 +37,8 @@ fn gpu_kind(test: &str) -> Option<BackendKind> {
 
 fn host(shape: &[usize], seed: u64) -> HostTensor {
     let n = shape.iter().product();
-    HostTensor::new(shape, Data::from_f64(DType::F32, &(0..n).map(|i| u(i, seed)).collect::<Vec<_>>())).unwrap()
+    HostTensor::new(shape, Data::from_f64(DType::F32, &(0..n).map(|i| u(i, seed)).collect::<Vec<_>>()).unwrap())
+        .unwrap()
 }
 
 /// relu(a @ b) for [n, n] inputs: the graph, its inputs and output, and input values.

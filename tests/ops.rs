@@ -801,3 +801,131 @@ fn state_writes() {
     );
     run_suite("state-writes", &cases);
 }
+
+/// Rotary position embedding (ggml_rope_ext): modes normal and neox, all or the first n_dims of each head, large
+/// positions, a strided input, f32 and f16, with and without a batch dim.
+#[test]
+fn rope() {
+    use webtensor::{Rope, RopeMode};
+    let mut cases = Vec::new();
+    let positions = |t: usize| (0..t).map(|i| [0.0, 1.0, 7.0, 100.0, 4000.0, 8191.0, 3.0][i % 7]).collect::<Vec<f64>>();
+    for (mode, neox) in [(RopeMode::Normal, false), (RopeMode::Neox, true)] {
+        for (shape, n_dims, dtype) in [
+            (vec![7usize, 3, 64], 64usize, F32),
+            (vec![7, 3, 64], 32, F32),
+            (vec![2, 5, 2, 16], 16, F32),
+            (vec![6, 2, 32], 32, F16),
+        ] {
+            let t = shape[shape.len() - 3];
+            let rope = Rope { n_dims, mode, freq_base: 10000.0, freq_scale: 1.0 };
+            cases.push(Case::new(
+                format!("rope/{mode:?}/{dtype}/{shape:?}/n_dims={n_dims}"),
+                vec![inp(dtype, &shape, 1), inp_given(I32, &[t], positions(t))],
+                move |g, x| g.rope(x[0], x[1], &rope),
+                move |x| r::rope(&x[0], &x[1], n_dims, neox, 10000.0, 1.0),
+            ));
+        }
+        // a strided input: [H, T, D] stored, presented as [T, H, D]; another base and a position scale
+        let rope = Rope { n_dims: 64, mode, freq_base: 100000.0, freq_scale: 0.5 };
+        cases.push(Case::new(
+            format!("rope/{mode:?}/strided"),
+            vec![inp(F32, &[3, 9, 64], 1), inp_given(I32, &[9], positions(9))],
+            move |g, x| {
+                let v = g.permute(x[0], &[1, 0, 2])?;
+                g.rope(v, x[1], &rope)
+            },
+            move |x| r::rope(&x[0].permute(&[1, 0, 2]), &x[1], 64, neox, 100000.0, 0.5),
+        ));
+    }
+    run_suite("rope", &cases);
+}
+
+/// Attention (flash on the GPU): odd lengths, GQA ratios 1, 3 and 8, causal and masked (rows fully masked),
+/// KV lengths 1 and 4097 (the split-key decode path), a run-time KV length, f16 K/V, batches with a padding
+/// mask, and K/V read as views of a KV-cache state.
+#[test]
+fn attention() {
+    use webtensor::Attention;
+    let mut cases = Vec::new();
+    let plain = |scale: f32, causal: bool| Attention { scale, causal, mask: None, kv_len: None };
+    // (H, Hkv, T, S, D, causal)
+    for (h, hkv, t, s, d, causal) in [
+        (3, 3, 5, 13, 64, false),
+        (9, 3, 7, 7, 64, true),
+        (8, 1, 17, 17, 32, true),
+        (8, 1, 1, 1, 64, false),
+        (9, 3, 1, 4097, 64, true),
+        (4, 2, 1, 300, 32, false),
+        (2, 2, 33, 40, 16, true),
+    ] {
+        for (dq, dkv) in [(F32, F32), (F32, F16)] {
+            let scale = 1.0 / (d as f32).sqrt();
+            cases.push(Case::new(
+                format!("attention/{dq}+{dkv}/H{h}/Hkv{hkv}/T{t}/S{s}/D{d}/causal={causal}"),
+                vec![inp(dq, &[h, t, d], 1), inp(dkv, &[hkv, s, d], 2), inp(dkv, &[hkv, s, d], 3)],
+                move |g, x| g.attention(x[0], x[1], x[2], &plain(scale, causal)),
+                move |x| r::attention(&x[0], &x[1], &x[2], None, scale as f64, causal, s),
+            ));
+        }
+    }
+    // a run-time KV length L < S (prefill and decode), causal
+    for (t, l) in [(1usize, 77usize), (5, 77), (1, 1)] {
+        cases.push(Case::new(
+            format!("attention/kv_len={l}/T{t}"),
+            vec![
+                inp(F32, &[6, t, 32], 1),
+                inp(F16, &[2, 300, 32], 2),
+                inp(F16, &[2, 300, 32], 3),
+                inp_given(I32, &[1], vec![l as f64]),
+            ],
+            move |g, x| {
+                g.attention(x[0], x[1], x[2], &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(x[3]) })
+            },
+            move |x| r::attention(&x[0], &x[1], &x[2], None, 0.2, true, l),
+        ));
+    }
+    // masks: a broadcast [T, S] mask with fully masked rows; a batch with a padding mask [B, 1, 1, S]
+    let row_masked = |v: f64| if v < -0.3 { f64::NEG_INFINITY } else { v };
+    cases.push(Case::new(
+        "attention/mask/fully-masked-rows",
+        vec![inp(F32, &[2, 4, 16], 1), inp(F32, &[2, 9, 16], 2), inp(F32, &[2, 9, 16], 3), {
+            let mut m: Vec<f64> = (0..36).map(|i| row_masked(r::u(i, 9))).collect();
+            m[9..18].iter_mut().for_each(|x| *x = f64::NEG_INFINITY); // query 1 sees nothing
+            inp_given(F32, &[4, 9], m)
+        }],
+        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.25, causal: false, mask: Some(x[3]), kv_len: None }),
+        |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.25, false, 9),
+    ));
+    cases.push(Case::new(
+        "attention/batch/padding-mask",
+        vec![inp(F32, &[3, 4, 6, 32], 1), inp(F32, &[3, 2, 6, 32], 2), inp(F32, &[3, 2, 6, 32], 3), {
+            let m: Vec<f64> = (0..18).map(|i| if i % 6 >= 6 - i / 6 * 2 { f64::NEG_INFINITY } else { 0.0 }).collect();
+            inp_given(F32, &[3, 1, 1, 6], m)
+        }],
+        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None }),
+        |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 6),
+    ));
+    // K and V as views of an f16 KV-cache state [S, Hkv * D] (a row per position), q a view of [T, H, D]
+    cases.push(
+        Case::new(
+            "attention/kv-cache-views",
+            vec![inp(F32, &[5, 6, 32], 1), inp_given(I32, &[1], vec![41.0])],
+            |g, x| {
+                let view = |g: &mut Graph, c| -> Result<Tensor> {
+                    let c = g.reshape(c, &[64, 2, 32])?;
+                    g.permute(c, &[1, 0, 2]) // [2, 64, 32]
+                };
+                let (k, v) = (view(g, x[2])?, view(g, x[3])?);
+                let q = g.permute(x[0], &[1, 0, 2])?; // [6, 5, 32]
+                g.attention(q, k, v, &Attention { scale: 0.3, causal: true, mask: None, kv_len: Some(x[1]) })
+            },
+            |x| {
+                let kv = |c: &Arr| c.reshape(&[64, 2, 32]).permute(&[1, 0, 2]);
+                r::attention(&x[0].permute(&[1, 0, 2]), &kv(&x[2]), &kv(&x[3]), None, 0.3, true, 41)
+            },
+        )
+        .with_state(inp(F16, &[64, 64], 2))
+        .with_state(inp(F16, &[64, 64], 3)),
+    );
+    run_suite("attention", &cases);
+}

@@ -149,11 +149,17 @@ pub(crate) fn gather(storage: &crate::Data, layout: &crate::shape::Layout) -> cr
             Data::F32(v) => Data::F32(v[r].to_vec()),
             Data::F16(v) => Data::F16(v[r].to_vec()),
             Data::I32(v) => Data::I32(v[r].to_vec()),
+            Data::Raw { dtype, bytes } => {
+                let (bs, bb) = (dtype.block_size(), dtype.block_bytes());
+                Data::Raw { dtype: *dtype, bytes: bytes[r.start / bs * bb..r.end / bs * bb].to_vec() }
+            }
         };
     }
     match storage {
         Data::F32(v) => Data::F32((0..n).map(|i| v[layout.index_of(i)]).collect()),
         Data::F16(v) => Data::F16((0..n).map(|i| v[layout.index_of(i)]).collect()),
         Data::I32(v) => Data::I32((0..n).map(|i| v[layout.index_of(i)]).collect()),
+        // views of storage formats are whole rows, which are contiguous
+        Data::Raw { .. } => storage.clone(),
     }
 }

@@ -3,7 +3,7 @@
 //! merges; a matmul may carry an elementwise epilogue. Every backend lowers these steps.
 
 use crate::graph::{Node as GraphNode, NodeId, Op};
-use crate::ops::{BinaryOp, GluOp, ReduceOp, RowOp, RowParams, UnaryOp};
+use crate::ops::{BinaryOp, GluOp, ReduceOp, Rope, RowOp, RowParams, UnaryOp};
 use crate::resident::ExternalRef;
 use crate::shape::Layout;
 use crate::{DType, Error, Graph, Result, Tensor};
@@ -86,6 +86,26 @@ pub(crate) enum Step {
         dst: NodeId,
         src: NodeId,
     },
+    /// `x` (a storage format, row-major) decoded to the node's float dtype.
+    Dequantize {
+        x: NodeId,
+    },
+    /// Rotary position embedding of `x` (`[.., T, H, D]`) at positions `pos`.
+    Rope {
+        x: NodeId,
+        pos: NodeId,
+        rope: Rope,
+    },
+    /// Attention of q over k and v (see `Graph::attention`).
+    Attention {
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        mask: Option<NodeId>,
+        kv_len: Option<NodeId>,
+        scale: f32,
+        causal: bool,
+    },
     View {
         src: NodeId,
     },
@@ -130,6 +150,11 @@ impl Step {
             Step::Input { .. } | Step::External { .. } => vec![],
             Step::SetRows { dst, idx, src } => vec![*dst, *idx, *src],
             Step::CopyInto { dst, src } => vec![*dst, *src],
+            Step::Rope { x, pos, .. } => vec![*x, *pos],
+            Step::Dequantize { x } => vec![*x],
+            Step::Attention { q, k, v, mask, kv_len, .. } => {
+                [*q, *k, *v].into_iter().chain(*mask).chain(*kv_len).collect()
+            }
             Step::View { src } => vec![*src],
             Step::Elementwise { srcs, .. } => srcs.clone(),
             Step::MatMul { a, b, epilogue } => {
@@ -149,6 +174,9 @@ impl Step {
             Step::External { .. } => "external".into(),
             Step::SetRows { .. } => "set_rows".into(),
             Step::CopyInto { .. } => "copy_into".into(),
+            Step::Rope { .. } => "rope".into(),
+            Step::Dequantize { .. } => "dequantize".into(),
+            Step::Attention { .. } => "attention".into(),
             Step::View { .. } => "view".into(),
             Step::Elementwise { expr: Expr::Node { op, args, .. }, .. }
                 if args.iter().all(|a| matches!(a, Expr::Leaf(_))) =>
@@ -208,6 +236,10 @@ fn step_of(op: &Op, dtype: DType) -> Step {
         Op::External { slot } => Step::External { slot },
         Op::SetRows { dst, idx, src } => Step::SetRows { dst, idx, src },
         Op::CopyInto { dst, src } => Step::CopyInto { dst, src },
+        Op::Rope { x, pos, rope } => Step::Rope { x, pos, rope },
+        Op::Attention { q, k, v, mask, kv_len, scale, causal } => {
+            Step::Attention { q, k, v, mask, kv_len, scale, causal }
+        }
         Op::View { src } => Step::View { src },
         Op::Unary { op, x, a, b } => node(ElemOp::Unary { op, a, b }, vec![x]),
         Op::Binary { op, a, b } => node(ElemOp::Binary(op), vec![a, b]),
@@ -243,15 +275,15 @@ impl Program {
                 stack.extend(graph.nodes[id].op.srcs());
             }
         }
+        let step = |n: &GraphNode| match n.op {
+            // a cast from a storage format decodes blocks: a step of its own, never an elementwise expression
+            Op::Cast { x } if graph.nodes[x].dtype.is_storage_format() => Step::Dequantize { x },
+            ref op => step_of(op, n.dtype),
+        };
         let nodes: Vec<Node> = graph
             .nodes
             .iter()
-            .map(|n: &GraphNode| Node {
-                step: step_of(&n.op, n.dtype),
-                dtype: n.dtype,
-                layout: n.layout.clone(),
-                storage: n.storage,
-            })
+            .map(|n: &GraphNode| Node { step: step(n), dtype: n.dtype, layout: n.layout.clone(), storage: n.storage })
             .collect();
         let steps = (0..nodes.len())
             .filter(|&i| {
@@ -266,7 +298,7 @@ impl Program {
     /// Size in bytes of the storage owned by `id` (an input or a step).
     pub(crate) fn storage_bytes(&self, id: NodeId) -> u64 {
         let n = &self.nodes[id];
-        n.layout.numel() as u64 * n.dtype.size_bytes() as u64
+        n.dtype.bytes_of(n.layout.numel()).map_or(u64::MAX, |b| b as u64)
     }
 
     /// The name of input node `id` (empty for other nodes).

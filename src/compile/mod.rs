@@ -38,8 +38,8 @@ pub(crate) trait Target {
     /// The memory the planner may use.
     fn memory_limits(&self) -> MemoryLimits;
 
-    /// The kernel for step `step`.
-    fn lower(&self, program: &Program, memory: &MemoryPlan, step: NodeId) -> Result<Self::Kernel>;
+    /// The kernels for step `step` (usually one; a step may need passes, such as split attention's combine).
+    fn lower(&self, program: &Program, memory: &MemoryPlan, step: NodeId) -> Result<Vec<Self::Kernel>>;
 
     /// The kernel split into pieces that fit the device's limits (by default: as it is).
     fn split(&self, kernel: Self::Kernel, _program: &Program, _memory: &MemoryPlan) -> Result<Vec<Self::Kernel>> {
@@ -58,6 +58,15 @@ pub(crate) struct Compiled<K> {
 /// Runs the passes in order (see the module docs) for `outputs` of `graph` on `target`.
 pub(crate) fn compile<T: Target>(graph: &Graph, outputs: &[Tensor], target: &T) -> Result<Compiled<T::Kernel>> {
     let program = Program::new(graph, outputs)?;
+    if let Some(&o) = program.outputs.iter().find(|&&o| program.nodes[o].dtype.is_storage_format()) {
+        let n = &program.nodes[o];
+        return Err(Error::UnsupportedDType {
+            op: "compile",
+            dtype: n.dtype,
+            shape: n.layout.shape.clone(),
+            reason: "an output in a storage format: cast it to f32 or f16 in the graph".into(),
+        });
+    }
     if let Some(r) = program.live_externals().into_iter().find(|r| r.ext.device != target.device_id()) {
         let what = if r.ext.writable { "state" } else { "resident tensor" };
         return Err(Error::InvalidArgument {
@@ -71,8 +80,11 @@ pub(crate) fn compile<T: Target>(graph: &Graph, outputs: &[Tensor], target: &T) 
     let memory = memory::plan(&program, target.memory_limits(), &inplace)?;
     let mut kernels = Vec::with_capacity(program.steps.len());
     for &s in &program.steps {
-        let k = target.lower(&program, &memory, s)?;
-        kernels.push(target.split(k, &program, &memory)?);
+        let mut step = Vec::new();
+        for k in target.lower(&program, &memory, s)? {
+            step.extend(target.split(k, &program, &memory)?);
+        }
+        kernels.push(step);
     }
     Ok(Compiled { program, memory, kernels })
 }

@@ -10,7 +10,8 @@ impl Graph {
     /// # Shapes
     /// table `[V, D]`, idx of rank ≤ 3 → out `idx.shape + [D]`.
     /// # DTypes
-    /// table any dtype (the output has it); idx i32.
+    /// table any dtype (the output has it), or a storage format (bf16, block-quantized: a token embedding), whose
+    /// rows come out as f32; idx i32.
     /// # Errors
     /// [`Error::InvalidShape`] for a table of rank ≠ 2 or idx of rank 4; [`Error::UnsupportedDType`] for
     /// non-i32 indices. At run time an index outside `0..V` is an [`Error::BadInput`] on the CPU and gives a row
@@ -34,7 +35,17 @@ impl Graph {
         let mut shape = si.clone();
         shape.push(st[1]);
         check_shape("get_rows", &shape)?;
-        self.push(Op::GetRows { table: it, idx: ii }, dt, &shape)
+        let out = if dt.is_storage_format() {
+            let l = &self.nodes[it].layout;
+            if l.strides != [st[1], 1] {
+                let reason = format!("a {dt} table must be a row-major [V, D] (a resident weight, or rows of one)");
+                return Err(Error::UnsupportedDType { op: "get_rows", dtype: dt, shape: st, reason });
+            }
+            DType::F32
+        } else {
+            dt
+        };
+        self.push(Op::GetRows { table: it, idx: ii }, out, &shape)
     }
 
     /// Joins tensors along `axis` (negative axes count from the end).
@@ -63,6 +74,10 @@ impl Graph {
             let ax = resolve_axis("concat", axis, &sa)?;
             if da != db {
                 return Err(Error::DTypeMismatch { op: "concat", lhs: da, lhs_shape: sa, rhs: db, rhs_shape: sb });
+            }
+            if da.is_storage_format() {
+                let reason = "cast storage formats to f32 or f16 first".into();
+                return Err(Error::UnsupportedDType { op: "concat", dtype: da, shape: sa, reason });
             }
             if sa.len() != sb.len() || (0..sa.len()).any(|d| d != ax && sa[d] != sb[d]) {
                 return Err(Error::ShapeMismatch {

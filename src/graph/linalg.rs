@@ -13,13 +13,20 @@ impl Graph {
     /// is treated as `[1, K]` and a rank-1 B as `[K, 1]`, and that dim is dropped from the result (so two rank-1
     /// operands give numpy's 0-d dot product). Either operand may be a strided view (`g.t(w)`), read in place.
     /// # DTypes
-    /// f32 and f16 in any mix, accumulated in f32; the output is f32 unless both are f16.
+    /// f32 and f16 in any mix, accumulated in f32; the output is f32 unless both are f16. B may also be a weight
+    /// in a storage format (bf16, a block-quantized type: ggml's `ggml_mul_mat` on quantized weights) when it is
+    /// `t(w)` of a row-major `w [N, K]` (a resident weight, or rows of one); the output then has A's dtype and
+    /// the blocks are computed on directly, never dequantized whole.
     /// # Errors
-    /// [`Error::ShapeMismatch`] when K differs or batch dims do not broadcast; [`Error::UnsupportedDType`] for i32;
-    /// [`Error::InvalidShape`] for a 0-d operand.
+    /// [`Error::ShapeMismatch`] when K differs or batch dims do not broadcast; [`Error::UnsupportedDType`] for i32,
+    /// or for a weight in a storage format used otherwise than as `t(w)`; [`Error::InvalidShape`] for a 0-d
+    /// operand.
     /// # Reference
     /// `numpy.matmul`; ggml's `ggml_mul_mat(a, b)` is `matmul(b, t(a))` here.
     pub fn matmul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        if self.dtype(b)?.is_storage_format() {
+            return self.matmul_weight(a, b);
+        }
         let (_, da, sa) = self.require_float("matmul", a)?;
         let (_, db, sb) = self.require_float("matmul", b)?;
         for s in [&sa, &sb] {
@@ -65,5 +72,34 @@ impl Graph {
         shape.extend([m, n]);
         let dtype = promote("matmul", (da, &sa), (db, &sb))?;
         self.push(Op::MatMul { a: a.id as usize, b: b.id as usize }, dtype, &shape)
+    }
+}
+
+impl Graph {
+    /// `a @ t(w)` with `w [N, K]` in a storage format: `b` must be that transposed view.
+    fn matmul_weight(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        let (_, da, sa) = self.require_float("matmul", a)?;
+        let (ib, db, sb) = self.info("matmul", b)?;
+        let lb = &self.nodes[ib].layout;
+        let transposed_rows =
+            sb.len() == 2 && lb.strides[0] == 1 && lb.strides[1] == sb[0] && lb.offset.is_multiple_of(sb[0]);
+        if !transposed_rows {
+            let reason =
+                format!("a {db} weight must be used as x @ t(w) with w [N, K] stored row-major (ggml's layout)");
+            return Err(Error::UnsupportedDType { op: "matmul", dtype: db, shape: sb, reason });
+        }
+        let (k, n) = (sb[0], sb[1]);
+        if sa.is_empty() || sa[sa.len() - 1] != k {
+            let reason = format!("inner dimensions differ: {:?} vs {k}", sa.last());
+            return Err(Error::ShapeMismatch { op: "matmul", lhs: sa, rhs: sb, reason });
+        }
+        let mut shape = sa.clone();
+        *shape.last_mut().expect("rank >= 1") = n;
+        if sa.len() == 1 {
+            let a2 = self.reshape(a, &[1, k])?;
+            let c = self.push(Op::MatMul { a: a2.index(), b: ib }, da, &[1, n])?;
+            return self.reshape(c, &[n]);
+        }
+        self.push(Op::MatMul { a: a.id as usize, b: ib }, da, &shape)
     }
 }

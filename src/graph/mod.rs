@@ -5,34 +5,23 @@
 //! `Result`). Every constructor fails with [`Error::ForeignTensor`] for a handle of another graph, in addition to
 //! the errors it lists. Shapes are numpy order; "last axis" is the innermost.
 
+mod attention;
 mod elementwise;
 mod gather;
+mod handle;
 mod linalg;
 mod op;
 mod rows;
 mod state;
 mod views;
 
+pub use handle::{Attention, Tensor};
 pub(crate) use op::{NodeId, Op};
 
 use crate::resident::ExternalRef;
 use crate::shape::{check_shape, Layout};
 use crate::{DType, Error, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
-
-/// A handle to a tensor of a [`Graph`]: a node id plus the id of the graph that made it. Cheap to copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Tensor {
-    pub(crate) id: u32,
-    pub(crate) graph: u32,
-}
-
-impl Tensor {
-    /// Position of the node in its graph, in creation order.
-    pub fn index(self) -> usize {
-        self.id as usize
-    }
-}
 
 /// One recorded operation and the tensor it produces.
 #[derive(Clone, Debug)]

@@ -28,6 +28,22 @@ pub(crate) enum Op {
         dst: NodeId,
         src: NodeId,
     },
+    /// Rotary position embedding of `x` at positions `pos`.
+    Rope {
+        x: NodeId,
+        pos: NodeId,
+        rope: crate::ops::Rope,
+    },
+    /// Flash attention (see `Graph::attention`).
+    Attention {
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        mask: Option<NodeId>,
+        kv_len: Option<NodeId>,
+        scale: f32,
+        causal: bool,
+    },
     /// A view: same storage as `src`, a different layout.
     View {
         src: NodeId,
@@ -88,6 +104,8 @@ impl Op {
             Op::Input { .. } | Op::External { .. } => vec![],
             Op::SetRows { dst, idx, src } => vec![dst, idx, src],
             Op::CopyInto { dst, src } => vec![dst, src],
+            Op::Rope { x, pos, .. } => vec![x, pos],
+            Op::Attention { q, k, v, mask, kv_len, .. } => [q, k, v].into_iter().chain(mask).chain(kv_len).collect(),
             Op::View { src } => vec![src],
             Op::Unary { x, .. } | Op::Cast { x } | Op::Reduce { x, .. } => vec![x],
             Op::Binary { a, b, .. } | Op::Glu { a, b, .. } | Op::MatMul { a, b } | Op::Concat { a, b, .. } => {

@@ -128,6 +128,10 @@ impl Graph {
     /// `torch.Tensor.contiguous` (which may skip the copy; this never does).
     pub fn contiguous(&mut self, x: Tensor) -> Result<Tensor> {
         let (id, dtype, shape) = self.info("contiguous", x)?;
+        if dtype.is_storage_format() {
+            let reason = "cast storage formats to f32 or f16 instead".into();
+            return Err(Error::UnsupportedDType { op: "contiguous", dtype, shape, reason });
+        }
         self.push(Op::Cast { x: id }, dtype, &shape)
     }
 
@@ -137,13 +141,21 @@ impl Graph {
     /// # Shapes
     /// x's shape.
     /// # DTypes
-    /// f32, f16 and i32 to any of them.
+    /// f32, f16 and i32 to any of them; a storage format (bf16, block-quantized) to f32 or f16 (dequantization,
+    /// of row-major rows).
     /// # Errors
-    /// Only [`Error::ForeignTensor`].
+    /// [`Error::UnsupportedDType`] for a cast to a storage format, or from one to i32 or through a strided view.
     /// # Reference
-    /// `numpy.ndarray.astype` (which does not saturate); ggml_cast.
+    /// `numpy.ndarray.astype` (which does not saturate); ggml_cast; ggml's `dequantize_row_*` for storage formats.
     pub fn cast(&mut self, x: Tensor, dtype: DType) -> Result<Tensor> {
-        let (id, _, shape) = self.info("cast", x)?;
+        let (id, from, shape) = self.info("cast", x)?;
+        let rows_ok = self.nodes[id].layout.is_contiguous();
+        if dtype.is_storage_format() || (from.is_storage_format() && (!dtype.is_float() || !rows_ok)) {
+            let reason = format!(
+                "casts from {from} to {dtype} are not supported (storage formats cast row-major to f32 or f16)"
+            );
+            return Err(Error::UnsupportedDType { op: "cast", dtype: from, shape, reason });
+        }
         self.push(Op::Cast { x: id }, dtype, &shape)
     }
 }

@@ -7,6 +7,7 @@ mod binary;
 mod common;
 mod glu;
 mod reduce;
+mod rope;
 mod rows;
 mod unary;
 
@@ -14,6 +15,7 @@ pub use binary::BinaryOp;
 pub use common::Accepts;
 pub use glu::GluOp;
 pub use reduce::ReduceOp;
+pub use rope::{Rope, RopeMode};
 pub use rows::RowOp;
 pub(crate) use rows::RowParams;
 pub(crate) use unary::for_each_unary;

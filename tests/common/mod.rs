@@ -57,6 +57,8 @@ pub enum Values {
     Uniform(u64),
     Map(u64, fn(f64) -> f64),
     Given(Vec<f64>),
+    /// A storage format's bytes and their values as an independent decoder (gguf-py) gives them.
+    Raw(Vec<u8>, Vec<f64>),
 }
 
 pub struct Input {
@@ -73,6 +75,9 @@ pub fn inp_map(dtype: DType, shape: &[usize], seed: u64, f: fn(f64) -> f64) -> I
 }
 pub fn inp_given(dtype: DType, shape: &[usize], v: Vec<f64>) -> Input {
     Input { dtype, shape: shape.to_vec(), values: Values::Given(v) }
+}
+pub fn inp_raw(dtype: DType, shape: &[usize], bytes: Vec<u8>, decoded: Vec<f64>) -> Input {
+    Input { dtype, shape: shape.to_vec(), values: Values::Raw(bytes, decoded) }
 }
 
 type Build = Box<dyn Fn(&mut Graph, &[Tensor]) -> Result<Tensor>>;
@@ -96,13 +101,14 @@ pub struct Case {
     pub states: Vec<Input>,
 }
 
-/// Default NMSE tolerance for an output dtype: 1e-7 for f32 (the threshold); for f16 outputs the
-/// rounding of every element alone gives a relative error up to 2^-11, NMSE up to 2.4e-7, so 1e-6; i32 exact.
+/// Default NMSE tolerance for an input dtype: 1e-7 for f32; for f16 the rounding of every element alone gives a
+/// relative error up to 2^-11, NMSE up to 2.4e-7, so 1e-6; i32 exact; storage formats (weights) as f32, their
+/// decoded values being the reference's inputs.
 pub fn tol_for(dtype: DType) -> f64 {
     match dtype {
-        DType::F32 => 1e-7,
         DType::F16 => 1e-6,
         DType::I32 => 0.0,
+        _ => 1e-7,
     }
 }
 
@@ -157,13 +163,18 @@ impl Case {
 
 /// Host values for an input, rounded to its dtype, and the same values in f64 for the reference.
 fn make(input: &Input) -> (HostTensor, Arr) {
+    if let Values::Raw(bytes, decoded) = &input.values {
+        let data = Data::Raw { dtype: input.dtype, bytes: bytes.clone() };
+        return (HostTensor::new(&input.shape, data).expect("whole blocks"), Arr::new(&input.shape, decoded.clone()));
+    }
     let n: usize = input.shape.iter().product();
     let raw: Vec<f64> = match &input.values {
         Values::Uniform(s) => (0..n).map(|i| u(i, *s)).collect(),
         Values::Map(s, f) => (0..n).map(|i| f(u(i, *s))).collect(),
         Values::Given(v) => v.clone(),
+        Values::Raw(..) => unreachable!("handled above"),
     };
-    let data = Data::from_f64(input.dtype, &raw);
+    let data = Data::from_f64(input.dtype, &raw).expect("a dtype with a conversion from values");
     let exact = data.to_f64();
     (HostTensor::new(&input.shape, data).expect("input shape"), Arr::new(&input.shape, exact))
 }

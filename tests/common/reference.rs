@@ -526,6 +526,81 @@ pub fn u(i: usize, seed: u64) -> f64 {
     (z >> 40) as f64 / (1u64 << 23) as f64 - 1.0
 }
 
+/// Rotary position embedding of x `[.., T, H, D]` at positions `pos` (f64 angles from the f32 ones ggml computes:
+/// `theta_i = freq_scale · pos · ts^i` with `ts = f32(freq_base^(-2/n_dims))` multiplied in f32).
+pub fn rope(x: &Arr, pos: &Arr, n_dims: usize, neox: bool, freq_base: f32, freq_scale: f32) -> Arr {
+    let r = x.shape.len();
+    let (t, h, d) = (x.shape[r - 3], x.shape[r - 2], x.shape[r - 1]);
+    let ts = freq_base.powf(-2.0 / n_dims as f32);
+    let mut out = x.clone();
+    for b in 0..x.numel() / (t * h * d) {
+        for ti in 0..t {
+            for hi in 0..h {
+                let base = ((b * t + ti) * h + hi) * d;
+                for i in 0..n_dims / 2 {
+                    let (a, c) = if neox { (i, i + n_dims / 2) } else { (2 * i, 2 * i + 1) };
+                    let mut theta = pos.data[ti] as f32;
+                    for _ in 0..i {
+                        theta *= ts;
+                    }
+                    let theta = (freq_scale * theta) as f64;
+                    let (x0, x1) = (x.data[base + a], x.data[base + c]);
+                    out.data[base + a] = x0 * theta.cos() - x1 * theta.sin();
+                    out.data[base + c] = x0 * theta.sin() + x1 * theta.cos();
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Attention over q `[.., H, T, D]`, k `[.., Hkv, S, D]`, v `[.., Hkv, S, Dv]` (query head h uses K/V head
+/// `h / (H / Hkv)`), with an optional additive mask broadcast to `[.., H, T, S]`, the first `len` keys only, and
+/// causal masking of query t to keys `s <= len - T + t`; a row with no visible key gives zeros. Output
+/// `[.., T, H, Dv]`, in f64.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(q: &Arr, k: &Arr, v: &Arr, mask: Option<&Arr>, scale: f64, causal: bool, len: usize) -> Arr {
+    let r = q.shape.len();
+    let (h, t, d) = (q.shape[r - 3], q.shape[r - 2], q.shape[r - 1]);
+    let (hkv, s, dv) = (k.shape[r - 3], k.shape[r - 2], v.shape[r - 1]);
+    let batches = q.numel() / (h * t * d);
+    let mut full = q.shape.clone();
+    full[r - 1] = s;
+    let mask = mask.map(|m| m.broadcast_to(&full));
+    let mut shape = q.shape[..r - 3].to_vec();
+    shape.extend([t, h, dv]);
+    let mut out = vec![0.0; batches * t * h * dv];
+    for b in 0..batches {
+        for hi in 0..h {
+            let g = hi / (h / hkv);
+            for ti in 0..t {
+                let visible = if causal { (len + ti + 1).saturating_sub(t).min(len) } else { len };
+                let mut sc: Vec<f64> = (0..visible)
+                    .map(|si| {
+                        let dot: f64 = (0..d)
+                            .map(|j| q.data[((b * h + hi) * t + ti) * d + j] * k.data[((b * hkv + g) * s + si) * d + j])
+                            .sum();
+                        let m = mask.as_ref().map_or(0.0, |m| m.data[((b * h + hi) * t + ti) * s + si]);
+                        dot * scale + m
+                    })
+                    .collect();
+                let max = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                if max == f64::NEG_INFINITY {
+                    continue;
+                }
+                sc.iter_mut().for_each(|x| *x = (*x - max).exp());
+                let total: f64 = sc.iter().sum();
+                for j in 0..dv {
+                    let o: f64 =
+                        sc.iter().enumerate().map(|(si, p)| p * v.data[((b * hkv + g) * s + si) * dv + j]).sum();
+                    out[((b * t + ti) * h + hi) * dv + j] = o / total;
+                }
+            }
+        }
+    }
+    Arr::new(&shape, out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,7 +33,8 @@ impl Memory {
 
     /// A reader of storage node `id` as `dtype`.
     pub(crate) fn view(&self, id: NodeId, dtype: DType) -> View {
-        View { ptr: self.base[id], len: self.len[id] / dtype.size_bytes(), dtype }
+        let elems = self.len[id] / dtype.block_bytes() * dtype.block_size();
+        View { ptr: self.base[id], len: elems, dtype }
     }
 }
 
@@ -58,6 +59,8 @@ impl View {
                 DType::F32 => (self.ptr as *const f32).add(i).read_unaligned(),
                 DType::F16 => (self.ptr as *const f16).add(i).read_unaligned().to_f32(),
                 DType::I32 => (self.ptr as *const i32).add(i).read_unaligned() as f32,
+                DType::BF16 => f32::from_bits(((self.ptr as *const u16).add(i).read_unaligned() as u32) << 16),
+                d => unreachable!("{d} is read through its block decoder, never element by element"),
             }
         }
     }
@@ -85,6 +88,8 @@ impl View {
                 DType::F32 => (self.ptr as *mut f32).add(i).write_unaligned(v),
                 DType::F16 => (self.ptr as *mut f16).add(i).write_unaligned(f16::from_f32(v)),
                 DType::I32 => (self.ptr as *mut i32).add(i).write_unaligned(v as i32),
+                DType::BF16 => (self.ptr as *mut half::bf16).add(i).write_unaligned(half::bf16::from_f32(v)),
+                d => unreachable!("{d} tensors are never written by a CPU kernel"),
             }
         }
     }
@@ -112,12 +117,20 @@ impl View {
         (self.dtype == DType::F32).then_some(self.ptr as *mut f32)
     }
 
-    /// Copies elements `range` of the storage, as stored, into `out` (`dtype`'s size per element).
+    /// Copies elements `range` (whole blocks for block types) of the storage, as stored, into `out`.
     pub(crate) fn copy_bytes(&self, range: std::ops::Range<usize>, out: &mut [u8]) {
-        let size = self.dtype.size_bytes();
-        assert!(range.end <= self.len && out.len() == range.len() * size, "a copy inside the storage");
+        let (bs, bb) = (self.dtype.block_size(), self.dtype.block_bytes());
+        assert!(range.end <= self.len && out.len() == range.len() / bs * bb, "a copy inside the storage");
         // SAFETY: the range lies inside the node's live storage; `out` is a distinct host buffer of that length.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(range.start * size), out.as_mut_ptr(), out.len()) }
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(range.start / bs * bb), out.as_mut_ptr(), out.len()) }
+    }
+
+    /// The raw bytes of blocks `range` (block indices) of the storage.
+    pub(crate) fn block_bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
+        let bb = self.dtype.block_bytes();
+        assert!(range.end * self.dtype.block_size() <= self.len, "blocks inside the storage");
+        // SAFETY: inside the storage (checked), which nothing writes while the reading step runs.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(range.start * bb), range.len() * bb) }
     }
 
     /// The whole storage converted to f32 (f16 widened by half's vectorized conversion).
@@ -133,6 +146,30 @@ impl View {
                 out
             }
             _ => (0..self.len).map(|i| self.get(i)).collect(),
+        }
+    }
+
+    /// `out.len()` elements from `start` with stride `stride` (in elements), as f32; fast for contiguous f32
+    /// and f16.
+    #[inline]
+    pub(crate) fn row_f32(&self, start: usize, stride: usize, out: &mut [f32]) {
+        let n = out.len();
+        if n == 0 {
+            return;
+        }
+        assert!(start + (n - 1) * stride < self.len, "a row inside the storage");
+        match (self.dtype, stride) {
+            // SAFETY: the row lies inside the storage (checked above), which is live for the run.
+            (DType::F32, 1) => {
+                out.copy_from_slice(unsafe { std::slice::from_raw_parts((self.ptr as *const f32).add(start), n) })
+            }
+            (DType::F16, 1) => {
+                use half::slice::HalfFloatSliceExt;
+                // SAFETY: as above; f16 storage is 2-byte aligned.
+                let src = unsafe { std::slice::from_raw_parts((self.ptr as *const f16).add(start), n) };
+                src.convert_to_f32_slice(out);
+            }
+            _ => out.iter_mut().enumerate().for_each(|(j, o)| *o = self.get(start + j * stride)),
         }
     }
 

@@ -37,7 +37,7 @@ fn as_f32<'a>(mem: &'a Memory, leaf: &Leaf) -> Cow<'a, [f32]> {
     }
 }
 
-fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
+pub(crate) fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
     #[cfg(not(target_arch = "wasm32"))]
     if (m * n * k) >= 64 * 64 * 64 {
         return gemm::Parallelism::Rayon(0);

@@ -3,10 +3,12 @@
 //! matmuls go through the `gemm` crate. It is the peer every GPU result is compared with in tuning, and every op is
 //! checked against an f64 reference in the differential suite.
 
+mod attention;
 mod buffer;
 mod elementwise;
 mod gather;
 mod matmul;
+mod quant;
 mod rows;
 
 use super::{
@@ -22,10 +24,12 @@ use crate::graph::NodeId;
 use crate::resident::{Bytes, External, ExternalMemory};
 use crate::run::Fetch;
 use crate::{DType, Data, Error, Graph, HostTensor, Result, Tensor};
+use attention::{AttentionKernel, RopeKernel};
 use buffer::Memory;
 use elementwise::{ElementwiseKernel, Leaf};
 use gather::{ConcatKernel, CopyIntoKernel, GetRowsKernel, SetRowsKernel};
 use matmul::MatmulKernel;
+use quant::{DequantizeKernel, GetRowsQKernel, QMatmulKernel, Weight};
 use rows::{RowKind, RowsKernel};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -78,6 +82,11 @@ enum CpuKernel {
     Concat(ConcatKernel),
     SetRows(SetRowsKernel),
     CopyInto(CopyIntoKernel),
+    Rope(RopeKernel),
+    Attention(AttentionKernel),
+    Dequantize(DequantizeKernel),
+    GetRowsQ(GetRowsQKernel),
+    QMatmul(QMatmulKernel),
 }
 
 /// The CPU's side of the pass list.
@@ -93,6 +102,20 @@ fn leaf(p: &Program, src: NodeId, shape: Option<&[usize]>) -> Leaf {
         None => n.layout.clone(),
     };
     Leaf { storage: n.storage, dtype: n.dtype, layout }
+}
+
+/// The weight behind `t(w)` (layout `[K, N]`, strides `[1, K]`) and N.
+fn weight_of_transposed(p: &Program, b: NodeId) -> (Weight, usize) {
+    let l = &p.nodes[b].layout;
+    let (k, n) = (l.shape[0], l.shape[1]);
+    (Weight { storage: p.nodes[b].storage, dtype: p.nodes[b].dtype, row0: l.offset / k, k }, n)
+}
+
+/// The weight of a row-major `[.., K]` tensor (rows of a storage format) and its number of rows.
+fn weight_of_rows(p: &Program, x: NodeId) -> (Weight, usize) {
+    let l = &p.nodes[x].layout;
+    let k = l.shape.last().copied().unwrap_or(1);
+    (Weight { storage: p.nodes[x].storage, dtype: p.nodes[x].dtype, row0: l.offset / k, k }, l.numel() / k)
 }
 
 fn matmul_kernel(
@@ -129,7 +152,13 @@ impl Target for CpuTarget {
         MemoryLimits { align: 64, max_arena: 1 << 40, max_tensor: MAX_TENSOR_BYTES, place_inputs: false }
     }
 
-    fn lower(&self, p: &Program, _memory: &MemoryPlan, id: NodeId) -> Result<CpuKernel> {
+    fn lower(&self, p: &Program, _memory: &MemoryPlan, id: NodeId) -> Result<Vec<CpuKernel>> {
+        self.kernel(p, id).map(|k| vec![k])
+    }
+}
+
+impl CpuTarget {
+    fn kernel(&self, p: &Program, id: NodeId) -> Result<CpuKernel> {
         let node = &p.nodes[id];
         let shape = &node.layout.shape;
         let (out, out_dtype) = (id, node.dtype);
@@ -148,7 +177,22 @@ impl Target for CpuTarget {
                 expr: expr.clone(),
                 leaves: srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect(),
             }),
+            Step::MatMul { a, b, epilogue } if p.nodes[*b].dtype.is_storage_format() => {
+                let (w, n) = weight_of_transposed(p, *b);
+                let epilogue = epilogue
+                    .as_ref()
+                    .map(|(e, srcs)| (e.clone(), srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect()));
+                CpuKernel::QMatmul(QMatmulKernel { out, out_dtype, a: leaf(p, *a, None), w, n, epilogue })
+            }
             Step::MatMul { a, b, epilogue } => CpuKernel::MatMul(matmul_kernel(p, id, *a, *b, epilogue.as_ref())),
+            Step::GetRows { table, idx } if p.nodes[*table].dtype.is_storage_format() => {
+                let (w, rows) = weight_of_rows(p, *table);
+                CpuKernel::GetRowsQ(GetRowsQKernel { out, table: w, rows, idx: leaf(p, *idx, None) })
+            }
+            Step::Dequantize { x } => {
+                let (w, rows) = weight_of_rows(p, *x);
+                CpuKernel::Dequantize(DequantizeKernel { out, out_dtype, w, rows })
+            }
             Step::Row { op, x, mask, params } => rows(RowKind::Row(*op, *params), *x, *mask),
             Step::Reduce { op, x } => rows(RowKind::Reduce(*op), *x, None),
             Step::GetRows { table, idx } => CpuKernel::GetRows(GetRowsKernel {
@@ -175,6 +219,31 @@ impl Target for CpuTarget {
                 let src = leaf(p, *src, Some(&dst.layout.shape));
                 CpuKernel::CopyInto(CopyIntoKernel { dst, src })
             }
+            Step::Rope { x, pos, rope } => CpuKernel::Rope(RopeKernel {
+                out,
+                out_dtype,
+                x: leaf(p, *x, None),
+                pos: leaf(p, *pos, None),
+                rope: *rope,
+            }),
+            Step::Attention { q, k, v, mask, kv_len, scale, causal } => {
+                let q = leaf(p, *q, None);
+                let k = leaf(p, *k, None);
+                let r = q.layout.rank();
+                let mut full = q.layout.shape.clone();
+                full[r - 1] = k.layout.shape[r - 2];
+                CpuKernel::Attention(AttentionKernel {
+                    out,
+                    out_dtype,
+                    q,
+                    k,
+                    v: leaf(p, *v, None),
+                    mask: mask.map(|m| leaf(p, m, Some(&full))),
+                    kv_len: kv_len.map(|l| leaf(p, l, None)),
+                    scale: *scale,
+                    causal: *causal,
+                })
+            }
             Step::Input { .. } | Step::View { .. } | Step::External { .. } => {
                 unreachable!("inputs, views and externals are not scheduled")
             }
@@ -192,6 +261,11 @@ impl CpuKernel {
             CpuKernel::Concat(k) => k.run(mem),
             CpuKernel::SetRows(k) => k.run(mem)?,
             CpuKernel::CopyInto(k) => k.run(mem),
+            CpuKernel::Rope(k) => k.run(mem),
+            CpuKernel::Attention(k) => k.run(mem)?,
+            CpuKernel::Dequantize(k) => k.run(mem),
+            CpuKernel::GetRowsQ(k) => k.run(mem)?,
+            CpuKernel::QMatmul(k) => k.run(mem),
         }
         Ok(())
     }
@@ -221,7 +295,9 @@ impl Backend for CpuBackend {
             ExternalMemory::CpuBytes(bytes)
         };
         self.resident.fetch_add(size, Ordering::Relaxed);
-        Ok(Arc::new(External {
+        // Send + Sync natively; on wasm32 (one thread) wgpu's handles are neither, as for Device
+        #[allow(clippy::arc_with_non_send_sync)]
+        let external = Arc::new(External {
             id: next_id(),
             name: name.into(),
             dtype,
@@ -230,7 +306,8 @@ impl Backend for CpuBackend {
             writable,
             memory,
             accounting: self.resident.clone(),
-        }))
+        });
+        Ok(external)
     }
 
     fn resident_bytes(&self) -> u64 {
@@ -406,11 +483,13 @@ impl CpuPlan {
                 DType::F32 => Data::F32(vec![0.0; range.len()]),
                 DType::F16 => Data::F16(vec![half::f16::ZERO; range.len()]),
                 DType::I32 => Data::I32(vec![0; range.len()]),
+                dtype => Data::Raw { dtype, bytes: vec![0; dtype.bytes_of(range.len()).unwrap_or(0)] },
             };
             let bytes: &mut [u8] = match &mut data {
                 Data::F32(d) => bytemuck::cast_slice_mut(d),
                 Data::F16(d) => bytemuck::cast_slice_mut(d),
                 Data::I32(d) => bytemuck::cast_slice_mut(d),
+                Data::Raw { bytes, .. } => bytes,
             };
             v.copy_bytes(range, bytes);
             return HostTensor { shape, data };
@@ -420,6 +499,8 @@ impl CpuPlan {
             DType::F32 => Data::F32(all.map(|i| v.get(i)).collect()),
             DType::F16 => Data::F16(all.map(|i| half::f16::from_f32(v.get(i))).collect()),
             DType::I32 => Data::I32(all.map(|i| v.get_i32(i)).collect()),
+            // a strided view of a storage format: compile refuses it (only whole rows are views of blocks)
+            dtype => Data::Raw { dtype, bytes: v.block_bytes(0..v.len() / dtype.block_size()).to_vec() },
         };
         HostTensor { shape, data: gather_view(&storage, layout) }
     }

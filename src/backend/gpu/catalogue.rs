@@ -103,6 +103,31 @@ fn other_keys(keys: &mut Vec<KernelKey>) {
         keys.push(KernelKey::new(KernelKind::SetRows, dst, vec![src, I32]));
         keys.push(KernelKey::new(KernelKind::CopyInto, dst, vec![src]));
     }
+    for d in FLOATS {
+        keys.push(KernelKey::new(KernelKind::Rope, d, vec![d, I32]));
+    }
+    // attention: prefill and decode tiles, the split pass and its combine, with and without mask and length
+    for (d, dv, br, bc) in [(64, 64, 16, 32), (64, 64, 1, 32), (32, 32, 16, 64), (128, 128, 16, 16)] {
+        for (partial, mask, dyn_len) in bools3() {
+            if partial && br != 1 {
+                continue;
+            }
+            for (q, kv) in [(F32, F32), (F32, F16), (F16, F16)] {
+                let kind = KernelKind::Attention { d, dv, br, bc, partial, mask, dyn_len };
+                let mut ins = vec![q, kv, kv];
+                if mask {
+                    ins.push(q);
+                }
+                if dyn_len {
+                    ins.push(I32);
+                }
+                keys.push(KernelKey::new(kind, if partial { F32 } else { q }, ins));
+            }
+        }
+        for out in FLOATS {
+            keys.push(KernelKey::new(KernelKind::AttentionCombine { dv }, out, vec![F32]));
+        }
+    }
     // shared memory bound once: matmul(x, x), x + x, softmax(x, mask = x), in-place x = exp(x)
     let aliased = [
         (KernelKind::MatMul { epi: None }, vec![F32, F32], vec![0, 1, 1]),
@@ -117,12 +142,43 @@ fn other_keys(keys: &mut Vec<KernelKey>) {
     }
 }
 
+/// Kernels that read a storage format (bf16, the GGUF block types): casts to f32 and f16, get_rows, and matmuls
+/// whose B is a weight (`t(w)`, K contiguous) in every matmul kernel that takes one.
+fn storage_format_keys(keys: &mut Vec<KernelKey>) {
+    for q in DType::ALL.into_iter().filter(|d| d.is_storage_format()) {
+        for out in FLOATS {
+            keys.push(elementwise(ElemOp::Cast, out, vec![q]));
+            keys.push(KernelKey::new(KernelKind::GetRows, out, vec![q, I32]));
+        }
+        for a in FLOATS {
+            keys.push(KernelKey::new(KernelKind::MatMul { epi: None }, F32, vec![a, q]));
+            keys.push(KernelKey::new(
+                KernelKind::MatVec { b_ncontig: false, subgroups: true, epi: None },
+                F32,
+                vec![a, q],
+            ));
+            keys.push(KernelKey::new(
+                KernelKind::MatVec { b_ncontig: false, subgroups: false, epi: None },
+                F32,
+                vec![a, q],
+            ));
+            for cfg in TILE_CONFIGS {
+                for (a_kcontig, out_vec4) in [(true, true), (false, false)] {
+                    let kind = KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig: false, out_vec4, epi: None };
+                    keys.push(KernelKey::new(kind, F32, vec![a, q]));
+                }
+            }
+        }
+    }
+}
+
 /// Every kernel variant the compiler can emit: `(name, WGSL)`.
 pub fn all_variants() -> Vec<(String, String)> {
     let mut keys = Vec::new();
     elementwise_keys(&mut keys);
     matmul_keys(&mut keys);
     other_keys(&mut keys);
+    storage_format_keys(&mut keys);
     // every f16 variant again with f16 packed in u32 words (adapters without SHADER_F16)
     let packed: Vec<KernelKey> = keys
         .iter()

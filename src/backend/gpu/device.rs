@@ -319,7 +319,13 @@ impl GpuBackend {
                 layout: None,
                 module: &module,
                 entry_point: Some("main"),
-                compilation_options: Default::default(),
+                // Every kernel writes its workgroup memory before reading it, so the zeroing WebGPU requires by
+                // default is skipped where the platform allows: on GL, wgpu would write it as an array constructor
+                // as long as the array, which Mesa's llvmpipe takes minutes to compile for a 2048-element tile.
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    zero_initialize_workgroup_memory: false,
+                    ..Default::default()
+                },
                 cache: None,
             })
         };

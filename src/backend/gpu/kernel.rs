@@ -73,6 +73,13 @@ pub(crate) enum KernelKind {
     SetRows,
     /// `copy_into.wgsl`.
     CopyInto,
+    /// `rope.wgsl`.
+    Rope,
+    /// `attention.wgsl`: head dims `d` and `dv`, `br` queries and `bc` keys a tile, `partial` results of a split
+    /// for the combine pass, an additive `mask`, a run-time length (`dyn_len`).
+    Attention { d: u32, dv: u32, br: u32, bc: u32, partial: bool, mask: bool, dyn_len: bool },
+    /// `attention_combine.wgsl`.
+    AttentionCombine { dv: u32 },
 }
 
 impl KernelKind {
@@ -94,6 +101,15 @@ impl KernelKind {
             KernelKind::Concat => "concat".into(),
             KernelKind::SetRows => "set_rows".into(),
             KernelKind::CopyInto => "copy_into".into(),
+            KernelKind::Rope => "rope".into(),
+            KernelKind::Attention { br, partial, .. } => {
+                format!(
+                    "attention {}{}",
+                    if *br == 1 { "decode" } else { "prefill" },
+                    if *partial { " split" } else { "" }
+                )
+            }
+            KernelKind::AttentionCombine { .. } => "attention combine".into(),
         }
     }
 
@@ -140,8 +156,12 @@ impl KernelKey {
     }
 }
 
-/// One dispatch of a plan: the kernel, its uniform block, the storage nodes bound (output first), for each binding
-/// the window bound (byte offset within the tensor's block, byte size; `None`: the whole block), and the grid.
+/// A binding that is the plan's scratch buffer rather than a tensor (the partial results of split attention).
+pub(crate) const SCRATCH: NodeId = NodeId::MAX;
+
+/// One dispatch of a plan: the kernel, its uniform block, the storage nodes bound (output first; [`SCRATCH`] for
+/// the scratch buffer), for each binding the window bound (byte offset within the tensor's block, byte size;
+/// `None`: the whole block), the grid, and the scratch bytes it needs.
 #[derive(Clone, Debug)]
 pub(crate) struct Dispatch {
     pub key: KernelKey,
@@ -149,4 +169,5 @@ pub(crate) struct Dispatch {
     pub bindings: Vec<NodeId>,
     pub windows: Vec<Option<(u64, u64)>>,
     pub workgroups: [u32; 3],
+    pub scratch: u64,
 }

@@ -109,7 +109,9 @@ impl Backend for Arc<GpuBackend> {
         }
         self.resident.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
         let memory = ExternalMemory::Gpu { buffer, device: self.clone() };
-        Ok(Arc::new(External {
+        // Send + Sync natively; on wasm32 (one thread) wgpu's handles are neither, as for Device
+        #[allow(clippy::arc_with_non_send_sync)]
+        let external = Arc::new(External {
             id: crate::caps::next_id(),
             name: name.into(),
             dtype,
@@ -118,7 +120,8 @@ impl Backend for Arc<GpuBackend> {
             writable,
             memory,
             accounting: self.resident.clone(),
-        }))
+        });
+        Ok(external)
     }
 
     fn resident_bytes(&self) -> u64 {

@@ -254,6 +254,80 @@ params! {
         src_strides: [u32; 4],
     }
 
+    /// `rope.wgsl`: rotary position embedding of a `[B, T, H, D]` tensor.
+    RopeParams {
+        /// Output elements.
+        count: u32,
+        /// Rotated dims of each head.
+        n_dims: u32,
+        /// 1 for neox pairs (i, i + n_dims / 2), 0 for adjacent pairs.
+        neox: u32,
+        /// `freq_base^(-2 / n_dims)`.
+        theta_scale: f32,
+        /// Linear position scaling.
+        freq_scale: f32,
+        /// x's offset within its binding.
+        x_offset: u32,
+        /// The positions' offset within their binding.
+        pos_offset: u32,
+        /// The positions' stride.
+        pos_stride: u32,
+        /// Shape (B, T, H, D).
+        shape: [u32; 4],
+        /// x's strides.
+        x_strides: [u32; 4],
+    }
+
+    /// `attention.wgsl` and `attention_combine.wgsl`.
+    AttentionParams {
+        /// Query heads H.
+        h: u32,
+        /// Queries T.
+        t: u32,
+        /// Key positions S (the keys' length: the most the run-time length may be).
+        s: u32,
+        /// Query heads per K/V head (H / Hkv).
+        group: u32,
+        /// The KV length when it is not given at run time (S).
+        static_len: u32,
+        /// 1 for causal masking.
+        causal: u32,
+        /// Multiplies q·k.
+        scale: f32,
+        /// Splits of the keys per query (1 without the combine pass).
+        splits: u32,
+        /// Keys per split.
+        split_len: u32,
+        /// Batches B.
+        batch: u32,
+        /// The mask's offset within its binding.
+        mask_offset: u32,
+        /// The run-time length's offset within its binding.
+        kv_len_offset: u32,
+        /// q's strides (b, h, t, d).
+        q_strides: [u32; 4],
+        /// k's strides (b, g, s, d).
+        k_strides: [u32; 4],
+        /// v's strides (b, g, s, d).
+        v_strides: [u32; 4],
+        /// The mask's strides (b, h, t, s), broadcast.
+        mask_strides: [u32; 4],
+        /// q's offset within its binding.
+        q_offset: u32,
+        /// k's offset within its binding.
+        k_offset: u32,
+        /// v's offset within its binding.
+        v_offset: u32,
+        /// Head dim of q and k (the kernel's D, as a loop bound).
+        d: u32,
+        /// Head dim of v (DV).
+        dv: u32,
+        /// Keys a tile (BC).
+        bc: u32,
+        _pad0: u32,
+        _pad1: u32,
+    }
+
     /// `concat.wgsl`: `out = concatenate([a, b], axis)`.
     ConcatParams {
         /// Output elements.

@@ -4,7 +4,7 @@
 //! outputs back through one staging buffer.
 
 use super::device::GpuBackend;
-use super::kernel::Dispatch;
+use super::kernel::{Dispatch, SCRATCH};
 use crate::backend::{fetched, gather, CompileOptions, Executable, Inputs, LocalFuture, PlanStats};
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
@@ -69,6 +69,8 @@ struct Resources {
     /// workgroups of each dispatch.
     steps: Vec<Step>,
     staging: wgpu::Buffer,
+    /// Kept alive for the bind groups that use it.
+    _scratch: Option<wgpu::Buffer>,
 }
 
 impl Drop for GpuPlan {
@@ -97,12 +99,15 @@ async fn allocate(
     dispatches: &[&Dispatch],
     staging_size: u64,
     uniform_stride: u64,
-) -> Result<(Vec<wgpu::Buffer>, wgpu::Buffer, wgpu::Buffer)> {
+) -> Result<Buffers> {
     let caps = &gpu.caps;
     let uniform_size = (dispatches.len() as u64 * uniform_stride).max(PARAMS_BYTES);
+    let scratch_size = dispatches.iter().map(|d| d.scratch).max().unwrap_or(0).div_ceil(4) * 4;
     // wgpu rejects a buffer over max_buffer_size with a validation error; say which limit instead
     let sizes = mem.arena_bytes.iter().map(|&b| ("the plan's memory arena", b));
-    for (what, size) in sizes.chain([("the readback of the outputs", staging_size), ("the uniforms", uniform_size)]) {
+    let others =
+        [("the readback of the outputs", staging_size), ("the uniforms", uniform_size), ("the scratch", scratch_size)];
+    for (what, size) in sizes.chain(others) {
         if size > caps.max_buffer_bytes {
             let limit = caps.max_buffer_bytes;
             return Err(Error::LimitExceeded { what: what.into(), size, limit_name: "max_buffer_size", limit });
@@ -128,8 +133,9 @@ async fn allocate(
     }
     let staging =
         buffer("webtensor readback", staging_size.max(4), wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+    let scratch = (scratch_size > 0).then(|| buffer("webtensor scratch", scratch_size, usage));
     let (oom, validation) = (oom.pop(), validation.pop());
-    let bytes = mem.total_bytes() + uniform_size + staging_size;
+    let bytes = mem.total_bytes() + uniform_size + staging_size + scratch_size;
     if let Some(e) = oom.await {
         let context = format!("allocating {bytes} bytes of GPU memory for the plan (out of memory)");
         return Err(Error::Gpu { context, message: e.to_string() });
@@ -137,7 +143,17 @@ async fn allocate(
     if let Some(e) = validation.await {
         return Err(Error::Gpu { context: format!("allocating {bytes} bytes for the plan"), message: e.to_string() });
     }
-    Ok((arenas, uniforms, staging))
+    Ok(Buffers { arenas, uniforms, staging, scratch })
+}
+
+/// The buffers a plan owns.
+struct Buffers {
+    arenas: Vec<wgpu::Buffer>,
+    /// Every dispatch's uniform block, written once at compile time.
+    uniforms: wgpu::Buffer,
+    staging: wgpu::Buffer,
+    /// The partial results of split attention, when a dispatch needs them.
+    scratch: Option<wgpu::Buffer>,
 }
 
 /// The pipeline and bind group of every dispatch (pipelines from the device's cache).
@@ -146,10 +162,10 @@ async fn bind(
     program: &Program,
     mem: &MemoryPlan,
     dispatches: &[&Dispatch],
-    arenas: &[wgpu::Buffer],
-    uniforms: &wgpu::Buffer,
+    buffers: &Buffers,
     uniform_stride: u64,
 ) -> Result<(Vec<Step>, usize)> {
+    let (arenas, uniforms) = (&buffers.arenas, &buffers.uniforms);
     let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let mut steps = Vec::new();
     let mut keys = HashSet::new();
@@ -168,6 +184,13 @@ async fn bind(
         for (b, &node) in d.bindings.iter().enumerate() {
             if d.key.alias[b] != b {
                 continue; // served by the earlier binding over the same memory
+            }
+            if node == SCRATCH {
+                let scratch = buffers.scratch.as_ref().expect("allocated for the dispatches that need it");
+                let resource =
+                    wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: scratch, offset: 0, size: None });
+                entries.push(wgpu::BindGroupEntry { binding: b as u32 + 1, resource });
+                continue;
             }
             let blk = mem.blocks[&node];
             let (offset, size) = d.windows[b].unwrap_or((0, round4(blk.size)));
@@ -217,20 +240,21 @@ impl GpuPlan {
         let dispatches: Vec<&Dispatch> = kernels.iter().flatten().collect();
         let staging_size = staging_size(&program, &mem);
         let uniform_stride = PARAMS_BYTES.max(gpu.caps.min_uniform_offset_alignment as u64);
-        let (arenas, uniforms, staging) = allocate(&gpu, &mem, &dispatches, staging_size, uniform_stride).await?;
-        let (steps, pipelines) = bind(&gpu, &program, &mem, &dispatches, &arenas, &uniforms, uniform_stride).await?;
+        let buffers = allocate(&gpu, &mem, &dispatches, staging_size, uniform_stride).await?;
+        let (steps, pipelines) = bind(&gpu, &program, &mem, &dispatches, &buffers, uniform_stride).await?;
         // wgpu reports no errors for work on a lost device: a device lost during compile shows up only here
         gpu.check_alive("compile")?;
-        let buffers = arenas.len() + 2;
+        let Buffers { arenas, staging, scratch, .. } = buffers;
+        let n_buffers = arenas.len() + 2 + scratch.is_some() as usize;
         let kernels = kernels.iter().map(|k| k[0].key.kind.name()).collect();
         Ok(GpuPlan {
             gpu,
             program,
             mem,
-            res: ManuallyDrop::new(Resources { arenas, steps, staging }),
+            res: ManuallyDrop::new(Resources { arenas, steps, staging, _scratch: scratch }),
             poison: options.poison,
             pipelines,
-            buffers,
+            buffers: n_buffers,
             kernels,
             last_us: 0.0,
         })

@@ -61,6 +61,7 @@ pub fn short(d: DType) -> &'static str {
         DType::F16 => "f16",
         DType::I32 => "i32",
         DType::F32 => "f32",
+        other => other.name(),
     }
 }
 

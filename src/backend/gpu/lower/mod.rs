@@ -2,6 +2,7 @@
 //! typed parameters, bindings and grid — one module per kernel family; [`split`] then splits dispatches whose
 //! operands exceed one storage binding.
 
+mod attention;
 mod elementwise;
 mod gather;
 pub(crate) mod matmul;
@@ -9,13 +10,32 @@ mod rows;
 mod split;
 pub(crate) mod target;
 
-use crate::backend::gpu::kernel::Dispatch;
-use crate::compile::ir::{Program, Step};
+use crate::backend::gpu::kernel::{Dispatch, SCRATCH};
+use crate::compile::ir::{ElemOp, Expr, Program, Step};
 use crate::compile::memory::{MemoryLimits, MemoryPlan};
 use crate::compile::Target;
 use crate::graph::NodeId;
 use crate::{DType, Result};
 use target::GpuTarget;
+
+impl GpuTarget {
+    /// What a dispatch's key needs from the memory plan: bindings over the same memory bound once (WebGPU rejects
+    /// overlapping bindings in a dispatch when one is writable), and f16 packed where the adapter lacks SHADER_F16.
+    fn finish(&self, d: &mut Dispatch, memory: &MemoryPlan) {
+        let place = |n: &NodeId| {
+            if *n == SCRATCH {
+                (usize::MAX, 0)
+            } else {
+                (memory.blocks[n].arena, memory.blocks[n].offset)
+            }
+        };
+        let blocks: Vec<(usize, u64)> = d.bindings.iter().map(place).collect();
+        d.key.alias =
+            (0..blocks.len()).map(|i| blocks.iter().position(|b| *b == blocks[i]).expect("present")).collect();
+        let has_f16 = d.key.out == DType::F16 || d.key.ins.contains(&DType::F16);
+        d.key.packed_f16 = !self.shader_f16 && has_f16;
+    }
+}
 
 impl Target for GpuTarget {
     type Kernel = Dispatch;
@@ -39,8 +59,20 @@ impl Target for GpuTarget {
         MemoryLimits { align: self.align, max_arena: max, max_tensor: max, place_inputs: true }
     }
 
-    fn lower(&self, program: &Program, memory: &MemoryPlan, id: NodeId) -> Result<Dispatch> {
-        let mut d = match &program.nodes[id].step {
+    fn lower(&self, program: &Program, memory: &MemoryPlan, id: NodeId) -> Result<Vec<Dispatch>> {
+        let d = match &program.nodes[id].step {
+            Step::Rope { x, pos, rope } => attention::rope(program, id, *x, *pos, rope, self)?,
+            Step::Dequantize { x } => {
+                // the element accessors of a storage-format binding decode blocks: a copy kernel dequantizes
+                let cast = Expr::Node { op: ElemOp::Cast, args: vec![Expr::Leaf(0)], dtype: program.nodes[id].dtype };
+                elementwise::lower(program, id, &cast, &[*x], self)?
+            }
+            &Step::Attention { q, k, v, mask, kv_len, scale, causal } => {
+                let a = attention::AttentionStep { q, k, v, mask, kv_len, scale, causal };
+                let mut ds = attention::attention(program, id, &a, self)?;
+                ds.iter_mut().for_each(|d| self.finish(d, memory));
+                return Ok(ds);
+            }
             Step::Elementwise { expr, srcs } => elementwise::lower(program, id, expr, srcs, self)?,
             Step::MatMul { a, b, epilogue } => matmul::lower(program, id, *a, *b, epilogue.as_ref(), self)?,
             Step::Row { .. } | Step::Reduce { .. } => rows::lower(program, id, self)?,
@@ -52,14 +84,9 @@ impl Target for GpuTarget {
                 unreachable!("inputs, views and externals are not scheduled")
             }
         };
-        // one binding per memory range: WebGPU rejects overlapping bindings in a dispatch when one is writable
-        let blocks: Vec<(usize, u64)> =
-            d.bindings.iter().map(|n| (memory.blocks[n].arena, memory.blocks[n].offset)).collect();
-        d.key.alias =
-            (0..blocks.len()).map(|i| blocks.iter().position(|b| *b == blocks[i]).expect("present")).collect();
-        let has_f16 = d.key.out == DType::F16 || d.key.ins.contains(&DType::F16);
-        d.key.packed_f16 = !self.shader_f16 && has_f16;
-        Ok(d)
+        let mut d = d;
+        self.finish(&mut d, memory);
+        Ok(vec![d])
     }
 
     fn split(&self, d: Dispatch, program: &Program, memory: &MemoryPlan) -> Result<Vec<Dispatch>> {

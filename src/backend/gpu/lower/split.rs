@@ -16,24 +16,47 @@
 //! Anything else over the limit is an [`Error::LimitExceeded`] naming the limit and the size.
 
 use super::target::{grid, GpuTarget};
-use crate::backend::gpu::kernel::{Dispatch, KernelKind};
+use crate::backend::gpu::kernel::{Dispatch, KernelKind, SCRATCH};
 use crate::backend::gpu::params::{
     get_packed, set_packed, ElementwiseParams, GetRowsParams, MatmulParams, Params, RowsParams,
 };
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
 use crate::shape::contiguous_strides;
-use crate::{Error, Result};
+use crate::{DType, Error, Result};
 
 fn round4(n: u64) -> u64 {
     n.div_ceil(4) * 4
 }
 
-/// The window holding elements [first, end) of a tensor of `elem` bytes each: (aligned start byte, byte size),
-/// and the element offset of the window's start.
-fn window(first: u64, end: u64, elem: u64, align: u64) -> ((u64, u64), u64) {
-    let start = first * elem / align * align;
-    ((start, round4(end * elem) - start), start / elem)
+/// The window holding elements [first, end) of a tensor of `dtype`: (aligned start byte, byte size), and the
+/// element offset of the window's start. For block types `first` and `end` are whole blocks (rows are), and the
+/// window starts at a block that is also aligned, so its first element is a whole number of blocks in.
+fn window(first: u64, end: u64, dtype: DType, align: u64) -> ((u64, u64), u64) {
+    let (bs, bb) = (dtype.block_size() as u64, dtype.block_bytes() as u64);
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let unit = align / gcd(align, bb); // blocks per aligned start: lcm(align, bb) / bb
+    let start_block = first / bs / unit * unit;
+    let start = start_block * bb;
+    ((start, round4(end / bs * bb) - start), start_block * bs)
+}
+
+/// Bytes a window's start may move back to land on an aligned whole block: lcm(align, block bytes) for block types.
+fn lcm_slack(dtype: DType, align: u64) -> u64 {
+    let bb = dtype.block_bytes() as u64;
+    if dtype.block_size() == 1 {
+        return 0;
+    }
+    let mut g = (align, bb);
+    while g.1 != 0 {
+        g = (g.1, g.0 % g.1);
+    }
+    align / g.0 * bb
 }
 
 /// What every family's splitter needs.
@@ -50,8 +73,13 @@ struct Splitter<'a> {
 }
 
 impl Splitter<'_> {
-    fn elem(&self, i: usize) -> u64 {
-        self.program.nodes[self.d.bindings[i]].dtype.size_bytes() as u64
+    fn dtype(&self, i: usize) -> DType {
+        self.program.nodes[self.d.bindings[i]].dtype
+    }
+
+    /// Bytes of `n` elements of binding `i` (whole blocks for block types).
+    fn bytes_of(&self, i: usize, n: u64) -> u64 {
+        self.dtype(i).bytes_of(n as usize).unwrap_or(usize::MAX) as u64
     }
 
     fn large(&self, i: usize) -> bool {
@@ -76,7 +104,14 @@ impl Splitter<'_> {
     }
 
     fn chunk(&self, params: Params, windows: Vec<Option<(u64, u64)>>, workgroups: [u32; 3]) -> Dispatch {
-        Dispatch { key: self.d.key.clone(), params, bindings: self.d.bindings.clone(), windows, workgroups }
+        Dispatch {
+            key: self.d.key.clone(),
+            params,
+            bindings: self.d.bindings.clone(),
+            windows,
+            workgroups,
+            scratch: self.d.scratch,
+        }
     }
 
     fn elementwise(&self, p0: &ElementwiseParams) -> Result<Vec<Dispatch>> {
@@ -110,7 +145,7 @@ impl Splitter<'_> {
             p.first = s as u32;
             p.out_offset = s as u32; // output offset when the output is bound whole
             if self.large(0) {
-                let (w, base) = window(s, e, self.elem(0), self.align);
+                let (w, base) = window(s, e, self.dtype(0), self.align);
                 windows[0] = Some(w);
                 p.out_offset = (s - base) as u32;
             }
@@ -119,7 +154,7 @@ impl Splitter<'_> {
                     continue;
                 }
                 let off = get_packed(&p.in_offsets, k - 1) as u64;
-                let (w, base) = window(off + s, off + e, self.elem(k), self.align);
+                let (w, base) = window(off + s, off + e, self.dtype(k), self.align);
                 *win = Some(w);
                 set_packed(&mut p.in_offsets, k - 1, (off as u32).wrapping_sub(base as u32) as usize);
             }
@@ -144,7 +179,7 @@ impl Splitter<'_> {
         let per_chunk = self.room / (n * 4);
         if per_chunk == 0 {
             let what = format!("one row of {n} elements of {}", self.describe(1));
-            return Err(self.too_big(what, n * self.elem(1)));
+            return Err(self.too_big(what, self.bytes_of(1, n)));
         }
         let out_per_row = if reduces { 1 } else { n };
         let mut chunks = Vec::new();
@@ -157,13 +192,13 @@ impl Splitter<'_> {
             p.first_row = r0 as u32;
             p.out_offset = (r0 * out_per_row) as u32; // output offset when the output is bound whole
             if self.large(0) {
-                let (w, base) = window(r0 * out_per_row, r1 * out_per_row, self.elem(0), self.align);
+                let (w, base) = window(r0 * out_per_row, r1 * out_per_row, self.dtype(0), self.align);
                 windows[0] = Some(w);
                 p.out_offset = (r0 * out_per_row - base) as u32;
             }
             if self.large(1) {
                 let off = p.x_offset as u64;
-                let (w, base) = window(off + r0 * n, off + r1 * n, self.elem(1), self.align);
+                let (w, base) = window(off + r0 * n, off + r1 * n, self.dtype(1), self.align);
                 windows[1] = Some(w);
                 p.x_offset = (off as u32).wrapping_sub(base as u32);
             }
@@ -183,10 +218,11 @@ impl Splitter<'_> {
         if p0.row_stride as u64 != dim || p0.col_stride != 1 {
             return Err(self.too_big(format!("{} (a strided view)", self.describe(1)), self.bytes[1]));
         }
-        let per_chunk = self.room / (dim * 4);
+        // rows per window, less one aligned unit of slack at the start for block types
+        let per_chunk = self.room.saturating_sub(lcm_slack(self.dtype(1), self.align)) / self.bytes_of(1, dim).max(1);
         if per_chunk == 0 {
             let what = format!("one row of {dim} elements of {}", self.describe(1));
-            return Err(self.too_big(what, dim * self.elem(1)));
+            return Err(self.too_big(what, self.bytes_of(1, dim)));
         }
         let mut chunks = Vec::new();
         let mut lo = 0u64;
@@ -194,7 +230,7 @@ impl Splitter<'_> {
             let hi = (lo + per_chunk).min(v);
             let mut p = *p0;
             let off = p.table_offset as u64;
-            let (w, base) = window(off + lo * dim, off + hi * dim, self.elem(1), self.align);
+            let (w, base) = window(off + lo * dim, off + hi * dim, self.dtype(1), self.align);
             let mut windows = vec![None; self.bytes.len()];
             windows[1] = Some(w);
             p.table_offset = (off as u32).wrapping_sub(base as u32);
@@ -218,10 +254,11 @@ impl Splitter<'_> {
             let why = "(over the binding limit and not the transposed view of a row-major [N, K] weight)";
             return Err(self.too_big(format!("{} {why}", self.describe(2)), self.bytes[2]));
         }
-        let per_chunk = self.room / (n_stride * self.elem(2)) / 64 * 64;
+        let row = self.bytes_of(2, n_stride);
+        let per_chunk = self.room.saturating_sub(lcm_slack(self.dtype(2), self.align)) / row.max(1) / 64 * 64;
         if per_chunk == 0 {
             let what = format!("64 columns of {}", self.describe(2));
-            return Err(self.too_big(what, 64 * n_stride * self.elem(2)));
+            return Err(self.too_big(what, 64 * row));
         }
         let mut chunks = Vec::new();
         let mut n0 = 0u64;
@@ -229,7 +266,7 @@ impl Splitter<'_> {
             let n1 = (n0 + per_chunk).min(n);
             let mut p = *p0;
             let off = p.b_offset as u64;
-            let (w, base) = window(off + n0 * n_stride, off + (n1 - 1) * n_stride + k, self.elem(2), self.align);
+            let (w, base) = window(off + n0 * n_stride, off + (n1 - 1) * n_stride + k, self.dtype(2), self.align);
             let mut windows = vec![None; self.bytes.len()];
             windows[2] = Some(w);
             p.n = (n1 - n0) as u32;
@@ -260,7 +297,7 @@ impl Splitter<'_> {
         if self.d.workgroups[2] != 1 || k_stride != 1 || row_stride < k {
             return Err(self.too_big(format!("{} (not a row-major A of one batch)", self.describe(1)), self.bytes[1]));
         }
-        let (a_elem, out_elem) = (self.elem(1), self.elem(0));
+        let (a_elem, out_elem) = (self.bytes_of(1, 1), self.bytes_of(0, 1));
         let tile_rows = self.d.key.kind.matmul_tile().expect("a 2-D matmul kernel").0;
         let out_row = ldc * out_elem;
         let per_chunk = self.room / (row_stride * a_elem).max(out_row) / tile_rows * tile_rows;
@@ -275,13 +312,13 @@ impl Splitter<'_> {
             let mut p = *p0;
             let mut windows = vec![None; self.bytes.len()];
             let off = p.a_offset as u64;
-            let (w, base) = window(off + m0 * row_stride, off + (m1 - 1) * row_stride + k, a_elem, self.align);
+            let (w, base) = window(off + m0 * row_stride, off + (m1 - 1) * row_stride + k, self.dtype(1), self.align);
             windows[1] = Some(w);
             p.m = (m1 - m0) as u32;
             p.a_offset = ((off + m0 * row_stride) as u32).wrapping_sub(base as u32);
             p.m0 = m0 as u32;
             if self.large(0) {
-                let (w, base) = window(m0 * ldc, m1 * ldc, out_elem, self.align);
+                let (w, base) = window(m0 * ldc, m1 * ldc, self.dtype(0), self.align);
                 windows[0] = Some(w);
                 p.out_window = base as u32;
             }
@@ -295,7 +332,8 @@ impl Splitter<'_> {
 
 /// Splits `d` (lowered from a step of `program`) so that every binding fits one storage binding.
 pub(super) fn split(d: Dispatch, program: &Program, mem: &MemoryPlan, t: &GpuTarget) -> Result<Vec<Dispatch>> {
-    let bytes: Vec<u64> = d.bindings.iter().map(|n| round4(mem.blocks[n].size)).collect();
+    let bytes: Vec<u64> =
+        d.bindings.iter().map(|n| if *n == SCRATCH { d.scratch } else { round4(mem.blocks[n].size) }).collect();
     if bytes.iter().all(|&b| b <= t.max_binding) {
         return Ok(vec![d]);
     }
@@ -324,16 +362,28 @@ pub(super) fn split(d: Dispatch, program: &Program, mem: &MemoryPlan, t: &GpuTar
 #[cfg(test)]
 mod tests {
     use super::window;
+    use crate::DType;
 
     #[test]
     fn windows_start_aligned_and_cover_the_range() {
         for align in [4u64, 32, 256] {
-            for (first, end, elem) in [(0u64, 10u64, 4u64), (37, 1000, 4), (33_554_431, 37_500_000, 4), (7, 9, 2)] {
-                let ((start, size), base) = window(first, end, elem, align);
+            for (first, end, dtype) in [
+                (0u64, 10u64, DType::F32),
+                (37, 1000, DType::F32),
+                (33_554_431, 37_500_000, DType::F32),
+                (7, 9, DType::F16),
+            ] {
+                let elem = dtype.size_bytes() as u64;
+                let ((start, size), base) = window(first, end, dtype, align);
                 assert_eq!(start % align, 0);
                 assert!(start <= first * elem && start + size >= end * elem && size % 4 == 0);
                 assert_eq!(base * elem, start);
             }
+            // Q8_0 (34-byte blocks): the window starts at an aligned whole block
+            let ((start, size), base) = window(32 * 1000, 32 * 2000, DType::Q8_0, align);
+            assert_eq!((start % align, start % 34, base % 32), (0, 0, 0));
+            assert!(start <= 1000 * 34 && start + size >= 2000 * 34);
+            assert_eq!(base / 32 * 34, start);
         }
     }
 }

@@ -3,6 +3,7 @@
 //! accessors ([`storage`]), and the family's template from `shaders/` with its few tokens filled in, one module
 //! per family.
 
+pub(crate) mod attention;
 pub(crate) mod coop;
 pub(crate) mod elementwise;
 mod gather;
@@ -13,7 +14,8 @@ pub(crate) mod template;
 
 use super::kernel::{KernelKey, KernelKind};
 use super::params::{
-    ConcatParams, CopyParams, ElementwiseParams, GetRowsParams, MatmulParams, RowsParams, SetRowsParams,
+    AttentionParams, ConcatParams, CopyParams, ElementwiseParams, GetRowsParams, MatmulParams, RopeParams, RowsParams,
+    SetRowsParams,
 };
 
 const COMMON: &str = include_str!("../../../../shaders/common.wgsl");
@@ -31,6 +33,8 @@ fn params_decl(kind: &KernelKind) -> String {
         KernelKind::Concat => ConcatParams::wgsl_fields(),
         KernelKind::SetRows => SetRowsParams::wgsl_fields(),
         KernelKind::CopyInto => CopyParams::wgsl_fields(),
+        KernelKind::Rope => RopeParams::wgsl_fields(),
+        KernelKind::Attention { .. } | KernelKind::AttentionCombine { .. } => AttentionParams::wgsl_fields(),
     };
     format!("{fields}@group(0) @binding(0) var<uniform> P: Params;\n")
 }
@@ -59,6 +63,9 @@ impl KernelKey {
             KernelKind::Rows { op, mask } => rows::wgsl(self, bindings, *op, *mask),
             KernelKind::GetRows | KernelKind::Concat | KernelKind::SetRows | KernelKind::CopyInto => {
                 gather::wgsl(self, bindings)
+            }
+            KernelKind::Rope | KernelKind::Attention { .. } | KernelKind::AttentionCombine { .. } => {
+                attention::wgsl(self, bindings)
             }
         };
         format!("{enable}{}{COMMON}\n{body}", params_decl(&self.kind))

@@ -62,6 +62,25 @@ fn bindings(key: &KernelKey) -> Vec<Binding> {
                 v.push(b("m_in", key.ins[1], false, false));
             }
         }
+        KernelKind::Rope => {
+            v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
+            v.push(b("src1", key.ins[1], false, false));
+        }
+        KernelKind::Attention { mask, dyn_len, .. } => {
+            v.extend([b("out", key.out, false, true), b("q", key.ins[0], false, false)]);
+            v.extend([b("k", key.ins[1], false, false), b("v", key.ins[2], false, false)]);
+            let mut k = 3;
+            if *mask {
+                v.push(b("mask", key.ins[k], false, false));
+                k += 1;
+            }
+            if *dyn_len {
+                v.push(b("kv", key.ins[k], false, false));
+            }
+        }
+        KernelKind::AttentionCombine { .. } => {
+            v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
+        }
         KernelKind::CopyInto => {
             v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
         }
@@ -82,6 +101,16 @@ pub(super) fn declarations(key: &KernelKey) -> String {
         let target = &binds[key.alias.get(i).copied().unwrap_or(i)];
         debug_assert!(target.dtype == bd.dtype && target.vec4 == bd.vec4, "aliased bindings must agree");
         let atomic = packed(bd.dtype) && bd.output && !bd.vec4;
+        if bd.dtype.is_storage_format() {
+            // bound as u32 words; element accessors decode blocks (rows are whole blocks, so a flat element index
+            // finds its block without the row length)
+            let var = &target.name;
+            if std::ptr::eq(target, bd) {
+                out.push_str(&format!("@group(0) @binding({}) var<storage, read_write> {var}: array<u32>;\n", i + 1));
+            }
+            out.push_str(&block_accessors(bd, var));
+            continue;
+        }
         if std::ptr::eq(target, bd) {
             let elem = match (bd.dtype, bd.vec4, packed(bd.dtype)) {
                 (DType::F16, true, true) => "vec2<u32>".to_string(),
@@ -96,6 +125,32 @@ pub(super) fn declarations(key: &KernelKey) -> String {
         }
         out.push_str(&accessors(bd, &target.name, packed(bd.dtype), atomic));
     }
+    out
+}
+
+const BLOCKS: &str = include_str!("../../../../shaders/blocks.wgsl");
+
+/// The block readers and decoder of a storage-format binding (from `shaders/blocks.wgsl`) and its element
+/// accessors: `ld_NAME(i)` and `ld4_NAME(i)` (4 elements from `i`, within one block: `i` is a multiple of 4).
+fn block_accessors(bd: &Binding, var: &str) -> String {
+    let (bs, bb) = (bd.dtype.block_size(), bd.dtype.block_bytes());
+    let marker = format!("//! @{}\n", bd.dtype.name());
+    let readers = &BLOCKS[..BLOCKS.find("//! @").expect("sections")];
+    let start = BLOCKS.find(&marker).map(|i| i + marker.len()).expect("a decoder for every storage format");
+    let section = &BLOCKS[start..start + BLOCKS[start..].find("//! @").expect("the next marker")];
+    let text = format!("{readers}{section}");
+    let name = &bd.name;
+    let mut out = text.replace("{{N}}", name).replace("{{VAR}}", var);
+    out.push_str(&format!(
+        "fn ld_{name}(i: u32) -> f32 {{\n    return dq_{name}((i / {bs}u) * {bb}u, i % {bs}u);\n}}\n"
+    ));
+    // vec4 loads start at a multiple of 4, so with blocks of 4 or more elements the four lie in one block
+    let ld4 = if bs >= 4 {
+        format!("let b = (i / {bs}u) * {bb}u;\n    let e = i % {bs}u;\n    return vec4<f32>(dq_{name}(b, e), dq_{name}(b, e + 1u), dq_{name}(b, e + 2u), dq_{name}(b, e + 3u));")
+    } else {
+        format!("return vec4<f32>(ld_{name}(i), ld_{name}(i + 1u), ld_{name}(i + 2u), ld_{name}(i + 3u));")
+    };
+    out.push_str(&format!("fn ld4_{name}(i: u32) -> vec4<f32> {{\n    {ld4}\n}}\n"));
     out
 }
 
@@ -152,5 +207,7 @@ fn wgsl_storage(d: DType) -> &'static str {
         DType::F32 => "f32",
         DType::F16 => "f16",
         DType::I32 => "i32",
+        // storage formats are bound as u32 words and decoded by the kernel's block reader
+        _ => "u32",
     }
 }

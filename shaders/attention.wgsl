@@ -1,0 +1,152 @@
+// attention.wgsl — flash attention: out[b, t, h, :] = softmax_s(q[b, h, t]·k[b, g, s] * scale + mask[b, h, t, s])
+// · v[b, g, s, :] with g = h / group (grouped-query attention), one pass over K and V in tiles of BC keys with an
+// online softmax (running max m, sum l, accumulator rescaled by exp(m_old - m_new)), f32 throughout.
+// A workgroup of 64 takes BR queries of one head and one split of the keys: the split's tiles are staged in
+// workgroup memory, scores computed pairwise, the row statistics by one invocation per row, the accumulators
+// (BR x DV, ACC per invocation) in registers. Keys at or past the run-time length L (KV_LEN) are never read; with
+// CAUSAL, query t (the last T of L positions) sees keys s <= L - T + t. A row whose keys are all masked gives 0.
+// PARTIAL: several splits of the keys per query (decode), each writing (m, l, acc[DV]) to the scratch buffer for
+// attention_combine.wgsl; else one split writing the normalized rows into a contiguous [B, T, H, DV] output.
+// Bindings: 0 P (AttentionParams), 1 out (or the scratch), 2 q, 3 k, 4 v, then the mask and the length when
+// present. Dispatch: (ceil(T / BR), H, B * splits). CPU reference: src/backend/cpu/attention.rs.
+{{BINDINGS}}
+
+const BR: u32 = {{BR}}u;
+const BC: u32 = {{BC}}u;
+const D: u32 = {{D}}u;
+const DV: u32 = {{DV}}u;
+const WGS: u32 = 64u;
+const ACC: u32 = (BR * DV + WGS - 1u) / WGS;
+const PARTIAL: bool = {{PARTIAL}};
+// masked scores: finite, so that exp(NEG - NEG) never appears; a masked entry is one at or below HIDDEN
+const NEG: f32 = -3.0e38;
+const HIDDEN: f32 = -1.0e38;
+
+var<workgroup> q_s: array<f32, {{Q_SHARED}}>;
+var<workgroup> k_s: array<f32, {{K_SHARED}}>;
+var<workgroup> v_s: array<f32, {{V_SHARED}}>;
+var<workgroup> p_s: array<f32, {{P_SHARED}}>;
+var<workgroup> m_s: array<f32, BR>;
+var<workgroup> l_s: array<f32, BR>;
+var<workgroup> a_s: array<f32, BR>;
+
+{{LENGTH_FN}}
+
+{{MASK_FN}}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row0 = wg.x * BR;
+    let hi = wg.y;
+    let b = wg.z / P.splits;
+    let split = wg.z % P.splits;
+    let g = hi / P.group;
+    let T = P.t;
+    let L = min(kv_length(), P.s);
+    let nd = P.d; // loop bounds from the parameters (= D, DV, BC): constant bounds get fully unrolled by some
+    let ndv = P.dv; // drivers (Mesa's GL compiles such a kernel for minutes)
+    let nbc = P.bc;
+    for (var e = lid; e < BR * nd; e = e + WGS) {
+        let t = row0 + e / nd;
+        var x = 0.0;
+        if (t < T) {
+            x = f32(ld_q(P.q_offset + b * P.q_strides.x + hi * P.q_strides.y + t * P.q_strides.z + (e % nd) * P.q_strides.w));
+        }
+        q_s[e] = x;
+    }
+    if (lid < BR) {
+        m_s[lid] = NEG;
+        l_s[lid] = 0.0;
+    }
+    var acc: array<f32, ACC>;
+    let s_begin = split * P.split_len;
+    let s_end = min(L, s_begin + P.split_len);
+    let k_base = P.k_offset + b * P.k_strides.x + g * P.k_strides.y;
+    let v_base = P.v_offset + b * P.v_strides.x + g * P.v_strides.y;
+    workgroupBarrier();
+    for (var s0 = s_begin; s0 < s_end; s0 = s0 + nbc) {
+        for (var e = lid; e < nbc * nd; e = e + WGS) {
+            let s = s0 + e / nd;
+            var x = 0.0;
+            if (s < s_end) {
+                x = f32(ld_k(k_base + s * P.k_strides.z + (e % nd) * P.k_strides.w));
+            }
+            k_s[e] = x;
+        }
+        for (var e = lid; e < nbc * ndv; e = e + WGS) {
+            let s = s0 + e / ndv;
+            var x = 0.0;
+            if (s < s_end) {
+                x = f32(ld_v(v_base + s * P.v_strides.z + (e % ndv) * P.v_strides.w));
+            }
+            v_s[e] = x;
+        }
+        workgroupBarrier();
+        for (var e = lid; e < BR * nbc; e = e + WGS) {
+            let r = e / nbc;
+            let t = row0 + r;
+            let s = s0 + e % nbc;
+            var x = NEG;
+            if (s < s_end && t < T && (P.causal == 0u || s + T <= L + t)) {
+                var dot = 0.0;
+                for (var d = 0u; d < nd; d = d + 1u) {
+                    dot = fma(q_s[r * nd + d], k_s[(e % nbc) * nd + d], dot);
+                }
+                x = max(dot * P.scale + mask_at(b, hi, t, s), NEG);
+            }
+            p_s[e] = x;
+        }
+        workgroupBarrier();
+        if (lid < BR) {
+            let r = lid;
+            var mx = m_s[r];
+            for (var c = 0u; c < nbc; c = c + 1u) {
+                mx = max(mx, p_s[r * nbc + c]);
+            }
+            var sum = 0.0;
+            for (var c = 0u; c < nbc; c = c + 1u) {
+                let x = p_s[r * nbc + c];
+                let w = select(0.0, exp(x - mx), x > HIDDEN);
+                p_s[r * nbc + c] = w;
+                sum = sum + w;
+            }
+            let alpha = exp(m_s[r] - mx);
+            m_s[r] = mx;
+            l_s[r] = l_s[r] * alpha + sum;
+            a_s[r] = alpha;
+        }
+        workgroupBarrier();
+        for (var j = 0u; j < ACC; j = j + 1u) {
+            let e = lid + j * WGS;
+            if (e < BR * ndv) {
+                let r = e / ndv;
+                let d = e % ndv;
+                var x = acc[j] * a_s[r];
+                for (var c = 0u; c < nbc; c = c + 1u) {
+                    x = fma(p_s[r * nbc + c], v_s[c * ndv + d], x);
+                }
+                acc[j] = x;
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var j = 0u; j < ACC; j = j + 1u) {
+        let e = lid + j * WGS;
+        let r = e / ndv;
+        let d = e % ndv;
+        let t = row0 + r;
+        if (e < BR * ndv && t < T) {
+            if (PARTIAL) {
+                let base = (((b * P.h + hi) * T + t) * P.splits + split) * (ndv + 2u);
+                st_out(base + 2u + d, acc[j]);
+                if (d == 0u) {
+                    st_out(base, m_s[r]);
+                    st_out(base + 1u, l_s[r]);
+                }
+            } else {
+                let l = l_s[r];
+                st_out(((b * T + t) * P.h + hi) * ndv + d, {{OUT_C}}(select(0.0, acc[j] / l, l > 0.0)));
+            }
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! GGUF files (versions 2 and 3), llama.cpp's model format: metadata (typed key-value pairs, nested arrays
+//! included) and tensor infos, then the tensors' data, aligned. Natively the file is memory-mapped, so weights are
+//! never copied into the heap; on wasm it is read from bytes.
+//!
+//! The reader trusts nothing: every count and length is checked against the bytes left in the file before anything
+//! is allocated, arrays nest at most 8 deep, dimensions may not overflow, keys and tensor names are unique, the
+//! alignment is a power of two no larger than 1 MiB, and every tensor's data lies inside the file. A malformed
+//! file is an [`Error::Format`] naming the problem and its byte offset.
+//!
+//! Shapes are numpy order (outermost first): GGUF stores ggml's `ne` (innermost first), reversed here and
+//! nowhere else.
+
+use crate::resident::Bytes;
+use crate::{DType, Error, Result};
+use std::collections::HashSet;
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MetaValue {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+    Bool(bool),
+    String(String),
+    /// Values of one type (GGUF arrays are homogeneous), possibly arrays themselves.
+    Array(Vec<MetaValue>),
+}
+
+impl MetaValue {
+    /// The value as an unsigned integer, when it is a non-negative integer.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            MetaValue::U8(v) => Some(v as u64),
+            MetaValue::U16(v) => Some(v as u64),
+            MetaValue::U32(v) => Some(v as u64),
+            MetaValue::U64(v) => Some(v),
+            MetaValue::I8(v) => u64::try_from(v).ok(),
+            MetaValue::I16(v) => u64::try_from(v).ok(),
+            MetaValue::I32(v) => u64::try_from(v).ok(),
+            MetaValue::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as an f64, when it is a number.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            MetaValue::F32(v) => Some(v as f64),
+            MetaValue::F64(v) => Some(v),
+            MetaValue::I8(v) => Some(v as f64),
+            MetaValue::I16(v) => Some(v as f64),
+            MetaValue::I32(v) => Some(v as f64),
+            MetaValue::I64(v) => Some(v as f64),
+            ref v => v.as_u64().map(|u| u as f64),
+        }
+    }
+
+    /// The string, when it is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            MetaValue::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The elements, when it is an array.
+    pub fn as_array(&self) -> Option<&[MetaValue]> {
+        match self {
+            MetaValue::Array(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The boolean, when it is one.
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            MetaValue::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// GGUF's name of the value's type (`u32`, `string`, `array`).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            MetaValue::U8(_) => "u8",
+            MetaValue::I8(_) => "i8",
+            MetaValue::U16(_) => "u16",
+            MetaValue::I16(_) => "i16",
+            MetaValue::U32(_) => "u32",
+            MetaValue::I32(_) => "i32",
+            MetaValue::U64(_) => "u64",
+            MetaValue::I64(_) => "i64",
+            MetaValue::F32(_) => "f32",
+            MetaValue::F64(_) => "f64",
+            MetaValue::Bool(_) => "bool",
+            MetaValue::String(_) => "string",
+            MetaValue::Array(_) => "array",
+        }
+    }
+}
+
+/// One tensor's description: its name, shape (numpy order), dtype, and where its data lies in the file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// Dimensions in elements, outermost first (GGUF's `ne` reversed).
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    /// Byte offset of the data from the start of the file.
+    pub offset: u64,
+    /// Bytes of data.
+    pub bytes: u64,
+}
+
+/// A parsed GGUF file: its metadata and tensor infos, and the file's bytes (memory-mapped natively).
+pub struct GgufFile {
+    /// GGUF version (2 or 3).
+    pub version: u32,
+    /// Alignment of the tensors' data in bytes (`general.alignment`, 32 when absent).
+    pub alignment: u64,
+    /// The key-value pairs, in file order.
+    pub metadata: Vec<(String, MetaValue)>,
+    /// The tensors, in file order.
+    pub tensors: Vec<TensorInfo>,
+    bytes: Bytes,
+    /// Names the file in errors.
+    source: String,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "GgufFile({}, v{}, {} keys, {} tensors)",
+            self.source,
+            self.version,
+            self.metadata.len(),
+            self.tensors.len()
+        )
+    }
+}
+
+/// Deepest nesting of metadata arrays accepted.
+const MAX_DEPTH: usize = 8;
+
+/// A cursor over the file's bytes; every read is checked against the end.
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+    source: &'a str,
+}
+
+impl<'a> Reader<'a> {
+    fn err(&self, at: usize, msg: impl std::fmt::Display) -> Error {
+        Error::Format { path: self.source.into(), message: format!("{msg} (at byte {at})") }
+    }
+
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        let left = self.b.len() - self.pos;
+        if n > left {
+            return Err(self.err(self.pos, format!("{what} needs {n} bytes but the file has {left} left")));
+        }
+        let s = &self.b[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn u8(&mut self, what: &str) -> Result<u8> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
+    }
+
+    /// A count of items of at least `min_bytes` each, checked against the bytes left before anything is sized by
+    /// it.
+    fn count(&mut self, what: &str, min_bytes: usize) -> Result<usize> {
+        let at = self.pos;
+        let n = self.u64(what)?;
+        let left = (self.b.len() - self.pos) as u64;
+        if n.saturating_mul(min_bytes.max(1) as u64) > left {
+            return Err(
+                self.err(at, format!("{what} says {n}, more than the {left} bytes left in the file could hold"))
+            );
+        }
+        Ok(n as usize)
+    }
+
+    fn string(&mut self, what: &str) -> Result<String> {
+        let at = self.pos;
+        let n = self.count(what, 1)?;
+        let bytes = self.take(n, what)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| self.err(at, format!("{what} is not valid UTF-8")))
+    }
+
+    /// A value of GGUF type id `t`.
+    fn value(&mut self, t: u32, depth: usize) -> Result<MetaValue> {
+        let at = self.pos;
+        fn b<'a>(r: &mut Reader<'a>, n: usize) -> Result<&'a [u8]> {
+            r.take(n, "a metadata value")
+        }
+        Ok(match t {
+            0 => MetaValue::U8(b(self, 1)?[0]),
+            1 => MetaValue::I8(b(self, 1)?[0] as i8),
+            2 => MetaValue::U16(u16::from_le_bytes(b(self, 2)?.try_into().expect("2"))),
+            3 => MetaValue::I16(i16::from_le_bytes(b(self, 2)?.try_into().expect("2"))),
+            4 => MetaValue::U32(u32::from_le_bytes(b(self, 4)?.try_into().expect("4"))),
+            5 => MetaValue::I32(i32::from_le_bytes(b(self, 4)?.try_into().expect("4"))),
+            6 => MetaValue::F32(f32::from_le_bytes(b(self, 4)?.try_into().expect("4"))),
+            7 => match self.u8("a bool")? {
+                0 => MetaValue::Bool(false),
+                1 => MetaValue::Bool(true),
+                v => return Err(self.err(at, format!("a bool of value {v}"))),
+            },
+            8 => MetaValue::String(self.string("a string's length")?),
+            9 => {
+                if depth >= MAX_DEPTH {
+                    return Err(self.err(at, format!("arrays nested deeper than {MAX_DEPTH}")));
+                }
+                let et = self.u32("an array's element type")?;
+                let min = match et {
+                    0 | 1 | 7 => 1,
+                    2 | 3 => 2,
+                    4..=6 => 4,
+                    8..=12 => 8,
+                    _ => return Err(self.err(at, format!("an array of unknown element type {et}"))),
+                };
+                let n = self.count("an array's length", min)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.value(et, depth + 1)?);
+                }
+                MetaValue::Array(v)
+            }
+            10 => MetaValue::U64(self.u64("a u64")?),
+            11 => MetaValue::I64(self.u64("an i64")? as i64),
+            12 => MetaValue::F64(f64::from_bits(self.u64("an f64")?)),
+            _ => return Err(self.err(at, format!("unknown metadata value type {t}"))),
+        })
+    }
+}
+
+impl GgufFile {
+    /// Opens `path`, memory-mapped (natively).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be opened or mapped; [`Error::Format`] when it is not a valid GGUF file
+    /// of version 2 or 3 (see the module docs for what is checked).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn open(path: &str) -> Result<GgufFile> {
+        let io = |e: std::io::Error| Error::Io { path: path.into(), message: e.to_string() };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: the map is read-only and private to this process; a file truncated while mapped would fault,
+        // as with any memory-mapped reader (llama.cpp's included), which callers accept by opening model files.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let len = map.len();
+        GgufFile::from_bytes(path, Bytes::from_owner(std::sync::Arc::new(map), 0..len)?)
+    }
+
+    /// Parses a GGUF file held in `bytes`; `source` names it in errors.
+    ///
+    /// # Errors
+    /// [`Error::Format`] when the bytes are not a valid GGUF file of version 2 or 3.
+    pub fn from_bytes(source: &str, bytes: Bytes) -> Result<GgufFile> {
+        let (version, alignment, metadata, tensors) = parse(source, bytes.as_slice())?;
+        Ok(GgufFile { version, alignment, metadata, tensors, bytes, source: source.into() })
+    }
+
+    /// The metadata value of `key`.
+    pub fn get(&self, key: &str) -> Option<&MetaValue> {
+        self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The tensor named `name`.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The data of `t` (a slice of the file's bytes, not a copy).
+    pub fn data(&self, t: &TensorInfo) -> Bytes {
+        let start = t.offset as usize;
+        Bytes::from_owner(std::sync::Arc::new(self.bytes.clone()), start..start + t.bytes as usize)
+            .expect("checked against the file when parsed")
+    }
+
+    /// The tensor `t` as a host tensor (a copy of its bytes; storage formats stay encoded, as [`Data::Raw`]).
+    ///
+    /// [`Data::Raw`]: crate::Data::Raw
+    ///
+    /// # Errors
+    /// Only if the tensor's shape cannot be a host tensor's (checked when parsed, so never for a parsed file).
+    pub fn host_tensor(&self, t: &TensorInfo) -> Result<crate::HostTensor> {
+        let data = crate::Data::from_bytes(t.dtype, self.data(t).as_slice());
+        crate::HostTensor::new(&t.shape, data)
+    }
+
+    /// The file's name as given.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+impl AsRef<[u8]> for Bytes {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+type Parsed = (u32, u64, Vec<(String, MetaValue)>, Vec<TensorInfo>);
+
+fn parse(source: &str, b: &[u8]) -> Result<Parsed> {
+    let mut r = Reader { b, pos: 0, source };
+    if r.take(4, "the magic")? != b"GGUF" {
+        return Err(r.err(0, "not a GGUF file (the magic is not \"GGUF\")"));
+    }
+    let version = r.u32("the version")?;
+    match version {
+        2 | 3 => {}
+        1 => {
+            return Err(r.err(
+                4,
+                "GGUF version 1 is not supported (versions 2 and 3 are); convert the file with a current llama.cpp",
+            ))
+        }
+        v if v.swap_bytes() <= 3 => {
+            return Err(r.err(4, "a big-endian GGUF file; only little-endian files are supported"))
+        }
+        v => return Err(r.err(4, format!("unknown GGUF version {v}"))),
+    }
+    // a tensor info takes at least 24 bytes, a key-value pair at least 13
+    let n_tensors = r.count("the tensor count", 24)?;
+    let n_kv = r.count("the metadata count", 13)?;
+    let mut metadata = Vec::with_capacity(n_kv);
+    let mut keys = HashSet::new();
+    for _ in 0..n_kv {
+        let at = r.pos;
+        let key = r.string("a key's length")?;
+        if !keys.insert(key.clone()) {
+            return Err(r.err(at, format!("duplicate key '{key}'")));
+        }
+        let t = r.u32("a value's type")?;
+        let v = r.value(t, 0)?;
+        metadata.push((key, v));
+    }
+    let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {
+        None => 32,
+        Some((_, v)) => match v {
+            MetaValue::U32(a) if a.is_power_of_two() && *a <= 1 << 20 => *a as u64,
+            other => {
+                return Err(r.err(0, format!("general.alignment must be a u32 power of two up to 1 MiB, not {other:?}")))
+            }
+        },
+    };
+    let mut infos = Vec::with_capacity(n_tensors);
+    let mut names = HashSet::new();
+    for _ in 0..n_tensors {
+        infos.push(tensor_info(&mut r, &mut names)?);
+    }
+    let data_start = (r.pos as u64).div_ceil(alignment) * alignment;
+    let tensors = infos
+        .into_iter()
+        .map(|(name, shape, dtype, rel, at)| place(&r, name, shape, dtype, rel, at, data_start, alignment))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((version, alignment, metadata, tensors))
+}
+
+type RawInfo = (String, Vec<usize>, DType, u64, usize);
+
+/// One tensor info: name, shape (numpy order), dtype, data offset relative to the data section, and where the info
+/// starts (for errors).
+fn tensor_info(r: &mut Reader, names: &mut HashSet<String>) -> Result<RawInfo> {
+    let at = r.pos;
+    let name = r.string("a tensor name's length")?;
+    if !names.insert(name.clone()) {
+        return Err(r.err(at, format!("duplicate tensor name '{name}'")));
+    }
+    let n_dims = r.u32("a tensor's rank")? as usize;
+    if n_dims > crate::MAX_RANK {
+        return Err(r.err(at, format!("tensor '{name}' has {n_dims} dimensions (at most {})", crate::MAX_RANK)));
+    }
+    let mut ne = Vec::with_capacity(n_dims);
+    for _ in 0..n_dims {
+        ne.push(r.u64("a dimension")?);
+    }
+    let t = r.u32("a tensor's type")?;
+    let dtype = DType::from_ggml_type(t)
+        .ok_or_else(|| r.err(at, format!("tensor '{name}' has ggml type {t}, which webtensor does not read")))?;
+    let rel = r.u64("a tensor's offset")?;
+    let numel = ne.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).filter(|&n| n <= u32::MAX as u64);
+    let Some(_) = numel else {
+        return Err(r.err(at, format!("tensor '{name}' has dimensions {ne:?} whose product overflows")));
+    };
+    if ne.contains(&0) {
+        return Err(r.err(at, format!("tensor '{name}' has a zero dimension {ne:?}")));
+    }
+    let row = ne.first().copied().unwrap_or(1) as usize;
+    if !row.is_multiple_of(dtype.block_size()) {
+        let bs = dtype.block_size();
+        return Err(
+            r.err(at, format!("tensor '{name}' has rows of {row} values, not a multiple of {dtype}'s block of {bs}"))
+        );
+    }
+    let shape: Vec<usize> = ne.iter().rev().map(|&d| d as usize).collect();
+    Ok((name, shape, dtype, rel, at))
+}
+
+/// The tensor's place in the file, checked: aligned, inside the file.
+#[allow(clippy::too_many_arguments)]
+fn place(
+    r: &Reader,
+    name: String,
+    shape: Vec<usize>,
+    dtype: DType,
+    rel: u64,
+    at: usize,
+    data_start: u64,
+    alignment: u64,
+) -> Result<TensorInfo> {
+    if !rel.is_multiple_of(alignment) {
+        return Err(
+            r.err(at, format!("tensor '{name}' starts at offset {rel}, not a multiple of the alignment {alignment}"))
+        );
+    }
+    let bytes = dtype.bytes_of(shape.iter().product()).map(|b| b as u64);
+    let end = bytes.and_then(|b| data_start.checked_add(rel)?.checked_add(b));
+    match (bytes, end) {
+        (Some(bytes), Some(end)) if end <= r.b.len() as u64 => {
+            Ok(TensorInfo { name, shape, dtype, offset: data_start + rel, bytes })
+        }
+        _ => Err(r.err(
+            at,
+            format!("tensor '{name}' ({dtype} {shape:?}) has data past the end of the {}-byte file", r.b.len()),
+        )),
+    }
+}

@@ -1,0 +1,117 @@
+//! Rotary position embeddings and attention.
+
+use super::handle::{Attention, Tensor};
+use super::{Graph, NodeId, Op};
+use crate::ops::Rope;
+use crate::shape::broadcast_shapes;
+use crate::{DType, Error, Result};
+
+impl Graph {
+    /// Rotary position embedding of every head of `x` at the positions `pos`: the first `n_dims` dims of each head
+    /// turn in pairs by `pos[t] · freq_scale · freq_base^(-2i / n_dims)` radians (pair `i`), in f32.
+    ///
+    /// # Shapes
+    /// x `[T, H, D]` or `[B, T, H, D]`, pos `[T]` → x's shape (contiguous).
+    /// # DTypes
+    /// x f32 or f16 (the output has its dtype); pos i32.
+    /// # Errors
+    /// [`Error::InvalidShape`] for another rank, an odd `n_dims` or one above D; [`Error::ShapeMismatch`] when
+    /// pos is not `[T]`; [`Error::UnsupportedDType`] for i32 x or non-i32 positions.
+    /// # Reference
+    /// ggml_rope_ext (modes normal and neox, `ext_factor = 0`, `attn_factor = 1`).
+    pub fn rope(&mut self, x: Tensor, pos: Tensor, rope: &Rope) -> Result<Tensor> {
+        let (ix, dt, sx) = self.require_float("rope", x)?;
+        let (ip, dp, sp) = self.info("rope", pos)?;
+        if !(3..=4).contains(&sx.len())
+            || !rope.n_dims.is_multiple_of(2)
+            || rope.n_dims == 0
+            || rope.n_dims > sx[sx.len() - 1]
+        {
+            let reason =
+                format!("x must be [T, H, D] or [B, T, H, D] with an even n_dims ≤ D (n_dims {})", rope.n_dims);
+            return Err(Error::InvalidShape { op: "rope", shape: sx, reason });
+        }
+        if dp != DType::I32 {
+            return Err(Error::UnsupportedDType {
+                op: "rope",
+                dtype: dp,
+                shape: sp,
+                reason: "positions must be i32".into(),
+            });
+        }
+        if sp != [sx[sx.len() - 3]] {
+            let reason = "positions must be [T]".into();
+            return Err(Error::ShapeMismatch { op: "rope", lhs: sx, rhs: sp, reason });
+        }
+        self.push(Op::Rope { x: ix, pos: ip, rope: *rope }, dt, &sx)
+    }
+
+    /// Scaled dot-product attention, `softmax(q·kᵀ·scale + mask)·v` over the keys, in one op: flash attention on
+    /// the GPU (online softmax, one pass over K and V, f32 accumulation), a multithreaded kernel on the CPU, never
+    /// a `[heads, T, S]` tensor of scores. Query head `h` uses K/V head `h / (H / Hkv)` (grouped-query attention,
+    /// without copies); K and V may be views of a KV-cache state. A query whose keys are all masked gives zeros.
+    ///
+    /// # Shapes
+    /// q `[.., H, T, D]`, k `[.., Hkv, S, D]`, v `[.., Hkv, S, Dv]` with the same leading (batch) dims and H a
+    /// multiple of Hkv → `[.., T, H, Dv]` (ggml_flash_attn_ext's layout, so `[T, H·Dv]` is a free reshape).
+    /// # DTypes
+    /// q, k, v, mask f32 or f16 in any mix, accumulated in f32; the output has q's dtype. kv_len i32.
+    /// # Errors
+    /// [`Error::InvalidShape`] or [`Error::ShapeMismatch`] for shapes that do not fit; [`Error::UnsupportedDType`]
+    /// for i32 operands or a non-i32 kv_len.
+    /// # Reference
+    /// ggml_flash_attn_ext; `torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, is_causal,
+    /// scale=scale, enable_gqa=True).transpose(-3, -2)`.
+    pub fn attention(&mut self, q: Tensor, k: Tensor, v: Tensor, a: &Attention) -> Result<Tensor> {
+        let (iq, dq, sq) = self.require_float("attention", q)?;
+        let (ik, _, sk) = self.require_float("attention", k)?;
+        let (iv, _, sv) = self.require_float("attention", v)?;
+        let r = sq.len();
+        let fits = (3..=4).contains(&r)
+            && sk.len() == r
+            && sv.len() == r
+            && sq[..r - 3] == sk[..r - 3]
+            && sq[..r - 3] == sv[..r - 3]
+            && sk[r - 3] == sv[r - 3]
+            && sk[r - 2] == sv[r - 2]
+            && sq[r - 1] == sk[r - 1]
+            && sk[r - 3] > 0
+            && sq[r - 3] % sk[r - 3] == 0;
+        if !fits {
+            let reason =
+                format!("q [.., H, T, D], k [.., Hkv, S, D], v [.., Hkv, S, Dv] with H a multiple of Hkv; v {sv:?}");
+            return Err(Error::ShapeMismatch { op: "attention", lhs: sq, rhs: sk, reason });
+        }
+        let (h, t, s, dv) = (sq[r - 3], sq[r - 2], sk[r - 2], sv[r - 1]);
+        let mask = match a.mask {
+            Some(m) => {
+                let (im, _, sm) = self.require_float("attention", m)?;
+                let full = [&sq[..r - 3], &[h, t, s][..]].concat();
+                if broadcast_shapes("attention", &sm, &full).ok().as_deref() != Some(&full[..]) {
+                    let reason = format!("the mask must broadcast to {full:?}");
+                    return Err(Error::ShapeMismatch { op: "attention", lhs: full, rhs: sm, reason });
+                }
+                Some(im)
+            }
+            None => None,
+        };
+        let kv_len = match a.kv_len {
+            Some(l) => Some(self.length_input(l)?),
+            None => None,
+        };
+        let mut shape = sq[..r - 3].to_vec();
+        shape.extend([t, h, dv]);
+        let op = Op::Attention { q: iq, k: ik, v: iv, mask, kv_len, scale: a.scale, causal: a.causal };
+        self.push(op, dq, &shape)
+    }
+
+    /// A run-time length: an i32 tensor of one element.
+    fn length_input(&self, l: Tensor) -> Result<NodeId> {
+        let (il, dl, sl) = self.info("attention", l)?;
+        if dl != DType::I32 || sl.iter().product::<usize>() != 1 {
+            let reason = "the KV length must be an i32 tensor of one element".into();
+            return Err(Error::UnsupportedDType { op: "attention", dtype: dl, shape: sl, reason });
+        }
+        Ok(il)
+    }
+}

@@ -1,0 +1,114 @@
+//! Ops on ggml's block formats on every backend, against f64 over the values the `gguf` Python package decodes
+//! (tests/data/quant.gguf, written by scripts/make_quant_fixtures.py): `x @ t(w)` at M = 1 (mat-vec), small and
+//! larger M, batched and transposed x, with an epilogue; get_rows from a quantized table; and casts (dequantize).
+
+mod common;
+
+use common::reference::{self as r, Arr};
+use common::{inp, inp_given, inp_raw, run_suite, Case};
+use webtensor::gguf::GgufFile;
+use webtensor::DType::{self, F16, F32, I32};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/quant.gguf");
+
+/// Every block type of the fixture: (dtype, w bytes, w decoded), w [9, 512].
+fn weights() -> Vec<(DType, Vec<u8>, Vec<f64>)> {
+    let f = GgufFile::open(FIXTURE).unwrap();
+    ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "bf16", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
+        .into_iter()
+        .map(|name| {
+            let w = f.tensor(&format!("w.{name}")).unwrap();
+            let rf = f.tensor(&format!("ref.{name}")).unwrap();
+            let decoded = f.host_tensor(rf).unwrap().data.to_f64();
+            (w.dtype, f.data(w).as_slice().to_vec(), decoded)
+        })
+        .collect()
+}
+
+#[test]
+fn quantized_matmul_get_rows_and_cast() {
+    let mut cases = Vec::new();
+    for (dtype, bytes, decoded) in weights() {
+        let w = move || inp_raw(dtype, &[9, 512], bytes.clone(), decoded.clone());
+        // x @ t(w): M = 1, 3, 33; a batched x; f16 x; a transposed x; an epilogue
+        for (name, xs) in
+            [("matvec", vec![1usize, 512]), ("m3", vec![3, 512]), ("m33", vec![33, 512]), ("batch", vec![2, 5, 512])]
+        {
+            cases.push(Case::new(
+                format!("{dtype}/matmul/{name}"),
+                vec![inp(F32, &xs, 1), w()],
+                |g, x| {
+                    let wt = g.t(x[1])?;
+                    g.matmul(x[0], wt)
+                },
+                |x| r::matmul(&x[0], &x[1].transpose(0, 1)),
+            ));
+        }
+        cases.push(
+            Case::new(
+                format!("{dtype}/matmul/f16-x"),
+                vec![inp(F16, &[4, 512], 1), w()],
+                |g, x| {
+                    let wt = g.t(x[1])?;
+                    g.matmul(x[0], wt)
+                },
+                |x| r::matmul(&x[0], &x[1].transpose(0, 1)),
+            )
+            .tol(1e-6),
+        );
+        cases.push(Case::new(
+            format!("{dtype}/matmul/transposed-x+bias+silu"),
+            vec![inp(F32, &[512, 6], 1), w(), inp(F32, &[9], 3)],
+            |g, x| {
+                let (xt, wt) = (g.t(x[0])?, g.t(x[1])?);
+                let y = g.matmul(xt, wt)?;
+                let y = g.add(y, x[2])?;
+                g.silu(y)
+            },
+            |x| r::binary(&r::matmul(&x[0].transpose(0, 1), &x[1].transpose(0, 1)), &x[2], |a, b| a + b).map(r::silu),
+        ));
+        // rows 2..7 of the weight: a row-aligned view
+        cases.push(Case::new(
+            format!("{dtype}/matmul/row-slice"),
+            vec![inp(F32, &[2, 512], 1), w()],
+            |g, x| {
+                let rows = g.slice(x[1], 0, 2, 7)?;
+                let wt = g.t(rows)?;
+                g.matmul(x[0], wt)
+            },
+            |x| r::matmul(&x[0], &x[1].slice(0, 2, 7).transpose(0, 1)),
+        ));
+        cases.push(Case::new(
+            format!("{dtype}/get_rows"),
+            vec![w(), inp_given(I32, &[5], vec![0.0, 8.0, 3.0, 3.0, 1.0])],
+            |g, x| g.get_rows(x[0], x[1]),
+            |x| r::get_rows(&x[0], &x[1]),
+        ));
+        for to in [F32, F16] {
+            cases.push(
+                Case::new(format!("{dtype}/cast-to-{to}"), vec![w()], move |g, x| g.cast(x[0], to), |x| x[0].clone())
+                    .tol(if to == F16 { 1e-6 } else { 0.0 }),
+            );
+        }
+    }
+    run_suite("quant", &cases);
+    let _ = Arr::new(&[1], vec![0.0]);
+}
+
+#[test]
+fn storage_formats_are_refused_where_they_do_not_apply() {
+    let mut g = webtensor::Graph::new();
+    let w = g.input("w", DType::Q4_1, &[4, 64]).unwrap();
+    let x = g.input("x", F32, &[2, 64]).unwrap();
+    let msg = |r: webtensor::Result<webtensor::Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(msg(g.matmul(x, w)).contains("x @ t(w)"), "w used untransposed");
+    assert!(msg(g.add(w, w)).contains("q4_1"));
+    assert!(msg(g.exp(w)).contains("q4_1"));
+    assert!(msg(g.contiguous(w)).contains("q4_1"));
+    assert!(msg(g.cast(w, I32)).contains("q4_1"));
+    let wt = g.t(w).unwrap();
+    assert!(msg(g.cast(wt, F32)).contains("q4_1"), "a strided view of blocks");
+    assert!(webtensor::Device::cpu().compile(&g, &[w]).is_err(), "an output in a storage format");
+    let e = webtensor::HostTensor::new(&[2, 48], webtensor::Data::Raw { dtype: DType::Q8_0, bytes: vec![0; 102] });
+    assert!(e.is_err(), "rows of 48 values are not whole Q8_0 blocks");
+}
