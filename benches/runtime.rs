@@ -20,9 +20,10 @@ fn main() {
     growing_sequence(&kinds);
 }
 
-/// A decode step over a KV cache of `capacity` positions at KV length `len`: median milliseconds of a whole run.
+/// A decode step over a KV cache of `capacity` positions at KV length `len` (a run-time length; with `capacity ==
+/// len`, a plan made for exactly that length, with no run-time length): its plan and a closure running it once.
 #[cfg(not(target_arch = "wasm32"))]
-fn decode_step_ms(device: &webtensor::Device, capacity: usize, len: usize) -> f64 {
+fn decode_step(device: &webtensor::Device, capacity: usize, len: usize) -> impl FnMut() {
     use webtensor::{Attention, DType, Fetch, Graph, Rope, RopeMode, Value};
     let (h, hkv, d) = (9usize, 3usize, 64usize);
     let kc = device.state("k", DType::F16, &[capacity, hkv * d]).unwrap();
@@ -44,30 +45,45 @@ fn decode_step_ms(device: &webtensor::Device, capacity: usize, len: usize) -> f6
     };
     let (kv, vv) = (view(&mut g, ks), view(&mut g, vs));
     let qh = g.permute(q, &[1, 0, 2]).unwrap();
-    let a = Attention { scale: 0.125, causal: true, mask: None, kv_len: Some(kv_len) };
+    let dynamic = capacity != len;
+    let a = Attention { scale: 0.125, causal: true, mask: None, kv_len: dynamic.then_some(kv_len) };
     let o = g.attention(qh, kv, vv, &a).unwrap();
     let mut plan = device.compile(&g, &[o]).unwrap();
     let (qv, kv_) = (vec![0.1f32; h * d], vec![0.2f32; hkv * d]);
-    let run = |plan: &mut webtensor::Plan| {
+    let (p, l) = ([len as i32 - 1], [len as i32]);
+    move || {
         let ins = [
             (q_in, Value::F32(&qv)),
             (k, Value::F32(&kv_)),
             (v, Value::F32(&kv_)),
-            (pos, Value::I32(&[len as i32 - 1])),
-            (kv_len, Value::I32(&[len as i32])),
+            (pos, Value::I32(&p)),
+            (kv_len, Value::I32(&l)),
         ];
-        plan.run_with(&ins, &[Fetch::All]).unwrap();
-    };
-    let mut times = Vec::new();
-    for i in 0..25 {
-        let t = std::time::Instant::now();
-        run(&mut plan);
-        if i >= 5 {
-            times.push(t.elapsed().as_secs_f64() * 1e3);
+        plan.run_with(if dynamic { &ins[..] } else { &ins[..4] }, &[Fetch::All]).unwrap();
+    }
+}
+
+/// Median milliseconds of a run of each step, measured in interleaved rounds (after 10 warm-up rounds) so that a
+/// change of the machine's load or clock affects every step alike.
+#[cfg(not(target_arch = "wasm32"))]
+fn interleaved_ms(steps: &mut [Box<dyn FnMut() + '_>], rounds: usize) -> Vec<f64> {
+    let mut times = vec![Vec::new(); steps.len()];
+    for round in 0..rounds + 10 {
+        for (step, t) in steps.iter_mut().zip(&mut times) {
+            let start = std::time::Instant::now();
+            step();
+            if round >= 10 {
+                t.push(start.elapsed().as_secs_f64() * 1e3);
+            }
         }
     }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    times
+        .into_iter()
+        .map(|mut t| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        })
+        .collect()
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -78,10 +94,11 @@ fn growing_sequence(kinds: &[webtensor::BackendKind]) {
     println!("|---|---|---|---|---|");
     for &kind in kinds {
         let Ok(device) = Device::with_backend(kind) else { continue };
-        let exact = decode_step_ms(&device, 64, 64);
-        let big = decode_step_ms(&device, 8192, 64);
-        let long = decode_step_ms(&device, 8192, 4096);
-        println!("| {kind} | {exact:.3} | {big:.3} | {:.2}× | {long:.3} |", big / exact);
+        let mut steps: Vec<Box<dyn FnMut()>> =
+            vec![Box::new(decode_step(&device, 64, 64)), Box::new(decode_step(&device, 8192, 64))];
+        let t = interleaved_ms(&mut steps, 100);
+        let long = interleaved_ms(&mut [Box::new(decode_step(&device, 8192, 4096))], 10)[0];
+        println!("| {kind} | {:.3} | {:.3} | {:.2}× | {long:.3} |", t[0], t[1], t[1] / t[0]);
     }
 }
 

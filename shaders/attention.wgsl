@@ -6,9 +6,11 @@
 // (BR x DV, ACC per invocation) in registers. Keys at or past the run-time length L (KV_LEN) are never read; with
 // CAUSAL, query t (the last T of L positions) sees keys s <= L - T + t. A row whose keys are all masked gives 0.
 // PARTIAL: several splits of the keys per query (decode), each writing (m, l, acc[DV]) to the scratch buffer for
-// attention_combine.wgsl; else one split writing the normalized rows into a contiguous [B, T, H, DV] output.
+// attention_combine.wgsl; when the length reaches only the first split, it also writes the output (the run then
+// skips the combine). Else one split writing the normalized rows into a contiguous [B, T, H, DV] output.
 // Bindings: 0 P (AttentionParams), 1 out (or the scratch), 2 q, 3 k, 4 v, then the mask and the length when
-// present. Dispatch: (ceil(T / BR), H, B * splits). CPU reference: src/backend/cpu/attention.rs.
+// present. Dispatch: (splits, H, B * ceil(T / BR)); with a run-time length the run may dispatch only the splits
+// it reaches (the combine reads no others). CPU reference: src/backend/cpu/attention.rs.
 {{BINDINGS}}
 
 const BR: u32 = {{BR}}u;
@@ -36,10 +38,11 @@ var<workgroup> a_s: array<f32, BR>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row0 = wg.x * BR;
+    let blocks = (P.t + BR - 1u) / BR;
+    let row0 = (wg.z % blocks) * BR;
     let hi = wg.y;
-    let b = wg.z / P.splits;
-    let split = wg.z % P.splits;
+    let b = wg.z / blocks;
+    let split = wg.x;
     let g = hi / P.group;
     let T = P.t;
     let L = min(kv_length(), P.s);
@@ -143,6 +146,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     st_out(base, m_s[r]);
                     st_out(base + 1u, l_s[r]);
                 }
+                {{FIN_STORE}}
             } else {
                 let l = l_s[r];
                 st_out(((b * T + t) * P.h + hi) * ndv + d, {{OUT_C}}(select(0.0, acc[j] / l, l > 0.0)));

@@ -1,12 +1,15 @@
 // attention_combine.wgsl — the second pass of split-key attention (decode): out[b, t, h, :] from the partial
 // (m, l, acc[DV]) of each split, rescaled to the largest m: sum_i acc_i exp(m_i - M) / sum_i l_i exp(m_i - M).
-// Splits that saw no key (l = 0) contribute nothing; a row with no key at all gives 0.
+// Splits that saw no key (l = 0) contribute nothing; a row with no key at all gives 0. With a run-time length L,
+// only the splits L reaches are read (the first pass may not have run the others).
 // Bindings: 0 P (AttentionParams, as the first pass), 1 out (contiguous [B, T, H, DV]), 2 the scratch (f32).
 // Dispatch: one workgroup of 64 per (b, h, t), split over x and y. CPU reference: src/backend/cpu/attention.rs.
 {{BINDINGS}}
 
 const DV: u32 = {{DV}}u;
 const NEG: f32 = -3.0e38;
+
+{{LENGTH_FN}}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -20,14 +23,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let hi = (row / T) % P.h;
     let b = row / (T * P.h);
     let base = row * P.splits * (DV + 2u);
+    let n = clamp((min(kv_length(), P.s) + P.split_len - 1u) / P.split_len, 1u, P.splits);
     var mx = NEG;
-    for (var i = 0u; i < P.splits; i = i + 1u) {
+    for (var i = 0u; i < n; i = i + 1u) {
         if (ld_src0(base + i * (DV + 2u) + 1u) > 0.0) {
             mx = max(mx, ld_src0(base + i * (DV + 2u)));
         }
     }
     var l = 0.0;
-    for (var i = 0u; i < P.splits; i = i + 1u) {
+    for (var i = 0u; i < n; i = i + 1u) {
         let li = ld_src0(base + i * (DV + 2u) + 1u);
         if (li > 0.0) {
             l = l + li * exp(ld_src0(base + i * (DV + 2u)) - mx);
@@ -35,7 +39,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     for (var d = lid; d < DV; d = d + 64u) {
         var o = 0.0;
-        for (var i = 0u; i < P.splits; i = i + 1u) {
+        for (var i = 0u; i < n; i = i + 1u) {
             let p = base + i * (DV + 2u);
             if (ld_src0(p + 1u) > 0.0) {
                 o = o + ld_src0(p + 2u + d) * exp(ld_src0(p) - mx);

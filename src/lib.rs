@@ -23,6 +23,24 @@
 //! Stages, one module each: `graph` (build: [`Graph`], [`Tensor`]) → `compile` (the pass list: dead nodes, fusion,
 //! in-place, memory plan, lowering, splitting) → `backend` (the CPU and wgpu plans) → [`Plan::run`]. The op tables
 //! ([`UnaryOp`], [`BinaryOp`], [`GluOp`], [`ReduceOp`]) are the vocabulary every stage shares.
+//!
+//! ## Running a model: weights, KV cache, a growing sequence
+//!
+//! - **Weights** are uploaded once ([`Device::upload`], [`Device::upload_bytes`] for the bytes of a
+//!   memory-mapped file, GGUF's block types included) and bound into any number of plans with
+//!   [`Graph::resident`]; they are never passed to a run. On the CPU the bytes are used where they lie.
+//! - **A KV cache** is a [`State`] ([`Device::state`]), read with [`Graph::state`] and written in place by
+//!   [`Graph::set_rows`] (ggml's `ggml_set_rows`) and [`Graph::copy_into`]; a prefill plan and a decode plan of one
+//!   device share it.
+//! - **Run-time integers** (token ids, positions, the KV length) are [`Value::I32`] slices given to
+//!   [`Plan::run_with`], which also chooses what to read back ([`Fetch`]: all, a row range, or nothing).
+//! - **A growing sequence uses one plan for every length** (dynamic extents, not length buckets): the cache is
+//!   compiled at its capacity and the KV length `L` is an i32 input of [`Graph::attention`]
+//!   ([`Attention::kv_len`]). Kernels read `L` at run time and never touch keys at or past it; a decode step's
+//!   attention splits the capacity's keys into chunks, and when `L` is a host input the run dispatches only the
+//!   chunks `L` reaches (and skips the combining pass when one chunk holds them all), so a step costs what a plan
+//!   built for exactly `L` costs (`cargo bench --bench runtime`: at `L` = 64 with a capacity of 8192, 1.00-1.03×
+//!   the cost of a plan made for 64, on the CPU, lavapipe and GL). Nothing is compiled after the first step.
 
 mod backend;
 mod blocks;

@@ -868,20 +868,31 @@ fn attention() {
             ));
         }
     }
-    // a run-time KV length L < S (prefill and decode), causal
-    for (t, l) in [(1usize, 77usize), (5, 77), (1, 1)] {
+    // a run-time KV length L < S (prefill and decode), causal; over a cache of 2048 (decode splits the keys: only
+    // the splits L reaches run), L given or computed in the graph (L - 1 + 1: the run cannot see it)
+    for (t, s, l, computed) in
+        [(1usize, 300usize, 77usize, false), (5, 300, 77, false), (1, 300, 1, false), (1, 300, 299, false)]
+            .into_iter()
+            .chain([(1, 2048, 600, false), (1, 2048, 600, true), (1, 2048, 2048, false)])
+    {
+        let len = l;
+        let mut ins = vec![
+            inp(F32, &[6, t, 32], 1),
+            inp(F16, &[2, s, 32], 2),
+            inp(F16, &[2, s, 32], 3),
+            inp_given(I32, &[1], vec![(l - computed as usize) as f64]),
+        ];
+        if computed {
+            ins.push(inp_given(I32, &[1], vec![1.0]));
+        }
         cases.push(Case::new(
-            format!("attention/kv_len={l}/T{t}"),
-            vec![
-                inp(F32, &[6, t, 32], 1),
-                inp(F16, &[2, 300, 32], 2),
-                inp(F16, &[2, 300, 32], 3),
-                inp_given(I32, &[1], vec![l as f64]),
-            ],
+            format!("attention/kv_len={l}/S{s}/T{t}{}", if computed { "/computed" } else { "" }),
+            ins,
             move |g, x| {
-                g.attention(x[0], x[1], x[2], &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(x[3]) })
+                let kv_len = if computed { g.add(x[3], x[4])? } else { x[3] };
+                g.attention(x[0], x[1], x[2], &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(kv_len) })
             },
-            move |x| r::attention(&x[0], &x[1], &x[2], None, 0.2, true, l),
+            move |x| r::attention(&x[0], &x[1], &x[2], None, 0.2, true, len),
         ));
     }
     // masks: a broadcast [T, S] mask with fully masked rows; a batch with a padding mask [B, 1, 1, S]

@@ -16,7 +16,9 @@ fn ramp(shape: &[usize], scale: f32) -> HostTensor {
 /// counts the weight's bytes once.
 #[test]
 fn resident_weights_are_shared_and_counted_once() {
-    for device in common::devices() {
+    // devices of their own: other tests upload to the shared ones meanwhile
+    for kind in common::devices().iter().map(|d| d.capabilities().backend) {
+        let device = &Device::with_backend(kind).unwrap();
         let before = device.resident_bytes();
         let w = device.upload("w", ramp(&[5, 8], 0.25)).unwrap();
         assert_eq!(device.resident_bytes() - before, 5 * 8 * 4, "{device:?}");
@@ -127,6 +129,53 @@ fn two_plans_share_a_weight_and_a_state() {
         let got = out.data.to_f32();
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{device:?} element {i}: {g} vs {w}");
+        }
+    }
+}
+
+/// One decode plan over a cache of 2048 positions run at KV lengths that grow and shrink: each run attends to
+/// exactly its L keys (the GPU dispatches only the key splits L reaches; stale partial results of a longer
+/// earlier run must never leak into a shorter one).
+#[test]
+fn one_plan_serves_every_kv_length() {
+    use webtensor::Attention;
+    let (h, s, d) = (2usize, 2048usize, 16usize);
+    let k = ramp(&[1, s, d], 0.03);
+    let v = ramp(&[1, s, d], 0.11);
+    for device in common::devices() {
+        let (kr, vr) = (device.upload("k", k.clone()).unwrap(), device.upload("v", v.clone()).unwrap());
+        let mut g = Graph::new();
+        let q = g.input("q", F32, &[h, 1, d]).unwrap();
+        let (kc, vc) = (g.resident(&kr).unwrap(), g.resident(&vr).unwrap());
+        let l_in = g.input("kv_len", I32, &[1]).unwrap();
+        let a = Attention { scale: 0.25, causal: true, mask: None, kv_len: Some(l_in) };
+        let o = g.attention(q, kc, vc, &a).unwrap();
+        // poisoned (every unwritten element NaN) and not (a longer run's partial results stay in the scratch)
+        for poison in [true, false] {
+            let mut plan = device.compile_with(&g, &[o], &CompileOptions { poison, ..Default::default() }).unwrap();
+            if device.capabilities().backend != webtensor::BackendKind::Cpu {
+                let kernels = plan.stats().kernels;
+                assert!(kernels.iter().any(|k| k.ends_with("split")), "{device:?}: the keys are split: {kernels:?}");
+            }
+            let qv: Vec<f32> = (0..h * d).map(|i| (i as f32 * 0.37).sin()).collect();
+            for l in [2000usize, 300, 1, 1500, 257, 2048] {
+                let out = plan.run_with(&[(q, Value::F32(&qv)), (l_in, Value::I32(&[l as i32]))], &[]).unwrap();
+                let got = out[0].as_ref().unwrap().data.to_f32();
+                let (kd, vd) = (k.data.to_f32(), v.data.to_f32());
+                for hi in 0..h {
+                    let scores: Vec<f64> = (0..l)
+                        .map(|si| (0..d).map(|j| qv[hi * d + j] as f64 * kd[si * d + j] as f64).sum::<f64>() * 0.25)
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+                    let total: f64 = w.iter().sum();
+                    for j in 0..d {
+                        let want = (0..l).map(|si| w[si] * vd[si * d + j] as f64).sum::<f64>() / total;
+                        let g = got[hi * d + j] as f64;
+                        assert!((g - want).abs() < 1e-4, "{device:?} L = {l} head {hi} dim {j}: {g} vs {want}");
+                    }
+                }
+            }
         }
     }
 }

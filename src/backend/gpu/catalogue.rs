@@ -121,11 +121,15 @@ fn other_keys(keys: &mut Vec<KernelKey>) {
                 if dyn_len {
                     ins.push(I32);
                 }
+                if partial {
+                    ins.push(q);
+                }
                 keys.push(KernelKey::new(kind, if partial { F32 } else { q }, ins));
             }
         }
         for out in FLOATS {
-            keys.push(KernelKey::new(KernelKind::AttentionCombine { dv }, out, vec![F32]));
+            keys.push(KernelKey::new(KernelKind::AttentionCombine { dv, dyn_len: false }, out, vec![F32]));
+            keys.push(KernelKey::new(KernelKind::AttentionCombine { dv, dyn_len: true }, out, vec![F32, I32]));
         }
     }
     // shared memory bound once: matmul(x, x), x + x, softmax(x, mask = x), in-place x = exp(x)

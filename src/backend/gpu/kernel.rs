@@ -78,8 +78,8 @@ pub(crate) enum KernelKind {
     /// `attention.wgsl`: head dims `d` and `dv`, `br` queries and `bc` keys a tile, `partial` results of a split
     /// for the combine pass, an additive `mask`, a run-time length (`dyn_len`).
     Attention { d: u32, dv: u32, br: u32, bc: u32, partial: bool, mask: bool, dyn_len: bool },
-    /// `attention_combine.wgsl`.
-    AttentionCombine { dv: u32 },
+    /// `attention_combine.wgsl`: head dim `dv`; with `dyn_len`, only the splits a run-time length reaches.
+    AttentionCombine { dv: u32, dyn_len: bool },
 }
 
 impl KernelKind {
@@ -159,9 +159,39 @@ impl KernelKey {
 /// A binding that is the plan's scratch buffer rather than a tensor (the partial results of split attention).
 pub(crate) const SCRATCH: NodeId = NodeId::MAX;
 
+/// A grid that follows a run-time length L, the i32 at element `offset` of host input `input`, read when the run
+/// uploads it (a length that is not a host input gives the compiled grid), with `n = clamp(ceil(min(L, max_len) /
+/// per_group), 1, ..)` the groups L reaches: the x extent is `n` (at most the compiled one), or with `skip_single`
+/// the compiled grid when `n > 1` and no dispatch at all when `n == 1`. The kernels must not depend on what is
+/// skipped.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DynamicGrid {
+    pub input: NodeId,
+    pub offset: usize,
+    pub per_group: u32,
+    pub max_len: u32,
+    pub skip_single: bool,
+}
+
+impl DynamicGrid {
+    /// The x extent for the run whose inputs are `inputs` (0: skip the dispatch); `compiled` is the compiled one.
+    pub(crate) fn x(&self, inputs: &[(NodeId, &[u8])], compiled: u32) -> u32 {
+        let Some(&(_, bytes)) = inputs.iter().find(|(id, _)| *id == self.input) else { return compiled };
+        let Some(b) = bytes.get(self.offset * 4..self.offset * 4 + 4) else { return compiled };
+        let len = i32::from_le_bytes([b[0], b[1], b[2], b[3]]).clamp(0, self.max_len as i32) as u32;
+        let n = len.div_ceil(self.per_group.max(1)).max(1);
+        match (self.skip_single, n) {
+            (true, 1) => 0,
+            (true, _) => compiled,
+            (false, _) => n.min(compiled.max(1)),
+        }
+    }
+}
+
 /// One dispatch of a plan: the kernel, its uniform block, the storage nodes bound (output first; [`SCRATCH`] for
 /// the scratch buffer), for each binding the window bound (byte offset within the tensor's block, byte size;
-/// `None`: the whole block), the grid, and the scratch bytes it needs.
+/// `None`: the whole block), the grid (its x extent set per run where `dynamic` says), and the scratch bytes it
+/// needs.
 #[derive(Clone, Debug)]
 pub(crate) struct Dispatch {
     pub key: KernelKey,
@@ -169,5 +199,6 @@ pub(crate) struct Dispatch {
     pub bindings: Vec<NodeId>,
     pub windows: Vec<Option<(u64, u64)>>,
     pub workgroups: [u32; 3],
+    pub dynamic: Option<DynamicGrid>,
     pub scratch: u64,
 }

@@ -4,7 +4,7 @@
 //! outputs back through one staging buffer.
 
 use super::device::GpuBackend;
-use super::kernel::{Dispatch, SCRATCH};
+use super::kernel::{Dispatch, DynamicGrid, SCRATCH};
 use crate::backend::{fetched, gather, CompileOptions, Executable, Inputs, LocalFuture, PlanStats};
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
@@ -60,8 +60,8 @@ pub(crate) struct GpuPlan {
 /// The wgpu objects a plan owns. Releasing them takes the GL context on GL (buffers are deleted at once), so
 /// they are dropped under [`GpuBackend::serialize`], like every other GL call of the library: wgpu-hal panics
 /// when a thread waits more than a few seconds for the context while another thread's long run holds it.
-/// One dispatch of a run: pipeline, bind group, workgroups.
-type Step = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, [u32; 3]);
+/// One dispatch of a run: pipeline, bind group, workgroups, and the run-time x extent where there is one.
+type Step = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, [u32; 3], Option<DynamicGrid>);
 
 struct Resources {
     arenas: Vec<wgpu::Buffer>,
@@ -70,7 +70,7 @@ struct Resources {
     steps: Vec<Step>,
     staging: wgpu::Buffer,
     /// Kept alive for the bind groups that use it.
-    _scratch: Option<wgpu::Buffer>,
+    scratch: Option<wgpu::Buffer>,
 }
 
 impl Drop for GpuPlan {
@@ -208,7 +208,7 @@ async fn bind(
             layout: &layout,
             entries: &entries,
         });
-        steps.push((pipeline, bg, d.workgroups));
+        steps.push((pipeline, bg, d.workgroups, d.dynamic));
     }
     if let Some(e) = scope.pop().await {
         return Err(Error::Gpu { context: "creating bind groups".into(), message: e.to_string() });
@@ -251,7 +251,7 @@ impl GpuPlan {
             gpu,
             program,
             mem,
-            res: ManuallyDrop::new(Resources { arenas, steps, staging, _scratch: scratch }),
+            res: ManuallyDrop::new(Resources { arenas, steps, staging, scratch }),
             poison: options.poison,
             pipelines,
             buffers: n_buffers,
@@ -274,7 +274,7 @@ impl GpuPlan {
         let validation = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         if self.poison {
-            for a in &self.res.arenas {
+            for a in self.res.arenas.iter().chain(&self.res.scratch) {
                 gpu.queue.write_buffer(a, 0, &vec![0xFF; a.size() as usize]);
             }
         }
@@ -292,10 +292,14 @@ impl GpuPlan {
             gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("webtensor run") });
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
-            for (pipeline, bg, [x, y, z]) in &self.res.steps {
+            for (pipeline, bg, [x, y, z], dynamic) in &self.res.steps {
+                let x = dynamic.map_or(*x, |d| d.x(inputs, *x));
+                if x == 0 {
+                    continue;
+                }
                 pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, bg, &[]);
-                pass.dispatch_workgroups(*x, *y, *z);
+                pass.dispatch_workgroups(x, *y, *z);
             }
         }
         let copies = self.copies(fetch)?;

@@ -1,7 +1,7 @@
 //! Lowering of rope and attention.
 
 use super::target::{dispatch, grid, GpuTarget};
-use crate::backend::gpu::kernel::{Dispatch, KernelKey, KernelKind, SCRATCH};
+use crate::backend::gpu::kernel::{Dispatch, DynamicGrid, KernelKey, KernelKind, SCRATCH};
 use crate::backend::gpu::params::{vec4, AttentionParams, Params, RopeParams};
 use crate::backend::gpu::wgsl::attention::shared_bytes;
 use crate::compile::ir::Program;
@@ -66,18 +66,13 @@ fn tiles(d: u32, dv: u32, t: usize, max_shared: u32) -> Result<(u32, u32)> {
     )
 }
 
-/// Flash attention: one dispatch, or for one query over many keys (decode) a split over the keys and a combine
-/// pass through the plan's scratch buffer.
-pub(super) fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Result<Vec<Dispatch>> {
+/// The attention step's uniforms, for `splits` splits of `split_len` keys and tiles of `bc` keys.
+fn params(p: &Program, a: &AttentionStep, splits: usize, split_len: usize, bc: u32) -> AttentionParams {
     let nodes = &p.nodes;
     let (lq, lk, lv) = (&nodes[a.q].layout, &nodes[a.k].layout, &nodes[a.v].layout);
     let r = lq.rank();
     let (h, tq, d) = (lq.shape[r - 3], lq.shape[r - 2], lq.shape[r - 1]);
     let (hkv, s, dv) = (lk.shape[r - 3], lk.shape[r - 2], lv.shape[r - 1]);
-    let batch = if r == 4 { lq.shape[0] } else { 1 };
-    let (br, bc) = tiles(d as u32, dv as u32, tq, t.max_shared)?;
-    let split_len = if tq == 1 && s > 256 { s.div_ceil(64).max(256).div_ceil(bc as usize) * bc as usize } else { s };
-    let splits = s.div_ceil(split_len);
     let (mask_strides, mask_offset) = match a.mask {
         Some(m) => {
             let mut full = lq.shape.clone();
@@ -87,7 +82,7 @@ pub(super) fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarge
         }
         None => ([0; 4], 0),
     };
-    let params = AttentionParams {
+    AttentionParams {
         h: h as u32,
         t: tq as u32,
         s: s as u32,
@@ -97,7 +92,7 @@ pub(super) fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarge
         scale: a.scale,
         splits: splits as u32,
         split_len: split_len as u32,
-        batch: batch as u32,
+        batch: if r == 4 { lq.shape[0] as u32 } else { 1 },
         mask_offset,
         kv_len_offset: a.kv_len.map_or(0, |l| nodes[l].layout.offset as u32),
         q_strides: strides4(lq),
@@ -112,17 +107,25 @@ pub(super) fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarge
         bc,
         _pad0: 0,
         _pad1: 0,
-    };
+    }
+}
+
+/// Flash attention: one dispatch, or for one query over many keys (decode) a split over the keys and a combine
+/// pass through the plan's scratch buffer.
+pub(super) fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Result<Vec<Dispatch>> {
+    let nodes = &p.nodes;
+    let (lq, lk, lv) = (&nodes[a.q].layout, &nodes[a.k].layout, &nodes[a.v].layout);
+    let r = lq.rank();
+    let (h, tq, d) = (lq.shape[r - 3], lq.shape[r - 2], lq.shape[r - 1]);
+    let (s, dv) = (lk.shape[r - 2], lv.shape[r - 1]);
+    let batch = if r == 4 { lq.shape[0] } else { 1 };
+    let (br, bc) = tiles(d as u32, dv as u32, tq, t.max_shared)?;
+    let split_len = if tq == 1 && s > 256 { s.div_ceil(64).max(256).div_ceil(bc as usize) * bc as usize } else { s };
+    let splits = s.div_ceil(split_len);
+    let params = params(p, a, splits, split_len, bc);
     let partial = splits > 1;
-    let kind = KernelKind::Attention {
-        d: d as u32,
-        dv: dv as u32,
-        br,
-        bc,
-        partial,
-        mask: a.mask.is_some(),
-        dyn_len: a.kv_len.is_some(),
-    };
+    let (mask, dyn_len) = (a.mask.is_some(), a.kv_len.is_some());
+    let kind = KernelKind::Attention { d: d as u32, dv: dv as u32, br, bc, partial, mask, dyn_len };
     let mut ins = vec![nodes[a.q].dtype, nodes[a.k].dtype, nodes[a.v].dtype];
     let out = nodes[id].storage;
     let mut bindings =
@@ -131,26 +134,48 @@ pub(super) fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarge
         ins.push(nodes[*n].dtype);
         bindings.push(nodes[*n].storage);
     }
-    let z = batch * splits;
-    if z > t.max_groups as usize || h > t.max_groups as usize {
+    if partial {
+        // the output too: a run whose length reaches one split writes it directly, and skips the combine
+        ins.push(nodes[id].dtype);
+        bindings.push(out);
+    }
+    let z = batch * tq.div_ceil(br as usize);
+    if [splits, h, z].into_iter().any(|n| n > t.max_groups as usize) {
         return Err(Error::LimitExceeded {
-            what: format!("attention over {batch} batches x {splits} splits and {h} heads: workgroups per dimension"),
-            size: z.max(h) as u64,
+            what: format!("attention over {splits} splits, {h} heads and {z} query blocks: workgroups per dimension"),
+            size: splits.max(h).max(z) as u64,
             limit_name: "max_compute_workgroups_per_dimension",
             limit: t.max_groups as u64,
         });
     }
-    let workgroups = [tq.div_ceil(br as usize) as u32, h as u32, z as u32];
+    let workgroups = [splits as u32, h as u32, z as u32];
     let out_dtype = if partial { DType::F32 } else { nodes[id].dtype };
     let mut first =
         dispatch(KernelKey::new(kind, out_dtype, ins), Params::AttentionParams(params), bindings, workgroups);
     if !partial {
         return Ok(vec![first]);
     }
+    // a KV cache's capacity sets the splits; a run-time length the run uploads sets how many are dispatched
+    let host_len = a.kv_len.filter(|&l| p.inputs.contains(&nodes[l].storage));
+    let grid_of = |l: NodeId, skip_single| DynamicGrid {
+        input: nodes[l].storage,
+        offset: nodes[l].layout.offset,
+        per_group: split_len as u32,
+        max_len: s as u32,
+        skip_single,
+    };
+    first.dynamic = host_len.map(|l| grid_of(l, false));
     first.scratch = (batch * h * tq * splits * (dv + 2) * 4) as u64;
-    let key = KernelKey::new(KernelKind::AttentionCombine { dv: dv as u32 }, nodes[id].dtype, vec![DType::F32]);
+    let mut ins = vec![DType::F32];
+    let mut bindings = vec![out, SCRATCH];
+    if let Some(l) = a.kv_len {
+        ins.push(nodes[l].dtype);
+        bindings.push(nodes[l].storage);
+    }
+    let key = KernelKey::new(KernelKind::AttentionCombine { dv: dv as u32, dyn_len }, nodes[id].dtype, ins);
     let groups = grid("attention combine", (batch * h * tq) as u64, t.max_groups)?;
-    let mut combine = dispatch(key, Params::AttentionParams(params), vec![out, SCRATCH], groups);
+    let mut combine = dispatch(key, Params::AttentionParams(params), bindings, groups);
     combine.scratch = first.scratch;
+    combine.dynamic = host_len.map(|l| grid_of(l, true));
     Ok(vec![first, combine])
 }

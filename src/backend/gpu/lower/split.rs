@@ -110,6 +110,7 @@ impl Splitter<'_> {
             bindings: self.d.bindings.clone(),
             windows,
             workgroups,
+            dynamic: None, // split kernels (elementwise, matmul, rows) have static grids
             scratch: self.d.scratch,
         }
     }

@@ -56,5 +56,5 @@ pub(crate) fn grid(what: &str, groups: u64, max_per_dim: u32) -> Result<[u32; 3]
 /// A dispatch with the whole of each binding bound.
 pub(crate) fn dispatch(key: KernelKey, params: Params, bindings: Vec<NodeId>, workgroups: [u32; 3]) -> Dispatch {
     let windows = vec![None; bindings.len()];
-    Dispatch { key, params, bindings, windows, workgroups, scratch: 0 }
+    Dispatch { key, params, bindings, windows, workgroups, dynamic: None, scratch: 0 }
 }

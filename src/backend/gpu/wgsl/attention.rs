@@ -11,16 +11,13 @@ pub(super) fn wgsl(key: &KernelKey, bindings: String) -> String {
     let out_c = compute_type(key.out).to_string();
     match key.kind {
         KernelKind::Rope => render(ROPE, &[("BINDINGS", bindings), ("OUT_C", out_c)]),
-        KernelKind::AttentionCombine { dv } => {
-            render(COMBINE, &[("BINDINGS", bindings), ("OUT_C", out_c), ("DV", dv.to_string())])
+        KernelKind::AttentionCombine { dv, dyn_len } => {
+            let subs =
+                [("BINDINGS", bindings), ("OUT_C", out_c), ("DV", dv.to_string()), ("LENGTH_FN", length_fn(dyn_len))];
+            render(COMBINE, &subs)
         }
         KernelKind::Attention { d, dv, br, bc, partial, mask, dyn_len } => {
             // the mask's and the length's accessors exist only in the variants that bind them
-            let length = if dyn_len {
-                "fn kv_length() -> u32 {\n    return u32(max(ld_kv(P.kv_len_offset), 0));\n}"
-            } else {
-                "fn kv_length() -> u32 {\n    return P.static_len;\n}"
-            };
             let mask_fn = if mask {
                 "fn mask_at(b: u32, h: u32, t: u32, s: u32) -> f32 {\n    let st = P.mask_strides;\n    \
                  return f32(ld_mask(P.mask_offset + b * st.x + h * st.y + t * st.z + s * st.w));\n}"
@@ -40,12 +37,34 @@ pub(super) fn wgsl(key: &KernelKey, bindings: String) -> String {
                 ("K_SHARED", n(bc * d)),
                 ("V_SHARED", n(bc * dv)),
                 ("P_SHARED", n(br * bc)),
-                ("LENGTH_FN", length.into()),
+                ("LENGTH_FN", length_fn(dyn_len)),
+                ("FIN_STORE", fin_store(key, partial)),
                 ("MASK_FN", mask_fn.into()),
             ];
             render(ATTENTION, &subs)
         }
         _ => unreachable!("attention::wgsl for {:?}", key.kind),
+    }
+}
+
+/// In a split variant: the final output's store when the length reaches only the first split.
+fn fin_store(key: &KernelKey, partial: bool) -> String {
+    if !partial {
+        return String::new();
+    }
+    let c = compute_type(*key.ins.last().expect("the final output's dtype"));
+    format!(
+        "if ((L + P.split_len - 1u) / P.split_len <= 1u) {{\n                    let l = l_s[r];\n                    \
+         st_fin(((b * T + t) * P.h + hi) * ndv + d, {c}(select(0.0, acc[j] / l, l > 0.0)));\n                }}"
+    )
+}
+
+/// `kv_length()`: the run-time length (clamped at 0) where the variant binds one, else the static length.
+fn length_fn(dyn_len: bool) -> String {
+    if dyn_len {
+        "fn kv_length() -> u32 {\n    return u32(max(ld_kv(P.kv_len_offset), 0));\n}".into()
+    } else {
+        "fn kv_length() -> u32 {\n    return P.static_len;\n}".into()
     }
 }
 

@@ -66,7 +66,7 @@ fn bindings(key: &KernelKey) -> Vec<Binding> {
             v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
             v.push(b("src1", key.ins[1], false, false));
         }
-        KernelKind::Attention { mask, dyn_len, .. } => {
+        KernelKind::Attention { mask, dyn_len, partial, .. } => {
             v.extend([b("out", key.out, false, true), b("q", key.ins[0], false, false)]);
             v.extend([b("k", key.ins[1], false, false), b("v", key.ins[2], false, false)]);
             let mut k = 3;
@@ -76,10 +76,17 @@ fn bindings(key: &KernelKey) -> Vec<Binding> {
             }
             if *dyn_len {
                 v.push(b("kv", key.ins[k], false, false));
+                k += 1;
+            }
+            if *partial {
+                v.push(b("fin", key.ins[k], false, true));
             }
         }
-        KernelKind::AttentionCombine { .. } => {
+        KernelKind::AttentionCombine { dyn_len, .. } => {
             v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
+            if *dyn_len {
+                v.push(b("kv", key.ins[1], false, false));
+            }
         }
         KernelKind::CopyInto => {
             v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
