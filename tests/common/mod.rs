@@ -61,6 +61,7 @@ pub enum Values {
     Raw(Vec<u8>, Vec<f64>),
 }
 
+#[derive(Clone)]
 pub struct Input {
     pub dtype: DType,
     pub shape: Vec<usize>,
@@ -80,10 +81,11 @@ pub fn inp_raw(dtype: DType, shape: &[usize], bytes: Vec<u8>, decoded: Vec<f64>)
     Input { dtype, shape: shape.to_vec(), values: Values::Raw(bytes, decoded) }
 }
 
-type Build = Box<dyn Fn(&mut Graph, &[Tensor]) -> Result<Tensor>>;
-type Reference = Box<dyn Fn(&[Arr]) -> Arr>;
+type Build = std::rc::Rc<dyn Fn(&mut Graph, &[Tensor]) -> Result<Tensor>>;
+type Reference = std::rc::Rc<dyn Fn(&[Arr]) -> Arr>;
 
 /// One op case: inputs, the graph, the f64 reference, and the NMSE tolerance it must meet.
+#[derive(Clone)]
 pub struct Case {
     pub name: String,
     pub inputs: Vec<Input>,
@@ -94,6 +96,8 @@ pub struct Case {
     pub matmul: Option<MatmulChoice>,
     /// Compile without fusion and in-place execution.
     pub no_fusion: bool,
+    /// Keep quantized matmuls' activations in f32 on the CPU (no 8-bit rounding).
+    pub f32_activations: bool,
     /// On GPU devices, the plan must use a kernel whose name starts with this (not a fallback).
     pub expect_kernel: Option<String>,
     /// State tensors created on the device with these values; the build and reference functions get them after
@@ -123,11 +127,12 @@ impl Case {
         Case {
             name: name.into(),
             inputs,
-            build: Box::new(build),
-            reference: Box::new(reference),
+            build: std::rc::Rc::new(build),
+            reference: std::rc::Rc::new(reference),
             tol,
             matmul: None,
             no_fusion: false,
+            f32_activations: false,
             expect_kernel: None,
             states: Vec::new(),
         }
@@ -157,6 +162,12 @@ impl Case {
 
     pub fn tol(mut self, tol: f64) -> Case {
         self.tol = tol;
+        self
+    }
+    /// The same case with quantized matmuls' activations kept in f32 on the CPU, named `.../f32-act`.
+    pub fn f32_activations(mut self) -> Case {
+        self.f32_activations = true;
+        self.name.push_str("/f32-act");
         self
     }
 }
@@ -215,7 +226,12 @@ pub fn run_case(case: &Case, device: &Device) -> Outcome {
     let mut plan = match device.compile_with(
         &g,
         &[out],
-        &CompileOptions { poison: true, matmul: case.matmul, no_fusion: case.no_fusion },
+        &CompileOptions {
+            poison: true,
+            matmul: case.matmul,
+            no_fusion: case.no_fusion,
+            f32_activations: case.f32_activations,
+        },
     ) {
         Ok(p) => p,
         Err(Error::Unsupported { reason, .. }) => return Outcome::Skip(reason),

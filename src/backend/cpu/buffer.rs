@@ -31,6 +31,15 @@ impl Memory {
         self.len[id] = len;
     }
 
+    /// The raw bytes of blocks `range` (block indices) of storage node `id` of `dtype`, for as long as the run.
+    pub(crate) fn block_bytes(&self, id: NodeId, dtype: DType, range: std::ops::Range<usize>) -> &[u8] {
+        let v = self.view(id, dtype);
+        let bytes = v.block_bytes(range);
+        // SAFETY: the bytes lie in the node's storage, which outlives `self` (the run), and nothing writes them
+        // while the reading step runs.
+        unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) }
+    }
+
     /// A reader of storage node `id` as `dtype`.
     pub(crate) fn view(&self, id: NodeId, dtype: DType) -> View {
         let elems = self.len[id] / dtype.block_bytes() * dtype.block_size();

@@ -8,6 +8,8 @@ mod buffer;
 mod elementwise;
 mod gather;
 mod matmul;
+mod parallel;
+mod qdot;
 mod quant;
 mod rows;
 
@@ -93,6 +95,7 @@ enum CpuKernel {
 struct CpuTarget {
     fusion: bool,
     device: u64,
+    f32_activations: bool,
 }
 
 fn leaf(p: &Program, src: NodeId, shape: Option<&[usize]>) -> Leaf {
@@ -116,6 +119,18 @@ fn weight_of_rows(p: &Program, x: NodeId) -> (Weight, usize) {
     let l = &p.nodes[x].layout;
     let k = l.shape.last().copied().unwrap_or(1);
     (Weight { storage: p.nodes[x].storage, dtype: p.nodes[x].dtype, row0: l.offset / k, k }, l.numel() / k)
+}
+
+/// A mat-vec (at most `VEC_ROWS` rows of a) over an f16 weight read as `t(w)` (w `[N, K]` row-major): converted a
+/// row at a time by the quantized kernel's mat-vec, not as a whole as `gemm`'s path would.
+fn half_mat_vec(p: &Program, a: NodeId, b: NodeId) -> bool {
+    let lb = &p.nodes[b].layout;
+    let k = lb.shape[0];
+    p.nodes[b].dtype == DType::F16
+        && lb.rank() == 2
+        && lb.strides == [1, k]
+        && lb.offset.is_multiple_of(k)
+        && p.nodes[a].layout.numel() / k.max(1) <= quant::VEC_ROWS
 }
 
 fn matmul_kernel(
@@ -177,12 +192,21 @@ impl CpuTarget {
                 expr: expr.clone(),
                 leaves: srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect(),
             }),
-            Step::MatMul { a, b, epilogue } if p.nodes[*b].dtype.is_storage_format() => {
+            Step::MatMul { a, b, epilogue } if p.nodes[*b].dtype.is_storage_format() || half_mat_vec(p, *a, *b) => {
                 let (w, n) = weight_of_transposed(p, *b);
                 let epilogue = epilogue
                     .as_ref()
                     .map(|(e, srcs)| (e.clone(), srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect()));
-                CpuKernel::QMatmul(QMatmulKernel { out, out_dtype, a: leaf(p, *a, None), w, n, epilogue })
+                let f32_activations = self.f32_activations;
+                CpuKernel::QMatmul(QMatmulKernel {
+                    out,
+                    out_dtype,
+                    a: leaf(p, *a, None),
+                    w,
+                    n,
+                    epilogue,
+                    f32_activations,
+                })
             }
             Step::MatMul { a, b, epilogue } => CpuKernel::MatMul(matmul_kernel(p, id, *a, *b, epilogue.as_ref())),
             Step::GetRows { table, idx } if p.nodes[*table].dtype.is_storage_format() => {
@@ -326,7 +350,7 @@ impl Backend for CpuBackend {
 }
 
 fn compile(graph: &Graph, outputs: &[Tensor], options: &CompileOptions, device: u64) -> Result<CpuPlan> {
-    let target = CpuTarget { fusion: !options.no_fusion, device };
+    let target = CpuTarget { fusion: !options.no_fusion, device, f32_activations: options.f32_activations };
     let Compiled { program, memory, kernels } = crate::compile::compile(graph, outputs, &target)?;
     for &id in program.inputs.iter() {
         let size = program.storage_bytes(id);

@@ -1,26 +1,19 @@
 //! Kernels on storage formats (bf16, ggml's block-quantized types) on the CPU: dequantization, get_rows from a
-//! quantized table, and `x @ t(w)` with a quantized weight — one pass over w's rows, each decoded once into a
-//! short f32 buffer (mat-vec), or panels of rows decoded and multiplied by the `gemm` crate (prefill).
+//! quantized table, and `x @ t(w)` with a quantized weight, multithreaded over w's rows: for a few rows of x
+//! (decode) one pass over w, each row dotted with x in integer arithmetic where the type has a kernel
+//! (`qdot`: x rounded to 8-bit blocks, as llama.cpp does) or else decoded into a short f32 buffer; for many rows
+//! (prefill) panels of w decoded to f32 and multiplied by the `gemm` crate.
 
 use super::buffer::Memory;
 use super::elementwise::{eval, load, Leaf, CHUNK};
+use super::parallel::{for_chunks, rows_per_task};
+use super::qdot::{self, Q8Row};
 use crate::blocks::decode;
 use crate::compile::ir::Expr;
 use crate::graph::NodeId;
 use crate::{DType, Error, Result};
 
-/// `sum(a[i] * b[i])` with independent accumulators, so that it vectorizes.
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 16];
-    let chunks = a.len() / 16 * 16;
-    for (ca, cb) in a[..chunks].chunks_exact(16).zip(b[..chunks].chunks_exact(16)) {
-        for j in 0..16 {
-            acc[j] = ca[j].mul_add(cb[j], acc[j]);
-        }
-    }
-    let tail: f32 = a[chunks..].iter().zip(&b[chunks..]).map(|(x, y)| x * y).sum();
-    acc.iter().sum::<f32>() + tail
-}
+use super::qdot::dot_f32 as dot;
 
 /// A row-major weight `[rows, k]` in a storage format: its storage, dtype and first row.
 #[derive(Clone, Debug)]
@@ -34,12 +27,28 @@ pub(crate) struct Weight {
 }
 
 impl Weight {
-    /// Decodes row `r` into `out` (`k` values).
-    pub(crate) fn row(&self, mem: &Memory, r: usize, out: &mut [f32]) {
+    /// The block bytes of row `r`.
+    pub(crate) fn bytes<'m>(&self, mem: &'m Memory, r: usize) -> &'m [u8] {
         let blocks = self.k / self.dtype.block_size();
         let first = (self.row0 + r) * blocks;
-        let v = mem.view(self.storage, self.dtype);
-        decode(self.dtype, v.block_bytes(first..first + blocks), out);
+        mem.block_bytes(self.storage, self.dtype, first..first + blocks)
+    }
+
+    /// Decodes row `r` into `out` (`k` values); f16 rows by half's vectorized conversion.
+    pub(crate) fn row(&self, mem: &Memory, r: usize, out: &mut [f32]) {
+        let bytes = self.bytes(mem, r);
+        if self.dtype == DType::F16 {
+            if let Ok(h) = bytemuck::try_cast_slice::<u8, half::f16>(bytes) {
+                use half::slice::HalfFloatSliceExt;
+                return h.convert_to_f32_slice(out);
+            }
+        }
+        if self.dtype == DType::BF16 {
+            // a loop the compiler vectorizes
+            let widen = |c: &[u8]| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+            return out.iter_mut().zip(bytes.chunks_exact(2)).for_each(|(o, c)| *o = widen(c));
+        }
+        decode(self.dtype, bytes, out);
     }
 }
 
@@ -93,7 +102,8 @@ impl GetRowsQKernel {
     }
 }
 
-/// `out = epilogue(a @ t(w))` with `a [.., M, K]` float and `w [N, K]` in a storage format.
+/// `out = epilogue(a @ t(w))` with `a [.., M, K]` float and `w [N, K]` in a storage format (or f16 for few rows
+/// of a: a mat-vec that converts one row of w at a time instead of the whole weight).
 #[derive(Clone, Debug)]
 pub(crate) struct QMatmulKernel {
     pub out: NodeId,
@@ -104,14 +114,18 @@ pub(crate) struct QMatmulKernel {
     pub n: usize,
     /// The epilogue over `Expr::Acc` and its operands (broadcast to the output's shape).
     pub epilogue: Option<(Expr, Vec<Leaf>)>,
+    /// Keep the activations in f32 (no 8-bit rounding for the integer kernels).
+    pub f32_activations: bool,
 }
 
+/// Rows of a at most for the mat-vec path (every weight row read once, dotted with each row of a).
+pub(crate) const VEC_ROWS: usize = 8;
 /// Rows of w decoded at a time for a prefill panel.
 const PANEL: usize = 64;
 
 impl QMatmulKernel {
     pub(crate) fn run(&self, mem: &Memory) {
-        let (k, n) = (self.w.k, self.n);
+        let k = self.w.k;
         let m = self.a.layout.numel() / k;
         let av = mem.view(self.a.storage, self.a.dtype);
         let mut a = vec![0f32; m * k];
@@ -119,51 +133,88 @@ impl QMatmulKernel {
         for r in 0..m {
             av.row_f32(self.a.layout.index_of(r * k), st, &mut a[r * k..(r + 1) * k]);
         }
-        let mut c = vec![0f32; m * n];
-        if m <= 4 {
-            let mut row = vec![0f32; k];
-            for j in 0..n {
-                self.w.row(mem, j, &mut row);
-                for r in 0..m {
-                    c[r * n + j] = dot(&a[r * k..(r + 1) * k], &row);
-                }
-            }
-        } else {
-            let mut panel = vec![0f32; PANEL * k];
-            for j0 in (0..n).step_by(PANEL) {
-                let rows = PANEL.min(n - j0);
-                for j in 0..rows {
-                    self.w.row(mem, j0 + j, &mut panel[j * k..(j + 1) * k]);
-                }
-                // c[:, j0..j0+rows] = a @ panelᵀ
-                // SAFETY: a is [m, k], the panel [rows, k] (read transposed), c's block [m, rows] with row stride n:
-                // every index gemm forms lies inside these buffers.
-                unsafe {
-                    gemm::gemm(
-                        m,
-                        rows,
-                        k,
-                        c.as_mut_ptr().add(j0),
-                        1,
-                        n as isize,
-                        false,
-                        a.as_ptr(),
-                        1,
-                        k as isize,
-                        panel.as_ptr(),
-                        k as isize,
-                        1,
-                        0.0f32,
-                        1.0f32,
-                        false,
-                        false,
-                        false,
-                        super::matmul::parallelism(m, rows, k),
-                    );
-                }
-            }
-        }
+        let c = if m <= VEC_ROWS { self.mat_vec(mem, &a, m) } else { self.panels(mem, &a, m) };
         self.store(mem, &c);
+    }
+
+    /// Small M: each thread takes a range of w's rows and dots each with every row of a, in integer
+    /// arithmetic against 8-bit activations where the type has such a kernel. Returns `c [m, n]`.
+    fn mat_vec(&self, mem: &Memory, a: &[f32], m: usize) -> Vec<f32> {
+        let (k, n) = (self.w.k, self.n);
+        let int_dot = qdot::dot_fn(self.w.dtype).filter(|_| !self.f32_activations);
+        let q8: Vec<Q8Row> = match int_dot {
+            Some(_) => (0..m).map(|r| Q8Row::quantize(&a[r * k..(r + 1) * k])).collect(),
+            None => Vec::new(),
+        };
+        // cᵀ [n, m]: a thread's rows of w give it a contiguous range
+        let mut ct = vec![0f32; n * m];
+        let rows = rows_per_task(n, k * self.w.dtype.block_bytes() / self.w.dtype.block_size());
+        for_chunks(&mut ct, rows * m, |t, chunk| {
+            let mut row = vec![0f32; if int_dot.is_some() { 0 } else { k }];
+            for (jj, cj) in chunk.chunks_exact_mut(m).enumerate() {
+                let j = t * rows + jj;
+                match int_dot {
+                    Some(dot_q) => {
+                        let bytes = self.w.bytes(mem, j);
+                        cj.iter_mut().zip(&q8).for_each(|(c, q)| *c = dot_q(bytes, q));
+                    }
+                    None => {
+                        self.w.row(mem, j, &mut row);
+                        cj.iter_mut().enumerate().for_each(|(r, c)| *c = dot(&a[r * k..(r + 1) * k], &row));
+                    }
+                }
+            }
+        });
+        let mut c = vec![0f32; m * n];
+        for (j, cj) in ct.chunks_exact(m).enumerate() {
+            cj.iter().enumerate().for_each(|(r, &v)| c[r * n + j] = v);
+        }
+        c
+    }
+
+    /// Large M (prefill): each thread decodes panels of w's rows to f32 and multiplies them with `gemm`.
+    fn panels(&self, mem: &Memory, a: &[f32], m: usize) -> Vec<f32> {
+        let (k, n) = (self.w.k, self.n);
+        // cᵀ [n, m] again: a panel of w's rows is a contiguous block of it
+        let mut ct = vec![0f32; n * m];
+        for_chunks(&mut ct, PANEL * m, |t, chunk| {
+            let (j0, rows) = (t * PANEL, chunk.len() / m);
+            let mut panel = vec![0f32; rows * k];
+            for j in 0..rows {
+                self.w.row(mem, j0 + j, &mut panel[j * k..(j + 1) * k]);
+            }
+            // chunk [rows, m] = panel [rows, k] @ aᵀ
+            // SAFETY: panel is [rows, k], a [m, k] (read transposed), chunk [rows, m]: every index gemm forms lies
+            // inside these buffers.
+            unsafe {
+                gemm::gemm(
+                    rows,
+                    m,
+                    k,
+                    chunk.as_mut_ptr(),
+                    1,
+                    m as isize,
+                    false,
+                    panel.as_ptr(),
+                    1,
+                    k as isize,
+                    a.as_ptr(),
+                    k as isize,
+                    1,
+                    0.0f32,
+                    1.0f32,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+        });
+        let mut c = vec![0f32; m * n];
+        for (j, cj) in ct.chunks_exact(m).enumerate() {
+            cj.iter().enumerate().for_each(|(r, &v)| c[r * n + j] = v);
+        }
+        c
     }
 
     fn store(&self, mem: &Memory, c: &[f32]) {

@@ -1,0 +1,30 @@
+//! Work split over the CPU's threads: rayon's pool natively, the calling thread on wasm32.
+
+/// Calls `f(t, chunk)` for the `t`-th chunk of `chunk` elements of `out` (the last may be shorter), on the
+/// CPU's threads natively.
+pub(crate) fn for_chunks<T: Send>(out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
+    let chunk = chunk.max(1);
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        if out.len() > chunk {
+            return out.par_chunks_mut(chunk).enumerate().for_each(|(t, c)| f(t, c));
+        }
+    }
+    out.chunks_mut(chunk).enumerate().for_each(|(t, c)| f(t, c));
+}
+
+/// Rows per task for `n` rows of `row_bytes` bytes each: about four tasks a thread, none under 16 KiB of work.
+pub(crate) fn rows_per_task(n: usize, row_bytes: usize) -> usize {
+    let tasks = 4 * threads();
+    let min_rows = (16 * 1024 / row_bytes.max(1)).max(1);
+    n.div_ceil(tasks).max(min_rows)
+}
+
+/// Threads the work is split over.
+pub(crate) fn threads() -> usize {
+    #[cfg(not(target_arch = "wasm32"))]
+    return rayon::current_num_threads();
+    #[cfg(target_arch = "wasm32")]
+    1
+}

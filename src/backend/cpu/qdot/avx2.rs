@@ -1,0 +1,241 @@
+//! AVX2 kernels (with FMA and F16C): 32 weights a step, unpacked to bytes, multiplied with the int8
+//! activations by `vpmaddubsw` (unsigned × signed pairs into i16) and `vpmaddwd` (pairs into i32) — or with
+//! AVX-512 VNNI by one `vpdpbusd` — converted and accumulated in f32 with the block's two scales. Signed weights go
+//! through `vpsignb` (|w| × sign(w)·a), as llama.cpp's kernels do. Each matches its scalar definition
+//! (`scalar.rs`) to rounding. The kernels are written once (`kernels!`) and compiled for both feature sets.
+
+use super::DotFn;
+use crate::DType;
+
+/// Whether this CPU runs the AVX2 kernels, and whether it has AVX-512 VNNI for them (checked once).
+pub(super) fn available() -> bool {
+    features().0
+}
+
+fn features() -> (bool, bool) {
+    static FEATURES: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    *FEATURES.get_or_init(|| {
+        let avx2 =
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+        (avx2, avx2 && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl"))
+    })
+}
+
+pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {
+    if features().1 && std::env::var_os("WEBTENSOR_CPU_NO_VNNI").is_none() {
+        vnni::dot_fn(dtype)
+    } else {
+        avx2::dot_fn(dtype)
+    }
+}
+
+/// `Σ u[i] * s[i]` in 8 i32 lanes with AVX2: pairs into i16 (`vpmaddubsw`; the products of Q8 activations and
+/// weights below 128 never saturate), then pairs of those into i32.
+#[inline(always)]
+unsafe fn maddubs(u: std::arch::x86_64::__m256i, s: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+}
+
+/// The same with one AVX-512 VNNI instruction (`vpdpbusd`: groups of four into i32).
+#[inline(always)]
+unsafe fn dpbusd(u: std::arch::x86_64::__m256i, s: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+}
+
+macro_rules! kernels {
+    ($name:ident, $features:literal, $dot:ident) => {
+        mod $name {
+            use super::super::scalar::scale_min_k4;
+            use super::super::{DotFn, Q8Row, QK};
+            use crate::DType;
+            use std::arch::x86_64::*;
+
+            pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {
+                // SAFETY (each wrapper): only called after `features()` found this module's features on the CPU;
+                // the kernels read whole blocks of `w` and the matching elements of `a`, whose lengths the
+                // callers match.
+                Some(match dtype {
+                    DType::Q4_0 => |w, a| unsafe { q4_0(w, a) },
+                    DType::Q4_1 => |w, a| unsafe { q4_1(w, a) },
+                    DType::Q8_0 => |w, a| unsafe { q8_0(w, a) },
+                    DType::Q4_K => |w, a| unsafe { q4_k(w, a) },
+                    DType::Q6_K => |w, a| unsafe { q6_k(w, a) },
+                    _ => return None,
+                })
+            }
+
+            /// The f16 at byte `at` of `b`, through the conversion table (a scalar `vcvtph2ps` costs a dependency on
+            /// the register it merges into, which the compiler may tie to an accumulator).
+            #[inline(always)]
+            fn f16_at(t: &[f32; 65536], b: &[u8], at: usize) -> f32 {
+                t[u16::from_le_bytes([b[at], b[at + 1]]) as usize]
+            }
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn hsum(v: __m256) -> f32 {
+                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+            }
+
+            /// `Σ u[i] * s[i]` of 32 unsigned and 32 signed bytes, as 8 i32 lanes (lane k: elements 4k..4k+4).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+                // SAFETY: this function's features include the instruction's
+                unsafe { super::$dot(u, s) }
+            }
+
+            /// `Σ x[i] * y[i]` of 32 signed bytes each (x never -128).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256i {
+                dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+            }
+
+            /// 32 bytes of `s` from byte `at` (bounds-checked).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn load32<T: Copy>(s: &[T], at: usize) -> __m256i {
+                let bytes = &s[at..at + 32 / size_of::<T>()];
+                // SAFETY: `bytes` is 32 bytes long; the load is unaligned.
+                unsafe { _mm256_loadu_si256(bytes.as_ptr() as *const __m256i) }
+            }
+
+            /// The 32 nibbles of a 32-block's 16 bytes at `at`, low nibbles (the first 16 elements) first.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn nibbles(b: &[u8], at: usize) -> __m256i {
+                let bytes = &b[at..at + 16];
+                // SAFETY: `bytes` is 16 bytes long; the load is unaligned.
+                let x = unsafe { _mm_loadu_si128(bytes.as_ptr() as *const __m128i) };
+                _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0f))
+            }
+
+            #[target_feature(enable = $features)]
+            fn q4_0(w: &[u8], a: &Q8Row) -> f32 {
+                let t = super::super::f16_table();
+                let mut acc = _mm256_setzero_ps();
+                for ((blk, qa), da) in w.chunks_exact(18).zip(a.qs.chunks_exact(QK)).zip(&a.d) {
+                    let q = _mm256_sub_epi8(nibbles(blk, 2), _mm256_set1_epi8(8));
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(qa, 0)));
+                    acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(f16_at(t, blk, 0) * da), acc);
+                }
+                hsum(acc)
+            }
+
+            #[target_feature(enable = $features)]
+            fn q4_1(w: &[u8], a: &Q8Row) -> f32 {
+                let t = super::super::f16_table();
+                // two blocks a step into two accumulators, so that the multiply-adds' latencies overlap
+                let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                let (mut off0, mut off1) = (0f32, 0f32);
+                let pairs =
+                    w.chunks_exact(40).zip(a.qs.chunks_exact(2 * QK)).zip(a.d.chunks_exact(2).zip(a.s.chunks_exact(2)));
+                for ((blk, qa), (da, sa)) in pairs {
+                    let dot0 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 4), load32(qa, 0)));
+                    let dot1 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 24), load32(qa, QK)));
+                    acc0 = _mm256_fmadd_ps(dot0, _mm256_set1_ps(f16_at(t, blk, 0) * da[0]), acc0);
+                    acc1 = _mm256_fmadd_ps(dot1, _mm256_set1_ps(f16_at(t, blk, 20) * da[1]), acc1);
+                    off0 += f16_at(t, blk, 2) * sa[0];
+                    off1 += f16_at(t, blk, 22) * sa[1];
+                }
+                let nb = w.len() / 20;
+                if nb % 2 == 1 {
+                    let (b, blk) = (nb - 1, &w[(nb - 1) * 20..]);
+                    let dot = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 4), load32(&a.qs, b * QK)));
+                    acc0 = _mm256_fmadd_ps(dot, _mm256_set1_ps(f16_at(t, blk, 0) * a.d[b]), acc0);
+                    off0 += f16_at(t, blk, 2) * a.s[b];
+                }
+                hsum(_mm256_add_ps(acc0, acc1)) + off0 + off1
+            }
+
+            #[target_feature(enable = $features)]
+            fn q8_0(w: &[u8], a: &Q8Row) -> f32 {
+                let t = super::super::f16_table();
+                let mut acc = _mm256_setzero_ps();
+                for ((blk, qa), da) in w.chunks_exact(34).zip(a.qs.chunks_exact(QK)).zip(&a.d) {
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(load32(blk, 2), load32(qa, 0)));
+                    acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(f16_at(t, blk, 0) * da), acc);
+                }
+                hsum(acc)
+            }
+
+            #[target_feature(enable = $features)]
+            fn q4_k(w: &[u8], a: &Q8Row) -> f32 {
+                let t = super::super::f16_table();
+                let mut acc = _mm256_setzero_ps();
+                let mut mins = 0f32;
+                let m4 = _mm256_set1_epi8(0x0f);
+                for (sb, blk) in w.chunks_exact(144).enumerate() {
+                    let (d, dmin) = (f16_at(t, blk, 0), f16_at(t, blk, 2));
+                    for j in 0..4 {
+                        let q = load32(blk, 16 + 32 * j);
+                        let b = sb * 8 + 2 * j;
+                        let (sc0, m0) = scale_min_k4(&blk[4..16], 2 * j);
+                        let (sc1, m1) = scale_min_k4(&blk[4..16], 2 * j + 1);
+                        let lo = _mm256_cvtepi32_ps(dot_u8_i8(_mm256_and_si256(q, m4), load32(&a.qs, b * QK)));
+                        let hi = _mm256_cvtepi32_ps(dot_u8_i8(
+                            _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                            load32(&a.qs, (b + 1) * QK),
+                        ));
+                        acc = _mm256_fmadd_ps(lo, _mm256_set1_ps(d * sc0 * a.d[b]), acc);
+                        acc = _mm256_fmadd_ps(hi, _mm256_set1_ps(d * sc1 * a.d[b + 1]), acc);
+                        mins += dmin * (m0 * a.s[b] + m1 * a.s[b + 1]);
+                    }
+                }
+                hsum(acc) - mins
+            }
+
+            /// Bits `shift`, `shift + 1` of each byte of `h`, moved to bits 4 and 5 (Q6_K's high bits).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn high_bits(h: __m256i, shift: i32) -> __m256i {
+                let bits = match shift {
+                    0 => h,
+                    2 => _mm256_srli_epi16(h, 2),
+                    4 => _mm256_srli_epi16(h, 4),
+                    _ => _mm256_srli_epi16(h, 6),
+                };
+                _mm256_slli_epi16(_mm256_and_si256(bits, _mm256_set1_epi8(3)), 4)
+            }
+
+            #[target_feature(enable = $features)]
+            fn q6_k(w: &[u8], a: &Q8Row) -> f32 {
+                let t = super::super::f16_table();
+                let mut acc = _mm256_setzero_ps();
+                let (m4, c32) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(32));
+                for (sb, blk) in w.chunks_exact(210).enumerate() {
+                    let d = f16_at(t, blk, 208);
+                    for n in 0..2 {
+                        let (l0, l1, h) = (load32(blk, 64 * n), load32(blk, 64 * n + 32), load32(blk, 128 + 32 * n));
+                        let groups = [
+                            _mm256_or_si256(_mm256_and_si256(l0, m4), high_bits(h, 0)),
+                            _mm256_or_si256(_mm256_and_si256(l1, m4), high_bits(h, 2)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), high_bits(h, 4)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), high_bits(h, 6)),
+                        ];
+                        for (g, q) in groups.into_iter().enumerate() {
+                            let b = sb * 8 + 4 * n + g;
+                            let q = _mm256_sub_epi8(q, c32);
+                            let y = load32(&a.qs, b * QK);
+                            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+                            // the first 16 elements' pairs fill the low 128 bits: one scale each half
+                            let (s0, s1) = (blk[192 + 8 * n + 2 * g] as i8, blk[192 + 8 * n + 2 * g + 1] as i8);
+                            let scales = _mm256_set_m128i(_mm_set1_epi16(s1 as i16), _mm_set1_epi16(s0 as i16));
+                            let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, scales));
+                            acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * a.d[b]), acc);
+                        }
+                    }
+                }
+                hsum(acc)
+            }
+        }
+    };
+}
+
+kernels!(avx2, "avx2,fma,f16c", maddubs);
+kernels!(vnni, "avx2,fma,f16c,avx512vnni,avx512vl", dpbusd);
