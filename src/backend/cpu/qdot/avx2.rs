@@ -4,7 +4,7 @@
 //! through `vpsignb` (|w| × sign(w)·a), as llama.cpp's kernels do. Each matches its scalar definition
 //! (`scalar.rs`) to rounding. The kernels are written once (`kernels!`) and compiled for both feature sets.
 
-use super::DotFn;
+use super::row::DotFn;
 use crate::DType;
 
 /// Whether this CPU runs the AVX2 kernels, and whether it has AVX-512 VNNI for them (checked once).
@@ -47,8 +47,8 @@ unsafe fn dpbusd(u: std::arch::x86_64::__m256i, s: std::arch::x86_64::__m256i) -
 macro_rules! kernels {
     ($name:ident, $features:literal, $dot:ident) => {
         mod $name {
-            use super::super::scalar::scale_min_k4;
-            use super::super::{DotFn, Q8Row, QK};
+            use crate::backend::cpu::qdot::row::{f16_table, DotFn, Q8Row, QK};
+            use crate::backend::cpu::qdot::scalar::scale_min_k4;
             use crate::DType;
             use std::arch::x86_64::*;
 
@@ -117,7 +117,7 @@ macro_rules! kernels {
 
             #[target_feature(enable = $features)]
             fn q4_0(w: &[u8], a: &Q8Row) -> f32 {
-                let t = super::super::f16_table();
+                let t = f16_table();
                 let mut acc = _mm256_setzero_ps();
                 for ((blk, qa), da) in w.chunks_exact(18).zip(a.qs.chunks_exact(QK)).zip(&a.d) {
                     let q = _mm256_sub_epi8(nibbles(blk, 2), _mm256_set1_epi8(8));
@@ -129,7 +129,7 @@ macro_rules! kernels {
 
             #[target_feature(enable = $features)]
             fn q4_1(w: &[u8], a: &Q8Row) -> f32 {
-                let t = super::super::f16_table();
+                let t = f16_table();
                 // two blocks a step into two accumulators, so that the multiply-adds' latencies overlap
                 let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
                 let (mut off0, mut off1) = (0f32, 0f32);
@@ -155,7 +155,7 @@ macro_rules! kernels {
 
             #[target_feature(enable = $features)]
             fn q8_0(w: &[u8], a: &Q8Row) -> f32 {
-                let t = super::super::f16_table();
+                let t = f16_table();
                 let mut acc = _mm256_setzero_ps();
                 for ((blk, qa), da) in w.chunks_exact(34).zip(a.qs.chunks_exact(QK)).zip(&a.d) {
                     let dot = _mm256_cvtepi32_ps(dot_i8_i8(load32(blk, 2), load32(qa, 0)));
@@ -166,7 +166,7 @@ macro_rules! kernels {
 
             #[target_feature(enable = $features)]
             fn q4_k(w: &[u8], a: &Q8Row) -> f32 {
-                let t = super::super::f16_table();
+                let t = f16_table();
                 let mut acc = _mm256_setzero_ps();
                 let mut mins = 0f32;
                 let m4 = _mm256_set1_epi8(0x0f);
@@ -205,7 +205,7 @@ macro_rules! kernels {
 
             #[target_feature(enable = $features)]
             fn q6_k(w: &[u8], a: &Q8Row) -> f32 {
-                let t = super::super::f16_table();
+                let t = f16_table();
                 let mut acc = _mm256_setzero_ps();
                 let (m4, c32) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(32));
                 for (sb, blk) in w.chunks_exact(210).enumerate() {

@@ -1,7 +1,7 @@
 //! The portable integer dot products: the definition of each kernel (block layouts from ggml-common.h, as
 //! `src/blocks.rs` decodes them), and the kernels of CPUs without AVX2 (and of wasm).
 
-use super::{DotFn, Q8Row, QK};
+use super::row::{DotFn, Q8Row, QK};
 use crate::DType;
 
 pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {

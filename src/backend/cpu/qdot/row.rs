@@ -1,0 +1,49 @@
+//! The activation side of the integer dot products: rows rounded to 8-bit blocks, the kernels' signature and
+//! the f16 scale table. A leaf module, shared by the portable and the SIMD kernels.
+
+/// Elements per activation block.
+pub(crate) const QK: usize = 32;
+
+/// A row of activations rounded to 8-bit blocks of [`QK`]: `x[i] ≈ d[i / QK] * qs[i]`, and `s[b] = d[b] * Σ qs`
+/// over block `b` (ggml's Q8_1: the sum serves the weight types with an offset, Q4_1's `m` and the K-quants' mins).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Q8Row {
+    pub qs: Vec<i8>,
+    pub d: Vec<f32>,
+    pub s: Vec<f32>,
+}
+
+impl Q8Row {
+    /// `x` (a multiple of [`QK`] long) rounded to 8-bit blocks, as ggml's `quantize_row_q8_1` rounds it.
+    pub(crate) fn quantize(x: &[f32]) -> Q8Row {
+        let nb = x.len() / QK;
+        let mut row = Q8Row { qs: vec![0; nb * QK], d: vec![0.0; nb], s: vec![0.0; nb] };
+        for b in 0..nb {
+            let xs = &x[b * QK..(b + 1) * QK];
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let mut sum = 0i32;
+            for (q, &v) in row.qs[b * QK..(b + 1) * QK].iter_mut().zip(xs) {
+                *q = (v * id).round() as i8;
+                sum += *q as i32;
+            }
+            row.d[b] = d;
+            row.s[b] = d * sum as f32;
+        }
+        row
+    }
+}
+
+/// Every f16 bit pattern as f32 (256 KiB, made on first use), for the kernels' block scales.
+pub(crate) fn f16_table() -> &'static [f32; 65536] {
+    static TABLE: std::sync::OnceLock<Box<[f32; 65536]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = Box::new([0f32; 65536]);
+        t.iter_mut().enumerate().for_each(|(i, v)| *v = half::f16::from_bits(i as u16).to_f32());
+        t
+    })
+}
+
+/// `Σ w[i] * a[i]` over one weight row: the row's block bytes and the activations (same length).
+pub(crate) type DotFn = fn(&[u8], &Q8Row) -> f32;
