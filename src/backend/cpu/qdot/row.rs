@@ -36,6 +36,7 @@ impl Q8Row {
 }
 
 /// Every f16 bit pattern as f32 (256 KiB, made on first use), for the kernels' block scales.
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn f16_table() -> &'static [f32; 65536] {
     static TABLE: std::sync::OnceLock<Box<[f32; 65536]>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
