@@ -53,6 +53,8 @@ pub mod gguf;
 pub mod gpu;
 mod graph;
 pub mod io;
+#[cfg(feature = "models")]
+pub mod models;
 mod ops;
 mod resident;
 mod run;

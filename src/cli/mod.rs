@@ -7,6 +7,7 @@
 
 mod bench;
 mod demo;
+mod generate;
 mod info;
 mod matmul;
 mod util;
@@ -32,6 +33,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Multiply two tensors read from .npy or .safetensors files and write the product as .npy.
     Matmul(matmul::MatmulArgs),
+    /// Generate text with a llama-architecture GGUF model, streamed to stdout.
+    Generate(generate::GenerateArgs),
+    /// Chat with a llama-architecture GGUF model (its chat template, the KV cache kept between turns).
+    Chat(generate::ChatArgs),
     /// Benchmarks against the peers on this machine (numpy, PyTorch): `webtensor bench matmul --help`.
     Bench(bench::BenchArgs),
 }
@@ -160,6 +165,8 @@ pub fn main() -> ExitCode {
         Command::Info(args) => info::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Matmul(args) => matmul::run(&args),
+        Command::Generate(args) => generate::run_generate(&args),
+        Command::Chat(args) => generate::run_chat(&args),
         Command::Bench(args) => bench::run(&args),
     };
     match result {

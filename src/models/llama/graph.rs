@@ -1,0 +1,138 @@
+//! The graph of one forward step over T new tokens (llama.cpp's `llm_build_llama`): token embedding, the
+//! transformer blocks writing their keys and values into the KV-cache states at the tokens' positions and
+//! attending over the first `kv_len` cached positions, then the last position's logits (and their argmax, for
+//! greedy decoding without reading the logits back).
+
+use super::config::LlamaConfig;
+use crate::{Attention, DType, Graph, Resident, Result, Rope, State, Tensor};
+
+/// One block's weights, resident on the device (GGUF names `blk.N.*`; matrices `[out, in]`).
+pub(crate) struct Block {
+    pub attn_norm: Resident,
+    pub wq: Resident,
+    pub wk: Resident,
+    pub wv: Resident,
+    pub wo: Resident,
+    pub ffn_norm: Resident,
+    pub w_gate: Resident,
+    pub w_up: Resident,
+    pub w_down: Resident,
+}
+
+/// Every weight of the model, resident.
+pub(crate) struct Weights {
+    pub token_embd: Resident,
+    pub blocks: Vec<Block>,
+    pub output_norm: Resident,
+    /// `output.weight`, or `None` when the head is tied to the token embedding.
+    pub output: Option<Resident>,
+}
+
+/// The KV cache: per block, keys and values `[capacity, Hkv · D]` (a row per position).
+pub(crate) struct KvCache {
+    pub k: Vec<State>,
+    pub v: Vec<State>,
+    pub capacity: usize,
+}
+
+/// A step graph's inputs and outputs.
+pub(crate) struct StepGraph {
+    pub graph: Graph,
+    /// i32 `[T]`: the new tokens.
+    pub tokens: Tensor,
+    /// i32 `[T]`: their positions.
+    pub pos: Tensor,
+    /// i32 `[1]`: positions cached after this step (the last position + 1).
+    pub kv_len: Tensor,
+    /// f32 `[1, V]`: the last position's logits.
+    pub logits: Tensor,
+    /// i32 `[1]`: their argmax.
+    pub argmax: Tensor,
+}
+
+/// The graph of a step over `t` tokens.
+pub(crate) fn build_step(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, t: usize) -> Result<StepGraph> {
+    let mut g = Graph::new();
+    let tokens = g.input("tokens", DType::I32, &[t])?;
+    let pos = g.input("pos", DType::I32, &[t])?;
+    let kv_len = g.input("kv_len", DType::I32, &[1])?;
+    let embd = g.resident(&w.token_embd)?;
+    let mut h = g.get_rows(embd, tokens)?;
+    for (l, b) in w.blocks.iter().enumerate() {
+        let x = norm(&mut g, h, &b.attn_norm, cfg.rms_eps)?;
+        let a = attention_block(&mut g, cfg, b, x, pos, kv_len, (&cache.k[l], &cache.v[l]), cache.capacity)?;
+        h = g.add(h, a)?;
+        let x = norm(&mut g, h, &b.ffn_norm, cfg.rms_eps)?;
+        let f = feed_forward(&mut g, b, x)?;
+        h = g.add(h, f)?;
+    }
+    let last = g.slice(h, 0, t - 1, t)?;
+    let x = norm(&mut g, last, &w.output_norm, cfg.rms_eps)?;
+    let head = w.output.as_ref().unwrap_or(&w.token_embd);
+    let logits = linear(&mut g, x, head)?;
+    let argmax = g.argmax(logits)?;
+    Ok(StepGraph { graph: g, tokens, pos, kv_len, logits, argmax })
+}
+
+/// `rms_norm(x) · weight`.
+fn norm(g: &mut Graph, x: Tensor, weight: &Resident, eps: f32) -> Result<Tensor> {
+    let n = g.rms_norm(x, eps)?;
+    let w = g.resident(weight)?;
+    g.mul(n, w)
+}
+
+/// `x · wᵀ` for a weight stored `[out, in]`.
+fn linear(g: &mut Graph, x: Tensor, w: &Resident) -> Result<Tensor> {
+    let w = g.resident(w)?;
+    let wt = g.t(w)?;
+    g.matmul(x, wt)
+}
+
+/// Self-attention of the step's `[T, E]` rows: Q, K and V projections, rope at `pos`, K and V written into the
+/// cache rows `pos`, attention over the first `kv_len` cached positions (causal), the output projection.
+#[allow(clippy::too_many_arguments)]
+fn attention_block(
+    g: &mut Graph,
+    cfg: &LlamaConfig,
+    b: &Block,
+    x: Tensor,
+    pos: Tensor,
+    kv_len: Tensor,
+    (k_cache, v_cache): (&State, &State),
+    capacity: usize,
+) -> Result<Tensor> {
+    let t = g.shape(x)?[0];
+    let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+    let rope =
+        Rope { n_dims: cfg.rope_dims, mode: cfg.rope_mode, freq_base: cfg.rope_base, freq_scale: cfg.rope_scale };
+    let q = linear(g, x, &b.wq)?;
+    let q = g.reshape(q, &[t, h, d])?;
+    let q = g.rope(q, pos, &rope)?;
+    let k = linear(g, x, &b.wk)?;
+    let k = g.reshape(k, &[t, hkv, d])?;
+    let k = g.rope(k, pos, &rope)?;
+    let k = g.reshape(k, &[t, hkv * d])?;
+    let v = linear(g, x, &b.wv)?;
+    // written in place; the views below read the written states, so the attention runs after the writes
+    let kc = g.state(k_cache)?;
+    let kc = g.set_rows(kc, pos, k)?;
+    let vc = g.state(v_cache)?;
+    let vc = g.set_rows(vc, pos, v)?;
+    let kview = g.reshape(kc, &[capacity, hkv, d])?;
+    let kview = g.permute(kview, &[1, 0, 2])?;
+    let vview = g.reshape(vc, &[capacity, hkv, d])?;
+    let vview = g.permute(vview, &[1, 0, 2])?;
+    let qh = g.permute(q, &[1, 0, 2])?;
+    let a = Attention { scale: 1.0 / (d as f32).sqrt(), causal: true, mask: None, kv_len: Some(kv_len) };
+    let o = g.attention(qh, kview, vview, &a)?; // [T, H, D]
+    let o = g.reshape(o, &[t, h * d])?;
+    linear(g, o, &b.wo)
+}
+
+/// `down(silu(gate(x)) · up(x))`.
+fn feed_forward(g: &mut Graph, b: &Block, x: Tensor) -> Result<Tensor> {
+    let gate = linear(g, x, &b.w_gate)?;
+    let up = linear(g, x, &b.w_up)?;
+    let a = g.swiglu(gate, up)?;
+    linear(g, a, &b.w_down)
+}

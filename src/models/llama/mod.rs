@@ -1,0 +1,265 @@
+//! Llama-architecture language models from GGUF files (SmolLM2, TinyLlama, Llama 3.2, ...), as llama.cpp runs
+//! them: the weights resident on the device as the file stores them (block-quantized types computed on
+//! directly), a KV cache of f16 states, the whole prompt in one prefill (matmuls over the prompt's rows, in
+//! chunks of up to [`LlamaOptions::max_chunk`] tokens), then one decode step per token, reading back only the
+//! last position's logits, or only their argmax when decoding greedily.
+//!
+//! ```no_run
+//! # fn main() -> webtensor::Result<()> {
+//! use webtensor::models::llama::{Llama, LlamaOptions};
+//! use webtensor::models::GenerateOptions;
+//! let mut model = Llama::load(&webtensor::Device::cpu(), "SmolLM2-135M-Instruct.Q4_1.gguf", LlamaOptions::default())?;
+//! let prompt = model.tokenizer.encode("The capital of France is")?;
+//! let out = model.generate(&prompt, &GenerateOptions { max_tokens: 8, ..Default::default() }, |piece, _id| {
+//!     print!("{piece}");
+//!     true // go on
+//! })?;
+//! eprintln!("\n{:.1} tokens/s", out.decode_tokens_per_s());
+//! # Ok(()) }
+//! ```
+//!
+//! Reference: llama.cpp's `llm_build_llama` and `llama_decode`; Hugging Face's `LlamaForCausalLM`.
+
+mod config;
+mod generate;
+mod generation;
+mod graph;
+
+pub use config::LlamaConfig;
+pub use generation::{GenerateOptions, Generation, StopReason};
+
+use self::graph::{build_step, Block, KvCache, StepGraph, Weights};
+use super::chat::ChatTemplate;
+use super::tokenizer::Tokenizer;
+use crate::gguf::{GgufFile, MetaValue};
+use crate::{CompileOptions, DType, Device, Error, Fetch, Plan, Resident, Result, Value};
+
+/// How a model is set up on its device.
+#[derive(Clone, Debug)]
+pub struct LlamaOptions {
+    /// Positions the KV cache holds (prompt and generated tokens together); `0`: the model's training context,
+    /// at most 4096.
+    pub context: usize,
+    /// Keep the KV cache in f32 instead of f16 (twice the memory; for checking against an f32 reference).
+    pub f32_cache: bool,
+    /// Largest prefill chunk in tokens; a prompt runs as chunks of powers of two up to this, one plan each,
+    /// compiled on first use.
+    pub max_chunk: usize,
+    /// Options of every plan (`f32_activations` to keep the CPU's matmul activations in f32).
+    pub compile: CompileOptions,
+}
+
+impl Default for LlamaOptions {
+    fn default() -> Self {
+        LlamaOptions { context: 0, f32_cache: false, max_chunk: 256, compile: CompileOptions::default() }
+    }
+}
+
+/// A compiled step over T tokens.
+struct StepPlan {
+    plan: Plan,
+    g: StepGraph,
+}
+
+/// A loaded model with its KV cache: a conversation's state.
+pub struct Llama {
+    pub config: LlamaConfig,
+    pub tokenizer: std::sync::Arc<Tokenizer>,
+    template: Option<ChatTemplate>,
+    device: Device,
+    weights: Weights,
+    cache: KvCache,
+    options: LlamaOptions,
+    /// Step plans by their token count (powers of two).
+    plans: std::collections::HashMap<usize, StepPlan>,
+    /// The tokens whose keys and values the cache holds, in position order.
+    cached: Vec<u32>,
+}
+
+/// The last position's output of a step.
+pub(crate) struct StepOut {
+    pub logits: Option<Vec<f32>>,
+    pub argmax: u32,
+}
+
+impl Llama {
+    /// Loads the GGUF file at `path` (memory-mapped) onto `device`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] and [`Error::Format`] for a file that cannot be read or is not a llama-architecture GGUF
+    /// (the message names the architecture), as [`Llama::from_gguf`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn load(device: &Device, path: &str, options: LlamaOptions) -> Result<Llama> {
+        Llama::from_gguf(device, &GgufFile::open(path)?, options)
+    }
+
+    /// The model in `file` on `device`: its weights uploaded once (on the CPU backend, used where they lie in
+    /// the file's bytes), a KV cache of [`LlamaOptions::context`] positions.
+    ///
+    /// # Errors
+    /// [`Error::Format`] naming the tensor or metadata key that is missing or of the wrong shape;
+    /// [`Error::Unsupported`] for settings this runner does not implement; device errors from uploading.
+    pub fn from_gguf(device: &Device, file: &GgufFile, options: LlamaOptions) -> Result<Llama> {
+        let config = LlamaConfig::from_gguf(file)?;
+        let tokenizer = std::sync::Arc::new(Tokenizer::from_gguf(file)?);
+        let template = match file.get("tokenizer.chat_template").and_then(MetaValue::as_str) {
+            Some(src) => Some(ChatTemplate::new(src)?),
+            None => None,
+        };
+        let weights = upload_weights(device, file, &config)?;
+        let context = match options.context {
+            0 => config.n_ctx_train.min(4096),
+            n => n,
+        };
+        let dtype = if options.f32_cache { DType::F32 } else { DType::F16 };
+        let row = config.n_kv_heads * config.head_dim;
+        let state = |kind: &str, l: usize| device.state(&format!("cache_{kind}.{l}"), dtype, &[context, row]);
+        let cache = KvCache {
+            k: (0..config.n_layers).map(|l| state("k", l)).collect::<Result<_>>()?,
+            v: (0..config.n_layers).map(|l| state("v", l)).collect::<Result<_>>()?,
+            capacity: context,
+        };
+        let options = LlamaOptions { max_chunk: options.max_chunk.clamp(1, 4096), ..options };
+        Ok(Llama {
+            config,
+            tokenizer,
+            template,
+            device: device.clone(),
+            weights,
+            cache,
+            options,
+            plans: Default::default(),
+            cached: vec![],
+        })
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Positions the KV cache holds.
+    pub fn context(&self) -> usize {
+        self.cache.capacity
+    }
+
+    /// The tokens in the KV cache, in order (the conversation so far).
+    pub fn cached_tokens(&self) -> &[u32] {
+        &self.cached
+    }
+
+    /// Forgets the conversation (the cache is overwritten from position 0 by the next prompt).
+    pub fn reset(&mut self) {
+        self.cached.clear();
+    }
+
+    /// The chat template from the file's `tokenizer.chat_template`, if it has one.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.template.as_ref()
+    }
+
+    /// The logits (f32 `[V]`) after `tokens`, run at the positions after the cached ones (which they join).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no tokens, an id outside the vocabulary, or more tokens than the context
+    /// has room for; device errors from the run.
+    pub fn logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        Ok(self.eval(tokens, true)?.logits.expect("fetched"))
+    }
+
+    /// Runs `tokens` at the positions after the cached ones and returns the last one's logits (when
+    /// `want_logits`) and argmax; the cache then holds them too.
+    pub(crate) fn eval(&mut self, tokens: &[u32], want_logits: bool) -> Result<StepOut> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument { op: "llama", reason: "no tokens to evaluate".into() });
+        }
+        let (start, cap) = (self.cached.len(), self.cache.capacity);
+        if start + tokens.len() > cap {
+            let reason =
+                format!("{} cached + {} new tokens exceed the context of {cap} positions", start, tokens.len());
+            return Err(Error::InvalidArgument { op: "llama", reason });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.config.n_vocab) {
+            let reason = format!("token id {bad} is outside the vocabulary of {}", self.config.n_vocab);
+            return Err(Error::InvalidArgument { op: "llama", reason });
+        }
+        let mut done = 0;
+        let mut out = None;
+        while done < tokens.len() {
+            let left = tokens.len() - done;
+            // the largest power of two that fits: a prompt of 37 runs as 32 + 4 + 1
+            let t = pow2_floor(left).min(pow2_floor(self.options.max_chunk));
+            let last = done + t == tokens.len();
+            out = Some(self.run_chunk(&tokens[done..done + t], start + done, last && want_logits)?);
+            done += t;
+        }
+        self.cached.extend_from_slice(tokens);
+        Ok(out.expect("at least one chunk"))
+    }
+
+    fn run_chunk(&mut self, tokens: &[u32], start: usize, want_logits: bool) -> Result<StepOut> {
+        let t = tokens.len();
+        if !self.plans.contains_key(&t) {
+            let g = build_step(&self.config, &self.weights, &self.cache, t)?;
+            let plan = self.device.compile_with(&g.graph, &[g.logits, g.argmax], &self.options.compile)?;
+            self.plans.insert(t, StepPlan { plan, g });
+        }
+        let sp = self.plans.get_mut(&t).expect("inserted above");
+        let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
+        let pos: Vec<i32> = (start..start + t).map(|p| p as i32).collect();
+        let kv_len = [(start + t) as i32];
+        let inputs =
+            [(sp.g.tokens, Value::I32(&ids)), (sp.g.pos, Value::I32(&pos)), (sp.g.kv_len, Value::I32(&kv_len))];
+        let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All];
+        let mut outs = sp.plan.run_with(&inputs, &fetch)?;
+        let argmax = outs[1].take().map(|a| a.data.to_f32()[0] as u32).unwrap_or(0);
+        let logits = outs[0].take().map(|l| l.data.to_f32());
+        Ok(StepOut { logits, argmax })
+    }
+
+    /// Drops cached tokens after the first `n` (the next evaluation overwrites their cache rows).
+    pub(crate) fn truncate(&mut self, n: usize) {
+        self.cached.truncate(n);
+    }
+}
+
+/// The largest power of two not above `x` (≥ 1).
+fn pow2_floor(x: usize) -> usize {
+    1usize << (usize::BITS - 1 - x.max(1).leading_zeros())
+}
+
+fn upload_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig) -> Result<Weights> {
+    let up = |name: &str, shape: &[usize]| -> Result<Resident> {
+        let t = f
+            .tensor(name)
+            .ok_or_else(|| Error::Format { path: f.source().into(), message: format!("no tensor {name}") })?;
+        if t.shape != shape {
+            let message = format!("tensor {name} is {:?}, expected {shape:?}", t.shape);
+            return Err(Error::Format { path: f.source().into(), message });
+        }
+        device.upload_bytes(name, t.dtype, &t.shape, f.data(t))
+    };
+    let (e, hd, kv, ff) = (cfg.n_embd, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.n_ff);
+    let blocks = (0..cfg.n_layers)
+        .map(|l| {
+            let n = |s: &str| format!("blk.{l}.{s}.weight");
+            Ok(Block {
+                attn_norm: up(&n("attn_norm"), &[e])?,
+                wq: up(&n("attn_q"), &[hd, e])?,
+                wk: up(&n("attn_k"), &[kv, e])?,
+                wv: up(&n("attn_v"), &[kv, e])?,
+                wo: up(&n("attn_output"), &[e, hd])?,
+                ffn_norm: up(&n("ffn_norm"), &[e])?,
+                w_gate: up(&n("ffn_gate"), &[ff, e])?,
+                w_up: up(&n("ffn_up"), &[ff, e])?,
+                w_down: up(&n("ffn_down"), &[e, ff])?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Weights {
+        token_embd: up("token_embd.weight", &[cfg.n_vocab, e])?,
+        blocks,
+        output_norm: up("output_norm.weight", &[e])?,
+        output: if cfg.tied_output { None } else { Some(up("output.weight", &[cfg.n_vocab, e])?) },
+    })
+}

@@ -1,0 +1,13 @@
+//! Model runners built on the graph API: llama-architecture language models from GGUF files ([`llama`]), with
+//! their tokenizers ([`tokenizer`], through Hugging Face's `tokenizers` crate), chat templates ([`chat`], through
+//! `minijinja`) and samplers ([`sampling`]). Enabled by the `models` feature (on by default).
+
+pub mod chat;
+pub mod llama;
+pub mod sampling;
+pub mod tokenizer;
+
+pub use chat::{ChatTemplate, Message};
+pub use llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason};
+pub use sampling::{Sampler, SamplingOptions};
+pub use tokenizer::Tokenizer;

@@ -1,0 +1,217 @@
+//! A model's tokenizer rebuilt from its GGUF metadata with the `tokenizers` crate (Hugging Face's), as
+//! llama.cpp's `llama_vocab` reads it: byte-level BPE (`tokenizer.ggml.model = gpt2`) with the pre-tokenizer
+//! `tokenizer.ggml.pre` names, or a SentencePiece vocabulary with scores (`llama`), whose merges are derived from
+//! the scores as llama.cpp's SPM tokenizer ranks them. Control tokens (type 3) are special tokens, matched in the
+//! text and skipped when decoding with `skip_special`; user-defined tokens (type 4) are matched in the text.
+
+use crate::gguf::{GgufFile, MetaValue};
+use crate::{Error, Result};
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::byte_level::ByteLevel;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
+use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::{Prepend, Replace};
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
+
+/// GPT-2's pre-tokenizer regex (also SmolLM2's, after splitting digits).
+const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+/// Llama 3's (`llama-bpe`).
+const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// A tokenizer with the special ids generation needs.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// Prepended to a prompt when the metadata says so (`tokenizer.ggml.add_bos_token`).
+    pub bos: Option<u32>,
+    /// Ends generation: the end-of-sequence id and the end-of-turn id where they differ.
+    pub eog: Vec<u32>,
+    /// The text of `bos` and of the end-of-sequence token, for chat templates.
+    pub bos_text: String,
+    pub eos_text: String,
+}
+
+fn fmt_err(f: &GgufFile, message: String) -> Error {
+    Error::Format { path: f.source().into(), message }
+}
+
+fn tk_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument { op: "tokenizer", reason: format!("{what}: {e}") }
+}
+
+fn strings<'a>(f: &'a GgufFile, key: &str) -> Result<Vec<&'a str>> {
+    let arr =
+        f.get(key).and_then(MetaValue::as_array).ok_or_else(|| fmt_err(f, format!("metadata {key} is missing")))?;
+    arr.iter().map(|v| v.as_str().ok_or_else(|| fmt_err(f, format!("{key} holds a non-string")))).collect()
+}
+
+fn numbers(f: &GgufFile, key: &str, n: usize) -> Result<Option<Vec<f64>>> {
+    let Some(arr) = f.get(key).and_then(MetaValue::as_array) else { return Ok(None) };
+    if arr.len() != n {
+        return Err(fmt_err(f, format!("{key} has {} entries for {n} tokens", arr.len())));
+    }
+    let v: Option<Vec<f64>> = arr.iter().map(MetaValue::as_f64).collect();
+    v.map(Some).ok_or_else(|| fmt_err(f, format!("{key} holds a non-number")))
+}
+
+impl Tokenizer {
+    /// The tokenizer of the model in `f`.
+    ///
+    /// # Errors
+    /// [`Error::Format`] when the vocabulary metadata is missing or inconsistent, or names a tokenizer model or
+    /// pre-tokenizer this reader does not know (the message lists the known ones).
+    pub fn from_gguf(f: &GgufFile) -> Result<Tokenizer> {
+        let tokens = strings(f, "tokenizer.ggml.tokens")?;
+        let types = numbers(f, "tokenizer.ggml.token_type", tokens.len())?.unwrap_or_default();
+        let kind = f.get("tokenizer.ggml.model").and_then(MetaValue::as_str).unwrap_or("(none)");
+        let mut inner = match kind {
+            "gpt2" => byte_level_bpe(f, &tokens)?,
+            "llama" => sentencepiece_bpe(f, &tokens, &types)?,
+            other => return Err(fmt_err(f, format!("tokenizer model '{other}' is not supported (gpt2, llama)"))),
+        };
+        let added: Vec<AddedToken> = (0..tokens.len())
+            .filter(|&i| matches!(types.get(i).map(|&t| t as i64), Some(3) | Some(4)))
+            .map(|i| AddedToken::from(tokens[i].to_string(), types[i] as i64 == 3))
+            .collect();
+        inner.add_special_tokens(added).map_err(|e| tk_err("special tokens", e))?;
+        let id = |key: &str| f.get(key).and_then(MetaValue::as_u64).filter(|&i| (i as usize) < tokens.len());
+        let default_bos = kind == "llama";
+        let add_bos = f.get("tokenizer.ggml.add_bos_token").and_then(MetaValue::as_bool).unwrap_or(default_bos);
+        let bos = id("tokenizer.ggml.bos_token_id").map(|i| i as u32);
+        let eos = id("tokenizer.ggml.eos_token_id").map(|i| i as u32);
+        let mut eog: Vec<u32> =
+            [eos, id("tokenizer.ggml.eot_token_id").map(|i| i as u32)].into_iter().flatten().collect();
+        // chat models often end a turn with a token other than eos (llama.cpp adds these by name too)
+        for name in ["<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<|endoftext|>"] {
+            if let Some(i) = tokens.iter().position(|t| *t == name) {
+                if !eog.contains(&(i as u32)) && types.get(i).map(|&t| t as i64) == Some(3) {
+                    eog.push(i as u32);
+                }
+            }
+        }
+        let text = |i: Option<u32>| i.map(|i| tokens[i as usize].to_string()).unwrap_or_default();
+        Ok(Tokenizer { inner, bos: bos.filter(|_| add_bos), bos_text: text(bos), eos_text: text(eos), eog })
+    }
+
+    /// The ids of `text`, with the BOS id first when the model wants one. Special tokens written in the text
+    /// (`<|im_start|>`) are matched as such.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the tokenizer fails (it does not on UTF-8 text).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, false).map_err(|e| tk_err("encode", e))?;
+        Ok(self.bos.into_iter().chain(enc.get_ids().iter().copied()).collect())
+    }
+
+    /// The text of `ids`; special tokens are left out when `skip_special`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an id outside the vocabulary.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner.decode(ids, skip_special).map_err(|e| tk_err("decode", e))
+    }
+
+    /// Tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Whether `id` ends generation.
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.contains(&id)
+    }
+
+    /// The `tokenizers` crate's tokenizer underneath.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+}
+
+fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<tokenizers::Tokenizer> {
+    let vocab: tokenizers::models::bpe::Vocab =
+        tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)).collect();
+    let merges = strings(f, "tokenizer.ggml.merges")?
+        .into_iter()
+        .map(|m| {
+            // "a b": split at the first space after the first character (a token itself may be a space)
+            let first = m.chars().next().map_or(0, char::len_utf8);
+            let at = m[first..]
+                .find(' ')
+                .map(|i| i + first)
+                .ok_or_else(|| fmt_err(f, format!("merge '{m}' has no space")))?;
+            Ok((m[..at].to_string(), m[at + 1..].to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| tk_err("BPE", e))?;
+    let pre = f.get("tokenizer.ggml.pre").and_then(MetaValue::as_str).unwrap_or("default");
+    let split = |re: &str| -> Result<PreTokenizerWrapper> {
+        let s = Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| tk_err("regex", e))?;
+        Ok(s.into())
+    };
+    let byte_level = |regex: bool| PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, regex));
+    let steps = match pre {
+        "smollm" => vec![split(r"\p{N}")?, split(GPT2)?, byte_level(false)],
+        "gpt2" | "default" => vec![byte_level(true)],
+        "llama-bpe" | "llama3" => vec![split(LLAMA3)?, byte_level(false)],
+        other => {
+            return Err(fmt_err(
+                f,
+                format!("pre-tokenizer '{other}' is not supported (smollm, gpt2, default, llama-bpe)"),
+            ))
+        }
+    };
+    let mut t = tokenizers::Tokenizer::new(bpe);
+    t.with_pre_tokenizer(Some(Sequence::new(steps)));
+    t.with_decoder(Some(ByteLevel::default()));
+    Ok(t)
+}
+
+/// SentencePiece's BPE from a vocabulary with scores: a merge of two pieces ranks by the score of the piece it
+/// makes (llama.cpp's `llm_tokenizer_spm` merges the best-scoring pair first), bytes fall back to `<0xNN>` tokens.
+fn sentencepiece_bpe(f: &GgufFile, tokens: &[&str], types: &[f64]) -> Result<tokenizers::Tokenizer> {
+    let scores = numbers(f, "tokenizer.ggml.scores", tokens.len())?
+        .ok_or_else(|| fmt_err(f, "metadata tokenizer.ggml.scores is missing".into()))?;
+    let vocab: tokenizers::models::bpe::Vocab =
+        tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)).collect();
+    let mut ranked: Vec<(f64, u32, String, String)> = Vec::new();
+    for (i, piece) in tokens.iter().enumerate() {
+        if types.get(i).is_some_and(|&t| t as i64 != 1) {
+            continue; // only normal pieces come from merges
+        }
+        for (at, _) in piece.char_indices().skip(1) {
+            let (a, b) = piece.split_at(at);
+            if vocab.contains_key(a) && vocab.contains_key(b) {
+                ranked.push((scores[i], i as u32, a.to_string(), b.to_string()));
+            }
+        }
+    }
+    ranked.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+    let merges = ranked.into_iter().map(|(_, _, a, b)| (a, b)).collect();
+    let unk = f.get("tokenizer.ggml.unknown_token_id").and_then(MetaValue::as_u64).and_then(|i| tokens.get(i as usize));
+    let mut builder = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true);
+    if let Some(u) = unk {
+        builder = builder.unk_token(u.to_string());
+    }
+    let bpe = builder.build().map_err(|e| tk_err("BPE", e))?;
+    let mut t = tokenizers::Tokenizer::new(bpe);
+    let space = f.get("tokenizer.ggml.add_space_prefix").and_then(MetaValue::as_bool).unwrap_or(true);
+    let mut norm: Vec<NormalizerWrapper> = Vec::new();
+    if space {
+        norm.push(Prepend::new("▁".into()).into());
+    }
+    norm.push(Replace::new(" ", "▁").map_err(|e| tk_err("normalizer", e))?.into());
+    t.with_normalizer(Some(tokenizers::normalizers::Sequence::new(norm))).map_err(|e| tk_err("normalizer", e))?;
+    let mut dec: Vec<DecoderWrapper> = Vec::new();
+    dec.push(Replace::new("▁", " ").map_err(|e| tk_err("decoder", e))?.into());
+    dec.push(ByteFallback::new().into());
+    dec.push(Fuse::new().into());
+    if space {
+        dec.push(Strip::new(' ', 1, 0).into());
+    }
+    t.with_decoder(Some(DecoderSequence::new(dec)));
+    Ok(t)
+}
