@@ -129,11 +129,26 @@ pub fn read_safetensors(path: &str, name: &str) -> Result<HostTensor> {
     HostTensor::new(&shape, data).map_err(|_| fmt_err(path, format!("tensor '{name}' is truncated")))
 }
 
-/// Reads a tensor named like the CLI does: `file.npy`, or `file.safetensors:tensor.name`.
+/// Reads a tensor named like the CLI does: `file.npy`, `file.safetensors:tensor.name` or `file.gguf:tensor.name`
+/// (GGUF's block types stay encoded, as [`Data::Raw`](crate::Data::Raw)).
 ///
 /// # Errors
-/// As [`read_npy`] and [`read_safetensors`]; [`Error::Format`] for a `.safetensors` path without a tensor name.
+/// As [`read_npy`] and [`read_safetensors`]; [`Error::Format`] for a `.safetensors` or `.gguf` path without a
+/// tensor name, or naming a tensor the file lacks.
 pub fn read_tensor(spec: &str) -> Result<HostTensor> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(idx) = spec.find(".gguf") {
+        let (path, rest) = spec.split_at(idx + ".gguf".len());
+        let name = rest
+            .strip_prefix(':')
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| fmt_err(path, "name the tensor too: file.gguf:tensor.name"))?;
+        let f = crate::gguf::GgufFile::open(path)?;
+        let t = f
+            .tensor(name)
+            .ok_or_else(|| fmt_err(path, format!("no tensor '{name}' (webtensor inspect {path} lists them)")))?;
+        return f.host_tensor(t);
+    }
     if let Some(idx) = spec.find(".safetensors") {
         let (path, rest) = spec.split_at(idx + ".safetensors".len());
         let name = rest

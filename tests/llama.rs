@@ -194,7 +194,7 @@ fn the_cache_carries_a_conversation_and_limits_hold() {
 
 #[test]
 fn other_architectures_are_refused_by_name() {
-    let bytes = std::fs::read("tests/data/quant.gguf").unwrap();
+    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/quant.gguf")).unwrap();
     let f = webtensor::gguf::GgufFile::from_bytes("quant.gguf", webtensor::Bytes::from_vec(bytes)).unwrap();
     let e = Llama::from_gguf(&Device::cpu(), &f, LlamaOptions::default()).err().unwrap().to_string();
     assert!(e.contains("architecture") && e.contains("quant.gguf"), "{e}");

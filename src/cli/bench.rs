@@ -12,6 +12,7 @@
 //! (bytes of W / time); copy bandwidth is (read + write bytes) / time of a plain copy (`Graph::contiguous`,
 //! torch's `dst.copy_(src)`), the yardstick for mat-vec.
 
+mod generate;
 mod peer;
 mod report;
 mod work;
@@ -36,6 +37,9 @@ enum What {
     /// Matmul (and with --matvec: mat-vec and copy bandwidth) against numpy and PyTorch, interleaved in one run;
     /// writes markdown, JSON and an SVG plot to --out and prints the table last.
     Matmul(MatmulArgs),
+    /// A language model's prefill and decode speed (llama-bench's pp512 and tg128) against llama.cpp, when the
+    /// llama_cpp Python module is importable.
+    Generate(generate::GenerateBenchArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -225,6 +229,7 @@ enum Runner {
 pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     match &args.what {
         What::Matmul(m) => matmul(m),
+        What::Generate(g) => generate::run(g),
     }
 }
 

@@ -84,11 +84,14 @@ impl ModelArgs {
     }
 
     fn load(&self) -> Result<(Llama, String), CliError> {
+        // the file first: a bad file or another architecture fails before any device is opened
+        let file = webtensor::gguf::GgufFile::open(&self.model)?;
+        webtensor::models::llama::LlamaConfig::from_gguf(&file)?;
         let chosen = choose_device(self.backend)?;
         let t = std::time::Instant::now();
         eprintln!("loading {} on {} ...", self.model, describe(&chosen.device));
         let options = LlamaOptions { context: self.ctx, ..Default::default() };
-        let model = Llama::load(&chosen.device, &self.model, options)?;
+        let model = Llama::from_gguf(&chosen.device, &file, options)?;
         let c = &model.config;
         eprintln!(
             "loaded in {:.0} ms: {} layers, width {}, {} heads ({} KV), vocabulary {}, context {} positions",

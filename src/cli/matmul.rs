@@ -10,7 +10,8 @@ pub struct MatmulArgs {
     /// Left operand: file.npy or file.safetensors:tensor.name (f32 or f16, rank 1 to 4).
     #[arg(value_name = "A")]
     a: String,
-    /// Right operand: file.npy or file.safetensors:tensor.name (f32 or f16, rank 1 to 4).
+    /// Right operand: file.npy, file.safetensors:tensor.name (f32 or f16, rank 1 to 4) or file.gguf:tensor.name
+    /// (any GGUF dtype, block-quantized ones computed on directly).
     #[arg(value_name = "B")]
     b: String,
     /// Where to write the product, as .npy.
@@ -39,9 +40,19 @@ pub fn run(args: &MatmulArgs) -> Result<(), CliError> {
             args.b, b.shape
         )));
     }
+    // a block-quantized B (from a GGUF file) is a resident weight: uploaded as stored, computed on directly
+    let quantized = b.dtype().is_storage_format();
+    let early = if quantized { Some(choose_device(args.backend)?) } else { None };
+    let weight = match &early {
+        Some(c) => Some(c.device.upload("B", b.clone())?),
+        None => None,
+    };
     let mut g = Graph::new();
     let ta = g.input("A", a.dtype(), &a.shape)?;
-    let tb = g.input("B", b.dtype(), &b.shape)?;
+    let tb = match &weight {
+        Some(w) => g.resident(w)?,
+        None => g.input("B", b.dtype(), &b.shape)?,
+    };
     let rhs = if args.transpose_b { g.t(tb)? } else { tb };
     let tc = g.matmul(ta, rhs).map_err(|e| match e {
         webtensor::Error::ShapeMismatch { .. } if args.transpose_b => {
@@ -50,11 +61,15 @@ pub fn run(args: &MatmulArgs) -> Result<(), CliError> {
         e => e.into(),
     })?;
 
-    let chosen = choose_device(args.backend)?;
+    let chosen = match early {
+        Some(c) => c,
+        None => choose_device(args.backend)?,
+    };
     let device = &chosen.device;
     let (plan, compile) = util::timed(|| device.compile(&g, &[tc]));
     let mut plan = plan?;
-    let (out, run) = util::timed(|| plan.run(&[(ta, &a), (tb, &b)]));
+    let inputs = if quantized { vec![(ta, &a)] } else { vec![(ta, &a), (tb, &b)] };
+    let (out, run) = util::timed(|| plan.run(&inputs));
     let c = out?.swap_remove(0);
     io::write_npy(&args.output, &c)?;
     let fallback = if chosen.fell_back { ", fell back to the CPU: no usable GPU adapter" } else { "" };

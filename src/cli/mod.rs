@@ -9,6 +9,7 @@ mod bench;
 mod demo;
 mod generate;
 mod info;
+mod inspect;
 mod matmul;
 mod util;
 
@@ -31,6 +32,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Run ggml's seed example, then an NxN f32 matmul checked against the CPU backend, with timings.
     Demo(demo::DemoArgs),
+    /// Print a .gguf, .safetensors or .npy file's metadata and tensors (names, shapes, dtypes, bytes).
+    Inspect(inspect::InspectArgs),
     /// Multiply two tensors read from .npy or .safetensors files and write the product as .npy.
     Matmul(matmul::MatmulArgs),
     /// Generate text with a llama-architecture GGUF model, streamed to stdout.
@@ -165,6 +168,7 @@ pub fn main() -> ExitCode {
         Command::Info(args) => info::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Matmul(args) => matmul::run(&args),
+        Command::Inspect(args) => inspect::run(&args),
         Command::Generate(args) => generate::run_generate(&args),
         Command::Chat(args) => generate::run_chat(&args),
         Command::Bench(args) => bench::run(&args),

@@ -167,6 +167,15 @@ impl Llama {
         Ok(self.eval(tokens, true)?.logits.expect("fetched"))
     }
 
+    /// One decode step: runs `token` at the next position and returns the argmax of its logits (computed on the
+    /// device; nothing else is read back).
+    ///
+    /// # Errors
+    /// As [`Llama::logits`].
+    pub fn step(&mut self, token: u32) -> Result<u32> {
+        Ok(self.eval(&[token], false)?.argmax)
+    }
+
     /// Runs `tokens` at the positions after the cached ones and returns the last one's logits (when
     /// `want_logits`) and argmax; the cache then holds them too.
     pub(crate) fn eval(&mut self, tokens: &[u32], want_logits: bool) -> Result<StepOut> {

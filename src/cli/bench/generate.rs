@@ -1,0 +1,216 @@
+//! `webtensor bench generate --model FILE.gguf`: llama-bench's pp512 and tg128 (a 512-token prompt in one
+//! prefill; then 128 decode steps, one token each, fixed pseudo-random tokens, no sampling), webtensor and
+//! llama.cpp (through the `llama_cpp` Python module, when importable) interleaved round by round, the same
+//! thread count, with peak resident memory. Prints a markdown table: median tokens/s with the min-max spread.
+
+use super::super::util::{emit, SplitMix64};
+use super::super::{choose_device, describe, CliError};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+use webtensor::models::{Llama, LlamaOptions};
+
+const SCRIPT: &str = include_str!("../../../scripts/peer_llama.py");
+
+#[derive(clap::Args)]
+pub struct GenerateBenchArgs {
+    /// The model: a llama-architecture GGUF file.
+    #[arg(long, value_name = "FILE.gguf")]
+    model: String,
+    /// Prompt tokens of the prefill test (llama-bench's -p).
+    #[arg(long, default_value_t = 512)]
+    prompt_tokens: usize,
+    /// Tokens of the decode test (llama-bench's -n).
+    #[arg(long, default_value_t = 128)]
+    gen_tokens: usize,
+    /// Rounds; each runs every test of every library once.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Python with llama_cpp (`pip install llama-cpp-python`); `none` to skip the peer.
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND.
+    #[arg(long, value_parser = super::super::backend_parser())]
+    backend: Option<webtensor::BackendKind>,
+}
+
+/// The llama.cpp helper process.
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    version: String,
+}
+
+impl Peer {
+    fn start(python: &str) -> Result<Peer, String> {
+        if python == "none" {
+            return Err("--python none".into());
+        }
+        let mut child = Command::new(python)
+            .arg("-c")
+            .arg(SCRIPT)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot run {python}: {e}"))?;
+        let (stdin, stdout) = (child.stdin.take().ok_or("no stdin")?, child.stdout.take().ok_or("no stdout")?);
+        let mut p = Peer { child, stdin, stdout: BufReader::new(stdout), version: String::new() };
+        let hello = p.read()?;
+        if let Some(why) = hello.get("absent") {
+            return Err(why.as_str().unwrap_or("absent").to_string());
+        }
+        p.version = hello["version"].as_str().unwrap_or("?").to_string();
+        Ok(p)
+    }
+
+    fn read(&mut self) -> Result<Value, String> {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+        serde_json::from_str(&line).map_err(|e| format!("peer reply {line:?}: {e}"))
+    }
+
+    fn ask(&mut self, req: Value) -> Result<Value, String> {
+        writeln!(self.stdin, "{req}").and_then(|()| self.stdin.flush()).map_err(|e| e.to_string())?;
+        let r = self.read()?;
+        match r.get("error") {
+            Some(e) => Err(e.to_string()),
+            None => Ok(r),
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: f64 = s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// Median and spread of tokens/s samples.
+fn summary(samples: &[f64]) -> String {
+    if samples.is_empty() {
+        return "—".into();
+    }
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    format!("{:.1} ({:.1}-{:.1})", s[s.len() / 2], s[0], s[s.len() - 1])
+}
+
+fn median(samples: &[f64]) -> f64 {
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
+    let chosen = choose_device(args.backend)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n_ctx = args.prompt_tokens + args.gen_tokens + 8;
+    let mut model = Llama::load(
+        &chosen.device,
+        &args.model,
+        LlamaOptions { context: n_ctx, max_chunk: 512, ..Default::default() },
+    )?;
+    let mut rng = SplitMix64::new(42);
+    let vocab = model.config.n_vocab as u64;
+    let prompt: Vec<u32> = (0..args.prompt_tokens).map(|_| (rng.next_u64() % vocab) as u32).collect();
+    let gen: Vec<u32> = (0..args.gen_tokens + 1).map(|_| (rng.next_u64() % vocab) as u32).collect();
+    let mut peer = Peer::start(&args.python);
+    if let Ok(p) = &mut peer {
+        let req = json!({"cmd": "load", "path": args.model, "n_ctx": n_ctx, "threads": threads, "batch": 512});
+        if let Err(e) = p.ask(req) {
+            peer = Err(format!("llama_cpp could not load the model: {e}"));
+        }
+    }
+    if let Err(why) = &peer {
+        eprintln!("llama.cpp: absent ({why})");
+    }
+    let load = load_average();
+    if load.is_some_and(|l| l > threads as f64) {
+        eprintln!(
+            "warning: load average {:.2} above {threads} cores: llama.cpp's spinning threads slow down most",
+            load.unwrap_or(0.0)
+        );
+    }
+    eprintln!("warming up (compiles every plan once) ...");
+    model.reset();
+    model.logits(&prompt)?;
+    let (mut pp, mut tg, mut lpp, mut ltg) = (vec![], vec![], vec![], vec![]);
+    for round in 0..args.repeats {
+        eprintln!("round {}/{}", round + 1, args.repeats);
+        model.reset();
+        let t = Instant::now();
+        model.logits(&prompt)?;
+        pp.push(args.prompt_tokens as f64 / t.elapsed().as_secs_f64());
+        if let Ok(p) = &mut peer {
+            let ms = p.ask(json!({"cmd": "pp", "tokens": prompt})).map_err(CliError::Msg)?["ms"]
+                .as_f64()
+                .unwrap_or(f64::NAN);
+            lpp.push(args.prompt_tokens as f64 / (ms / 1e3));
+        }
+        model.reset();
+        model.step(gen[0])?;
+        let t = Instant::now();
+        for &tok in &gen[1..] {
+            model.step(tok)?;
+        }
+        tg.push(args.gen_tokens as f64 / t.elapsed().as_secs_f64());
+        if let Ok(p) = &mut peer {
+            let ms =
+                p.ask(json!({"cmd": "tg", "tokens": gen})).map_err(CliError::Msg)?["ms"].as_f64().unwrap_or(f64::NAN);
+            ltg.push(args.gen_tokens as f64 / (ms / 1e3));
+        }
+    }
+    let ours_rss = peak_rss_mib();
+    let peer_rss = peer
+        .as_mut()
+        .ok()
+        .and_then(|p| p.ask(json!({"cmd": "rss"})).ok())
+        .and_then(|r| r["kib"].as_f64())
+        .map(|k| k / 1024.0);
+    let rss = |m: Option<f64>| m.map_or("—".into(), |m| format!("{m:.0}"));
+    let ratio =
+        |a: &[f64], b: &[f64]| if b.is_empty() { "—".into() } else { format!("{:.2}x", median(a) / median(b)) };
+    let mut out = String::new();
+    out += &format!(
+        "\nbench generate: {} on {}, {threads} threads, {} rounds, load average {:.2} at start\n\n",
+        args.model,
+        describe(&chosen.device),
+        args.repeats,
+        load.unwrap_or(f64::NAN)
+    );
+    out += &format!(
+        "| library | pp{} tokens/s | tg{} tokens/s | peak RSS MiB |\n|---|---|---|---|\n",
+        args.prompt_tokens, args.gen_tokens
+    );
+    out += &format!("| webtensor | {} | {} | {} |\n", summary(&pp), summary(&tg), rss(ours_rss));
+    match &peer {
+        Ok(p) => {
+            out += &format!(
+                "| llama.cpp {} (llama-cpp-python) | {} | {} | {} |\n",
+                p.version,
+                summary(&lpp),
+                summary(&ltg),
+                rss(peer_rss)
+            )
+        }
+        Err(why) => out += &format!("| llama.cpp | absent: {why} | | |\n"),
+    }
+    out += &format!("| webtensor / llama.cpp | {} | {} | |\n", ratio(&pp, &lpp), ratio(&tg, &ltg));
+    out += "\nmedian (min-max) over the rounds; peak RSS is each process's VmHWM (llama.cpp's includes its Python)\n";
+    emit(&out);
+    Ok(())
+}
