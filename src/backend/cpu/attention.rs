@@ -2,6 +2,8 @@
 
 use super::buffer::Memory;
 use super::elementwise::Leaf;
+use super::parallel::{for_chunks, threads};
+use super::qdot::dot_f32;
 use crate::graph::NodeId;
 use crate::ops::Rope;
 use crate::shape::Layout;
@@ -97,6 +99,10 @@ impl AttentionKernel {
 
     /// # Errors
     /// [`Error::BadInput`] when the run-time KV length is outside `1..=S`.
+    ///
+    /// Multithreaded over the query rows of a batch element (every head's, together). A prefill (T > 1)
+    /// first converts the element's K and V rows to contiguous f32 once, so each query row reads them without
+    /// conversion; a decode step (T = 1) reads them in place.
     pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
         let (q, k, v) = (&self.q.layout, &self.k.layout, &self.v.layout);
         let r = q.rank();
@@ -104,50 +110,117 @@ impl AttentionKernel {
         let (hkv, s, dv) = (k.shape[r - 3], k.shape[r - 2], v.shape[r - 1]);
         let batches = if r == 4 { q.shape[0] } else { 1 };
         let len = self.length(mem, s)?;
-        let (qv, kv, vv) = (
-            mem.view(self.q.storage, self.q.dtype),
-            mem.view(self.k.storage, self.k.dtype),
-            mem.view(self.v.storage, self.v.dtype),
-        );
-        let mask = self.mask.as_ref().map(|m| (mem.view(m.storage, m.dtype), &m.layout));
-        let out = mem.view(self.out, self.out_dtype);
-        let (mut qr, mut kr, mut vr) = (vec![0f32; d], vec![0f32; d], vec![0f32; dv]);
-        let (mut scores, mut acc) = (vec![0f32; len], vec![0f32; dv]);
+        let mut res = vec![0f32; h * t * dv];
+        let (mut kf, mut vf) = (Vec::new(), Vec::new());
         for b in 0..batches {
+            if t > 1 {
+                kf = self.to_f32(mem, &self.k, b, hkv, len, d);
+                vf = self.to_f32(mem, &self.v, b, hkv, len, dv);
+            }
+            let rows = (h * t).div_ceil(4 * threads()).max(1);
+            for_chunks(&mut res, rows * dv, |ci, chunk| {
+                let mut scratch = Scratch::new(len, d, dv);
+                for (j, o) in chunk.chunks_exact_mut(dv).enumerate() {
+                    let row = ci * rows + j;
+                    self.row(mem, (b, row / t, row % t), (len, s), (&kf, &vf), &mut scratch, o);
+                }
+            });
+            let out = mem.view(self.out, self.out_dtype);
             for hi in 0..h {
-                let g = hi / (h / hkv);
                 for ti in 0..t {
-                    let (qo, qs) = row_at(q, b, hi, ti);
-                    qv.row_f32(qo, qs, &mut qr);
-                    let visible = if self.causal { (len + ti + 1).saturating_sub(t).min(len) } else { len };
-                    let mut max = f32::NEG_INFINITY;
-                    for (si, sc) in scores.iter_mut().enumerate().take(visible) {
-                        let (ko, ks) = row_at(k, b, g, si);
-                        kv.row_f32(ko, ks, &mut kr);
-                        let mut x = qr.iter().zip(&kr).map(|(a, b)| a * b).sum::<f32>() * self.scale;
-                        if let Some((mv, ml)) = &mask {
-                            x += mv.get(ml.index_of(((b * h + hi) * t + ti) * s + si));
-                        }
-                        *sc = x;
-                        max = max.max(x);
-                    }
-                    acc.iter_mut().for_each(|a| *a = 0.0);
-                    let mut sum = 0f32;
-                    if max > f32::NEG_INFINITY {
-                        for (si, &sc) in scores.iter().enumerate().take(visible) {
-                            let p = (sc - max).exp();
-                            sum += p;
-                            let (vo, vs) = row_at(v, b, g, si);
-                            vv.row_f32(vo, vs, &mut vr);
-                            acc.iter_mut().zip(&vr).for_each(|(a, &x)| *a += p * x);
-                        }
-                    }
                     let base = ((b * t + ti) * h + hi) * dv;
-                    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-                    acc.iter().enumerate().for_each(|(j, &a)| out.set(base + j, a * inv));
+                    let src = &res[(hi * t + ti) * dv..][..dv];
+                    src.iter().enumerate().for_each(|(j, &x)| out.set(base + j, x));
                 }
             }
         }
         Ok(())
+    }
+
+    /// The rows `[b, g, 0..len, :]` of `x` (K or V) for every KV head `g`, as f32 `[hkv, len, width]`.
+    fn to_f32(&self, mem: &Memory, x: &Leaf, b: usize, hkv: usize, len: usize, width: usize) -> Vec<f32> {
+        let mut out = vec![0f32; hkv * len * width];
+        let per = len.div_ceil(threads()).max(1);
+        for_chunks(&mut out, per * width, |ci, chunk| {
+            let view = mem.view(x.storage, x.dtype);
+            for (j, row) in chunk.chunks_exact_mut(width).enumerate() {
+                let n = ci * per + j;
+                let (o, st) = row_at(&x.layout, b, n / len, n % len);
+                view.row_f32(o, st, row);
+            }
+        });
+        out
+    }
+
+    /// One query row `(b, head, t)`: its scores over the visible keys, their softmax, the weighted sum of V
+    /// into `out [Dv]`. `kf`/`vf` hold the keys and values as f32 when converted (else they are read in place).
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &self,
+        mem: &Memory,
+        (b, hi, ti): (usize, usize, usize),
+        (len, s): (usize, usize),
+        (kf, vf): (&[f32], &[f32]),
+        sc: &mut Scratch,
+        out: &mut [f32],
+    ) {
+        let (q, k, v) = (&self.q.layout, &self.k.layout, &self.v.layout);
+        let r = q.rank();
+        let (h, t, d) = (q.shape[r - 3], q.shape[r - 2], q.shape[r - 1]);
+        let (hkv, dv) = (k.shape[r - 3], v.shape[r - 1]);
+        let g = hi / (h / hkv);
+        let (qo, qs) = row_at(q, b, hi, ti);
+        mem.view(self.q.storage, self.q.dtype).row_f32(qo, qs, &mut sc.q);
+        let (kv, vv) = (mem.view(self.k.storage, self.k.dtype), mem.view(self.v.storage, self.v.dtype));
+        let mask = self.mask.as_ref().map(|m| (mem.view(m.storage, m.dtype), &m.layout));
+        let visible = if self.causal { (len + ti + 1).saturating_sub(t).min(len) } else { len };
+        let mut max = f32::NEG_INFINITY;
+        for si in 0..visible {
+            let key: &[f32] = if kf.is_empty() {
+                let (ko, ks) = row_at(k, b, g, si);
+                kv.row_f32(ko, ks, &mut sc.k);
+                &sc.k
+            } else {
+                &kf[(g * len + si) * d..][..d]
+            };
+            let mut x = dot_f32(&sc.q, key) * self.scale;
+            if let Some((mv, ml)) = &mask {
+                x += mv.get(ml.index_of(((b * h + hi) * t + ti) * s + si));
+            }
+            sc.scores[si] = x;
+            max = max.max(x);
+        }
+        out.iter_mut().for_each(|a| *a = 0.0);
+        let mut sum = 0f32;
+        if max > f32::NEG_INFINITY {
+            for si in 0..visible {
+                let p = (sc.scores[si] - max).exp();
+                sum += p;
+                let val: &[f32] = if vf.is_empty() {
+                    let (vo, vs) = row_at(v, b, g, si);
+                    vv.row_f32(vo, vs, &mut sc.v);
+                    &sc.v
+                } else {
+                    &vf[(g * len + si) * dv..][..dv]
+                };
+                out.iter_mut().zip(val).for_each(|(a, &x)| *a += p * x);
+            }
+        }
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        out.iter_mut().for_each(|a| *a *= inv);
+    }
+}
+
+/// A task's buffers: the query row, a K and a V row read in place, the scores.
+struct Scratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    scores: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(len: usize, d: usize, dv: usize) -> Scratch {
+        Scratch { q: vec![0.0; d], k: vec![0.0; d], v: vec![0.0; dv], scores: vec![0.0; len] }
     }
 }

@@ -127,30 +127,44 @@ macro_rules! kernels {
                 hsum(acc)
             }
 
+            /// The f16 pairs at bytes `a` and `b` of `blk` as `[f32; 4]`: `[blk[a], blk[a + 2], blk[b], blk[b + 2]]`,
+            /// by one `vcvtph2ps` (no table lookups in the loop).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn f16_pairs(blk: &[u8], a: usize, b: usize) -> __m128 {
+                let word = |at: usize| i32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+                _mm_cvtph_ps(_mm_set_epi32(0, 0, word(b), word(a)))
+            }
+
             #[target_feature(enable = $features)]
             fn q4_1(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
-                // two blocks a step into two accumulators, so that the multiply-adds' latencies overlap
+                // two blocks a step into two accumulators, so that the multiply-adds' latencies overlap; the
+                // blocks' four f16 scales converted together, multiplied by the activations' d and s together
                 let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                let (mut off0, mut off1) = (0f32, 0f32);
+                let mut offs = _mm_setzero_ps();
                 let pairs =
                     w.chunks_exact(40).zip(a.qs.chunks_exact(2 * QK)).zip(a.d.chunks_exact(2).zip(a.s.chunks_exact(2)));
                 for ((blk, qa), (da, sa)) in pairs {
                     let dot0 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 4), load32(qa, 0)));
                     let dot1 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 24), load32(qa, QK)));
-                    acc0 = _mm256_fmadd_ps(dot0, _mm256_set1_ps(f16_at(t, blk, 0) * da[0]), acc0);
-                    acc1 = _mm256_fmadd_ps(dot1, _mm256_set1_ps(f16_at(t, blk, 20) * da[1]), acc1);
-                    off0 += f16_at(t, blk, 2) * sa[0];
-                    off1 += f16_at(t, blk, 22) * sa[1];
+                    // [d0·da0, m0·sa0, d1·da1, m1·sa1]
+                    let ds = _mm_mul_ps(f16_pairs(blk, 0, 20), _mm_set_ps(sa[1], da[1], sa[0], da[0]));
+                    acc0 = _mm256_fmadd_ps(dot0, _mm256_broadcastss_ps(ds), acc0);
+                    acc1 = _mm256_fmadd_ps(dot1, _mm256_broadcastss_ps(_mm_movehl_ps(ds, ds)), acc1);
+                    offs = _mm_add_ps(offs, ds);
                 }
+                // lanes 1 and 3 of offs: the offsets' sum
+                let odd = _mm_shuffle_ps::<0b11_01_11_01>(offs, offs);
+                let mut off = _mm_cvtss_f32(_mm_add_ss(odd, _mm_movehdup_ps(odd)));
                 let nb = w.len() / 20;
                 if nb % 2 == 1 {
                     let (b, blk) = (nb - 1, &w[(nb - 1) * 20..]);
                     let dot = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 4), load32(&a.qs, b * QK)));
                     acc0 = _mm256_fmadd_ps(dot, _mm256_set1_ps(f16_at(t, blk, 0) * a.d[b]), acc0);
-                    off0 += f16_at(t, blk, 2) * a.s[b];
+                    off += f16_at(t, blk, 2) * a.s[b];
                 }
-                hsum(_mm256_add_ps(acc0, acc1)) + off0 + off1
+                hsum(_mm256_add_ps(acc0, acc1)) + off
             }
 
             #[target_feature(enable = $features)]
