@@ -130,7 +130,7 @@ pub fn read_safetensors(path: &str, name: &str) -> Result<HostTensor> {
 }
 
 /// Reads a tensor named like the CLI does: `file.npy`, `file.safetensors:tensor.name` or `file.gguf:tensor.name`
-/// (GGUF's block types stay encoded, as [`Data::Raw`](crate::Data::Raw)).
+/// (GGUF's block types stay encoded, as [`Data::Raw`]).
 ///
 /// # Errors
 /// As [`read_npy`] and [`read_safetensors`]; [`Error::Format`] for a `.safetensors` or `.gguf` path without a

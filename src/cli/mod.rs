@@ -7,6 +7,7 @@
 
 mod bench;
 mod demo;
+mod embed;
 mod generate;
 mod info;
 mod inspect;
@@ -36,6 +37,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Multiply two tensors read from .npy or .safetensors files and write the product as .npy.
     Matmul(matmul::MatmulArgs),
+    /// Sentence embeddings from a sentence-transformers directory (JSON, .npy, or texts ranked by a query).
+    Embed(embed::EmbedArgs),
     /// Generate text with a llama-architecture GGUF model, streamed to stdout.
     Generate(generate::GenerateArgs),
     /// Chat with a llama-architecture GGUF model (its chat template, the KV cache kept between turns).
@@ -169,6 +172,7 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Matmul(args) => matmul::run(&args),
         Command::Inspect(args) => inspect::run(&args),
+        Command::Embed(args) => embed::run(&args),
         Command::Generate(args) => generate::run_generate(&args),
         Command::Chat(args) => generate::run_chat(&args),
         Command::Bench(args) => bench::run(&args),

@@ -2,6 +2,7 @@
 //! their tokenizers ([`tokenizer`], through Hugging Face's `tokenizers` crate), chat templates ([`chat`], through
 //! `minijinja`) and samplers ([`sampling`]). Enabled by the `models` feature (on by default).
 
+pub mod bert;
 pub mod chat;
 pub mod llama;
 pub mod sampling;

@@ -1,0 +1,134 @@
+//! The graph of a BERT encoder over a padded batch `[B, T]` (Hugging Face's `BertModel`, post-LayerNorm):
+//! embeddings, the layers, then the pooled sentence vectors `[B, E]`.
+
+use crate::{Attention, DType, Graph, Resident, Result, Tensor, UnaryOp};
+
+/// `x · wᵀ + b` and LayerNorm weights, resident.
+pub(crate) struct Linear {
+    pub w: Resident,
+    pub b: Resident,
+}
+
+pub(crate) struct Norm {
+    pub w: Resident,
+    pub b: Resident,
+}
+
+pub(crate) struct Layer {
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub o: Linear,
+    pub attn_norm: Norm,
+    pub up: Linear,
+    pub down: Linear,
+    pub out_norm: Norm,
+}
+
+pub(crate) struct Weights {
+    pub word: Resident,
+    pub position: Resident,
+    pub token_type: Resident,
+    pub embd_norm: Norm,
+    pub layers: Vec<Layer>,
+}
+
+/// The encoder's shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BertConfig {
+    /// Width E (`hidden_size`).
+    pub hidden: usize,
+    /// Heads H (`num_attention_heads`), of E / H dims each.
+    pub heads: usize,
+    /// Layers (`num_hidden_layers`).
+    pub layers: usize,
+    /// Feed-forward width (`intermediate_size`).
+    pub intermediate: usize,
+    /// LayerNorm epsilon (`layer_norm_eps`).
+    pub eps: f32,
+    /// Positions (`max_position_embeddings`).
+    pub max_positions: usize,
+    /// Vocabulary size (`vocab_size`).
+    pub vocab: usize,
+}
+
+/// A batch graph's inputs and output.
+pub(crate) struct BatchGraph {
+    pub graph: Graph,
+    /// i32 `[B·T]`: token ids, token types, positions.
+    pub ids: Tensor,
+    pub types: Tensor,
+    pub pos: Tensor,
+    /// f32 `[B, 1, 1, T]`: 0 for a real token, −inf for padding.
+    pub mask: Tensor,
+    /// f32 `[B, 1, T]`: the pooling weights (1/n on a sentence's n real tokens for mean pooling).
+    pub pool: Tensor,
+    /// f32 `[B, E]`.
+    pub out: Tensor,
+}
+
+fn linear(g: &mut Graph, x: Tensor, l: &Linear) -> Result<Tensor> {
+    let w = g.resident(&l.w)?;
+    let wt = g.t(w)?;
+    let y = g.matmul(x, wt)?;
+    let b = g.resident(&l.b)?;
+    g.add(y, b)
+}
+
+fn norm(g: &mut Graph, x: Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
+    let y = g.layer_norm(x, eps)?;
+    let w = g.resident(&n.w)?;
+    let y = g.mul(y, w)?;
+    let b = g.resident(&n.b)?;
+    g.add(y, b)
+}
+
+/// The encoder over `b` sentences padded to `t` tokens.
+pub(crate) fn build_batch(cfg: &BertConfig, w: &Weights, b: usize, t: usize) -> Result<BatchGraph> {
+    let mut g = Graph::new();
+    let (e, h) = (cfg.hidden, cfg.heads);
+    let d = e / h;
+    let ids = g.input("ids", DType::I32, &[b * t])?;
+    let types = g.input("types", DType::I32, &[b * t])?;
+    let pos = g.input("pos", DType::I32, &[b * t])?;
+    let mask = g.input("mask", DType::F32, &[b, 1, 1, t])?;
+    let pool = g.input("pool", DType::F32, &[b, 1, t])?;
+    let tables = [(&w.word, ids), (&w.position, pos), (&w.token_type, types)];
+    let mut x: Option<Tensor> = None;
+    for (table, idx) in tables {
+        let tt = g.resident(table)?;
+        let rows = g.get_rows(tt, idx)?;
+        x = Some(match x {
+            Some(acc) => g.add(acc, rows)?,
+            None => rows,
+        });
+    }
+    let mut x = norm(&mut g, x.expect("three tables"), &w.embd_norm, cfg.eps)?;
+    let heads = |g: &mut Graph, y: Tensor| -> Result<Tensor> {
+        let y = g.reshape(y, &[b, t, h, d])?;
+        g.permute(y, &[0, 2, 1, 3]) // [B, H, T, D]
+    };
+    for l in &w.layers {
+        let q = linear(&mut g, x, &l.q)?;
+        let q = heads(&mut g, q)?;
+        let k = linear(&mut g, x, &l.k)?;
+        let k = heads(&mut g, k)?;
+        let v = linear(&mut g, x, &l.v)?;
+        let v = heads(&mut g, v)?;
+        let a = Attention { scale: 1.0 / (d as f32).sqrt(), causal: false, mask: Some(mask), kv_len: None };
+        let o = g.attention(q, k, v, &a)?; // [B, T, H, D]
+        let o = g.reshape(o, &[b * t, e])?;
+        let o = linear(&mut g, o, &l.o)?;
+        let r = g.add(x, o)?;
+        x = norm(&mut g, r, &l.attn_norm, cfg.eps)?;
+        let f = linear(&mut g, x, &l.up)?;
+        let f = g.unary(UnaryOp::GeluErf, f, &[])?;
+        let f = linear(&mut g, f, &l.down)?;
+        let r = g.add(x, f)?;
+        x = norm(&mut g, r, &l.out_norm, cfg.eps)?;
+    }
+    let x = g.reshape(x, &[b, t, e])?;
+    let pooled = g.matmul(pool, x)?; // [B, 1, E]
+    let out = g.reshape(pooled, &[b, e])?;
+    Ok(BatchGraph { graph: g, ids, types, pos, mask, pool, out })
+}

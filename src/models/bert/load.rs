@@ -1,0 +1,136 @@
+//! Reading a sentence-transformers directory: `config.json`, `modules.json`, `sentence_bert_config.json`,
+//! `1_Pooling/config.json`, `tokenizer.json`, and the weights of `model.safetensors` (memory-mapped, uploaded
+//! once; the `bert.` prefix of some checkpoints accepted).
+
+use super::graph::{BertConfig, Layer, Linear, Norm, Weights};
+use crate::{Bytes, DType, Data, Device, Error, HostTensor, Resident, Result};
+use serde_json::Value as Json;
+use std::path::Path;
+use std::sync::Arc;
+
+pub(super) fn read_json(path: &Path) -> Result<Json> {
+    let p = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: p.clone(), message: e.to_string() })?;
+    serde_json::from_str(&text).map_err(|e| Error::Format { path: p, message: format!("not valid JSON: {e}") })
+}
+
+pub(super) fn config(path: &Path) -> Result<BertConfig> {
+    let j = read_json(path)?;
+    let p = path.display().to_string();
+    let num = |k: &str| -> Result<usize> {
+        j[k].as_u64()
+            .map(|x| x as usize)
+            .ok_or_else(|| Error::Format { path: p.clone(), message: format!("{k} is missing") })
+    };
+    let c = BertConfig {
+        hidden: num("hidden_size")?,
+        heads: num("num_attention_heads")?,
+        layers: num("num_hidden_layers")?,
+        intermediate: num("intermediate_size")?,
+        eps: j["layer_norm_eps"].as_f64().unwrap_or(1e-12) as f32,
+        max_positions: num("max_position_embeddings")?,
+        vocab: num("vocab_size")?,
+    };
+    if c.heads == 0 || !c.hidden.is_multiple_of(c.heads) {
+        return Err(Error::Format { path: p, message: format!("{} heads do not divide width {}", c.heads, c.hidden) });
+    }
+    let act = j["hidden_act"].as_str().unwrap_or("gelu");
+    if act != "gelu" {
+        let reason = format!("hidden_act '{act}' is not supported (gelu)");
+        return Err(Error::Unsupported { op: "bert".into(), backend: "webtensor::models::bert".into(), reason });
+    }
+    Ok(c)
+}
+
+/// The safetensors file, mapped, with a lookup that uploads one tensor.
+pub(super) struct Tensors {
+    path: String,
+    bytes: Bytes,
+    /// name → (shape, byte range)
+    index: std::collections::HashMap<String, (Vec<usize>, std::ops::Range<usize>)>,
+}
+
+impl Tensors {
+    pub(super) fn open(path: &Path) -> Result<Tensors> {
+        let p = path.display().to_string();
+        let io = |e: std::io::Error| Error::Io { path: p.clone(), message: e.to_string() };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: read-only private map of a model file (as GgufFile::open)
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let len = map.len();
+        let bytes = Bytes::from_owner(Arc::new(map), 0..len)?;
+        let st = safetensors::SafeTensors::deserialize(bytes.as_slice())
+            .map_err(|e| Error::Format { path: p.clone(), message: format!("not a valid .safetensors file: {e}") })?;
+        let base = bytes.as_slice().as_ptr() as usize;
+        let mut index = std::collections::HashMap::new();
+        for (name, view) in st.tensors() {
+            if view.dtype() == safetensors::Dtype::F32 {
+                let start = view.data().as_ptr() as usize - base;
+                index.insert(name, (view.shape().to_vec(), start..start + view.data().len()));
+            }
+        }
+        Ok(Tensors { path: p, bytes, index })
+    }
+
+    fn upload(&self, device: &Device, name: &str, shape: &[usize], f16: bool) -> Result<Resident> {
+        let found = self.index.get(name).or_else(|| self.index.get(&format!("bert.{name}")));
+        let (got, range) =
+            found.ok_or_else(|| Error::Format { path: self.path.clone(), message: format!("no F32 tensor {name}") })?;
+        if got != shape {
+            return Err(Error::Format {
+                path: self.path.clone(),
+                message: format!("tensor {name} is {got:?}, expected {shape:?}"),
+            });
+        }
+        let bytes = Bytes::from_owner(Arc::new(self.bytes.clone()), range.clone())?;
+        if f16 && shape.len() == 2 {
+            let halves =
+                Data::from_bytes(DType::F32, bytes.as_slice()).to_f32().into_iter().map(half::f16::from_f32).collect();
+            return device.upload(name, HostTensor::new(shape, Data::F16(halves))?);
+        }
+        device.upload_bytes(name, DType::F32, shape, bytes)
+    }
+}
+
+pub(super) fn weights(device: &Device, t: &Tensors, c: &BertConfig, f16: bool) -> Result<Weights> {
+    let (e, f) = (c.hidden, c.intermediate);
+    let lin = |n: &str, out: usize, inp: usize| -> Result<Linear> {
+        Ok(Linear {
+            w: t.upload(device, &format!("{n}.weight"), &[out, inp], f16)?,
+            b: t.upload(device, &format!("{n}.bias"), &[out], false)?,
+        })
+    };
+    let norm = |n: &str| -> Result<Norm> {
+        Ok(Norm {
+            w: t.upload(device, &format!("{n}.weight"), &[e], false)?,
+            b: t.upload(device, &format!("{n}.bias"), &[e], false)?,
+        })
+    };
+    let layers = (0..c.layers)
+        .map(|i| {
+            let p = format!("encoder.layer.{i}");
+            Ok(Layer {
+                q: lin(&format!("{p}.attention.self.query"), e, e)?,
+                k: lin(&format!("{p}.attention.self.key"), e, e)?,
+                v: lin(&format!("{p}.attention.self.value"), e, e)?,
+                o: lin(&format!("{p}.attention.output.dense"), e, e)?,
+                attn_norm: norm(&format!("{p}.attention.output.LayerNorm"))?,
+                up: lin(&format!("{p}.intermediate.dense"), f, e)?,
+                down: lin(&format!("{p}.output.dense"), e, f)?,
+                out_norm: norm(&format!("{p}.output.LayerNorm"))?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let types = t
+        .index
+        .get("embeddings.token_type_embeddings.weight")
+        .or_else(|| t.index.get("bert.embeddings.token_type_embeddings.weight"));
+    let n_types = types.map_or(2, |(s, _)| s[0]);
+    Ok(Weights {
+        word: t.upload(device, "embeddings.word_embeddings.weight", &[c.vocab, e], false)?,
+        position: t.upload(device, "embeddings.position_embeddings.weight", &[c.max_positions, e], false)?,
+        token_type: t.upload(device, "embeddings.token_type_embeddings.weight", &[n_types, e], false)?,
+        embd_norm: norm("embeddings.LayerNorm")?,
+        layers,
+    })
+}
