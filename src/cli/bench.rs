@@ -12,7 +12,9 @@
 //! (bytes of W / time); copy bandwidth is (read + write bytes) / time of a plain copy (`Graph::contiguous`,
 //! torch's `dst.copy_(src)`), the yardstick for mat-vec.
 
+mod embed;
 mod generate;
+mod helper;
 mod peer;
 mod report;
 mod work;
@@ -40,6 +42,8 @@ enum What {
     /// A language model's prefill and decode speed (llama-bench's pp512 and tg128) against llama.cpp, when the
     /// llama_cpp Python module is importable.
     Generate(generate::GenerateBenchArgs),
+    /// A sentence embedder's speed at batch 1 and 32 against sentence-transformers, when importable.
+    Embed(embed::EmbedBenchArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -230,6 +234,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     match &args.what {
         What::Matmul(m) => matmul(m),
         What::Generate(g) => generate::run(g),
+        What::Embed(e) => embed::run(e),
     }
 }
 

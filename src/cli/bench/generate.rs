@@ -5,9 +5,8 @@
 
 use super::super::util::{emit, SplitMix64};
 use super::super::{choose_device, describe, CliError};
-use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use super::helper::{load_average, median, summary, Helper};
+use serde_json::json;
 use std::time::Instant;
 use webtensor::models::{Llama, LlamaOptions};
 
@@ -35,84 +34,10 @@ pub struct GenerateBenchArgs {
     backend: Option<webtensor::BackendKind>,
 }
 
-/// The llama.cpp helper process.
-struct Peer {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    version: String,
-}
-
-impl Peer {
-    fn start(python: &str) -> Result<Peer, String> {
-        if python == "none" {
-            return Err("--python none".into());
-        }
-        let mut child = Command::new(python)
-            .arg("-c")
-            .arg(SCRIPT)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot run {python}: {e}"))?;
-        let (stdin, stdout) = (child.stdin.take().ok_or("no stdin")?, child.stdout.take().ok_or("no stdout")?);
-        let mut p = Peer { child, stdin, stdout: BufReader::new(stdout), version: String::new() };
-        let hello = p.read()?;
-        if let Some(why) = hello.get("absent") {
-            return Err(why.as_str().unwrap_or("absent").to_string());
-        }
-        p.version = hello["version"].as_str().unwrap_or("?").to_string();
-        Ok(p)
-    }
-
-    fn read(&mut self) -> Result<Value, String> {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).map_err(|e| e.to_string())?;
-        serde_json::from_str(&line).map_err(|e| format!("peer reply {line:?}: {e}"))
-    }
-
-    fn ask(&mut self, req: Value) -> Result<Value, String> {
-        writeln!(self.stdin, "{req}").and_then(|()| self.stdin.flush()).map_err(|e| e.to_string())?;
-        let r = self.read()?;
-        match r.get("error") {
-            Some(e) => Err(e.to_string()),
-            None => Ok(r),
-        }
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn peak_rss_mib() -> Option<f64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let kib: f64 = s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
-}
-
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
-}
-
-/// Median and spread of tokens/s samples.
-fn summary(samples: &[f64]) -> String {
-    if samples.is_empty() {
-        return "—".into();
-    }
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    format!("{:.1} ({:.1}-{:.1})", s[s.len() / 2], s[0], s[s.len() - 1])
-}
-
-fn median(samples: &[f64]) -> f64 {
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
@@ -128,7 +53,7 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let vocab = model.config.n_vocab as u64;
     let prompt: Vec<u32> = (0..args.prompt_tokens).map(|_| (rng.next_u64() % vocab) as u32).collect();
     let gen: Vec<u32> = (0..args.gen_tokens + 1).map(|_| (rng.next_u64() % vocab) as u32).collect();
-    let mut peer = Peer::start(&args.python);
+    let mut peer = Helper::start(&args.python, SCRIPT);
     if let Ok(p) = &mut peer {
         let req = json!({"cmd": "load", "path": args.model, "n_ctx": n_ctx, "threads": threads, "batch": 512});
         if let Err(e) = p.ask(req) {
@@ -201,7 +126,7 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
         Ok(p) => {
             out += &format!(
                 "| llama.cpp {} (llama-cpp-python) | {} | {} | {} |\n",
-                p.version,
+                p.hello["version"].as_str().unwrap_or("?"),
                 summary(&lpp),
                 summary(&ltg),
                 rss(peer_rss)

@@ -1,0 +1,84 @@
+//! A Python peer spoken to in JSON lines (one request, one reply), shared by `bench generate` and `bench
+//! embed`: the script is embedded in the binary and run with `python -c`; a script that cannot import its
+//! library answers `{"absent": why}`, which is not an error. Also the statistics both benches print.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+pub struct Helper {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// The script's first reply (versions).
+    pub hello: Value,
+}
+
+impl Helper {
+    /// Starts `python -c script`; `Err(why)` when it cannot run or reports its library absent.
+    pub fn start(python: &str, script: &str) -> Result<Helper, String> {
+        if python == "none" {
+            return Err("--python none".into());
+        }
+        let mut child = Command::new(python)
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot run {python}: {e}"))?;
+        let (stdin, stdout) = (child.stdin.take().ok_or("no stdin")?, child.stdout.take().ok_or("no stdout")?);
+        let mut h = Helper { child, stdin, stdout: BufReader::new(stdout), hello: Value::Null };
+        h.hello = h.read()?;
+        if let Some(why) = h.hello.get("absent") {
+            return Err(why.as_str().unwrap_or("absent").to_string());
+        }
+        Ok(h)
+    }
+
+    fn read(&mut self) -> Result<Value, String> {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+        serde_json::from_str(&line).map_err(|e| format!("peer reply {line:?}: {e}"))
+    }
+
+    /// Sends `req` and returns the reply, or its `error`.
+    pub fn ask(&mut self, req: Value) -> Result<Value, String> {
+        writeln!(self.stdin, "{req}").and_then(|()| self.stdin.flush()).map_err(|e| e.to_string())?;
+        let r = self.read()?;
+        match r.get("error") {
+            Some(e) => Err(e.to_string()),
+            None => Ok(r),
+        }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `median (min-max)` of samples, one decimal; `—` for none.
+pub fn summary(samples: &[f64]) -> String {
+    if samples.is_empty() {
+        return "—".into();
+    }
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    format!("{:.1} ({:.1}-{:.1})", s[s.len() / 2], s[0], s[s.len() - 1])
+}
+
+/// The median (NaN for none).
+pub fn median(samples: &[f64]) -> f64 {
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The 1-minute load average, where the system reports it.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
