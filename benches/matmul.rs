@@ -1,5 +1,5 @@
 //! `cargo bench --bench matmul`: criterion benchmarks of matmul and mat-vec on every available backend — the
-//! CPU backend, and the GPU adapter `Device::best()` picks when it is not the CPU.
+//! CPU backend, and the GPU adapter `Device::best_gpu()` picks (software ones included).
 //!
 //! - `matmul_f32/<backend>/<N>`: `[N, N] @ [N, N]`, f32, N in 256, 512, 1024, 2048, 4096.
 //! - `matvec/<backend>/<w dtype>/<K>`: `[1, K] f32 @ [K, K]` with f16 or f32 weights, K in 4096 and 8192.
@@ -73,13 +73,12 @@ mod native {
     /// The backends to measure: `(name, device, software)`.
     fn backends() -> Vec<(String, Device, bool)> {
         let mut out = vec![("cpu".to_string(), Device::cpu(), false)];
-        match Device::best() {
-            Ok(d) if !d.is_cpu() => {
+        match Device::best_gpu() {
+            Ok(d) => {
                 let c = d.capabilities();
                 eprintln!("webtensor bench: GPU {} [{}, {}]", c.name, c.backend, c.device_type);
                 out.push((c.backend.name().to_string(), d.clone(), c.device_type == webtensor::DeviceType::Cpu));
             }
-            Ok(_) => eprintln!("webtensor bench: no GPU adapter; benchmarking the CPU backend only"),
             Err(e) => eprintln!("webtensor bench: no GPU ({e}); benchmarking the CPU backend only"),
         }
         out

@@ -4,7 +4,7 @@
 use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::GpuBackend;
 use crate::backend::{Backend, CompileOptions, Executable, PlanStats};
-use crate::caps::{BackendKind, Capabilities, BACKEND_ENV};
+use crate::caps::{BackendKind, Capabilities, DeviceType, BACKEND_ENV};
 use crate::graph::NodeId;
 use crate::resident::{Bytes, Resident, State};
 use crate::run::{Fetch, Value};
@@ -48,7 +48,10 @@ impl Device {
         }
     }
 
-    async fn best_auto() -> Device {
+    /// The first GPU adapter that opens, in the order Vulkan, Metal, DX12, GL (WebGPU in the browser); natively,
+    /// software adapters (device type `Cpu`: lavapipe, llvmpipe, WARP) only when `software` is true. `Err` holds
+    /// why each backend was passed over.
+    async fn first_gpu(software: bool) -> std::result::Result<Device, Vec<String>> {
         let order: &[BackendKind] = if cfg!(target_arch = "wasm32") {
             &[BackendKind::WebGpu]
         } else {
@@ -57,19 +60,53 @@ impl Device {
         let mut reasons = Vec::new();
         for &kind in order {
             match GpuBackend::new(kind).await {
+                // a browser's software adapter (SwiftShader) is still WebGPU: the page asked for it
+                Ok(gpu) if !software && !cfg!(target_arch = "wasm32") && gpu.caps.device_type == DeviceType::Cpu => {
+                    reasons.push(format!(
+                        "{kind}: {} is a software adapter, slower than the CPU backend (--backend {kind} or \
+                         {BACKEND_ENV}={kind} still uses it)",
+                        gpu.caps.name
+                    ));
+                }
                 Ok(gpu) => {
                     #[allow(clippy::arc_with_non_send_sync)]
-                    return Device { backend: Arc::new(Arc::new(gpu)) };
+                    return Ok(Device { backend: Arc::new(Arc::new(gpu)) });
                 }
                 Err(e) => reasons.push(e.to_string()),
             }
         }
-        log::warn!("webtensor: no GPU adapter, falling back to the CPU backend ({})", reasons.join("; "));
-        Device::cpu()
+        Err(reasons)
     }
 
-    /// The best device: the `WEBTENSOR_BACKEND` override if set, else a high-performance GPU adapter
+    async fn best_auto() -> Device {
+        match Device::first_gpu(false).await {
+            Ok(d) => d,
+            Err(reasons) => {
+                log::warn!("webtensor: no GPU adapter, falling back to the CPU backend ({})", reasons.join("; "));
+                Device::cpu()
+            }
+        }
+    }
+
+    /// The best GPU adapter, software ones (lavapipe) included and never the CPU backend, ignoring
+    /// `WEBTENSOR_BACKEND` (for tests and benchmarks of the GPU path).
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] with each backend's reason when no adapter opens.
+    pub async fn best_gpu_async() -> Result<Device> {
+        Device::first_gpu(true).await.map_err(|r| Error::NoDevice(r.join("; ")))
+    }
+
+    /// Blocking form of [`Device::best_gpu_async`] (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn best_gpu() -> Result<Device> {
+        pollster::block_on(Device::best_gpu_async())
+    }
+
+    /// The best device: the `WEBTENSOR_BACKEND` override if set, else a high-performance hardware GPU adapter
     /// (Vulkan, Metal, DX12, then GL; WebGPU in the browser), else the CPU, with the reason logged at warn level.
+    /// Natively, software adapters (lavapipe, llvmpipe, WARP) rank below the CPU backend, which is many times
+    /// faster than they are; [`Device::with_backend`] or [`Device::best_gpu`] still give them.
     ///
     /// # Errors
     /// Only when `WEBTENSOR_BACKEND` names an unknown backend or one that cannot be created.

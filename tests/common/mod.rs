@@ -21,7 +21,8 @@ pub fn devices() -> &'static [Device] {
             Some(Ok(BackendKind::Cpu)) => None,
             Some(Ok(kind)) => Device::with_backend(kind).ok(),
             Some(Err(e)) => panic!("{e}"),
-            None => Device::best().ok().filter(|d| !d.is_cpu()),
+            // the best GPU adapter, software ones (lavapipe) included: best() ranks those below the CPU
+            None => Device::best_gpu().ok(),
         };
         match gpu {
             Some(d) => {
