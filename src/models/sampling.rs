@@ -68,7 +68,7 @@ impl Sampler {
 
     /// The next token given the logits and the tokens so far (for the repetition penalty).
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
-        let o = self.options.clone();
+        let o = &self.options;
         let mut l = logits.to_vec();
         if o.repetition_penalty != 1.0 {
             let from = history.len().saturating_sub(o.repeat_last_n);
@@ -109,14 +109,14 @@ impl Sampler {
             keep = keep.min(p.iter().take_while(|&&x| x >= o.min_p as f64 * p[0]).count().max(1));
         }
         let total: f64 = p[..keep].iter().sum();
-        let mut r = self.uniform() * total;
+        let (last, mut r) = (cand[keep - 1].0, self.uniform() * total);
         for (i, &x) in p[..keep].iter().enumerate() {
             r -= x;
             if r < 0.0 {
                 return cand[i].0;
             }
         }
-        cand[keep - 1].0
+        last
     }
 }
 

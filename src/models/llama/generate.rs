@@ -101,12 +101,8 @@ impl Llama {
         let text = t.render(messages, true, &self.tokenizer.bos_text, &self.tokenizer.eos_text)?;
         let mut ids = self.tokenizer.encode(&text)?;
         // a template that writes the BOS token itself gets no second one
-        if let (Some(b), true) =
-            (self.tokenizer.bos, !self.tokenizer.bos_text.is_empty() && text.starts_with(&self.tokenizer.bos_text))
-        {
-            if ids.len() > 1 && ids[0] == b && ids[1] == b {
-                ids.remove(0);
-            }
+        if self.tokenizer.bos.is_some() && ids.len() > 1 && ids[0] == ids[1] && Some(ids[0]) == self.tokenizer.bos {
+            ids.remove(0);
         }
         Ok(ids)
     }
