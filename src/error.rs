@@ -10,7 +10,7 @@ pub enum Error {
     /// Two operands' shapes cannot be combined (broadcast, matmul inner dimension, concat).
     #[error("{op}: incompatible shapes {lhs:?} and {rhs:?}: {reason}")]
     ShapeMismatch { op: &'static str, lhs: Vec<usize>, rhs: Vec<usize>, reason: String },
-    /// A shape is invalid for the op (rank, zero-sized dims, element counts).
+    /// A shape is invalid for the op (rank, element counts).
     #[error("{op}: invalid shape {shape:?}: {reason}")]
     InvalidShape { op: &'static str, shape: Vec<usize>, reason: String },
     /// An axis (or permutation, or slice range) is out of range for the tensor's rank or size.

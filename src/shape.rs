@@ -28,17 +28,11 @@ pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     strides
 }
 
-/// Checks rank 0..=4 (rank 0 is a scalar) and non-zero dims; `op` names the caller in the error.
+/// Checks rank 0..=4 (rank 0 is a scalar; a zero dim makes an empty tensor) and the element count;
+/// `op` names the caller in the error.
 pub(crate) fn check_shape(op: &'static str, shape: &[usize]) -> Result<()> {
     if shape.len() > MAX_RANK {
         return Err(Error::InvalidShape { op, shape: shape.to_vec(), reason: format!("rank must be 0..={MAX_RANK}") });
-    }
-    if shape.contains(&0) {
-        return Err(Error::InvalidShape {
-            op,
-            shape: shape.to_vec(),
-            reason: "zero-sized dimensions are not supported".into(),
-        });
     }
     if shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).is_none_or(|n| n > u32::MAX as usize) {
         return Err(Error::InvalidShape {
@@ -102,8 +96,11 @@ impl Layout {
         true
     }
 
-    /// One past the largest storage element this layout touches, in elements.
+    /// One past the largest storage element this layout touches, in elements (0 for an empty layout).
     pub(crate) fn storage_extent(&self) -> usize {
+        if self.shape.contains(&0) {
+            return 0;
+        }
         self.offset + self.shape.iter().zip(&self.strides).map(|(&n, &s)| n.saturating_sub(1) * s).sum::<usize>() + 1
     }
 
@@ -144,12 +141,12 @@ impl Layout {
 
     /// The view `x[.., start..end, ..]` along `axis` (Python slicing with step 1).
     pub(crate) fn slice(&self, axis: usize, start: usize, end: usize) -> Result<Layout> {
-        if axis >= self.rank() || start >= end || end > self.shape[axis] {
+        if axis >= self.rank() || start > end || end > self.shape[axis] {
             return Err(Error::InvalidAxis {
                 op: "slice",
                 axis: axis as isize,
                 shape: self.shape.clone(),
-                reason: format!("range {start}..{end} is empty or out of bounds"),
+                reason: format!("range {start}..{end} is reversed or out of bounds"),
             });
         }
         let mut out = self.clone();

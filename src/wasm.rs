@@ -277,7 +277,7 @@ fn tensors_of(arr: &Array, what: &str) -> Result<Vec<crate::Tensor>, JsError> {
 
 /// A tensor graph under construction: declare inputs, chain ops, then [`Device.compile`](WebDevice::compile)
 /// it. Every op validates its operands at once and throws with the library's message (naming the op and the
-/// shapes) when they do not fit. Shapes are numpy order (outermost first), rank 1 to 4; a negative axis counts
+/// shapes) when they do not fit. Shapes are numpy order (outermost first), rank 0 to 4; a negative axis counts
 /// from the end. All tensors are f32.
 #[wasm_bindgen(js_name = Graph)]
 #[derive(Default)]
@@ -312,7 +312,7 @@ impl WebGraph {
     }
 
     /// Declares an f32 input named `name` of `shape`; its values are given to each `Plan.run`.
-    /// Throws for rank outside 1..=4, a zero dim, or a duplicate name.
+    /// Throws for rank over 4 or a duplicate name (rank 0 is a scalar; a dim of 0 makes an empty tensor).
     pub fn input(
         &mut self,
         name: &str,

@@ -154,6 +154,9 @@ fn matmul_f64(a: &HostTensor, b: &HostTensor, transpose_b: bool) -> (Vec<usize>,
 /// `max |got - want| / max |want|`; a NaN counts as infinite error.
 fn max_rel_error(got: &[f64], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len());
+    if want.is_empty() {
+        return 0.0;
+    }
     let scale = want.iter().fold(0f64, |s, w| s.max(w.abs()));
     got.iter().zip(want).map(|(g, w)| if g.is_nan() { f64::INFINITY } else { (g - w).abs() }).fold(0f64, f64::max)
         / scale
@@ -289,6 +292,30 @@ fn matmul_batched_round_trip() {
     let (a, b) = (rng.tensor(&[3, 5, 7]), rng.tensor(&[3, 6, 7]));
     let b_path = save(&dir, "b3.npy", &b);
     round_trip(&dir, &a, &b, &b_path, true);
+}
+
+/// An empty batch (numpy's `(0, 7) @ (7, 4)`) gives an empty product; an existing output is replaced whole,
+/// and nothing is left beside it.
+#[test]
+fn matmul_empty_batch_replaces_the_output() {
+    let dir = scratch("empty_batch");
+    let mut rng = SplitMix64(11);
+    let (a, b) = (HostTensor::f32(&[0, 7], vec![]).unwrap(), rng.tensor(&[7, 4]));
+    std::fs::write(dir.join("c.npy"), vec![b'x'; 1 << 20]).unwrap();
+    let b_path = save(&dir, "b.npy", &b);
+    round_trip(&dir, &a, &b, &b_path, false);
+    let c = io::read_npy(dir.join("c.npy").to_str().unwrap()).unwrap();
+    assert_eq!(c, HostTensor::f32(&[0, 4], vec![]).unwrap());
+    let mut names: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["a.npy", "b.npy", "c.npy"], "no temporary file left behind");
+    // an output that cannot be replaced (a folder) is one clear error, and stays as it was
+    std::fs::create_dir(dir.join("d.npy")).unwrap();
+    let out = webtensor(&dir, &["matmul", "a.npy", "b.npy", "-o", "d.npy", "--backend", "cpu"]);
+    assert_one_error(&out, 1, &["d.npy"]);
+    assert!(dir.join("d.npy").is_dir());
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 4, "no temporary file left behind");
 }
 
 #[test]

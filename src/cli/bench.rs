@@ -87,7 +87,7 @@ pub struct MatmulArgs {
     /// Timed samples per library and workload, after one warm-up; medians are reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeats: u32,
-    /// Folder for matmul.md, matmul.json and matmul.svg (created if missing).
+    /// Folder for matmul.md, matmul.json and matmul.svg (created if missing; files there are replaced whole).
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
     /// Largest N timed on the CPU (webtensor's CPU backend and numpy); 0 leaves the CPU out.
@@ -290,7 +290,7 @@ fn matmul(args: &MatmulArgs) -> Result<(), CliError> {
     let doc = report::Doc::new(&measured, &devices, &peers.hello, args, started.elapsed());
     let write = |name: &str, text: &str| {
         let path = args.out.join(name);
-        std::fs::write(&path, text).map_err(|e| CliError::Msg(format!("cannot write {}: {e}", path.display())))?;
+        webtensor::io::write_file(&path.display().to_string(), text.as_bytes()).map_err(CliError::from)?;
         Ok::<PathBuf, CliError>(path)
     };
     let md = doc.markdown();

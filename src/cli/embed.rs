@@ -22,7 +22,8 @@ pub struct EmbedArgs {
     /// Print the embeddings as one JSON array of arrays (the default prints one line per text: its first values).
     #[arg(long)]
     json: bool,
-    /// Write the embeddings as an f32 .npy [texts, dim].
+    /// Write the embeddings as an f32 .npy [texts, dim]. An existing file is replaced whole (written beside it,
+    /// then renamed), never left half-written.
     #[arg(long, value_name = "out.npy")]
     npy: Option<String>,
     /// Print the texts sorted by cosine similarity to QUERY, with the scores.

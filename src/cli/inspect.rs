@@ -61,27 +61,20 @@ fn gguf(path: &str) -> Result<String, CliError> {
 }
 
 fn safetensors(path: &str) -> Result<String, CliError> {
-    let fail = |m: String| CliError::Msg(format!("{path}: {m}"));
-    let data = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
-    let (_, meta) = safetensors::SafeTensors::read_metadata(&data)
-        .map_err(|e| fail(format!("not a valid .safetensors file: {e}")))?;
-    let st = safetensors::SafeTensors::deserialize(&data)
-        .map_err(|e| fail(format!("not a valid .safetensors file: {e}")))?;
-    let mut names = st.names();
-    names.sort();
-    let mut out = format!("{path}: safetensors, {} tensors\n", names.len());
-    if let Some(m) = meta.metadata() {
-        for (k, v) in m {
-            out += &format!("  {k}: {v}\n");
-        }
+    let f = webtensor::io::SafetensorsFile::open(path)?;
+    let mut entries: Vec<_> = f.tensors().iter().collect();
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut out = format!("{path}: safetensors, {} tensors\n", entries.len());
+    for (k, v) in f.metadata() {
+        out += &format!("  {k}: {v}\n");
     }
-    for n in names {
-        let t = st.tensor(n).map_err(|e| fail(e.to_string()))?;
+    for t in entries {
         out += &format!(
-            "  {n:<48} {:<5} {:<18} {:>10}\n",
-            format!("{:?}", t.dtype()),
-            format!("{:?}", t.shape()),
-            bytes(t.data().len() as u64)
+            "  {:<48} {:<5} {:<18} {:>10}\n",
+            t.name,
+            t.dtype,
+            format!("{:?}", t.shape),
+            bytes(t.range.len() as u64)
         );
     }
     Ok(out)

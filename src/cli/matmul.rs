@@ -7,14 +7,14 @@ use webtensor::{io, Graph, HostTensor};
 
 #[derive(clap::Args)]
 pub struct MatmulArgs {
-    /// Left operand: file.npy or file.safetensors:tensor.name (f32 or f16, rank 1 to 4).
+    /// Left operand: file.npy or file.safetensors:tensor.name (f32 or f16, rank 1 to 4; a dim may be 0).
     #[arg(value_name = "A")]
     a: String,
-    /// Right operand: file.npy, file.safetensors:tensor.name (f32 or f16, rank 1 to 4) or file.gguf:tensor.name
+    /// Right operand: file.npy, file.safetensors:tensor.name (f32 or f16, rank 1 to 4; a dim may be 0) or file.gguf:tensor.name
     /// (any GGUF dtype, block-quantized ones computed on directly).
     #[arg(value_name = "B")]
     b: String,
-    /// Where to write the product, as .npy.
+    /// Where to write the product, as .npy. An existing file is replaced whole (written beside it, then renamed).
     #[arg(short, long, value_name = "C")]
     output: String,
     /// Multiply by Bᵀ (B's last two axes swapped, read in place): `x @ w.T` for a weight stored [out, in].

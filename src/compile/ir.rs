@@ -296,6 +296,12 @@ impl Program {
     }
 
     /// Size in bytes of the storage owned by `id` (an input or a step).
+    /// True when step `id` has nothing to compute: its output or one of its operands has no elements.
+    pub(crate) fn step_is_empty(&self, id: NodeId) -> bool {
+        let empty = |n: NodeId| self.nodes[n].layout.shape.contains(&0);
+        empty(id) || self.nodes[id].step.srcs().into_iter().any(empty)
+    }
+
     pub(crate) fn storage_bytes(&self, id: NodeId) -> u64 {
         let n = &self.nodes[id];
         n.dtype.bytes_of(n.layout.numel()).map_or(u64::MAX, |b| b as u64)

@@ -81,6 +81,12 @@ pub(crate) fn compile<T: Target>(graph: &Graph, outputs: &[Tensor], target: &T) 
     let mut kernels = Vec::with_capacity(program.steps.len());
     for &s in &program.steps {
         let mut step = Vec::new();
+        // an empty tensor runs no kernel: a step with an empty output or operand has nothing to compute (graph
+        // constructors refuse the ops whose non-empty result would come from an empty operand)
+        if program.step_is_empty(s) {
+            kernels.push(step);
+            continue;
+        }
         for k in target.lower(&program, &memory, s)? {
             step.extend(target.split(k, &program, &memory)?);
         }

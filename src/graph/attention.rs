@@ -83,6 +83,12 @@ impl Graph {
             return Err(Error::ShapeMismatch { op: "attention", lhs: sq, rhs: sk, reason });
         }
         let (h, t, s, dv) = (sq[r - 3], sq[r - 2], sk[r - 2], sv[r - 1]);
+        let out_numel = sq[..r - 1].iter().product::<usize>() * dv;
+        if s * sq[r - 1] == 0 && out_numel > 0 {
+            // softmax over no keys has no value (PyTorch gives NaN): refused rather than computed from nothing
+            let reason = "no keys (KV length 0, or head_dim 0) for a non-empty output".into();
+            return Err(Error::ShapeMismatch { op: "attention", lhs: sq, rhs: sk, reason });
+        }
         let mask = match a.mask {
             Some(m) => {
                 let (im, _, sm) = self.require_float("attention", m)?;

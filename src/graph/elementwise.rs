@@ -211,12 +211,15 @@ impl Graph {
     /// # DTypes
     /// f32 and f16.
     /// # Errors
-    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] when the last axis has odd length.
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] when the last axis has odd length, or for a 0-d x.
     /// # Reference
     /// ggml's `ggml_glu` (`ggml_swiglu(x)`, ...).
     pub fn glu_fused(&mut self, op: GluOp, x: Tensor) -> Result<Tensor> {
         let (_, _, shape) = self.require_float(op.name(), x)?;
-        let n = shape[shape.len() - 1];
+        let Some(&n) = shape.last() else {
+            let reason = "a 0-d tensor has no last axis to halve".into();
+            return Err(Error::InvalidShape { op: op.name(), shape, reason });
+        };
         if n % 2 != 0 {
             return Err(Error::InvalidShape {
                 op: op.name(),

@@ -13,7 +13,7 @@ impl Graph {
     /// table any dtype (the output has it), or a storage format (bf16, block-quantized: a token embedding), whose
     /// rows come out as f32; idx i32.
     /// # Errors
-    /// [`Error::InvalidShape`] for a table of rank ≠ 2 or idx of rank 4; [`Error::UnsupportedDType`] for
+    /// [`Error::InvalidShape`] for a table of rank ≠ 2 or idx of rank 4, or a table of 0 rows with indices; [`Error::UnsupportedDType`] for
     /// non-i32 indices. At run time an index outside `0..V` is an [`Error::BadInput`] on the CPU and gives a row
     /// of zeros on the GPU (which never reads outside the table).
     /// # Reference
@@ -35,6 +35,10 @@ impl Graph {
         let mut shape = si.clone();
         shape.push(st[1]);
         check_shape("get_rows", &shape)?;
+        if st[0] == 0 && shape.iter().product::<usize>() > 0 {
+            let reason = "the table has no rows to gather (numpy's indexing raises IndexError)".into();
+            return Err(Error::InvalidShape { op: "get_rows", shape: st, reason });
+        }
         let out = if dt.is_storage_format() {
             let l = &self.nodes[it].layout;
             if l.strides != [st[1], 1] {
@@ -89,6 +93,15 @@ impl Graph {
             }
             let mut shape = sa.clone();
             shape[ax] += sb[ax];
+            // a side of length 0 along the axis adds nothing (and an empty operand must not reach a kernel whose
+            // output is not empty)
+            if shape == sa {
+                continue;
+            }
+            if shape == sb {
+                acc = x;
+                continue;
+            }
             acc = self.push(Op::Concat { a: ia, b: ib, axis: ax }, da, &shape)?;
         }
         Ok(acc)

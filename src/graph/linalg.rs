@@ -18,7 +18,8 @@ impl Graph {
     /// `t(w)` of a row-major `w [N, K]` (a resident weight, or rows of one); the output then has A's dtype and
     /// the blocks are computed on directly, never dequantized whole.
     /// # Errors
-    /// [`Error::ShapeMismatch`] when K differs or batch dims do not broadcast; [`Error::UnsupportedDType`] for i32,
+    /// [`Error::ShapeMismatch`] when K differs, batch dims do not broadcast, or K = 0 with a non-empty result
+    /// (numpy gives zeros; webtensor refuses it); [`Error::UnsupportedDType`] for i32,
     /// or for a weight in a storage format used otherwise than as `t(w)`; [`Error::InvalidShape`] for a 0-d
     /// operand.
     /// # Reference
@@ -70,6 +71,11 @@ impl Graph {
                 reason: "batch dimensions do not broadcast".into(),
             })?;
         shape.extend([m, n]);
+        if k == 0 && shape.iter().all(|&d| d > 0) {
+            // numpy gives zeros: a constant, not a kernel's result, which webtensor does not compute
+            let reason = "K = 0 with a non-empty result is not supported".into();
+            return Err(Error::ShapeMismatch { op: "matmul", lhs: sa, rhs: sb, reason });
+        }
         let dtype = promote("matmul", (da, &sa), (db, &sb))?;
         self.push(Op::MatMul { a: a.id as usize, b: b.id as usize }, dtype, &shape)
     }

@@ -156,7 +156,8 @@ impl Graph {
     /// Declares a graph input: a tensor whose values are given at each run.
     ///
     /// # Errors
-    /// [`Error::InvalidShape`] for rank outside 1..=4 or a zero dim; [`Error::BadInput`] for a duplicate name.
+    /// [`Error::InvalidShape`] for rank over 4 or more than 2³² elements (rank 0 is a scalar, a dim of 0 an empty
+    /// tensor: steps on empty tensors run no kernel); [`Error::BadInput`] for a duplicate name.
     pub fn input(&mut self, name: &str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
         check_shape("input", shape)?;
         if self.find_input(name).is_some() {

@@ -99,11 +99,17 @@ impl Graph {
     /// # DTypes
     /// f32 and f16, accumulated in f32 (f64 on the CPU); the output has x's dtype, i32 for `argmax`.
     /// # Errors
-    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x, or a last axis of length 0 in a
+    /// non-empty x (numpy's `max` refuses it; its `sum` would give 0, which webtensor does not compute).
     /// # Reference
     /// `torch.sum(x, -1, keepdim=True)`, `torch.mean`, `torch.amax`, `numpy.argmax(x, -1)[..., None]`.
     pub fn reduce(&mut self, op: ReduceOp, x: Tensor) -> Result<Tensor> {
         let (ix, dtype, mut shape) = self.row_operand(op.name(), x)?;
+        if shape.last() == Some(&0) && shape[..shape.len() - 1].iter().all(|&d| d > 0) {
+            // numpy's max/argmax refuse an empty axis; sum and mean would need a constant, not a kernel
+            let reason = "reducing an axis of length 0 to a non-empty result is not supported".into();
+            return Err(Error::InvalidShape { op: op.name(), shape, reason });
+        }
         *shape.last_mut().expect("rank >= 1") = 1;
         self.push(Op::Reduce { op, x: ix }, op.out_dtype(dtype), &shape)
     }

@@ -8,7 +8,7 @@ impl Graph {
     /// The same elements with a new shape (`torch.reshape`): a view when `x` is contiguous, else a copy first.
     ///
     /// # Shapes
-    /// x `[...]` (any rank 1..=4) → `shape`, with the same element count.
+    /// x `[...]` (any rank 0..=4) → `shape`, with the same element count.
     /// # DTypes
     /// Any; the output has x's dtype.
     /// # Errors
@@ -89,7 +89,8 @@ impl Graph {
     /// # DTypes
     /// Any.
     /// # Errors
-    /// [`Error::InvalidAxis`] for a bad axis or an empty or out-of-bounds range.
+    /// [`Error::InvalidAxis`] for a bad axis or a reversed or out-of-bounds range (start > end, or end past the
+    /// dim); start == end gives an empty view.
     /// # Reference
     /// Python slicing with step 1 (`x[:, start:end]`).
     pub fn slice(&mut self, x: Tensor, axis: isize, start: usize, end: usize) -> Result<Tensor> {

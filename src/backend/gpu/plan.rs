@@ -246,7 +246,7 @@ impl GpuPlan {
         gpu.check_alive("compile")?;
         let Buffers { arenas, staging, scratch, .. } = buffers;
         let n_buffers = arenas.len() + 2 + scratch.is_some() as usize;
-        let kernels = kernels.iter().map(|k| k[0].key.kind.name()).collect();
+        let kernels = kernels.iter().filter_map(|k| k.first()).map(|k| k.key.kind.name()).collect();
         Ok(GpuPlan {
             gpu,
             program,

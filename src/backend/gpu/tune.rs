@@ -52,7 +52,8 @@ fn store(key: &str, choice: &str) {
     let _ = std::fs::create_dir_all(path.parent().expect("a file in a folder"));
     let mut text = std::fs::read_to_string(&path).unwrap_or_default();
     text.push_str(&format!("{key} = {choice}\n"));
-    let _ = std::fs::write(&path, text);
+    // replaced whole: a process reading the cache meanwhile sees the old text or the new, never a part
+    let _ = crate::io::write_file(&path.display().to_string(), text.as_bytes());
 }
 
 /// One graph a candidate runs: `a @ b` summed `reps` times (each a dispatch of its own), with A stored [k, m] and

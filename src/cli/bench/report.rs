@@ -378,7 +378,8 @@ impl<'a> Doc<'a> {
         sizes.sort_by(f64::total_cmp);
         sizes.dedup();
         let err = |e: &dyn std::fmt::Display| e.to_string();
-        let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+        let mut svg = String::new();
+        let root = SVGBackend::with_string(&mut svg, (960, 600)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&e))?;
         let mut chart = ChartBuilder::on(&root)
             .caption("matmul throughput, GFLOP/s (higher is better)", ("sans-serif", 22))
@@ -415,6 +416,9 @@ impl<'a> Doc<'a> {
             .draw()
             .map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
+        drop(chart);
+        drop(root);
+        webtensor::io::write_file(&path.display().to_string(), svg.as_bytes()).map_err(|e| err(&e))?;
         Ok(true)
     }
 }

@@ -3,10 +3,9 @@
 //! once; the `bert.` prefix of some checkpoints accepted).
 
 use super::graph::{BertConfig, Layer, Linear, Norm, Weights};
-use crate::{Bytes, DType, Data, Device, Error, HostTensor, Resident, Result};
+use crate::{DType, Data, Device, Error, HostTensor, Resident, Result};
 use serde_json::Value as Json;
 use std::path::Path;
-use std::sync::Arc;
 
 pub(super) fn read_json(path: &Path) -> Result<Json> {
     let p = path.display().to_string();
@@ -45,44 +44,28 @@ pub(super) fn config(path: &Path) -> Result<BertConfig> {
 /// The safetensors file, mapped, with a lookup that uploads one tensor.
 pub(super) struct Tensors {
     path: String,
-    bytes: Bytes,
-    /// name → (shape, byte range)
-    index: std::collections::HashMap<String, (Vec<usize>, std::ops::Range<usize>)>,
+    file: crate::io::SafetensorsFile,
 }
 
 impl Tensors {
     pub(super) fn open(path: &Path) -> Result<Tensors> {
         let p = path.display().to_string();
-        let io = |e: std::io::Error| Error::Io { path: p.clone(), message: e.to_string() };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: read-only private map of a model file (as GgufFile::open)
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        let len = map.len();
-        let bytes = Bytes::from_owner(Arc::new(map), 0..len)?;
-        let st = safetensors::SafeTensors::deserialize(bytes.as_slice())
-            .map_err(|e| Error::Format { path: p.clone(), message: format!("not a valid .safetensors file: {e}") })?;
-        let base = bytes.as_slice().as_ptr() as usize;
-        let mut index = std::collections::HashMap::new();
-        for (name, view) in st.tensors() {
-            if view.dtype() == safetensors::Dtype::F32 {
-                let start = view.data().as_ptr() as usize - base;
-                index.insert(name, (view.shape().to_vec(), start..start + view.data().len()));
-            }
-        }
-        Ok(Tensors { path: p, bytes, index })
+        Ok(Tensors { file: crate::io::SafetensorsFile::open(&p)?, path: p })
     }
 
     fn upload(&self, device: &Device, name: &str, shape: &[usize], f16: bool) -> Result<Resident> {
-        let found = self.index.get(name).or_else(|| self.index.get(&format!("bert.{name}")));
-        let (got, range) =
-            found.ok_or_else(|| Error::Format { path: self.path.clone(), message: format!("no F32 tensor {name}") })?;
+        let found = self.file.entry(name).or_else(|| self.file.entry(&format!("bert.{name}")));
+        let entry = found
+            .filter(|e| e.dtype == "F32")
+            .ok_or_else(|| Error::Format { path: self.path.clone(), message: format!("no F32 tensor {name}") })?;
+        let got = &entry.shape;
         if got != shape {
             return Err(Error::Format {
                 path: self.path.clone(),
                 message: format!("tensor {name} is {got:?}, expected {shape:?}"),
             });
         }
-        let bytes = Bytes::from_owner(Arc::new(self.bytes.clone()), range.clone())?;
+        let bytes = self.file.data(entry)?;
         if f16 && shape.len() == 2 {
             let halves =
                 Data::from_bytes(DType::F32, bytes.as_slice()).to_f32().into_iter().map(half::f16::from_f32).collect();
@@ -122,10 +105,10 @@ pub(super) fn weights(device: &Device, t: &Tensors, c: &BertConfig, f16: bool) -
         })
         .collect::<Result<Vec<_>>>()?;
     let types = t
-        .index
-        .get("embeddings.token_type_embeddings.weight")
-        .or_else(|| t.index.get("bert.embeddings.token_type_embeddings.weight"));
-    let n_types = types.map_or(2, |(s, _)| s[0]);
+        .file
+        .entry("embeddings.token_type_embeddings.weight")
+        .or_else(|| t.file.entry("bert.embeddings.token_type_embeddings.weight"));
+    let n_types = types.and_then(|e| e.shape.first().copied()).unwrap_or(2);
     Ok(Weights {
         word: t.upload(device, "embeddings.word_embeddings.weight", &[c.vocab, e], false)?,
         position: t.upload(device, "embeddings.position_embeddings.weight", &[c.max_positions, e], false)?,
