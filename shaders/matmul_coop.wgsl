@@ -66,8 +66,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let M = P.m;
     let N = P.n;
     let K = P.k;
-    let b1 = wg.z % P.batch1;
-    let b0 = wg.z / P.batch1;
+    let bz = P.batch0 + wg.z; // the batch: dispatches of more batches than z counts start at batch0
+    let b1 = bz % P.batch1;
+    let b0 = bz / P.batch1;
     let sa = P.a_strides;
     let sb = P.b_strides;
     let a_base = P.a_offset + b0 * sa.x + b1 * sa.y;
@@ -104,7 +105,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         workgroupBarrier();
     }
     // this batch's first output element, less the output window's first element when the output is split
-    let c_base = wg.z * M * P.ldc - P.out_window;
+    let c_base = bz * M * P.ldc - P.out_window;
     let scratch = sg * F * F;
 {{STORE}}
 }

@@ -35,8 +35,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     let M = P.m;
     let N = P.n;
     let K = P.k;
-    let b1 = wg.z % P.batch1;
-    let b0 = wg.z / P.batch1;
+    let bz = P.batch0 + wg.z; // the batch: dispatches of more batches than z counts start at batch0
+    let b1 = bz % P.batch1;
+    let b0 = bz / P.batch1;
     let sa = P.a_strides;
     let sb = P.b_strides;
     let a_base = P.a_offset + b0 * sa.x + b1 * sa.y;
@@ -125,7 +126,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     let n0 = P.n0; // first output column of this chunk (a B larger than one binding), else 0
     let ldc = P.ldc; // output row stride: all of the output's columns
     let m0 = P.m0; // first output row of this chunk (an A larger than one binding), else 0
-    let c_base = wg.z * M * ldc - P.out_window; // less the output window's first element when the output is split
+    let c_base = bz * M * ldc - P.out_window; // less the output window's first element when the output is split
     for (var r = 0u; r < RM; r = r + 1u) {
         for (var i = 0u; i < 4u; i = i + 1u) {
             let gm = row0 + r * 64u + ty * 4u + i;

@@ -133,7 +133,9 @@ pub struct Capabilities {
     pub subgroup_size: (u32, u32),
     /// Cooperative-matrix tile shapes, e.g. `16x16x16 f16->f32` (empty when unsupported).
     pub cooperative_matrix: Vec<String>,
-    /// Element types tensors may have on this device.
+    /// Element types tensors may have on this device: f32, f16 and i32 computed on, and the storage formats
+    /// (bf16, ggml's block types) as weights that matmul and get_rows read. f16 is listed whether or not the
+    /// adapter has `shader_f16`: without it f16 tensors are stored packed and unpacked in the shader.
     pub dtypes: Vec<DType>,
 }
 

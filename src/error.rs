@@ -37,8 +37,8 @@ pub enum Error {
     #[error("{op} is not supported on {backend}: {reason}")]
     Unsupported { op: String, backend: String, reason: String },
     /// A size exceeds a device limit that cannot be worked around.
-    #[error("{what}: {size} bytes exceeds the device limit {limit_name} = {limit} bytes")]
-    LimitExceeded { what: String, size: u64, limit_name: &'static str, limit: u64 },
+    #[error("{what}: {size} {unit} exceeds the device limit {limit_name} = {limit} {unit}")]
+    LimitExceeded { what: String, size: u64, unit: &'static str, limit_name: &'static str, limit: u64 },
     /// No adapter or device could be created for the requested backend.
     #[error("no device: {0}")]
     NoDevice(String),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use webtensor::{CompileOptions, DType, Device, Error, Graph, HostTensor};
+use webtensor::{CompileOptions, DType, Data, Device, Error, Graph, HostTensor};
 
 fn msg(r: webtensor::Result<webtensor::Tensor>) -> String {
     r.expect_err("expected an error").to_string()
@@ -291,4 +291,43 @@ fn backend_override_parses() {
         assert_eq!(kind.to_string(), kind.name());
     }
     assert!(Device::with_backend(webtensor::BackendKind::Cpu).unwrap().is_cpu());
+}
+
+/// Every dtype a device lists runs there: f32, f16 and i32 as inputs cast to f32, the storage formats as resident
+/// tables read by get_rows and as weights of a matmul. (GL lists f16, run packed without SHADER_F16.)
+#[test]
+fn every_listed_dtype_runs_on_its_device() {
+    for device in common::devices() {
+        let caps = device.capabilities();
+        for &dt in &caps.dtypes {
+            let mut g = Graph::new();
+            let bs = dt.block_size().max(32);
+            let out = if dt.is_storage_format() {
+                let bytes = vec![0u8; dt.bytes_of(2 * bs).unwrap()];
+                let w = device.upload("w", HostTensor::new(&[2, bs], Data::from_bytes(dt, &bytes)).unwrap()).unwrap();
+                let (w, idx, x) = (
+                    g.resident(&w).unwrap(),
+                    g.input("i", DType::I32, &[1]).unwrap(),
+                    g.input("x", DType::F32, &[1, bs]).unwrap(),
+                );
+                let rows = g.get_rows(w, idx).unwrap();
+                let wt = g.t(w).unwrap();
+                let y = g.matmul(x, wt).unwrap();
+                let mut plan = device.compile(&g, &[rows, y]).unwrap_or_else(|e| panic!("{dt} on {}: {e}", caps.name));
+                let xv = HostTensor::f32(&[1, bs], vec![1.0; bs]).unwrap();
+                let iv = HostTensor::new(&[1], Data::I32(vec![1])).unwrap();
+                plan.run(&[(idx, &iv), (x, &xv)]).unwrap_or_else(|e| panic!("{dt} on {}: {e}", caps.name))
+            } else {
+                let x = g.input("x", dt, &[3]).unwrap();
+                let y = g.cast(x, DType::F32).unwrap();
+                let mut plan = device.compile(&g, &[y]).unwrap_or_else(|e| panic!("{dt} on {}: {e}", caps.name));
+                let xv = HostTensor::new(&[3], Data::from_f64(dt, &[1.0, -2.0, 3.0]).unwrap()).unwrap();
+                plan.run(&[(x, &xv)]).unwrap_or_else(|e| panic!("{dt} on {}: {e}", caps.name))
+            };
+            let values: Vec<f32> = out.iter().flat_map(|t| t.data.to_f32()).collect();
+            let want: Vec<f32> = if dt.is_storage_format() { vec![0.0; bs + 2] } else { vec![1.0, -2.0, 3.0] };
+            assert_eq!(values, want, "{dt} on {}", caps.name);
+        }
+        assert!(caps.dtypes.contains(&DType::F16), "{} runs f16 (packed without SHADER_F16)", caps.name);
+    }
 }

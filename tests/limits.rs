@@ -268,3 +268,73 @@ fn odd_byte_sizes_and_offsets_round_trip() {
         assert_eq!(out[0].data, Data::F16(want), "{}", device.capabilities().name);
     }
 }
+
+/// More batches than one dispatch's z may count (65535): the matmul and the mat-vec kernels (with a fused
+/// epilogue) are dispatched in groups of batches, each batch exact against an f64 reference on every device.
+#[test]
+fn matmul_and_mat_vec_over_more_batches_than_one_dispatch_counts() {
+    for &(batch, m) in &[([2usize, 35_003usize], 1usize), ([1, 70_001], 3)] {
+        let (k, n) = (8, 4);
+        let nb = batch[0] * batch[1];
+        let mut g = Graph::new();
+        let a = g.input("a", DType::F32, &[batch[0], batch[1], m, k]).unwrap();
+        let b = g.input("b", DType::F32, &[batch[0], batch[1], k, n]).unwrap();
+        let bias = g.input("bias", DType::F32, &[n]).unwrap();
+        let c = g.matmul(a, b).unwrap();
+        let c = g.add(c, bias).unwrap();
+        let c = g.relu(c).unwrap();
+        // small integers: every sum exact in f32
+        let av: Vec<f32> = (0..nb * m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+        let bv: Vec<f32> = (0..nb * k * n).map(|i| (i % 5) as f32 - 2.0).collect();
+        let biasv = vec![1.0, -1.0, 2.0, 0.0];
+        let mut want = vec![0f64; nb * m * n];
+        for z in 0..nb {
+            for i in 0..m {
+                for j in 0..n {
+                    let s: f64 = (0..k).map(|l| av[(z * m + i) * k + l] as f64 * bv[(z * k + l) * n + j] as f64).sum();
+                    want[(z * m + i) * n + j] = (s + biasv[j] as f64).max(0.0);
+                }
+            }
+        }
+        let inputs = [
+            HostTensor::f32(&[batch[0], batch[1], m, k], av).unwrap(),
+            HostTensor::f32(&[batch[0], batch[1], k, n], bv).unwrap(),
+            HostTensor::f32(&[n], biasv).unwrap(),
+        ];
+        for device in common::devices() {
+            let mut plan = device.compile(&g, &[c]).unwrap();
+            let out = plan.run(&[(a, &inputs[0]), (b, &inputs[1]), (bias, &inputs[2])]).unwrap();
+            let got = out[0].data.to_f64();
+            let bad = (0..want.len()).find(|&i| got[i] != want[i]);
+            assert_eq!(
+                bad,
+                None,
+                "{batch:?} batches of M = {m} on {}: first wrong element",
+                device.capabilities().name
+            );
+        }
+    }
+}
+
+/// A limit's error says its unit: a count of workgroups is not called bytes (attention over 70,000 heads is
+/// more workgroups along one dimension than the adapter allows).
+#[test]
+fn limit_errors_name_their_unit() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let mut g = Graph::new();
+    let q = g.input("q", DType::F32, &[70_000, 1, 4]).unwrap();
+    let k = g.input("k", DType::F32, &[70_000, 1, 4]).unwrap();
+    let a = webtensor::Attention { scale: 0.5, causal: false, mask: None, kv_len: None };
+    let o = g.attention(q, k, k, &a).unwrap();
+    match device.compile(&g, &[o]) {
+        Err(e @ Error::LimitExceeded { unit: "workgroups", .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("70000 workgroups exceeds") && !msg.contains("bytes"), "{msg}");
+        }
+        Err(e) => panic!("expected a workgroup limit, got {e}"),
+        Ok(_) => println!("SKIPPED: {} dispatches 70,000 workgroups along one dimension", device.capabilities().name),
+    }
+}

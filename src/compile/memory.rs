@@ -103,6 +103,7 @@ impl Planner<'_> {
             return Err(Error::LimitExceeded {
                 what: format!("tensor #{id} ({} {:?})", node.dtype, node.layout.shape),
                 size,
+                unit: "bytes",
                 limit_name: "max_buffer_size",
                 limit: self.limits.max_tensor,
             });

@@ -66,7 +66,7 @@ impl CpuBackend {
                 subgroups: false,
                 subgroup_size: (0, 0),
                 cooperative_matrix: vec![],
-                dtypes: vec![DType::F32, DType::F16, DType::I32],
+                dtypes: DType::ALL.to_vec(),
             },
             id: next_id(),
             resident: Arc::new(AtomicU64::new(0)),
@@ -307,6 +307,7 @@ impl Backend for CpuBackend {
             return Err(Error::LimitExceeded {
                 what,
                 size,
+                unit: "bytes",
                 limit_name: "the CPU backend's largest tensor",
                 limit: MAX_TENSOR_BYTES,
             });
@@ -359,6 +360,7 @@ fn compile(graph: &Graph, outputs: &[Tensor], options: &CompileOptions, device: 
             return Err(Error::LimitExceeded {
                 what: format!("input {} {:?} on the CPU backend", n.dtype, n.layout.shape),
                 size,
+                unit: "bytes",
                 limit_name: "the CPU backend's largest tensor",
                 limit: MAX_TENSOR_BYTES,
             });

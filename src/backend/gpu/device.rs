@@ -101,10 +101,8 @@ pub(crate) fn capabilities(adapter: &wgpu::Adapter) -> Capabilities {
     #[cfg(target_arch = "wasm32")]
     let coop = vec![];
     let shader_f16 = f.contains(wgpu::Features::SHADER_F16);
-    let mut dtypes = vec![DType::F32, DType::I32];
-    if shader_f16 {
-        dtypes.insert(1, DType::F16);
-    }
+    // f16 without SHADER_F16 is stored packed in u32 words and unpacked in the shader: it runs all the same
+    let dtypes = DType::ALL.to_vec();
     Capabilities {
         backend: backend_kind(info.backend),
         name: info.name.clone(),

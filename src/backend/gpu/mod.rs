@@ -83,7 +83,7 @@ impl Backend for Arc<GpuBackend> {
         if size > self.caps.max_buffer_bytes {
             let what = format!("{name} ({dtype} {shape:?})");
             let limit = self.caps.max_buffer_bytes;
-            return Err(Error::LimitExceeded { what, size, limit_name: "max_buffer_size", limit });
+            return Err(Error::LimitExceeded { what, size, unit: "bytes", limit_name: "max_buffer_size", limit });
         }
         #[cfg(not(target_arch = "wasm32"))]
         let _serial = self.serialize();

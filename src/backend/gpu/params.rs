@@ -147,7 +147,9 @@ params! {
         m0: u32,
         /// Index of the output binding's first element when the output is bound as a window.
         out_window: u32,
-        _pad0: u32,
+        /// First batch of this dispatch: workgroup z is batch `batch0 + z` (more batches than one dispatch's
+        /// z may count are dispatched in groups).
+        batch0: u32,
         _pad1: u32,
         /// Strides of epilogue operand k, broadcast to C's coordinates (b0, b1, m, n).
         epi_strides: [[u32; 4]; 5],

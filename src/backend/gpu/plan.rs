@@ -110,7 +110,13 @@ async fn allocate(
     for (what, size) in sizes.chain(others) {
         if size > caps.max_buffer_bytes {
             let limit = caps.max_buffer_bytes;
-            return Err(Error::LimitExceeded { what: what.into(), size, limit_name: "max_buffer_size", limit });
+            return Err(Error::LimitExceeded {
+                what: what.into(),
+                size,
+                unit: "bytes",
+                limit_name: "max_buffer_size",
+                limit,
+            });
         }
     }
     let validation = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);

@@ -60,6 +60,7 @@ fn tiles(d: u32, dv: u32, t: usize, max_shared: u32) -> Result<(u32, u32)> {
         || Error::LimitExceeded {
             what: format!("attention with head dims {d}/{dv}: workgroup memory of its smallest tile"),
             size: shared_bytes(d, dv, br, 4) as u64,
+            unit: "bytes",
             limit_name: "max_compute_workgroup_storage_size",
             limit: max_shared as u64,
         },
@@ -144,6 +145,7 @@ pub(super) fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarge
         return Err(Error::LimitExceeded {
             what: format!("attention over {splits} splits, {h} heads and {z} query blocks: workgroups per dimension"),
             size: splits.max(h).max(z) as u64,
+            unit: "workgroups",
             limit_name: "max_compute_workgroups_per_dimension",
             limit: t.max_groups as u64,
         });

@@ -57,6 +57,7 @@ fn groups(s: &MatmulShape, g: u64, what: &str, max_groups: u32) -> Result<u32> {
         return Err(Error::LimitExceeded {
             what: format!("matmul [{}, {}, {}] x {} batches: {what} = {g} workgroups", s.m, s.k, s.n, s.batches),
             size: g,
+            unit: "workgroups",
             limit_name: "max_compute_workgroups_per_dimension",
             limit: max_groups as u64,
         });
@@ -76,7 +77,8 @@ pub(crate) fn choose(
 ) -> Result<(KernelKind, [u32; 3])> {
     let MatmulKernels { tiled: choice, coop } = t.matmul;
     let (a, b) = if scalar_only { (None, None) } else { vec4_layouts(s) };
-    let z = groups(s, s.batches as u64, "batches", t.max_groups)?;
+    // batches past one dispatch's z count are dispatched in groups (see `lower`)
+    let z = s.batches.min(t.max_groups.max(1) as usize) as u32;
     if s.m == 1 && a == Some(true) {
         if let Some(b_ncontig) = b {
             let per_group = if b_ncontig { 64 } else { 8 };
@@ -112,7 +114,8 @@ pub(crate) fn choose(
     Ok((KernelKind::MatMul { epi }, [gx, gy, z]))
 }
 
-/// Lowers matmul step `id` (`a @ b`, optionally with a fused epilogue over extra operands) to a dispatch.
+/// Lowers matmul step `id` (`a @ b`, optionally with a fused epilogue over extra operands) to dispatches: one,
+/// or one per group of batches when there are more than a dispatch's z may count.
 pub(super) fn lower(
     program: &Program,
     id: NodeId,
@@ -120,7 +123,7 @@ pub(super) fn lower(
     b: NodeId,
     epilogue: Option<&(Expr, Vec<NodeId>)>,
     t: &GpuTarget,
-) -> Result<Dispatch> {
+) -> Result<Vec<Dispatch>> {
     let nodes = &program.nodes;
     let shape = &nodes[id].layout.shape;
     let r = shape.len();
@@ -173,5 +176,12 @@ pub(super) fn lower(
     let f16_operands = nodes[a].dtype == DType::F16 && nodes[b].dtype == DType::F16;
     let (kind, workgroups) = choose(&ms, epi, scalar_only, f16_operands, t)?;
     let key = KernelKey::new(kind, nodes[id].dtype, ins);
-    Ok(dispatch(key, Params::MatmulParams(p), bindings, workgroups))
+    let per = workgroups[2] as usize;
+    let groups = (0..batches).step_by(per.max(1)).map(|b0| {
+        let mut wg = workgroups;
+        wg[2] = per.min(batches - b0) as u32;
+        let params = MatmulParams { batch0: b0 as u32, ..p };
+        dispatch(key.clone(), Params::MatmulParams(params), bindings.clone(), wg)
+    });
+    Ok(groups.collect())
 }

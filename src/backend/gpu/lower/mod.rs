@@ -74,7 +74,11 @@ impl Target for GpuTarget {
                 return Ok(ds);
             }
             Step::Elementwise { expr, srcs } => elementwise::lower(program, id, expr, srcs, self)?,
-            Step::MatMul { a, b, epilogue } => matmul::lower(program, id, *a, *b, epilogue.as_ref(), self)?,
+            Step::MatMul { a, b, epilogue } => {
+                let mut ds = matmul::lower(program, id, *a, *b, epilogue.as_ref(), self)?;
+                ds.iter_mut().for_each(|d| self.finish(d, memory));
+                return Ok(ds);
+            }
             Step::Row { .. } | Step::Reduce { .. } => rows::lower(program, id, self)?,
             Step::GetRows { table, idx } => gather::get_rows(program, id, *table, *idx, self)?,
             Step::Concat { a, b, axis } => gather::concat(program, id, *a, *b, *axis, self)?,

@@ -100,7 +100,13 @@ impl Splitter<'_> {
     }
 
     fn too_big(&self, what: String, size: u64) -> Error {
-        Error::LimitExceeded { what, size, limit_name: "max_storage_buffer_binding_size", limit: self.max_binding }
+        Error::LimitExceeded {
+            what,
+            size,
+            unit: "bytes",
+            limit_name: "max_storage_buffer_binding_size",
+            limit: self.max_binding,
+        }
     }
 
     fn chunk(&self, params: Params, windows: Vec<Option<(u64, u64)>>, workgroups: [u32; 3]) -> Dispatch {

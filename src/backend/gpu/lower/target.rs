@@ -46,6 +46,7 @@ pub(crate) fn grid(what: &str, groups: u64, max_per_dim: u32) -> Result<[u32; 3]
         return Err(Error::LimitExceeded {
             what: format!("{what}: {groups} workgroups"),
             size: groups,
+            unit: "workgroups",
             limit_name: "max_compute_workgroups_per_dimension squared",
             limit: max * max,
         });
