@@ -65,6 +65,42 @@ fn value(xb: u32, mb: u32, j: u32) -> f32 {
     return v;
 }
 
+/// x_j·scale + mask_j less x_k·scale + mask_k, each part's difference first (see the softmax below).
+fn relative(xb: u32, mb: u32, j: u32, xk: f32, mk: f32) -> f32 {
+    return (load_x(xb, j) * P.scale - xk) + (load_mask(mb, j) - mk);
+}
+
+/// The index of the row's largest value (the first of equals; 0 for a row of NaN), for every invocation.
+fn row_argmax(xb: u32, mb: u32, lid: u32) -> u32 {
+    var best = -3.402823466e38;
+    var arg = 0xffffffffu;
+    for (var j = lid; j < P.n; j = j + WG) {
+        let v = value(xb, mb, j);
+        if (arg == 0xffffffffu || v > best) {
+            best = v;
+            arg = j;
+        }
+    }
+    red[lid] = best;
+    red_i[lid] = arg;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            let o = lid + s;
+            let take = red_i[o] != 0xffffffffu && (red_i[lid] == 0xffffffffu || red[o] > red[lid] ||
+                (red[o] == red[lid] && red_i[o] < red_i[lid]));
+            if (take) {
+                red[lid] = red[o];
+                red_i[lid] = red_i[o];
+            }
+        }
+        workgroupBarrier();
+    }
+    let k = red_i[0];
+    workgroupBarrier();
+    return select(k, 0u, k == 0xffffffffu);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -80,32 +116,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let mb = at(rc, P.mask_strides, P.mask_offset);
 
     if (OP == ARGMAX) {
-        var best = -3.402823466e38;
-        var arg = 0xffffffffu;
-        for (var j = lid; j < N; j = j + WG) {
-            let v = value(xb, mb, j);
-            if (arg == 0xffffffffu || v > best) {
-                best = v;
-                arg = j;
-            }
-        }
-        red[lid] = best;
-        red_i[lid] = arg;
-        workgroupBarrier();
-        for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-            if (lid < s) {
-                let o = lid + s;
-                let take = red_i[o] != 0xffffffffu && (red_i[lid] == 0xffffffffu || red[o] > red[lid] ||
-                    (red[o] == red[lid] && red_i[o] < red_i[lid]));
-                if (take) {
-                    red[lid] = red[o];
-                    red_i[lid] = red_i[o];
-                }
-            }
-            workgroupBarrier();
-        }
+        let k = row_argmax(xb, mb, lid);
         if (lid == 0u) {
-            st_out(row + P.out_offset, {{OUT_C}}(red_i[0]));
+            st_out(row + P.out_offset, {{OUT_C}}(k));
         }
         return;
     }
@@ -133,21 +146,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     let ob = row * N + P.out_offset;
     if (OP == SOFTMAX) {
-        var m = -3.402823466e38;
-        for (var j = lid; j < N; j = j + WG) {
-            let v = value(xb, mb, j);
-            m = max(m, v);
-        }
-        // a row of -inf: max stays at the lowest f32 and every exp underflows to 0 below
-        let mx = row_max(m, lid);
+        // each value relative to the row's largest, at index k, as (x_j·scale − x_k·scale) + (mask_j − mask_k):
+        // both differences are taken before they are added, so a large mask (−65504 on every key) does not round
+        // x·scale away first (two f16 or f32 mask values differ exactly in f32)
+        let k = row_argmax(xb, mb, lid);
+        let xk = load_x(xb, k) * P.scale;
+        let mk = load_mask(mb, k);
+        // a row of -inf (every key masked) gives zeros
+        let masked = xk + mk < -3.402823466e38;
         var s = 0.0;
         for (var j = lid; j < N; j = j + WG) {
-            s = s + exp(value(xb, mb, j) - mx);
+            s = s + exp(relative(xb, mb, j, xk, mk));
         }
         let total = row_sum(s, lid);
         let inv = select(0.0, 1.0 / total, total > 0.0);
         for (var j = lid; j < N; j = j + WG) {
-            st_out(ob + j, {{OUT_C}}(exp(value(xb, mb, j) - mx) * inv));
+            st_out(ob + j, {{OUT_C}}(select(exp(relative(xb, mb, j, xk, mk)) * inv, 0.0, masked)));
         }
         return;
     }

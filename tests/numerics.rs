@@ -85,6 +85,28 @@ fn softmax_rows_of_neg_inf_and_lowest() {
     }
 }
 
+/// A mask far from zero (f16's lowest, −65504, on every key): `x·scale + mask` must not be rounded at that
+/// magnitude (ulp 2⁻⁸ in f32) before the row's maximum is subtracted. Rows: the mask −65504 everywhere, −65504
+/// with some −inf, −65504 beside 0 (those keys vanish), and a mask of mixed large values.
+#[test]
+fn masked_softmax_keeps_precision_at_large_mask_offsets() {
+    let n = 67;
+    let x: Vec<f64> = (0..4 * n).map(|i| ((i * 37 % 101) as f64 - 50.0) / 7.0).collect();
+    let low = -65504.0;
+    let mut mask = vec![low; n];
+    mask.extend((0..n).map(|j| if j % 3 == 0 { f64::NEG_INFINITY } else { low }));
+    mask.extend((0..n).map(|j| if j % 2 == 0 { 0.0 } else { low }));
+    mask.extend((0..n).map(|j| -60000.0 - (j % 4) as f64 * 1024.0));
+    let cases = vec![Case::new(
+        "softmax/mask-at-f16-lowest",
+        vec![inp_given(F32, &[4, n], x), inp_given(webtensor::DType::F16, &[4, n], mask)],
+        |g, x| g.softmax_ext(x[0], Some(x[1]), 0.5),
+        |x| r::softmax(&x[0], Some(&x[1]), 0.5),
+    )
+    .tol(1e-10)];
+    run_suite("softmax-mask-offsets", &cases);
+}
+
 #[test]
 fn reductions_over_a_million_elements() {
     let n = 1_000_000;
