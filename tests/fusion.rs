@@ -271,3 +271,106 @@ fn transformer_block_memory_within_1_1x_of_live_tensors() {
         );
     }
 }
+
+// ---- fusion keeps dtype semantics ---------------------------------------------------------------------------
+
+/// One fused form: a graph, its inputs' values, and the kernel name its fused plan must use.
+struct Form {
+    name: &'static str,
+    graph: Graph,
+    inputs: Vec<(Tensor, webtensor::HostTensor)>,
+    out: Tensor,
+    kernel: &'static str,
+}
+
+fn f16_values(shape: &[usize], f: impl Fn(usize) -> f32) -> webtensor::HostTensor {
+    let n: usize = shape.iter().product();
+    let v = (0..n).map(|i| half::f16::from_f32(f(i))).collect();
+    webtensor::HostTensor::new(shape, webtensor::Data::F16(v)).unwrap()
+}
+
+/// Graphs whose f16 intermediates overflow (or round) where the graph keeps them: each fused form of the GPU
+/// (elementwise chain, matmul and mat-vec epilogues, the cooperative-matrix epilogue) over values for which
+/// every op is exact, so that fused, unfused and CPU must agree bit for bit.
+fn forms() -> Vec<Form> {
+    let mut v = Vec::new();
+    // sqr then scale in f16: 300² = 90000 overflows f16 before the scale brings it back into range
+    let mut g = Graph::new();
+    let x = g.input("x", webtensor::DType::F16, &[4, 33]).unwrap();
+    let y = g.sqr(x).unwrap();
+    let y = g.scale(y, 0.5).unwrap();
+    let out = g.cast(y, F32).unwrap();
+    let xv = f16_values(&[4, 33], |i| [300.0, 10.0, -256.0, 2049.0][i % 4]);
+    v.push(Form { name: "f16 sqr, scale, cast", graph: g, inputs: vec![(x, xv)], out, kernel: "elementwise" });
+    // f16 matmuls whose sums pass 65504 (and round: 2049·k is not an f16 for some k), then bias and a cast to f32
+    for (name, m, kernel) in [("f16 matmul + bias, cast", 8, "matmul"), ("f16 mat-vec + bias, cast", 1, "matvec")] {
+        let (k, n) = (64, 32);
+        let mut g = Graph::new();
+        let a = g.input("a", webtensor::DType::F16, &[m, k]).unwrap();
+        let w = g.input("w", webtensor::DType::F16, &[n, k]).unwrap();
+        let b = g.input("b", webtensor::DType::F16, &[n]).unwrap();
+        let wt = g.t(w).unwrap();
+        let c = g.matmul(a, wt).unwrap();
+        let c = g.add(c, b).unwrap();
+        let out = g.cast(c, F32).unwrap();
+        let av = f16_values(&[m, k], |i| if i % 2 == 0 { 64.0 } else { 8.0 });
+        let wv = f16_values(&[n, k], |i| [32.0, 2.0, 1.0, 0.5][(i / k) % 4]);
+        let bv = f16_values(&[n], |j| [-40.0, 1.0, 0.0, 3.0][j % 4]);
+        v.push(Form { name, graph: g, inputs: vec![(a, av), (w, wv), (b, bv)], out, kernel });
+    }
+    v
+}
+
+/// Runs `f` on `device` with fusion on and off; returns both results' bits and the fused plan's kernels.
+fn fused_and_unfused(
+    device: &webtensor::Device,
+    f: &Form,
+    matmul: Option<webtensor::gpu::MatmulChoice>,
+) -> (Vec<u32>, Vec<u32>, Vec<String>) {
+    let inputs: Vec<(Tensor, &webtensor::HostTensor)> = f.inputs.iter().map(|(t, v)| (*t, v)).collect();
+    let run = |no_fusion| {
+        let options = CompileOptions { poison: true, no_fusion, matmul, ..Default::default() };
+        let mut plan = device.compile_with(&f.graph, &[f.out], &options).unwrap();
+        let out = plan.run(&inputs).unwrap();
+        (out[0].data.to_f32().iter().map(|v| v.to_bits()).collect::<Vec<u32>>(), plan.stats())
+    };
+    let ((fused, stats), (unfused, unfused_stats)) = (run(false), run(true));
+    assert!(
+        stats.dispatches < unfused_stats.dispatches || device.is_cpu(),
+        "{}: fused on {}",
+        f.name,
+        device.capabilities().name
+    );
+    (fused, unfused, stats.kernels)
+}
+
+#[test]
+fn fusion_keeps_every_intermediate_in_its_dtype() {
+    let cpu = webtensor::Device::cpu();
+    for f in forms() {
+        let (want, cpu_unfused, _) = fused_and_unfused(&cpu, &f, None);
+        assert_eq!(want, cpu_unfused, "{}: CPU fused vs unfused", f.name);
+        assert!(want.iter().any(|&b| f32::from_bits(b).is_infinite()), "{}: some value overflows f16", f.name);
+        for device in common::devices().iter().filter(|d| !d.is_cpu()) {
+            let (fused, unfused, kernels) = fused_and_unfused(device, &f, None);
+            let dev = &device.capabilities().name;
+            assert!(kernels.iter().any(|k| k.starts_with(f.kernel)), "{}: {kernels:?} on {dev}", f.name);
+            assert_eq!(fused, unfused, "{}: fused vs unfused on {dev}", f.name);
+            assert_eq!(fused, want, "{}: {dev} vs the CPU backend", f.name);
+        }
+    }
+    // the cooperative-matrix epilogue (emulated where the adapter has no cooperative matrices; f16 operands need
+    // SHADER_F16, which GL lacks)
+    let Some(gpu) = common::gpu().filter(|g| g.capabilities().shader_f16) else {
+        println!("SKIPPED: the cooperative-matrix epilogue needs a GPU with SHADER_F16");
+        return;
+    };
+    let coop = webtensor::testing::device_with_emulated_coop(gpu.capabilities().backend).unwrap();
+    let choice = webtensor::gpu::MatmulChoice::Coop(webtensor::gpu::COOP_CONFIGS[0]);
+    let f = forms().into_iter().find(|f| f.kernel == "matmul").unwrap();
+    let (want, _, _) = fused_and_unfused(&cpu, &f, None);
+    let (fused, unfused, kernels) = fused_and_unfused(&coop, &f, Some(choice));
+    assert!(kernels.iter().any(|k| k.starts_with("matmul_coop")), "{kernels:?}");
+    assert_eq!(fused, unfused, "coop epilogue: fused vs unfused");
+    assert_eq!(fused, want, "coop epilogue vs the CPU backend");
+}

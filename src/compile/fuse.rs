@@ -7,9 +7,14 @@
 //! its own strides broadcast to the output's shape. When one leaf is a matmul of the same shape with no other
 //! consumer, the expression moves into that matmul's store (its epilogue), which runs where the expression's
 //! root was scheduled, so every other leaf is ready.
+//!
+//! Fusion never changes a result: every intermediate keeps the dtype the graph gave it (each backend rounds an
+//! f16 node of an expression to f16, and a matmul's product to its dtype before its epilogue), so a fused plan
+//! gives the unfused plan's values, overflow to inf included.
 
-use super::ir::{Expr, Program, Step};
+use super::ir::{ElemOp, Expr, Program, Step};
 use crate::graph::NodeId;
+use crate::DType;
 
 /// Most operands one fused elementwise kernel reads (bounded by its uniform block).
 pub(crate) const MAX_LEAVES: usize = 6;
@@ -123,8 +128,13 @@ pub(crate) fn fuse(mut p: Program) -> Program {
         match host {
             Some((k, l)) if leaves.len() - 1 <= MAX_EPILOGUE_LEAVES => {
                 let Step::MatMul { a, b, .. } = p.nodes[l].step else { unreachable!() };
+                // the product keeps the matmul's dtype: an f16 matmul's sum rounds (and overflows) to f16 first
+                let acc = match p.nodes[l].dtype {
+                    DType::F16 => Expr::Node { op: ElemOp::Cast, args: vec![Expr::Acc], dtype: DType::F16 },
+                    _ => Expr::Acc,
+                };
                 expr = expr.map_leaves(&mut |j| match j.cmp(&k) {
-                    std::cmp::Ordering::Equal => Expr::Acc,
+                    std::cmp::Ordering::Equal => acc.clone(),
                     std::cmp::Ordering::Greater => Expr::Leaf(j - 1),
                     std::cmp::Ordering::Less => Expr::Leaf(j),
                 });

@@ -8,13 +8,19 @@ use crate::DType;
 
 const ELEMENTWISE: &str = include_str!("../../../../shaders/elementwise.wgsl");
 
-/// The WGSL of one expression node over its rendered arguments, computed in f32 (i32 for integer kernels).
-pub(crate) fn node(op: ElemOp, _dtype: DType, args: &[String]) -> String {
-    match op {
+/// The WGSL of one expression node over its rendered arguments, computed in f32 (i32 for integer kernels); an
+/// f16 node is rounded to f16 (`f16_round`, `shaders/f16_round.wgsl`), so that a fused kernel gives what storing the node would.
+pub(crate) fn node(op: ElemOp, dtype: DType, args: &[String]) -> String {
+    let v = match op {
         ElemOp::Unary { op, a, b } => op.wgsl(&args[0], a, b),
         ElemOp::Binary(op) => op.wgsl(&args[0], &args[1]),
         ElemOp::Glu(op) => op.wgsl(&args[0], &args[1]),
         ElemOp::Cast => args[0].clone(),
+    };
+    if dtype == DType::F16 {
+        format!("f16_round({v})")
+    } else {
+        v
     }
 }
 

@@ -19,6 +19,7 @@ use super::params::{
 };
 
 const COMMON: &str = include_str!("../../../../shaders/common.wgsl");
+const F16_ROUND: &str = include_str!("../../../../shaders/f16_round.wgsl");
 
 /// The family's `struct Params` and its uniform binding.
 fn params_decl(kind: &KernelKind) -> String {
@@ -68,6 +69,8 @@ impl KernelKey {
                 attention::wgsl(self, bindings)
             }
         };
-        format!("{enable}{}{COMMON}\n{body}", params_decl(&self.kind))
+        // an f16 intermediate of a fused expression is rounded by `f16_round` (only where used: it needs packing)
+        let round = if body.contains("f16_round(") { F16_ROUND } else { "" };
+        format!("{enable}{}{COMMON}\n{round}{body}", params_decl(&self.kind))
     }
 }
