@@ -210,6 +210,59 @@ fn views_joins_and_gathers_follow_numpy() {
         .unwrap();
 }
 
+/// The model-building constructors (rope, attention, masked softmax, set_rows and copy_into into a state,
+/// scale and clamp) over random operands: each returns an `Error` or a tensor of the shape its rule gives, never a
+/// panic; legal operands (rope of `[T, H, D]` at `[T]`, attention of matching heads) are accepted.
+#[test]
+fn model_ops_follow_their_shape_rules() {
+    let device = webtensor::Device::cpu();
+    let strategy = (dims(), dims(), dims(), 0..DTYPES.len(), 0usize..9, any::<bool>());
+    TestRunner::new(cfg(2000))
+        .run(&strategy, |(sa, sb, sc, d, nd, causal)| {
+            let dt = DTYPES[d];
+            let mut g = Graph::new();
+            let (Ok(a), Ok(b), Ok(c)) = (g.input("a", dt, &sa), g.input("b", dt, &sb), g.input("c", dt, &sc)) else {
+                return Ok(());
+            };
+            let pos = g.input("pos", DType::I32, &sb).unwrap();
+            let rope =
+                webtensor::Rope { n_dims: nd, mode: webtensor::RopeMode::Normal, freq_base: 1e4, freq_scale: 1.0 };
+            let r = no_panic("rope", || g.rope(a, pos, &rope))?;
+            let fits = (sa.len() == 3 || sa.len() == 4) && sb.len() == 1 && sb[0] == sa[sa.len() - 3];
+            let legal = fits && dt == DType::F32 && nd > 0 && nd % 2 == 0 && nd <= sa[sa.len() - 1];
+            check(&g, &format!("rope {sa:?} at {sb:?}, n_dims {nd}"), r, fits.then(|| sa.clone()), legal)?;
+            let att = webtensor::Attention { scale: 0.5, causal, mask: None, kv_len: None };
+            let r = no_panic("attention", || g.attention(a, b, c, &att))?;
+            if let Ok(t) = r {
+                let (h, tq) = (sa[sa.len() - 3], sa[sa.len() - 2]);
+                let want = [&sa[..sa.len() - 3], &[tq, h, sc[sc.len() - 1]][..]].concat();
+                prop_assert_eq!(g.shape(t).unwrap(), &want[..], "attention {:?} {:?} {:?}", sa, sb, sc);
+            }
+            let r = no_panic("softmax_ext", || g.softmax_ext(a, Some(b), 0.5))?;
+            let want = (!sa.is_empty() && broadcast(&sb, &sa).as_deref() == Some(&sa[..])).then(|| sa.clone());
+            check(&g, &format!("softmax_ext {sa:?} mask {sb:?}"), r, want, false)?;
+            for (name, r) in [
+                ("scale", no_panic("scale", || g.scale(a, 2.0))?),
+                ("clamp", no_panic("clamp", || g.clamp(a, -1.0, 1.0))?),
+            ] {
+                check(&g, name, r, Some(sa.clone()), dt == DType::F32)?;
+            }
+            // a state as the destination
+            let Ok(state) = device.state("s", DType::F32, &sa) else { return Ok(()) };
+            let dst = g.state(&state).unwrap();
+            let idx = g.input("idx", DType::I32, &sb).unwrap();
+            let r = no_panic("set_rows", || g.set_rows(dst, idx, c))?;
+            let legal =
+                sa.len() == 2 && sb.len() == 1 && sc.len() == 2 && sc[0] == sb[0] && sc[1] == sa[1] && dt == DType::F32;
+            check(&g, &format!("set_rows {sa:?} {sb:?} {sc:?}"), r, legal.then(|| sa.clone()), legal)?;
+            let r = no_panic("copy_into", || g.copy_into(dst, c))?;
+            let ok = broadcast(&sc, &sa).as_deref() == Some(&sa[..]);
+            check(&g, &format!("copy_into {sa:?} {sc:?}"), r, ok.then(|| sa.clone()), ok && dt == DType::F32)?;
+            Ok(())
+        })
+        .unwrap();
+}
+
 /// Values for an input of `shape`: small integers, exact in f16 and in every sum the graphs below make.
 fn values(shape: &[usize], seed: u64) -> HostTensor {
     let n: usize = shape.iter().product();

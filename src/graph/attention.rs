@@ -15,7 +15,7 @@ impl Graph {
     /// # DTypes
     /// x f32 or f16 (the output has its dtype); pos i32.
     /// # Errors
-    /// [`Error::InvalidShape`] for another rank, an odd `n_dims` or one above D; [`Error::ShapeMismatch`] when
+    /// [`Error::InvalidShape`] for another rank, an `n_dims` of 0, odd, or above D; [`Error::ShapeMismatch`] when
     /// pos is not `[T]`; [`Error::UnsupportedDType`] for i32 x or non-i32 positions.
     /// # Reference
     /// ggml_rope_ext (modes normal and neox, `ext_factor = 0`, `attn_factor = 1`).
