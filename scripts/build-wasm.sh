@@ -14,15 +14,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target-wasm}"
 
+# the quick checks first, before the long install: the target, then the tools
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    echo "build-wasm: the wasm32-unknown-unknown target is missing: rustup target add wasm32-unknown-unknown" >&2
+    exit 1
+fi
+command -v python3 >/dev/null || { echo "build-wasm: python3 is needed (package.json, the server)" >&2; exit 1; }
+
 wb_version=$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
 [ -n "$wb_version" ] || { echo "build-wasm: wasm-bindgen not found in Cargo.lock" >&2; exit 1; }
 have=$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }' || true)
 if [ "$have" != "$wb_version" ]; then
-    echo "build-wasm: installing wasm-bindgen-cli $wb_version (found '${have:-none}')" >&2
+    echo "build-wasm: installing wasm-bindgen-cli $wb_version (found '${have:-none}'): once, about 6 minutes on 2 cores" >&2
     # No --locked: one of its locked dependencies is no longer on the registry.
     cargo install wasm-bindgen-cli --version "$wb_version"
 fi
 
+echo "build-wasm: building the library for wasm32 (release; about 2.5 minutes on 2 cores the first time)" >&2
 cargo build --lib --release --target wasm32-unknown-unknown --no-default-features
 rm -rf pkg
 wasm-bindgen --target web --out-dir pkg --out-name webtensor \

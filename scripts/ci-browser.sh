@@ -22,5 +22,8 @@ step "e2e packages (npm ci in tests/e2e)"
 step "TypeScript check of pkg/webtensor.d.ts"
 (cd tests/e2e && npx tsc -p tsconfig.json)
 
+step "the package in Node.js (tests/e2e/node.mjs)"
+node tests/e2e/node.mjs 2>&1 | tee artifacts/node.log
+
 step "demo end to end (tests/e2e/demo.mjs)"
 node tests/e2e/demo.mjs 2>&1 | tee artifacts/e2e.log

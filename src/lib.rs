@@ -75,6 +75,12 @@ pub use run::{Fetch, Value};
 pub use shape::MAX_RANK;
 pub use tensor::{Data, HostTensor};
 
+/// The `log` target of webtensor's announcements of work that can take seconds (tuning the matmul kernels,
+/// building a plan's pipelines, loading a model): one line before each, at info level, saying whether it happens
+/// once and where its result is cached. The CLI shows them by default; `RUST_LOG=webtensor::progress=off` hides
+/// them.
+pub const PROGRESS_LOG: &str = "webtensor::progress";
+
 /// Internals exposed for the test suite (WGSL variants for naga validation, the kernel parameter layouts). Not a
 /// stable API.
 #[doc(hidden)]

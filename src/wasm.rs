@@ -622,7 +622,7 @@ impl WebPlan {
                 )));
             }
             for ((name, t, shape), v) in self.inputs.iter().zip(arr.iter()) {
-                out.push((*t, HostTensor::f32(shape, value_of(name, v)?).map_err(|e| bad_len(name, e))?));
+                out.push((*t, host(name, shape, value_of(name, v)?)?));
             }
         } else if inputs.is_object() {
             let obj: &Object = inputs.unchecked_ref();
@@ -643,7 +643,7 @@ impl WebPlan {
                         reason: format!("missing (expected float32 {shape:?})"),
                     }));
                 }
-                out.push((*t, HostTensor::f32(shape, value_of(name, v)?).map_err(|e| bad_len(name, e))?));
+                out.push((*t, host(name, shape, value_of(name, v)?)?));
             }
         } else {
             return Err(JsError::new("run: inputs must be an object keyed by input name or an array of Float32Array"));
@@ -652,8 +652,14 @@ impl WebPlan {
     }
 }
 
-fn bad_len(name: &str, e: Error) -> JsError {
-    js_err(Error::BadInput { name: name.into(), reason: e.to_string() })
+/// Input `name`'s values as a tensor of `shape`, or an error saying how many values it has and needs.
+fn host(name: &str, shape: &[usize], v: Vec<f32>) -> Result<HostTensor, JsError> {
+    let want: usize = shape.iter().product();
+    if v.len() != want {
+        let reason = format!("has {} values, its shape {shape:?} holds {want}", v.len());
+        return Err(js_err(Error::BadInput { name: name.into(), reason }));
+    }
+    HostTensor::f32(shape, v).map_err(js_err)
 }
 
 // ---- one-call matmul ------------------------------------------------------------------------------
@@ -682,8 +688,18 @@ pub async fn matmul(
     let key = backend.clone().unwrap_or_else(|| "auto".into()).to_ascii_lowercase();
     let kind = parse_backend(backend)?;
     let (m, k, n) = (m as usize, k as usize, n as usize);
-    let av = HostTensor::f32(&[m, k], a.to_vec()).map_err(|e| bad_len("a", e))?;
-    let bv = HostTensor::f32(&[k, n], b.to_vec()).map_err(|e| bad_len("b", e))?;
+    for (name, len, shape) in [("a", a.length(), [m, k]), ("b", b.length(), [k, n])] {
+        let want = shape[0] as u64 * shape[1] as u64;
+        if len as u64 != want {
+            let reason = format!(
+                "matmul(a, b, m = {m}, k = {k}, n = {n}): {name} has {len} values, {} × {} = {want} expected",
+                shape[0], shape[1]
+            );
+            return Err(js_err(Error::BadInput { name: name.into(), reason }));
+        }
+    }
+    let av = HostTensor::f32(&[m, k], a.to_vec()).map_err(js_err)?;
+    let bv = HostTensor::f32(&[k, n], b.to_vec()).map_err(js_err)?;
     let cached = DEVICES.with(|d| d.borrow().get(&key).cloned());
     let device = match cached {
         Some(d) => d,

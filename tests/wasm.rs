@@ -271,7 +271,8 @@ async fn bindings_matmul_on_both_backends() {
     }
     let e = webtensor::wasm::matmul(a, b, 2, 2, 2, Some("cpu".into())).await.unwrap_err();
     let msg = message(e.into());
-    assert!(msg.contains("input 'a'") && msg.contains("6 values"), "{msg}");
+    assert!(msg.contains("input 'a'") && msg.contains("6 values") && msg.contains("m = 2, k = 2"), "{msg}");
+    assert!(!msg.contains("HostTensor"), "no internal name: {msg}");
 }
 
 #[wasm_bindgen_test]

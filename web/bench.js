@@ -40,9 +40,10 @@ const MAX_REPS = 5;
 
 /**
  * Times C = A·B for n×n matrices on `device`: compile once, one warm-up run, then timed runs (upload, dispatch
- * and readback each). Resolves to { c, ms (median per run), reps, compileMs, gflops }.
+ * and readback each). Resolves to { c, ms (median per run), reps, compileMs, gflops }. When `shouldStop()`
+ * turns true, no further run starts: the runs so far give the figure (the warm-up run's alone if need be).
  */
-export async function benchMatmul(Graph, device, n, a, b, onProgress = () => {}) {
+export async function benchMatmul(Graph, device, n, a, b, onProgress = () => {}, shouldStop = () => false) {
   const g = new Graph();
   const ta = g.input("a", [n, n]);
   const tb = g.input("b", [n, n]);
@@ -57,11 +58,11 @@ export async function benchMatmul(Graph, device, n, a, b, onProgress = () => {})
     let [c] = await plan.run({ a, b });
     const first = performance.now() - t1;
     const times = [];
-    if (first >= LONG_RUN_MS) {
+    if (first >= LONG_RUN_MS || shouldStop()) {
       times.push(first);
     } else {
       const end = performance.now() + TARGET_MS;
-      while (times.length < MAX_REPS && (times.length === 0 || performance.now() < end)) {
+      while (times.length < MAX_REPS && (times.length === 0 || (performance.now() < end && !shouldStop()))) {
         onProgress(`timed run ${times.length + 1}`);
         const s = performance.now();
         [c] = await plan.run({ a, b });

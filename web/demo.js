@@ -25,23 +25,35 @@ function setStatus(text, state) {
 
 // ---- the CPU worker ---------------------------------------------------------------------------------
 
-const worker = new Worker(new URL("./cpu-worker.js", import.meta.url), { type: "module" });
+let worker;
 let nextId = 1;
 const pending = new Map();
-worker.onmessage = (e) => {
+let workerError = null;
+function onWorkerMessage(e) {
   const { id, progress, ok, error } = e.data;
   const p = pending.get(id);
   if (!p) return;
   if (progress !== undefined) return p.onProgress?.(progress);
   pending.delete(id);
   ok ? p.resolve(e.data) : p.reject(new Error(error));
-};
-let workerError = null;
-worker.onerror = (e) => {
-  workerError = new Error(`CPU worker failed: ${e.message || "could not start"}`);
-  for (const p of pending.values()) p.reject(workerError);
+}
+function startWorker() {
+  worker = new Worker(new URL("./cpu-worker.js", import.meta.url), { type: "module" });
+  worker.onmessage = onWorkerMessage;
+  worker.onerror = (e) => {
+    workerError = new Error(`CPU worker failed: ${e.message || "could not start"}`);
+    for (const p of pending.values()) p.reject(workerError);
+    pending.clear();
+  };
+}
+/** Stops the CPU step in flight at once: the worker is terminated (its wasm instance with it) and restarted. */
+function abortWorker() {
+  worker.terminate();
+  for (const p of pending.values()) p.reject(new Error("stopped"));
   pending.clear();
-};
+  startWorker();
+}
+startWorker();
 function callWorker(msg, onProgress, transfer = []) {
   return new Promise((resolve, reject) => {
     if (workerError) return reject(workerError);
@@ -72,10 +84,9 @@ function infoList(title, info, extra = {}) {
   };
   const rows = {
     backend: info.backend,
-    adapter: info.name || "(not reported)",
-    ...extra,
+    adapter: info.name || extra.adapter || "not reported by the browser",
     type: info.deviceType,
-    driver: info.driver || "—",
+    driver: info.driver || "not reported by the browser",
     ...gpuLimits,
     dtypes: info.dtypes.join(", "),
   };
@@ -85,17 +96,25 @@ function infoList(title, info, extra = {}) {
   return `<strong>${title}</strong><dl>${dl}</dl>`;
 }
 
-async function browserAdapterInfo() {
-  // The browser's own description of the adapter, shown next to the library's (Chrome often leaves the name
-  // empty for privacy but reports vendor and architecture).
+/** The browser's own adapter: `null` when it exposes none, else its info (vendor, architecture, description). */
+async function browserAdapter() {
   try {
     const a = await navigator.gpu.requestAdapter();
-    const i = a?.info;
-    return i ? [i.vendor, i.architecture, i.description].filter(Boolean).join(" / ") : "";
+    if (!a) return null;
+    const i = a.info ?? {};
+    const text = [i.vendor, i.architecture, i.device, i.description].filter(Boolean).join(" / ");
+    // SwiftShader (Chrome's CPU fallback) reports vendor "google", architecture "swiftshader"; others say cpu
+    const software = /swiftshader|llvmpipe|lavapipe|software|warp/i.test(text) || a.isFallbackAdapter === true;
+    return { text, software };
   } catch {
-    return "";
+    return null;
   }
 }
+
+const NO_WEBGPU_ADVICE =
+  "Use a browser with WebGPU (Chrome or Edge 113 or later, Safari 26, Firefox 141 on Windows). On Linux, Chrome " +
+  "needs the --enable-unsafe-webgpu flag (or chrome://flags/#enable-unsafe-webgpu); chrome://gpu shows WebGPU's " +
+  "status. Running on the CPU (wasm) only.";
 
 function seedBlock(label, values) {
   const ok = values.length === SEED.length && values.every((v, i) => v === SEED[i]);
@@ -108,22 +127,33 @@ function seedBlock(label, values) {
 async function setup() {
   await init();
   setStatus("Creating devices…");
+  const adapter = "gpu" in navigator ? await browserAdapter() : null;
   if (!("gpu" in navigator)) {
-    demo.gpuError = "this browser does not expose WebGPU (navigator.gpu is missing)";
+    demo.gpuError = "this browser exposes no WebGPU (navigator.gpu is missing)";
+  } else if (!adapter) {
+    demo.gpuError = "this browser exposes no WebGPU adapter (requestAdapter() gave none)";
   } else {
     try {
       demo.gpu = await Device.create("webgpu");
     } catch (e) {
-      demo.gpuError = e.message;
+      demo.gpuError = "WebGPU could not create a device";
+      console.info(`webtensor: Device.create("webgpu"): ${e.message}`);
     }
   }
   if (demo.gpu) {
     const info = demo.gpu.info();
-    const browser = await browserAdapterInfo();
     demo.gpuInfo = info.toJSON();
-    $("#adapter-gpu").innerHTML = infoList("WebGPU", info, browser ? { "browser reports": browser } : {});
+    demo.gpuSoftware = adapter.software || info.deviceType === "cpu";
+    const extra = { adapter: adapter.text };
+    $("#adapter-gpu").innerHTML = infoList("WebGPU", info, extra);
+    if (demo.gpuSoftware) {
+      $("#sw-note").textContent =
+        `The WebGPU adapter here is a software one (${adapter.text || "the browser's CPU fallback"}): it runs ` +
+        "the GPU's work on the CPU, so WebGPU is expected to be far slower than the wasm CPU backend on this " +
+        "machine. A hardware adapter needs a GPU and driver the browser accepts (see chrome://gpu).";
+    }
   } else {
-    $("#gpu-note").textContent = `WebGPU is not available: ${demo.gpuError}. Running on the CPU only.`;
+    $("#gpu-note").textContent = `WebGPU is not available: ${demo.gpuError}. ${NO_WEBGPU_ADVICE}`;
     $("#adapter-gpu").innerHTML = `<strong>WebGPU</strong>: not available`;
     $("#use-webgpu").checked = false;
     $("#use-webgpu").disabled = true;
@@ -196,6 +226,45 @@ function renderRow(r) {
 }
 
 let stopRequested = false;
+/** The step in flight: { backend, n, started }, for Stop's message and the ticking status. */
+let current = null;
+/** Seconds each backend took for its last size, to estimate the next (a matmul's time grows as n³). */
+const lastTime = {};
+
+function estimate(backend, n) {
+  const prev = lastTime[backend];
+  if (!prev) return "";
+  const s = prev.s * (n / prev.n) ** 3;
+  return s >= 1 ? `, about ${s < 10 ? s.toFixed(1) : s.toFixed(0)} s expected` : "";
+}
+
+/** What a finished or stopped run compared: sizes where both ran and agree, and sizes one backend skipped. */
+function summary(useGpu, useCpu) {
+  const agree = demo.results.filter((r) => r.cmp?.agree).map((r) => r.n);
+  const partial = demo.results.filter((r) => (r.webgpu || r.cpu) && !r.cmp && useGpu && useCpu);
+  const parts = [];
+  if (agree.length) parts.push(`WebGPU and CPU agree for n = ${agree.join(", ")}`);
+  for (const r of partial) {
+    const ran = r.webgpu ? "WebGPU" : "CPU";
+    const missing = r.webgpu ? "the CPU" : "WebGPU";
+    parts.push(`n = ${r.n} ran on ${ran} only (${missing} did not run, so nothing was compared)`);
+  }
+  return parts.join("; ");
+}
+
+async function runStep(backend, n, a, b, step) {
+  current = { backend, n, started: performance.now() };
+  try {
+    if (backend === "WebGPU") {
+      return await benchMatmul(Graph, demo.gpu, n, a, b, (p) => step(backend, p), () => stopRequested);
+    }
+    step(backend, "starting");
+    return await callWorker({ type: "bench", n, a, b }, (p) => step(backend, p));
+  } finally {
+    lastTime[backend] = { n, s: (performance.now() - current.started) / 1000 };
+    current = null;
+  }
+}
 
 async function runBenchmark() {
   let sizes;
@@ -220,6 +289,21 @@ async function runBenchmark() {
   progress.max = steps;
   progress.value = 0;
   const t0 = performance.now();
+  let what = "";
+  const render = () => {
+    const total = ((performance.now() - t0) / 1000).toFixed(1);
+    const inStep = current ? ((performance.now() - current.started) / 1000).toFixed(1) : "0.0";
+    const text = `${what} (step ${Math.min(done + 1, steps)} of ${steps}: ${inStep} s in this step, ${total} s in all)`;
+    if (!stopRequested) setStatus(`Running… ${text}`, "running");
+    $("#progress-text").textContent = text;
+  };
+  // the elapsed times tick while a step runs, however long it is
+  const ticker = setInterval(render, 250);
+  let stoppedDuring = "";
+  const step = (backend, p) => {
+    what = `n = ${current?.n ?? ""}: ${backend} ${p}${estimate(backend, current?.n ?? 0)}`;
+    render();
+  };
 
   for (const n of sizes) {
     if (stopRequested) break;
@@ -231,36 +315,27 @@ async function runBenchmark() {
     renderRow(r);
     const a = randomMatrix(n * n, 1234 + n);
     const b = randomMatrix(n * n, 5678 + n);
-    const step = (backend, what) => {
-      const text = `n = ${n}: ${backend} ${what} (step ${done + 1} of ${steps}, ${((performance.now() - t0) / 1000).toFixed(1)} s)`;
-      setStatus(`Running… ${text}`, "running");
-      $("#progress-text").textContent = text;
-    };
-    if (useGpu) {
+    for (const backend of [useGpu && "WebGPU", useCpu && "CPU"].filter(Boolean)) {
+      if (stopRequested) break;
       try {
-        const res = await benchMatmul(Graph, demo.gpu, n, a, b, (p) => step("WebGPU", p));
-        r.webgpu = { ms: res.ms, gflops: res.gflops, reps: res.reps, compileMs: res.compileMs };
-        r.cGpu = res.c;
+        const res = await runStep(backend, n, a, b, step);
+        const key = backend === "WebGPU" ? "webgpu" : "cpu";
+        r[key] = { ms: res.ms, gflops: res.gflops, reps: res.reps, compileMs: res.compileMs };
+        r[key === "webgpu" ? "cGpu" : "cCpu"] = res.c;
+        done++;
       } catch (e) {
-        r.webgpuError = "error";
-        r.error = `WebGPU n=${n}: ${e.message}`;
+        if (stopRequested) {
+          stoppedDuring = `the ${backend} step of n = ${n}`;
+        } else {
+          r[backend === "WebGPU" ? "webgpuError" : "cpuError"] = "error";
+          r.error = `${backend} n=${n}: ${e.message}`;
+          done++;
+        }
       }
-      progress.value = ++done;
+      progress.value = done;
       renderRow(r);
       drawChart();
       await sleep(0);
-    }
-    if (useCpu && !stopRequested) {
-      try {
-        step("CPU", "starting");
-        const res = await callWorker({ type: "bench", n, a, b }, (p) => step("CPU", p));
-        r.cpu = { ms: res.ms, gflops: res.gflops, reps: res.reps, compileMs: res.compileMs };
-        r.cCpu = res.c;
-      } catch (e) {
-        r.cpuError = "error";
-        r.error = `CPU n=${n}: ${e.message}`;
-      }
-      progress.value = ++done;
     }
     if (r.cGpu && r.cCpu) r.cmp = compare(r.cGpu, r.cCpu);
     delete r.cGpu; // keep memory bounded over many runs
@@ -269,16 +344,22 @@ async function runBenchmark() {
     drawChart();
     await sleep(0); // let the page paint between sizes
   }
+  clearInterval(ticker);
 
   $("#run").disabled = false;
   $("#stop").disabled = true;
   const errors = demo.results.filter((r) => r.error).map((r) => r.error);
   const disagree = demo.results.filter((r) => r.cmp && !r.cmp.agree).map((r) => r.n);
   const secs = ((performance.now() - t0) / 1000).toFixed(1);
+  const compared = summary(useGpu, useCpu);
   $("#progress-text").textContent = "";
   if (errors.length) setStatus(`Finished with errors in ${secs} s: ${errors.join("; ")}`, "error");
   else if (disagree.length) setStatus(`Finished in ${secs} s, but WebGPU and CPU disagree for n = ${disagree.join(", ")}`, "error");
-  else setStatus(`${stopRequested ? "Stopped" : "Done"} in ${secs} s${useGpu && useCpu ? ": WebGPU and CPU agree" : ""}.`, "done");
+  else if (stopRequested) {
+    const where = stoppedDuring ? ` during ${stoppedDuring}` : "";
+    setStatus(`Stopped after ${secs} s${where}, ${done} of ${steps} steps run${compared ? `: ${compared}` : ""}.`, "done");
+  }
+  else setStatus(`Done in ${secs} s${compared ? `: ${compared}` : ""}.`, "done");
 }
 
 // ---- chart (plain SVG) --------------------------------------------------------------------------------
@@ -288,16 +369,19 @@ function drawChart() {
   const W = 720, H = 320, L = 60, R = 20, T = 30, B = 50;
   const pts = demo.results.filter((r) => r.webgpu || r.cpu);
   const series = [
-    { key: "webgpu", label: "WebGPU", color: "var(--gpu)" },
+    { key: "webgpu", label: demo.gpuSoftware ? "WebGPU (software adapter)" : "WebGPU", color: "var(--gpu)" },
     { key: "cpu", label: "CPU (wasm)", color: "var(--cpu)" },
-  ];
+  ].filter((s) => s.key !== "webgpu" || demo.gpu); // no WebGPU, no WebGPU series
   const vals = pts.flatMap((r) => series.map((s) => r[s.key]?.gflops)).filter((v) => v > 0);
   const maxG = Math.max(0, ...vals);
   const minG = Math.min(...vals);
   // A log axis when the backends differ by more than 20x (a software GPU next to a fast CPU, or the reverse).
   const log = vals.length > 1 && maxG / minG > 20;
   const P = 30; // keeps the first and last points clear of the axes
-  const x = (i) => L + P + (pts.length <= 1 ? (W - L - R - 2 * P) / 2 : (i * (W - L - R - 2 * P)) / (pts.length - 1));
+  // sizes on a log axis: 256, 300 and 1000 stand where their ratios put them
+  const ns = pts.map((r) => Math.log(r.n));
+  const [n0, n1] = [Math.min(...ns), Math.max(...ns)];
+  const x = (i) => L + P + (n1 === n0 ? (W - L - R - 2 * P) / 2 : ((ns[i] - n0) * (W - L - R - 2 * P)) / (n1 - n0));
   const ticks = [];
   let y;
   if (log) {
@@ -318,7 +402,7 @@ function drawChart() {
   pts.forEach((r, i) => {
     out.push(`<text x="${x(i)}" y="${H - B + 18}" text-anchor="middle" font-size="11" fill="#374151">${r.n}</text>`);
   });
-  out.push(`<text x="${(L + W - R) / 2}" y="${H - 10}" text-anchor="middle" font-size="12" fill="#374151">matrix size n (n×n · n×n)</text>`);
+  out.push(`<text x="${(L + W - R) / 2}" y="${H - 10}" text-anchor="middle" font-size="12" fill="#374151">matrix size n (n×n · n×n, log scale)</text>`);
   out.push(`<text x="14" y="${(T + H - B) / 2}" text-anchor="middle" font-size="12" fill="#374151" transform="rotate(-90 14 ${(T + H - B) / 2})">GFLOP/s${log ? " (log)" : ""}</text>`);
   series.forEach((s, si) => {
     const p = pts.map((r, i) => (r[s.key] ? [x(i), y(r[s.key].gflops), r[s.key].gflops] : null)).filter(Boolean);
@@ -327,8 +411,8 @@ function drawChart() {
       out.push(`<circle cx="${a}" cy="${b}" r="4" fill="${s.color}"/>`);
       out.push(`<text x="${a}" y="${b - 8}" text-anchor="middle" font-size="10" fill="${s.color}">${v.toFixed(v < 10 ? 2 : 1)}</text>`);
     }
-    out.push(`<rect x="${L + 10 + si * 120}" y="8" width="12" height="12" fill="${s.color}"/>`);
-    out.push(`<text x="${L + 28 + si * 120}" y="18" font-size="12" fill="#374151">${s.label}</text>`);
+    out.push(`<rect x="${L + 10 + si * 200}" y="8" width="12" height="12" fill="${s.color}"/>`);
+    out.push(`<text x="${L + 28 + si * 200}" y="18" font-size="12" fill="#374151">${s.label}</text>`);
   });
   if (!pts.length) out.push(`<text x="${W / 2}" y="${H / 2}" text-anchor="middle" fill="#6b7280">Run a benchmark to draw the chart.</text>`);
   svg.innerHTML = out.join("");
@@ -359,7 +443,15 @@ $("#run").addEventListener("click", () => runBenchmark());
 $("#stop").addEventListener("click", () => {
   stopRequested = true;
   $("#stop").disabled = true;
-  setStatus("Stopping after the current step…", "running");
+  if (current?.backend === "CPU") {
+    abortWorker(); // a CPU step stops at once
+    setStatus("Stopping…", "running");
+  } else if (current) {
+    // a GPU dispatch cannot be interrupted: the step ends after the run in flight
+    setStatus(`Stopping: waiting for the WebGPU run in flight (n = ${current.n}) to finish; a GPU dispatch cannot be interrupted.`, "running");
+  } else {
+    setStatus("Stopping…", "running");
+  }
 });
 drawChart();
 const autorun = applyUrl();

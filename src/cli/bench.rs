@@ -281,13 +281,21 @@ fn matmul(args: &MatmulArgs) -> Result<(), CliError> {
         pb.set_style(style.progress_chars("=> "));
     }
     let mut measured = Vec::new();
+    let mut load = report::load_average();
     for &work in &works {
         pb.set_message(format!("{}: preparing", work.title()));
         measured.push(measure(args, work, &devices, &mut peers, &pb)?);
+        load = match (load, report::load_average()) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
     }
     pb.finish_and_clear();
+    for w in report::noise_warnings(&measured, load) {
+        eprintln!("warning: {w}");
+    }
 
-    let doc = report::Doc::new(&measured, &devices, &peers.hello, args, started.elapsed());
+    let doc = report::Doc::new(&measured, &devices, &peers.hello, args, started.elapsed(), load);
     let write = |name: &str, text: &str| {
         let path = args.out.join(name);
         webtensor::io::write_file(&path.display().to_string(), text.as_bytes()).map_err(CliError::from)?;
@@ -305,6 +313,15 @@ fn matmul(args: &MatmulArgs) -> Result<(), CliError> {
     outln!();
     emit(&md);
     Ok(())
+}
+
+/// ` (software)` for a software adapter (lavapipe, llvmpipe, WARP), named as one wherever its figures appear.
+fn software_suffix(d: &Device) -> &'static str {
+    if !d.is_cpu() && d.capabilities().device_type == webtensor::DeviceType::Cpu {
+        " (software)"
+    } else {
+        ""
+    }
 }
 
 /// Times `work` with every library that applies: webtensor on each device, then the peers, one sample each
@@ -328,7 +345,7 @@ fn measure(
     for d in devices {
         let c = d.capabilities();
         let entry = |outcome| Entry {
-            label: format!("webtensor {}", c.backend),
+            label: format!("webtensor {}{}", c.backend, software_suffix(d)),
             ours: true,
             on_cpu: c.device_type == webtensor::DeviceType::Cpu,
             outcome,

@@ -55,6 +55,7 @@ pub fn run(args: &EmbedArgs) -> Result<(), CliError> {
     let chosen = choose_device(args.backend)?;
     let t = std::time::Instant::now();
     let options = EmbedderOptions { f16_weights: args.f16, ..Default::default() };
+    eprintln!("loading {} on {} ...", args.model, describe(&chosen.device));
     let mut e = SentenceEmbedder::load(&chosen.device, &args.model, options)?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let t1 = std::time::Instant::now();

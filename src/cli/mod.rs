@@ -147,7 +147,9 @@ fn install_panic_hook() {
 /// The CLI's entry point: parse, run, report.
 pub fn main() -> ExitCode {
     install_panic_hook();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).format_timestamp(None).init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,webtensor::progress=info"))
+        .format_timestamp(None)
+        .init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

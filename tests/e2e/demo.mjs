@@ -4,7 +4,11 @@
 //   1. with WebGPU (--enable-unsafe-webgpu): runs one size on WebGPU and on the wasm CPU backend, checks that
 //      they agree, that the seed example's result is shown for both, that the chart has both points, that
 //      .wasm is served as application/wasm and that the page never stalls; saves artifacts/demo.png.
-//   2. without WebGPU: the page must say so and still run on the CPU; saves artifacts/demo-no-webgpu.png.
+//   2. without WebGPU: the page must say so, say what to do, drop WebGPU from the chart and still run on the
+//      CPU; saves artifacts/demo-no-webgpu.png.
+//   3. Stop: during a WebGPU step and during a CPU step; the elapsed time ticks while a step runs, Stop takes
+//      effect within the run in flight (CPU: at once), and the status says what was and was not compared.
+//   4. at a phone's width (400 px): nothing wider than the screen; saves artifacts/demo-400px.png.
 //
 //   scripts/build-wasm.sh && (cd tests/e2e && npm ci) && node tests/e2e/demo.mjs
 //
@@ -101,6 +105,8 @@ async function visit(url, { webgpu, screenshot }) {
       status: document.querySelector("#status").textContent,
       state: document.querySelector("#status").dataset.state,
       gpuNote: document.querySelector("#gpu-note").textContent,
+      swNote: document.querySelector("#sw-note").textContent,
+      legend: document.querySelector("#chart").textContent,
       seed: document.querySelector("#seed").innerText,
       seedOk: [...document.querySelectorAll("#seed [data-backend]")].map((e) => [e.dataset.backend, e.dataset.ok]),
       adapter: document.querySelector("#adapter-gpu").innerText,
@@ -127,12 +133,16 @@ async function visit(url, { webgpu, screenshot }) {
         if (!s.seedOk.some(([name, ok]) => name === b && ok === "true")) fail(`seed on ${b}: ${JSON.stringify(s.seedOk)}`);
       }
       if (!(r.webgpu?.gflops > 0)) fail(`no WebGPU result: ${JSON.stringify(r)}`);
+      if (/not reported/.test(s.adapter.split("\n").find((l) => /adapter/.test(l)) ?? "")) fail(`adapter not named: ${s.adapter}`);
+      if (!/software/.test(s.swNote)) fail(`the page does not say the adapter (SwiftShader) is a software one: "${s.swNote}"`);
       if (!r.cmp?.agree) fail(`WebGPU and CPU disagree: ${JSON.stringify(r.cmp)}`);
       if (!/\d/.test(row.split(/\t/)[6] ?? "")) fail(`no max error shown: ${row}`);
       if (s.chartPoints !== 2) fail(`chart shows ${s.chartPoints} points, expected one per backend`);
     } else {
       if (s.hasGpu) fail("WebGPU was found although Chromium ran without --enable-unsafe-webgpu");
       if (!/WebGPU is not available/.test(s.gpuNote)) fail(`the page does not say that WebGPU is missing: "${s.gpuNote}"`);
+      if (!/enable-unsafe-webgpu/.test(s.gpuNote) || /not requested/.test(s.gpuNote)) fail(`no advice, or wgpu's internals: "${s.gpuNote}"`);
+      if (/WebGPU/.test(s.legend)) fail(`the chart still has a WebGPU series: "${s.legend}"`);
       if (!s.seedOk.some(([name, ok]) => name === "CPU" && ok === "true")) fail(`seed on CPU: ${JSON.stringify(s.seedOk)}`);
       if (s.chartPoints !== 1) fail(`chart shows ${s.chartPoints} points, expected the CPU's`);
     }
@@ -145,6 +155,82 @@ async function visit(url, { webgpu, screenshot }) {
   }
 }
 
+/** A fresh headless Chromium (WebGPU on) with a page at `viewport`; `use(page)` runs the checks. */
+async function withPage(label, viewport, use) {
+  const profile = mkdtempSync(join(tmpdir(), "webtensor-e2e-"));
+  let context;
+  try {
+    context = await chromium.launchPersistentContext(profile, {
+      executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+      headless: true,
+      viewport,
+      args: [...FLAGS, "--enable-unsafe-webgpu"],
+    });
+    const page = context.pages()[0] ?? (await context.newPage());
+    await use(page);
+  } catch (e) {
+    throw new Error(`[${label}] ${e.message}`);
+  } finally {
+    await context?.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
+}
+
+const state = (page) => page.evaluate(() => document.querySelector("#status").dataset.state);
+const statusText = (page) => page.evaluate(() => document.querySelector("#status").textContent);
+
+/** Runs `sizes` on `backends`, clicks Stop once `backend`'s step for the last size runs, checks what follows. */
+async function stopDuring(url, backend, sizes) {
+  await withPage(`stop during ${backend}`, { width: 1200, height: 900 }, async (page) => {
+    await page.goto(`${url}?sizes=${sizes.join(",")}`);
+    await page.waitForFunction(() => document.querySelector("#status").dataset.state === "ready", null, { timeout: timeoutMs });
+    if (backend === "CPU") await page.uncheck("#use-webgpu");
+    await page.click("#run");
+    const last = sizes[sizes.length - 1];
+    await page.waitForFunction(
+      ([b, n]) => document.querySelector("#progress-text").textContent.startsWith(`n = ${n}: ${b}`),
+      [backend, last],
+      { timeout: timeoutMs, polling: 50 },
+    );
+    // the elapsed time ticks while the step runs
+    const before = await page.textContent("#progress-text");
+    await page.waitForTimeout(700);
+    const after = await page.textContent("#progress-text");
+    if (before === after) fail(`the status did not change over 0.7 s: "${after}"`);
+    const t = Date.now();
+    await page.click("#stop");
+    const waiting = await statusText(page);
+    await page.waitForFunction(() => document.querySelector("#status").dataset.state === "done", null, { timeout: timeoutMs, polling: 50 });
+    const took = (Date.now() - t) / 1000;
+    const text = await statusText(page);
+    console.log(`[stop during ${backend}] stopped in ${took.toFixed(1)} s; while waiting: "${waiting}"; then: "${text}"`);
+    if (!/^Stopped/.test(text)) fail(`status after Stop: "${text}"`);
+    if (backend === "CPU" && took > 2) fail(`a CPU step took ${took.toFixed(1)} s to stop (it is terminated at once)`);
+    if (backend === "CPU" && !new RegExp(`during the CPU step of n = ${last}, 1 of 2 steps run`).test(text)) {
+      fail(`does not say which step was stopped: "${text}"`);
+    }
+    if (backend === "WebGPU") {
+      if (!/waiting for the WebGPU run in flight/.test(waiting)) fail(`Stop did not say what it waits for: "${waiting}"`);
+      if (new RegExp(`agree for n = [\\d, ]*\\b${last}\\b`).test(text)) fail(`claims agreement for n = ${last}: "${text}"`);
+      if (!new RegExp(`n = ${last} ran on WebGPU only`).test(text)) fail(`does not say n = ${last} was not compared: "${text}"`);
+    }
+  });
+}
+
+/** At 400 px the page fits the screen: nothing scrolls sideways. */
+async function narrow(url) {
+  await withPage("400 px", { width: 400, height: 800 }, async (page) => {
+    await page.goto(`${url}?sizes=64&autorun=1`);
+    await page.waitForFunction(() => ["done", "error"].includes(document.querySelector("#status").dataset.state), null, { timeout: timeoutMs });
+    const shot = join(artifacts, "demo-400px.png");
+    await page.screenshot({ path: shot, fullPage: true });
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    console.log(`[400 px] page width ${width} px; screenshot ${shot}`);
+    if (width > 400) fail(`the page is ${width} px wide at a 400 px viewport (it scrolls sideways)`);
+    if ((await state(page)) !== "done") fail(`ended as: ${await statusText(page)}`);
+  });
+}
+
 async function main() {
   if (!existsSync(join(root, "pkg/webtensor.js"))) fail("pkg/ is missing: run scripts/build-wasm.sh first");
   rmSync(join(root, "web/pkg"), { recursive: true, force: true });
@@ -153,6 +239,9 @@ async function main() {
   try {
     await visit(url, { webgpu: true, screenshot: join(artifacts, "demo.png") });
     await visit(url, { webgpu: false, screenshot: join(artifacts, "demo-no-webgpu.png") });
+    await stopDuring(url, "WebGPU", [64, 1024]);
+    await stopDuring(url, "CPU", [64, 1536]);
+    await narrow(url);
   } finally {
     proc.kill();
   }

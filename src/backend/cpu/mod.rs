@@ -52,7 +52,11 @@ impl CpuBackend {
         CpuBackend {
             caps: Capabilities {
                 backend: BackendKind::Cpu,
-                name: format!("{} CPU, {threads} threads", std::env::consts::ARCH),
+                name: format!(
+                    "{} CPU, {threads} thread{}",
+                    std::env::consts::ARCH,
+                    if threads == 1 { "" } else { "s" }
+                ),
                 device_type: DeviceType::Cpu,
                 driver: "webtensor cpu".into(),
                 max_storage_binding_bytes: MAX_TENSOR_BYTES,

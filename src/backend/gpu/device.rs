@@ -176,6 +176,12 @@ impl GpuBackend {
     /// As [`GpuBackend::new`]; `allow_f16 = false` leaves SHADER_F16 off even where the adapter has it, so f16
     /// tensors take the packed path (as on adapters without the feature).
     pub(crate) async fn new_with(kind: BackendKind, allow_f16: bool) -> Result<GpuBackend> {
+        #[cfg(target_arch = "wasm32")]
+        if !has_navigator_gpu() {
+            // wgpu's WebGPU backend would fail hard without it (Node.js, a worker or browser without WebGPU)
+            let msg = "WebGPU is not available here: there is no navigator.gpu (Node.js, or a browser without WebGPU)";
+            return Err(Error::NoDevice(msg.into()));
+        }
         let backends = wgpu_backends(kind);
         let inst = instance(backends);
         let adapter = inst
@@ -266,6 +272,11 @@ impl GpuBackend {
     }
 
     /// The cached pipeline for `key`, built by [`GpuBackend::create_pipeline`] on first use.
+    /// Whether the device has built `key`'s pipeline already.
+    pub(crate) fn has_pipeline(&self, key: &KernelKey) -> bool {
+        self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).contains_key(key)
+    }
+
     pub(crate) async fn pipeline(&self, key: &KernelKey) -> Result<Arc<wgpu::ComputePipeline>> {
         if let Some(p) = self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
             return Ok(p.clone());
@@ -405,4 +416,13 @@ impl GpuBackend {
             }
         }
     }
+}
+
+/// Whether the JS global (a window or a worker) has `navigator.gpu`.
+#[cfg(target_arch = "wasm32")]
+fn has_navigator_gpu() -> bool {
+    let get = |o: &wasm_bindgen::JsValue, k: &str| {
+        js_sys::Reflect::get(o, &k.into()).ok().filter(|v| !v.is_undefined() && !v.is_null())
+    };
+    get(&js_sys::global().into(), "navigator").and_then(|n| get(&n, "gpu")).is_some()
 }

@@ -172,6 +172,17 @@ async fn bind(
     uniform_stride: u64,
 ) -> Result<(Vec<Step>, usize)> {
     let (arenas, uniforms) = (&buffers.arenas, &buffers.uniforms);
+    let new: HashSet<&crate::backend::gpu::kernel::KernelKey> =
+        dispatches.iter().map(|d| &d.key).filter(|k| !gpu.has_pipeline(k)).collect();
+    if new.len() >= 8 {
+        // a software adapter can take seconds per pipeline: say what the wait is
+        log::info!(
+            target: crate::PROGRESS_LOG,
+            "webtensor: building {} compute pipelines on {} (once per process: later plans reuse them)",
+            new.len(),
+            gpu.caps.name
+        );
+    }
     let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let mut steps = Vec::new();
     let mut keys = HashSet::new();

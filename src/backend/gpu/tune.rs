@@ -212,7 +212,7 @@ impl Problem {
             }
         };
         let n = self.single.inputs[0].1.shape[0];
-        log::info!("webtensor: matmul config {} on {key}: {:.3} ms for {n}³", choice.name(), t.as_secs_f64() * 1e3);
+        log::debug!("webtensor: matmul config {} on {key}: {:.3} ms for {n}³", choice.name(), t.as_secs_f64() * 1e3);
         Ok(Some(t))
     }
 }
@@ -254,22 +254,34 @@ fn coop_config(c: MatmulChoice) -> Option<CoopConfig> {
     }
 }
 
+/// Says (on the progress log) that tuning `what` for `key` starts, that it is once, and where it is cached.
+fn announce(key: &str, what: &str) {
+    let cache =
+        cache_file().map_or("not cached: WEBTENSOR_TUNE_CACHE=off".into(), |p| format!("cached in {}", p.display()));
+    log::info!(
+        target: crate::PROGRESS_LOG,
+        "webtensor: tuning the {what} for {key} (seconds, up to minutes on a software adapter; once per adapter and driver, {cache})"
+    );
+}
+
 /// Chooses the matmul kernels for `gpu` (see the module docs).
 pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
     let key = device_key(gpu);
     let coop_key = format!("{key}|f16 coop");
     let tiled = match cached(&key) {
         Some(c) => {
-            log::info!("webtensor: matmul kernel for {key} from the tuning cache: {}", c.name());
+            log::debug!("webtensor: matmul kernel for {key} from the tuning cache: {}", c.name());
             c
         }
         None => {
+            announce(&key, "matmul kernels");
+            let start = Instant::now();
             let max_shared = gpu.caps.max_workgroup_storage_bytes;
             let candidates = TILE_CONFIGS.iter().filter(|c| c.shared_bytes() <= max_shared).map(|&c| Tiled(c));
             let (size, reps) = problem_size(gpu);
             let problem = Problem::new(DType::F32, size, reps)?;
             let c = fastest(gpu, &problem, candidates, "matmul_tiled", 1e-7).await?.unwrap_or(Generic);
-            log::info!("webtensor: matmul kernel for {key}: {}", c.name());
+            log::info!(target: crate::PROGRESS_LOG, "webtensor: tuned in {:.1} s: {}", start.elapsed().as_secs_f64(), c.name());
             store(&key, &c.name());
             c
         }
@@ -279,6 +291,8 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
         Some(frag) => match cached_line(&coop_key) {
             Some(v) => v.parse::<MatmulChoice>().ok().and_then(coop_config),
             None => {
+                announce(&coop_key, "f16 cooperative-matrix kernels");
+                let start = Instant::now();
                 let max_shared = gpu.caps.max_workgroup_storage_bytes;
                 let candidates =
                     COOP_CONFIGS.iter().filter(|c| c.frag == frag && c.shared_bytes() <= max_shared).map(|&c| Coop(c));
@@ -288,7 +302,7 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
                 let problem = Problem::new(DType::F16, size, reps)?;
                 let c = fastest(gpu, &problem, candidates, "matmul_coop", 1e-5).await?;
                 let name = c.map_or("none".to_string(), |c| c.name());
-                log::info!("webtensor: f16 cooperative-matrix kernel for {key}: {name}");
+                log::info!(target: crate::PROGRESS_LOG, "webtensor: tuned in {:.1} s: {name}", start.elapsed().as_secs_f64());
                 store(&coop_key, &name);
                 c.and_then(coop_config)
             }

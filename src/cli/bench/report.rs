@@ -40,6 +40,8 @@ pub struct Doc<'a> {
     hello: &'a Value,
     args: &'a MatmulArgs,
     wall: Duration,
+    /// The highest 1-minute load average seen between workloads.
+    load: Option<f64>,
 }
 
 /// Table a workload belongs to.
@@ -59,6 +61,57 @@ fn figure(w: &Work, s: f64) -> String {
         Work::MatVec { .. } => format!("{:.1} GB/s, {:.1} GFLOP/s", w.bytes() / s / 1e9, w.flops() / s / 1e9),
         Work::Copy { .. } => format!("{:.1} GB/s", w.bytes() / s / 1e9),
     }
+}
+
+/// The samples' range in the figure's first unit, slowest to fastest: `[lo–hi]`.
+fn spread(w: &Work, t: &super::Timing) -> String {
+    let per_s = |s: f64| match w {
+        Work::MatMul { .. } => w.flops() / s / 1e9,
+        Work::MatVec { .. } | Work::Copy { .. } => w.bytes() / s / 1e9,
+    };
+    format!("[{:.1}–{:.1}]", per_s(t.range.1), per_s(t.range.0))
+}
+
+/// How far the slowest sample is from the fastest, as a factor.
+fn spread_factor(t: &super::Timing) -> f64 {
+    if t.range.0 > 0.0 {
+        t.range.1 / t.range.0
+    } else {
+        1.0
+    }
+}
+
+/// A figure whose samples spread more than this (slowest / fastest) is flagged as unreliable.
+pub const NOISY: f64 = 2.0;
+
+/// The 1-minute load average (`/proc/loadavg`; `None` elsewhere).
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// The warnings a run's figures call for: samples spread over [`NOISY`]×, or a machine busier than its threads.
+pub fn noise_warnings(measured: &[Measured], load: Option<f64>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(l) = load.filter(|&l| l > nproc() as f64) {
+        out.push(format!(
+            "the load average reached {l:.1} with {} CPU threads: other work shared the machine, figures are unreliable",
+            nproc()
+        ));
+    }
+    for m in measured {
+        for e in &m.entries {
+            let Ok(t) = &e.outcome else { continue };
+            let f = spread_factor(t);
+            if f > NOISY {
+                let row = row_name(&m.work);
+                out.push(format!(
+                    "{} at {row}: samples spread {f:.1}× (slowest / fastest): that figure is unreliable",
+                    e.label
+                ));
+            }
+        }
+    }
+    out
 }
 
 fn row_name(w: &Work) -> String {
@@ -117,8 +170,9 @@ impl<'a> Doc<'a> {
         hello: &'a Value,
         args: &'a MatmulArgs,
         wall: Duration,
+        load: Option<f64>,
     ) -> Doc<'a> {
-        Doc { measured, devices, hello, args, wall }
+        Doc { measured, devices, hello, args, wall, load }
     }
 
     /// Tables in order, each with its rows.
@@ -170,7 +224,16 @@ impl<'a> Doc<'a> {
         if !settings.is_empty() {
             md += &format!("- settings: {}\n", settings.join(", "));
         }
-        md += &format!("- {} samples per figure; whole run {:.0} s\n\n", self.args.repeats, self.wall.as_secs_f64());
+        md += &format!(
+            "- {} samples per figure (median, [slowest–fastest] beside it); whole run {:.0} s; load average {}\n",
+            self.args.repeats,
+            self.wall.as_secs_f64(),
+            self.load.map_or("unknown".into(), |l| format!("at most {l:.1}"))
+        );
+        for w in noise_warnings(self.measured, self.load) {
+            md += &format!("- ⚠ {w}\n");
+        }
+        md += "\n";
         let copies: Vec<&Entry> = self
             .measured
             .iter()
@@ -234,7 +297,10 @@ impl<'a> Doc<'a> {
             for l in &labels {
                 let e = get(&l.label);
                 cells.push(match e.map(|e| &e.outcome) {
-                    Some(Ok(t)) => figure(&m.work, t.s),
+                    Some(Ok(t)) => {
+                        let flag = if spread_factor(t) > NOISY { " ⚠" } else { "" };
+                        format!("{} {}{flag}", figure(&m.work, t.s), spread(&m.work, t))
+                    }
                     Some(Err(why)) => status(why).to_string(),
                     None => "—".into(),
                 });
@@ -348,10 +414,9 @@ impl<'a> Doc<'a> {
         })
     }
 
-    /// Draws matmul GFLOP/s against N, one line per library and dtype. `Ok(false)` when there is nothing to draw.
-    pub fn plot(&self, path: &Path) -> Result<bool, String> {
-        use plotters::prelude::*;
-        let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    /// Each plotted line: its name and points.
+    fn series(&self) -> Vec<Series> {
+        let mut series: Vec<Series> = Vec::new();
         for m in self.measured {
             let Work::MatMul { n, dtype } = m.work else { continue };
             for e in &m.entries {
@@ -361,19 +426,28 @@ impl<'a> Doc<'a> {
                 } else {
                     format!("{} {}", e.label, short(dtype))
                 };
-                let point = (n as f64, m.work.flops() / t.s / 1e9);
+                let f = m.work.flops() / 1e9;
+                let point = (n as f64, f / t.s, f / t.range.1, f / t.range.0);
                 match series.iter_mut().find(|(s, _)| *s == name) {
                     Some((_, pts)) => pts.push(point),
                     None => series.push((name, vec![point])),
                 }
             }
         }
+        series
+    }
+
+    /// Draws matmul GFLOP/s against N (log axes), one line per library and dtype, each point with its value
+    /// and a bar from the slowest sample to the fastest. `Ok(false)` when there is nothing to draw.
+    pub fn plot(&self, path: &Path) -> Result<bool, String> {
+        use plotters::prelude::*;
+        let series = self.series();
         let pts = || series.iter().flat_map(|(_, p)| p.iter().copied());
         let (Some(x0), Some(x1)) = (pts().map(|p| p.0).reduce(f64::min), pts().map(|p| p.0).reduce(f64::max)) else {
             return Ok(false);
         };
-        let y0 = pts().map(|p| p.1).fold(f64::INFINITY, f64::min);
-        let y1 = pts().map(|p| p.1).fold(0.0, f64::max);
+        let y0 = pts().map(|p| p.2.min(p.1)).fold(f64::INFINITY, f64::min);
+        let y1 = pts().map(|p| p.3.max(p.1)).fold(0.0, f64::max);
         let mut sizes: Vec<f64> = pts().map(|p| p.0).collect();
         sizes.sort_by(f64::total_cmp);
         sizes.dedup();
@@ -381,14 +455,18 @@ impl<'a> Doc<'a> {
         let mut svg = String::new();
         let root = SVGBackend::with_string(&mut svg, (960, 600)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&e))?;
+        let (lo, hi) = (y0 / 2.0, y1 * 2.0);
         let mut chart = ChartBuilder::on(&root)
-            .caption("matmul throughput, GFLOP/s (higher is better)", ("sans-serif", 22))
+            .caption(
+                "matmul throughput, GFLOP/s (higher is better; bars: slowest to fastest sample)",
+                ("sans-serif", 20),
+            )
             .margin(16)
             .x_label_area_size(48)
             .y_label_area_size(80)
             .build_cartesian_2d(
                 (x0 / 1.3..x1 * 1.3).log_scale().with_key_points(sizes),
-                (y0 / 2.0..y1 * 2.0).log_scale(),
+                (lo..hi).log_scale().with_key_points(decade_ticks(lo, hi)),
             )
             .map_err(|e| err(&e))?;
         chart
@@ -396,17 +474,23 @@ impl<'a> Doc<'a> {
             .x_desc("N (N×N · N×N)")
             .y_desc("GFLOP/s")
             .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{y:.0}"))
+            .y_label_formatter(&|y| format!("{y}"))
             .draw()
             .map_err(|e| err(&e))?;
         for (i, (name, p)) in series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
+            let line: Vec<(f64, f64)> = p.iter().map(|q| (q.0, q.1)).collect();
             chart
-                .draw_series(LineSeries::new(p.clone(), color.stroke_width(2)))
+                .draw_series(LineSeries::new(line, color.stroke_width(2)))
                 .map_err(|e| err(&e))?
                 .label(name)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            chart.draw_series(p.iter().map(|&q| Circle::new(q, 4, color.filled()))).map_err(|e| err(&e))?;
+            chart.draw_series(p.iter().map(|&q| Circle::new((q.0, q.1), 4, color.filled()))).map_err(|e| err(&e))?;
+            let bars = p.iter().map(|&q| ErrorBar::new_vertical(q.0, q.2, q.1, q.3, color.stroke_width(1), 8));
+            chart.draw_series(bars).map_err(|e| err(&e))?;
+            let font = ("sans-serif", 12).into_font().color(&color);
+            let labels = p.iter().map(|&q| Text::new(three_digits(q.1), (q.0, q.1), font.clone()));
+            chart.draw_series(labels).map_err(|e| err(&e))?;
         }
         chart
             .configure_series_labels()
@@ -421,6 +505,26 @@ impl<'a> Doc<'a> {
         webtensor::io::write_file(&path.display().to_string(), svg.as_bytes()).map_err(|e| err(&e))?;
         Ok(true)
     }
+}
+
+/// A plotted line: its name and points (N, GFLOP/s, the slowest sample's, the fastest sample's).
+type Series = (String, Vec<(f64, f64, f64, f64)>);
+
+/// `v` to about three significant digits: 1234, 123, 12.3, 1.23.
+fn three_digits(v: f64) -> String {
+    match v {
+        v if v >= 100.0 => format!("{v:.0}"),
+        v if v >= 10.0 => format!("{v:.1}"),
+        v => format!("{v:.2}"),
+    }
+}
+
+/// Y-axis ticks for a log axis over `lo..hi`: every power of ten inside it, with 2× and 5× between them when the
+/// axis spans fewer than three decades.
+fn decade_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    let steps: &[f64] = if b - a < 3 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+    (a..=b).flat_map(|e| steps.iter().map(move |&m| m * 10f64.powi(e))).filter(|&v| v >= lo && v <= hi).collect()
 }
 
 /// The webtensor environment variables that change which kernels run, where set.
