@@ -338,3 +338,68 @@ fn limit_errors_name_their_unit() {
         Ok(_) => println!("SKIPPED: {} dispatches 70,000 workgroups along one dimension", device.capabilities().name),
     }
 }
+
+/// A Q8_0 weight larger than one storage binding (131072 × 1024, 143 MB, over lavapipe's 128 MiB), as a
+/// vocabulary projection `x @ t(w)` and as a get_rows table: split by output columns (and table rows) over
+/// binding windows, every value against an f64 decoding of the blocks.
+#[test]
+fn quantized_weight_larger_than_one_binding() {
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let (n, k) = (131_072usize, 1024usize);
+    let blocks = k / 32;
+    let bytes_total = n * blocks * 34;
+    if !big_enough(device, bytes_total as u64) {
+        return;
+    }
+    // block (r, j): scale d = (1 + (r + j) % 7) / 128 as f16, quants (r·31 + j·7 + i) % 255 − 127
+    let mut bytes = vec![0u8; bytes_total];
+    for r in 0..n {
+        for j in 0..blocks {
+            let b = &mut bytes[(r * blocks + j) * 34..][..34];
+            b[..2].copy_from_slice(&half::f16::from_f32((1 + (r + j) % 7) as f32 / 128.0).to_le_bytes());
+            for i in 0..32 {
+                b[2 + i] = (((r * 31 + j * 7 + i) % 255) as i32 - 127) as i8 as u8;
+            }
+        }
+    }
+    let weight = |r: usize, c: usize| {
+        let (j, i) = (c / 32, c % 32);
+        let d = (1 + (r + j) % 7) as f64 / 128.0;
+        d * (((r * 31 + j * 7 + i) % 255) as f64 - 127.0)
+    };
+    let xv: Vec<f32> = (0..k).map(|i| ((i % 9) as f32 - 4.0) / 8.0).collect();
+    let w = device.upload("w", HostTensor::new(&[n, k], Data::Raw { dtype: DType::Q8_0, bytes }).unwrap()).unwrap();
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[1, k]).unwrap();
+    let idx = g.input("idx", DType::I32, &[4]).unwrap();
+    let wr = g.resident(&w).unwrap();
+    let wt = g.t(wr).unwrap();
+    let y = g.matmul(x, wt).unwrap();
+    let rows = g.get_rows(wr, idx).unwrap();
+    let mut plan = device.compile(&g, &[y, rows]).unwrap();
+    assert!(plan.stats().dispatches > 2, "split into windows: {:?}", plan.stats());
+    let picks = [0i32, 65_535, 98_304, n as i32 - 1];
+    let out = plan
+        .run(&[
+            (x, &HostTensor::f32(&[1, k], xv.clone()).unwrap()),
+            (idx, &HostTensor::new(&[4], Data::I32(picks.to_vec())).unwrap()),
+        ])
+        .unwrap();
+    let got = out[0].data.to_f64();
+    // f32 accumulation: within 1e-5 of the sum of the terms' magnitudes
+    let bad = (0..n).find(|&r| {
+        let terms = (0..k).map(|c| xv[c] as f64 * weight(r, c));
+        let (want, mag) = terms.fold((0.0, 0.0), |(s, m), t| (s + t, m + t.abs()));
+        let err = (got[r] - want).abs();
+        err.is_nan() || err > 1e-5 * mag + 1e-6
+    });
+    assert_eq!(bad, None, "first wrong output column of x @ t(w)");
+    let rows_got = out[1].data.to_f64();
+    for (p, &r) in picks.iter().enumerate() {
+        let bad = (0..k).find(|&c| rows_got[p * k + c] != weight(r as usize, c));
+        assert_eq!(bad, None, "get_rows row {r}: first wrong value");
+    }
+}

@@ -9,6 +9,7 @@
 //   3. Stop: during a WebGPU step and during a CPU step; the elapsed time ticks while a step runs, Stop takes
 //      effect within the run in flight (CPU: at once), and the status says what was and was not compared.
 //   4. at a phone's width (400 px): nothing wider than the screen; saves artifacts/demo-400px.png.
+//   5. opened as a file:// page: it says to serve it (scripts/serve.sh) instead of loading forever.
 //
 //   scripts/build-wasm.sh && (cd tests/e2e && npm ci) && node tests/e2e/demo.mjs
 //
@@ -217,6 +218,16 @@ async function stopDuring(url, backend, sizes) {
   });
 }
 
+/** Opened as a file (not served), the page says to serve it instead of "Loading…" forever. */
+async function asFile() {
+  await withPage("file://", { width: 1200, height: 900 }, async (page) => {
+    await page.goto(`file://${join(root, "web/index.html")}`);
+    const text = await statusText(page);
+    console.log(`[file://] ${text}`);
+    if (!/served over HTTP/.test(text) || !/scripts\/serve\.sh/.test(text)) fail(`opened as a file, the page says: "${text}"`);
+  });
+}
+
 /** At 400 px the page fits the screen: nothing scrolls sideways. */
 async function narrow(url) {
   await withPage("400 px", { width: 400, height: 800 }, async (page) => {
@@ -242,6 +253,7 @@ async function main() {
     await stopDuring(url, "WebGPU", [64, 1024]);
     await stopDuring(url, "CPU", [64, 1536]);
     await narrow(url);
+    await asFile();
   } finally {
     proc.kill();
   }
