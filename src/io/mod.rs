@@ -1,7 +1,7 @@
 //! Reading and writing tensors: `.npy` ([`npy`]), `.safetensors` ([`safetensors`]) and, through
 //! [`read_tensor`], a GGUF file's tensors. Every malformed, truncated, hostile or unsupported file gives
-//! [`Error::Format`] (naming the problem and, where there is one, its byte offset) or [`Error::Io`] naming the
-//! path; nothing here panics on file contents, and no count read from a file sizes an allocation before it is
+//! [`Error::Format`](crate::Error::Format) (naming the problem and, where there is one, its byte offset) or
+//! [`Error::Io`](crate::Error::Io) naming the path; nothing here panics on file contents, and no count read from a file sizes an allocation before it is
 //! checked against the file's length. Writers replace an existing file whole (a temporary file beside it,
 //! renamed over it), never leave a part of one.
 
@@ -12,28 +12,25 @@ pub mod safetensors;
 pub use npy::{npy_bytes, read_npy, read_npy_bytes, write_npy};
 pub use safetensors::{read_safetensors, SafetensorsEntry, SafetensorsFile};
 
-use crate::{Error, HostTensor, Result};
+use crate::{HostTensor, Result};
+use common::fmt_err;
 
 /// Writes `bytes` to `path`, replacing an existing file whole: through a temporary file beside it, synced and
 /// renamed over `path`, so that a reader sees the old file or the new one and a write that fails halfway leaves
 /// the old file in place.
 ///
 /// # Errors
-/// [`Error::Io`] naming `path` when the file cannot be written.
+/// [`Error::Io`](crate::Error::Io) naming `path` when the file cannot be written.
 pub fn write_file(path: &str, bytes: &[u8]) -> Result<()> {
     common::write_atomic(path, bytes)
-}
-
-fn fmt_err(path: &str, msg: impl Into<String>) -> Error {
-    Error::Format { path: path.into(), message: msg.into() }
 }
 
 /// Reads a tensor named like the CLI does: `file.npy`, `file.safetensors:tensor.name` or `file.gguf:tensor.name`
 /// (GGUF's block types stay encoded, as [`Data::Raw`](crate::Data::Raw)).
 ///
 /// # Errors
-/// As [`read_npy`] and [`read_safetensors`]; [`Error::Format`] for a `.safetensors` or `.gguf` path without a
-/// tensor name, or naming a tensor the file lacks.
+/// As [`read_npy`] and [`read_safetensors`]; [`Error::Format`](crate::Error::Format) for a `.safetensors` or
+/// `.gguf` path without a tensor name, or naming a tensor the file lacks.
 pub fn read_tensor(spec: &str) -> Result<HostTensor> {
     #[cfg(not(target_arch = "wasm32"))]
     if let Some(named) = split_spec(spec, ".gguf") {
