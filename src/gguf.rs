@@ -260,13 +260,7 @@ impl GgufFile {
     /// of version 2 or 3 (see the module docs for what is checked).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: &str) -> Result<GgufFile> {
-        let io = |e: std::io::Error| Error::Io { path: path.into(), message: e.to_string() };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and private to this process; a file truncated while mapped would fault,
-        // as with any memory-mapped reader (llama.cpp's included), which callers accept by opening model files.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        let len = map.len();
-        GgufFile::from_bytes(path, Bytes::from_owner(std::sync::Arc::new(map), 0..len)?)
+        GgufFile::from_bytes(path, crate::io::map_file(path)?)
     }
 
     /// Parses a GGUF file held in `bytes`; `source` names it in errors.

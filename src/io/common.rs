@@ -29,3 +29,14 @@ pub(crate) fn write_atomic(path: &str, bytes: &[u8]) -> crate::Result<()> {
         io_err(path, e)
     })
 }
+
+/// The whole file at `path`, memory-mapped read-only (nothing is copied into the heap).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn map_file(path: &str) -> crate::Result<crate::Bytes> {
+    let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+    // SAFETY: the map is read-only and private to this process; a file truncated while mapped would fault, as
+    // with any memory-mapped reader (llama.cpp's included), which callers accept by opening model files.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(path, e))?;
+    let len = map.len();
+    crate::Bytes::from_owner(std::sync::Arc::new(map), 0..len)
+}

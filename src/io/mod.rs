@@ -6,6 +6,8 @@
 //! renamed over it), never leave a part of one.
 
 mod common;
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use common::map_file;
 pub mod npy;
 pub mod safetensors;
 

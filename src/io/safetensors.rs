@@ -8,7 +8,7 @@
 //! data, no two overlapping), each shape's size against its range. Natively the file is memory-mapped, so
 //! reading one tensor reads only its bytes.
 
-use super::common::{fmt_err, io_err};
+use super::common::fmt_err;
 use crate::{Bytes, DType, Data, HostTensor, Result};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
@@ -163,11 +163,7 @@ impl SafetensorsFile {
     /// is not valid (see the module docs).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: &str) -> Result<SafetensorsFile> {
-        let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
-        // SAFETY: a read-only private map, as `GgufFile::open`'s (a file truncated while mapped would fault)
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(path, e))?;
-        let len = map.len();
-        SafetensorsFile::from_bytes(path, Bytes::from_owner(Arc::new(map), 0..len)?)
+        SafetensorsFile::from_bytes(path, super::common::map_file(path)?)
     }
 
     /// Parses a safetensors file held in `bytes`; `source` names it in errors.
@@ -240,6 +236,9 @@ pub fn read_safetensors(path: &str, name: &str) -> Result<HostTensor> {
     #[cfg(not(target_arch = "wasm32"))]
     let file = SafetensorsFile::open(path)?;
     #[cfg(target_arch = "wasm32")]
-    let file = SafetensorsFile::from_bytes(path, Bytes::from_vec(std::fs::read(path).map_err(|e| io_err(path, e))?))?;
+    let file = SafetensorsFile::from_bytes(
+        path,
+        Bytes::from_vec(std::fs::read(path).map_err(|e| super::common::io_err(path, e))?),
+    )?;
     file.host_tensor(name)
 }

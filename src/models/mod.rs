@@ -9,6 +9,6 @@ pub mod sampling;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
-pub use llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason};
+pub use llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason, Token, TokenStream};
 pub use sampling::{Sampler, SamplingOptions};
 pub use tokenizer::Tokenizer;

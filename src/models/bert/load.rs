@@ -1,21 +1,20 @@
-//! Reading a sentence-transformers directory: `config.json`, `modules.json`, `sentence_bert_config.json`,
-//! `1_Pooling/config.json`, `tokenizer.json`, and the weights of `model.safetensors` (memory-mapped, uploaded
-//! once; the `bert.` prefix of some checkpoints accepted).
+//! Reading a sentence-transformers directory's files: `config.json`, `modules.json`, `sentence_bert_config.json`,
+//! `1_Pooling/config.json`, `tokenizer.json`, and the weights of `model.safetensors` (uploaded once; the `bert.`
+//! prefix of some checkpoints accepted). The files come as bytes (natively memory-mapped or read from the
+//! directory; in the browser, given by the page).
 
 use super::graph::{BertConfig, Layer, Linear, Norm, Weights};
+use crate::io::SafetensorsFile;
 use crate::{DType, Data, Device, Error, HostTensor, Resident, Result};
 use serde_json::Value as Json;
-use std::path::Path;
 
-pub(super) fn read_json(path: &Path) -> Result<Json> {
-    let p = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: p.clone(), message: e.to_string() })?;
-    serde_json::from_str(&text).map_err(|e| Error::Format { path: p, message: format!("not valid JSON: {e}") })
+pub(super) fn parse_json(path: &str, bytes: &[u8]) -> Result<Json> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| Error::Format { path: path.into(), message: format!("not valid JSON: {e}") })
 }
 
-pub(super) fn config(path: &Path) -> Result<BertConfig> {
-    let j = read_json(path)?;
-    let p = path.display().to_string();
+pub(super) fn config(p: &str, j: &Json) -> Result<BertConfig> {
+    let p = p.to_string();
     let num = |k: &str| -> Result<usize> {
         j[k].as_u64()
             .map(|x| x as usize)
@@ -41,18 +40,13 @@ pub(super) fn config(path: &Path) -> Result<BertConfig> {
     Ok(c)
 }
 
-/// The safetensors file, mapped, with a lookup that uploads one tensor.
+/// The safetensors file with a lookup that uploads one tensor.
 pub(super) struct Tensors {
-    path: String,
-    file: crate::io::SafetensorsFile,
+    pub path: String,
+    pub file: SafetensorsFile,
 }
 
 impl Tensors {
-    pub(super) fn open(path: &Path) -> Result<Tensors> {
-        let p = path.display().to_string();
-        Ok(Tensors { file: crate::io::SafetensorsFile::open(&p)?, path: p })
-    }
-
     fn upload(&self, device: &Device, name: &str, shape: &[usize], f16: bool) -> Result<Resident> {
         let found = self.file.entry(name).or_else(|| self.file.entry(&format!("bert.{name}")));
         let entry = found

@@ -15,15 +15,12 @@
 //! ```
 
 mod graph;
-#[cfg(not(target_arch = "wasm32"))]
 mod load;
 
 pub use graph::BertConfig;
 
 use self::graph::{build_batch, BatchGraph, Weights};
-use crate::{CompileOptions, Device, Error, Plan, Result, Value};
-#[cfg(not(target_arch = "wasm32"))]
-use std::path::Path;
+use crate::{Bytes, CompileOptions, Device, Error, Plan, Result, Value};
 
 /// How an embedder is set up.
 #[derive(Clone, Debug, Default)]
@@ -74,7 +71,33 @@ impl SentenceEmbedder {
     /// `model.safetensors`; [`Error::Format`] for a file that does not parse or lacks a tensor (named).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn load(device: &Device, dir: &str, options: EmbedderOptions) -> Result<SentenceEmbedder> {
-        load_dir(device, dir, options)
+        let root = std::path::Path::new(dir);
+        let read = |name: &str| -> Result<Option<Bytes>> {
+            let path = root.join(name);
+            if !path.is_file() {
+                return Ok(None);
+            }
+            crate::io::map_file(&path.display().to_string()).map(Some)
+        };
+        SentenceEmbedder::from_files(device, dir, &read, options)
+    }
+
+    /// The embedder whose files `read` gives by their path in a sentence-transformers directory
+    /// (`config.json`, `tokenizer.json`, `model.safetensors`, and where present `sentence_bert_config.json`,
+    /// `1_Pooling/config.json`, `modules.json`); `read` answers `None` for a file the directory lacks. `source`
+    /// names the directory in errors. The weights are uploaded from the bytes `read` gives (on the CPU backend
+    /// used where they lie).
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming a required file that is missing; [`Error::Format`] for a file that does not parse or
+    /// lacks a tensor (named); errors from `read` as they are.
+    pub fn from_files(
+        device: &Device,
+        source: &str,
+        read: &dyn Fn(&str) -> Result<Option<Bytes>>,
+        options: EmbedderOptions,
+    ) -> Result<SentenceEmbedder> {
+        from_files(device, source, read, options)
     }
 
     /// The device the embedder runs on.
@@ -103,34 +126,46 @@ impl SentenceEmbedder {
     ///
     /// # Errors
     /// As [`SentenceEmbedder::embed_batched`].
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         self.embed_batched(texts, 32)
     }
 
-    /// [`SentenceEmbedder::embed`] with batches of `batch` sentences, each padded to its longest.
+    /// Blocking form of [`SentenceEmbedder::embed_async`] (native only).
+    ///
+    /// # Errors
+    /// As [`SentenceEmbedder::embed_async`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn embed_batched(&mut self, texts: &[&str], batch: usize) -> Result<Vec<Vec<f32>>> {
+        pollster::block_on(self.embed_async(texts, batch))
+    }
+
+    /// Embeds every text in batches of `batch` sentences, each padded to its longest: one vector of
+    /// `config.hidden` f32 per text (unit length when `normalize`). An empty list gives an empty result; an empty
+    /// string is embedded as `[CLS] [SEP]`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a batch of 0; device errors from the runs.
-    pub fn embed_batched(&mut self, texts: &[&str], batch: usize) -> Result<Vec<Vec<f32>>> {
+    pub async fn embed_async(&mut self, texts: &[&str], batch: usize) -> Result<Vec<Vec<f32>>> {
         if batch == 0 {
             return Err(Error::InvalidArgument { op: "embed", reason: "the batch size must be at least 1".into() });
         }
         let ids = texts.iter().map(|t| self.tokenize(t)).collect::<Result<Vec<_>>>()?;
         let mut out = Vec::with_capacity(texts.len());
         for chunk in ids.chunks(batch) {
-            out.extend(self.run_batch(chunk)?);
+            out.extend(self.run_batch(chunk).await?);
         }
         Ok(out)
     }
 
-    fn run_batch(&mut self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+    async fn run_batch(&mut self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
         let b = ids.len();
         let longest = ids.iter().map(Vec::len).max().unwrap_or(1).max(1);
         let t = longest.div_ceil(PAD_TO) * PAD_TO;
         let t = t.min(self.config.max_positions).max(longest);
         if !self.plans.contains_key(&(b, t)) {
             let g = build_batch(&self.config, &self.weights, b, t)?;
-            let plan = self.device.compile_with(&g.graph, &[g.out], &self.options.compile)?;
+            let plan = self.device.compile_async(&g.graph, &[g.out], &self.options.compile).await?;
             self.plans.insert((b, t), (plan, g));
         }
         let (plan, g) = self.plans.get_mut(&(b, t)).expect("inserted above");
@@ -156,7 +191,7 @@ impl SentenceEmbedder {
             (g.mask, Value::F32(&mask)),
             (g.pool, Value::F32(&pool)),
         ];
-        let out = plan.run_with(&inputs, &[])?.swap_remove(0).expect("fetched").data.to_f32();
+        let out = plan.run_with_async(&inputs, &[]).await?.swap_remove(0).expect("fetched").data.to_f32();
         let e = self.config.hidden;
         Ok(out
             .chunks_exact(e)
@@ -172,37 +207,40 @@ impl SentenceEmbedder {
     }
 }
 
-#[cfg(not(target_arch = "wasm32"))]
-fn load_dir(device: &Device, dir: &str, options: EmbedderOptions) -> Result<SentenceEmbedder> {
-    let dir = Path::new(dir);
-    let config = load::config(&dir.join("config.json"))?;
-    let tk_path = dir.join("tokenizer.json");
-    if !tk_path.exists() {
-        return Err(Error::Io { path: tk_path.display().to_string(), message: "no such file".into() });
-    }
-    let mut tokenizer = tokenizers::Tokenizer::from_file(&tk_path)
-        .map_err(|e| Error::Format { path: tk_path.display().to_string(), message: e.to_string() })?;
+fn from_files(
+    device: &Device,
+    source: &str,
+    read: &dyn Fn(&str) -> Result<Option<Bytes>>,
+    options: EmbedderOptions,
+) -> Result<SentenceEmbedder> {
+    let path = |name: &str| format!("{}/{name}", source.trim_end_matches('/'));
+    let required = |name: &str| -> Result<Bytes> {
+        read(name)?.ok_or_else(|| Error::Io { path: path(name), message: "no such file".into() })
+    };
+    let json = |name: &str| -> Result<Option<serde_json::Value>> {
+        read(name)?.map(|b| load::parse_json(&path(name), b.as_slice())).transpose()
+    };
+    let config = load::config(
+        &path("config.json"),
+        &load::parse_json(&path("config.json"), required("config.json")?.as_slice())?,
+    )?;
+    let tk = required("tokenizer.json")?;
+    let mut tokenizer = tokenizers::Tokenizer::from_bytes(tk.as_slice())
+        .map_err(|e| Error::Format { path: path("tokenizer.json"), message: e.to_string() })?;
     // sentence-transformers pads a batch to its longest sentence, not to the file's fixed length
     tokenizer.with_padding(None);
     tokenizer.with_truncation(None).map_err(tok_err)?;
-    let st_config = dir.join("sentence_bert_config.json");
-    let max_seq_length =
-        if st_config.exists() { load::read_json(&st_config)?["max_seq_length"].as_u64() } else { None };
+    let max_seq_length = json("sentence_bert_config.json")?.and_then(|j| j["max_seq_length"].as_u64());
     let max_seq_length =
         (max_seq_length.unwrap_or(config.max_positions as u64) as usize).clamp(2, config.max_positions);
-    let pool_cfg = dir.join("1_Pooling").join("config.json");
-    let pooling = if pool_cfg.exists() && load::read_json(&pool_cfg)?["pooling_mode_cls_token"].as_bool() == Some(true)
-    {
-        Pooling::Cls
-    } else {
-        Pooling::Mean
-    };
-    let modules = dir.join("modules.json");
-    let normalize = modules.exists()
-        && load::read_json(&modules)?
-            .as_array()
-            .is_some_and(|m| m.iter().any(|x| x["type"].as_str().is_some_and(|t| t.ends_with("Normalize"))));
-    let tensors = load::Tensors::open(&dir.join("model.safetensors"))?;
+    let cls = json("1_Pooling/config.json")?.is_some_and(|j| j["pooling_mode_cls_token"].as_bool() == Some(true));
+    let pooling = if cls { Pooling::Cls } else { Pooling::Mean };
+    let normalize = json("modules.json")?.is_some_and(|m| {
+        m.as_array().is_some_and(|m| m.iter().any(|x| x["type"].as_str().is_some_and(|t| t.ends_with("Normalize"))))
+    });
+    let st_path = path("model.safetensors");
+    let file = crate::io::SafetensorsFile::from_bytes(&st_path, required("model.safetensors")?)?;
+    let tensors = load::Tensors { path: st_path, file };
     let weights = load::weights(device, &tensors, &config, options.f16_weights)?;
     Ok(SentenceEmbedder {
         config,

@@ -1,28 +1,26 @@
 //! Generation: a prompt's prefill (reusing the cached prefix of the conversation), then decode steps with a
 //! sampler, streamed token by token, until an end-of-generation token, a stop string, the token limit, the
 //! context's end or the caller's stop.
+//!
+//! The stream is a [`TokenStream`] that the caller pulls from ([`Llama::next_token_async`]): the CLI's callback
+//! loop (`Llama::generate`) and the wasm package's `generate` (which lets the page run between tokens) are both
+//! built on it.
 
-use super::generation::{now_ms, GenerateOptions, Generation, StopReason};
+use super::generation::{now_ms, GenerateOptions, Generation, StopReason, TextStream, Token, TokenStream};
 use super::Llama;
 use crate::models::chat::Message;
 use crate::models::sampling::Sampler;
 use crate::{Error, Result};
 
 impl Llama {
-    /// Generates a continuation of `prompt` (token ids), calling `on_token(text, id)` for each token as it is
-    /// produced (`text` is the new UTF-8 text, possibly empty while a character's bytes are incomplete); a `false`
-    /// return stops. The cache keeps the conversation: a prompt that starts with the cached tokens evaluates only
-    /// the rest (a chat's earlier turns are not evaluated again).
+    /// Starts generating a continuation of `prompt` (token ids): evaluates the prompt (only what is not already in
+    /// the cache: a prompt that starts with the cached tokens evaluates the rest, so a chat's earlier turns are not
+    /// evaluated again) and returns the stream to pull tokens from.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty prompt, one longer than the context (naming both lengths) or an id
-    /// outside the vocabulary; device errors from the runs.
-    pub fn generate(
-        &mut self,
-        prompt: &[u32],
-        options: &GenerateOptions,
-        mut on_token: impl FnMut(&str, u32) -> bool,
-    ) -> Result<Generation> {
+    /// outside the vocabulary; device errors from the run.
+    pub async fn start_async(&mut self, prompt: &[u32], options: &GenerateOptions) -> Result<TokenStream> {
         let cap = self.context();
         if prompt.is_empty() || prompt.len() >= cap {
             let reason = format!("the prompt has {} tokens; the context holds {cap} (prompt + output)", prompt.len());
@@ -31,61 +29,123 @@ impl Llama {
         // reuse the cached prefix, but evaluate at least the prompt's last token for its logits
         let keep = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
         self.truncate(keep);
-        let mut sampler = Sampler::new(options.sampling.clone());
         let greedy = options.sampling.is_greedy();
         let t0 = now_ms();
-        let mut step = self.eval(&prompt[keep..], !greedy)?;
-        let prefill_ms = now_ms() - t0;
-        let mut out = Generation {
+        let step = self.eval(&prompt[keep..], !greedy).await?;
+        let out = Generation {
             prompt: prompt.to_vec(),
             prefill_tokens: prompt.len() - keep,
             tokens: vec![],
             text: String::new(),
             stop: StopReason::MaxTokens,
-            prefill_ms,
+            prefill_ms: now_ms() - t0,
             decode_ms: 0.0,
             decode_steps: 0,
         };
-        let tokenizer = self.tokenizer.clone();
-        let mut stream = tokenizer.inner().decode_stream(true);
-        let t1 = now_ms();
-        let mut history = prompt.to_vec();
-        while out.tokens.len() < options.max_tokens {
-            let next = match &step.logits {
-                Some(l) => sampler.sample(l, &history),
-                None => step.argmax,
-            };
-            if self.tokenizer.is_eog(next) {
-                out.stop = StopReason::EndOfGeneration;
-                break;
-            }
-            out.tokens.push(next);
-            history.push(next);
-            let piece =
-                stream.step(next).map_err(|e| Error::InvalidArgument { op: "decode", reason: e.to_string() })?;
-            let piece = piece.unwrap_or_default();
-            out.text.push_str(&piece);
-            if let Some(at) = options.stop.iter().filter_map(|s| out.text.find(s.as_str())).min() {
-                out.text.truncate(at);
-                out.stop = StopReason::StopString;
-                break;
-            }
-            if !on_token(&piece, next) {
-                out.stop = StopReason::Cancelled;
-                break;
-            }
-            if out.tokens.len() == options.max_tokens {
-                break;
-            }
-            if self.cached.len() >= cap {
-                out.stop = StopReason::ContextFull;
-                break;
-            }
-            step = self.eval(&[next], !greedy)?;
-            out.decode_steps += 1;
+        Ok(TokenStream {
+            sampler: Sampler::new(options.sampling.clone()),
+            options: options.clone(),
+            step: Some(step),
+            pending: None,
+            history: prompt.to_vec(),
+            text: TextStream::default(),
+            out,
+            finished: options.max_tokens == 0,
+        })
+    }
+
+    /// The next token of `s`, or `None` once it has ended (see [`TokenStream`]; the reason is in
+    /// [`Generation::stop`]). Runs the decode step of the token returned before. Decode time counts this call's
+    /// own time only, not the caller's between calls.
+    ///
+    /// # Errors
+    /// Device errors from the step, or a tokenizer error; the stream has then ended.
+    pub async fn next_token_async(&mut self, s: &mut TokenStream) -> Result<Option<Token>> {
+        if s.finished {
+            return Ok(None);
         }
-        out.decode_ms = now_ms() - t1;
-        Ok(out)
+        let t0 = now_ms();
+        let r = self.advance(s).await;
+        if s.out.decode_steps > 0 {
+            s.out.decode_ms += now_ms() - t0;
+        }
+        if r.is_err() {
+            s.finished = true;
+        }
+        r
+    }
+
+    async fn advance(&mut self, s: &mut TokenStream) -> Result<Option<Token>> {
+        if let Some(prev) = s.pending.take() {
+            if s.out.tokens.len() >= s.options.max_tokens {
+                s.finish(StopReason::MaxTokens);
+                return Ok(None);
+            }
+            if self.cached.len() >= self.context() {
+                s.finish(StopReason::ContextFull);
+                return Ok(None);
+            }
+            s.step = Some(self.eval(&[prev], !s.options.sampling.is_greedy()).await?);
+            s.out.decode_steps += 1;
+        }
+        let step = s.step.take().expect("an evaluated step to sample from");
+        let next = match &step.logits {
+            Some(l) => s.sampler.sample(l, &s.history),
+            None => step.argmax,
+        };
+        if self.tokenizer.is_eog(next) {
+            s.finish(StopReason::EndOfGeneration);
+            return Ok(None);
+        }
+        s.out.tokens.push(next);
+        s.history.push(next);
+        let piece = s.text.step(&self.tokenizer, next)?;
+        s.out.text.push_str(&piece);
+        if let Some(at) = s.options.stop.iter().filter_map(|x| s.out.text.find(x.as_str())).min() {
+            s.out.text.truncate(at);
+            s.finish(StopReason::StopString);
+            return Ok(None);
+        }
+        s.pending = Some(next);
+        if s.out.tokens.len() >= s.options.max_tokens {
+            s.finish(StopReason::MaxTokens);
+        }
+        Ok(Some(Token { id: next, text: piece }))
+    }
+
+    /// Generates a continuation of `prompt` (token ids), calling `on_token(text, id)` for each token as it is
+    /// produced (`text` is the new UTF-8 text, possibly empty while a character's bytes are incomplete); a `false`
+    /// return stops. The cache keeps the conversation, as [`Llama::start_async`] says.
+    ///
+    /// # Errors
+    /// As [`Llama::start_async`] and [`Llama::next_token_async`].
+    pub async fn generate_async(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        mut on_token: impl FnMut(&str, u32) -> bool,
+    ) -> Result<Generation> {
+        let mut s = self.start_async(prompt, options).await?;
+        while let Some(t) = self.next_token_async(&mut s).await? {
+            if !on_token(&t.text, t.id) {
+                s.cancel();
+            }
+        }
+        Ok(s.into_generation())
+    }
+
+    /// Blocking form of [`Llama::generate_async`] (native only).
+    ///
+    /// # Errors
+    /// As [`Llama::generate_async`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        on_token: impl FnMut(&str, u32) -> bool,
+    ) -> Result<Generation> {
+        pollster::block_on(self.generate_async(prompt, options, on_token))
     }
 
     /// The prompt of a conversation: the file's chat template applied to `messages`, ending with the

@@ -1,6 +1,9 @@
-//! What generation takes and gives: options, the result with its timings, why it stopped.
+//! What generation takes and gives: options, the result with its timings, why it stopped, the stream of tokens
+//! in progress and its incremental detokenizer.
 
-use crate::models::sampling::SamplingOptions;
+use crate::models::sampling::{Sampler, SamplingOptions};
+use crate::models::tokenizer::Tokenizer;
+use crate::Result;
 
 /// What to generate.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,5 +78,95 @@ pub(crate) fn now_ms() -> f64 {
     {
         static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
         START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
+    }
+}
+
+/// The last position's output of a step.
+pub(crate) struct StepOut {
+    pub logits: Option<Vec<f32>>,
+    pub argmax: u32,
+}
+
+/// One generated token: its id and the UTF-8 text it completes (empty while a character's bytes are incomplete).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Token {
+    pub id: u32,
+    pub text: String,
+}
+
+/// A generation in progress: made by [`Llama::start_async`](super::Llama::start_async), advanced by
+/// [`Llama::next_token_async`](super::Llama::next_token_async) (each call runs one decode step), ended by the
+/// model's end-of-generation token, a stop string, the token limit, a full context or [`TokenStream::cancel`].
+/// Holds no borrow of the model, so the caller may do other work between calls (the wasm package lets the page
+/// run between tokens).
+pub struct TokenStream {
+    pub(super) sampler: Sampler,
+    pub(super) options: GenerateOptions,
+    /// The output of the last evaluation, not yet sampled from.
+    pub(super) step: Option<StepOut>,
+    /// A token returned but not yet evaluated (evaluated at the start of the next call).
+    pub(super) pending: Option<u32>,
+    pub(super) history: Vec<u32>,
+    pub(super) text: TextStream,
+    pub(super) out: Generation,
+    pub(super) finished: bool,
+}
+
+impl TokenStream {
+    /// The generation so far (all of it once the stream has ended).
+    pub fn generation(&self) -> &Generation {
+        &self.out
+    }
+
+    /// Whether the stream has ended (the next call returns `None`).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Ends the stream (stop reason [`StopReason::Cancelled`]); the tokens returned so far stay in the cache.
+    pub fn cancel(&mut self) {
+        self.finish(StopReason::Cancelled);
+    }
+
+    /// The finished generation.
+    pub fn into_generation(self) -> Generation {
+        self.out
+    }
+
+    pub(super) fn finish(&mut self, stop: StopReason) {
+        if !self.finished {
+            self.out.stop = stop;
+            self.finished = true;
+        }
+    }
+}
+
+/// Incremental detokenization (as the `tokenizers` crate's `DecodeStream`): the text of a window of recent ids
+/// is decoded again with each new id, and only what it adds past the window's earlier text is emitted, once it
+/// no longer ends in an incomplete character (U+FFFD).
+#[derive(Default)]
+pub(super) struct TextStream {
+    ids: Vec<u32>,
+    prefix: String,
+    /// Ids of the window already emitted through `prefix`.
+    prefix_index: usize,
+}
+
+impl TextStream {
+    pub(super) fn step(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<String> {
+        self.ids.push(id);
+        let text = tokenizer.decode(&self.ids, true)?;
+        if text.len() <= self.prefix.len() || text.ends_with('\u{FFFD}') {
+            return Ok(String::new());
+        }
+        let new = match text.strip_prefix(self.prefix.as_str()) {
+            Some(n) => n.to_string(),
+            None => text.get(self.prefix.len()..).unwrap_or_default().to_string(),
+        };
+        let new_prefix_index = self.ids.len() - self.prefix_index;
+        self.ids.drain(..self.prefix_index);
+        self.prefix = tokenizer.decode(&self.ids, true)?;
+        self.prefix_index = new_prefix_index;
+        Ok(new)
     }
 }

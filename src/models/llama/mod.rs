@@ -26,8 +26,9 @@ mod generation;
 mod graph;
 
 pub use config::LlamaConfig;
-pub use generation::{GenerateOptions, Generation, StopReason};
+pub use generation::{GenerateOptions, Generation, StopReason, Token, TokenStream};
 
+use self::generation::StepOut;
 use self::graph::{build_step, Block, KvCache, StepGraph, Weights};
 use super::chat::ChatTemplate;
 use super::tokenizer::Tokenizer;
@@ -74,12 +75,6 @@ pub struct Llama {
     plans: std::collections::HashMap<usize, StepPlan>,
     /// The tokens whose keys and values the cache holds, in position order.
     cached: Vec<u32>,
-}
-
-/// The last position's output of a step.
-pub(crate) struct StepOut {
-    pub logits: Option<Vec<f32>>,
-    pub argmax: u32,
 }
 
 impl Llama {
@@ -163,22 +158,40 @@ impl Llama {
     /// # Errors
     /// [`Error::InvalidArgument`] for no tokens, an id outside the vocabulary, or more tokens than the context
     /// has room for; device errors from the run.
-    pub fn logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        Ok(self.eval(tokens, true)?.logits.expect("fetched"))
+    pub async fn logits_async(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        Ok(self.eval(tokens, true).await?.logits.expect("fetched"))
     }
 
     /// One decode step: runs `token` at the next position and returns the argmax of its logits (computed on the
     /// device; nothing else is read back).
     ///
     /// # Errors
-    /// As [`Llama::logits`].
+    /// As [`Llama::logits_async`].
+    pub async fn step_async(&mut self, token: u32) -> Result<u32> {
+        Ok(self.eval(&[token], false).await?.argmax)
+    }
+
+    /// Blocking form of [`Llama::logits_async`] (native only).
+    ///
+    /// # Errors
+    /// As [`Llama::logits_async`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        pollster::block_on(self.logits_async(tokens))
+    }
+
+    /// Blocking form of [`Llama::step_async`] (native only).
+    ///
+    /// # Errors
+    /// As [`Llama::logits_async`].
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn step(&mut self, token: u32) -> Result<u32> {
-        Ok(self.eval(&[token], false)?.argmax)
+        pollster::block_on(self.step_async(token))
     }
 
     /// Runs `tokens` at the positions after the cached ones and returns the last one's logits (when
     /// `want_logits`) and argmax; the cache then holds them too.
-    pub(crate) fn eval(&mut self, tokens: &[u32], want_logits: bool) -> Result<StepOut> {
+    pub(crate) async fn eval(&mut self, tokens: &[u32], want_logits: bool) -> Result<StepOut> {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument { op: "llama", reason: "no tokens to evaluate".into() });
         }
@@ -199,18 +212,18 @@ impl Llama {
             // the largest power of two that fits: a prompt of 37 runs as 32 + 4 + 1
             let t = pow2_floor(left).min(pow2_floor(self.options.max_chunk));
             let last = done + t == tokens.len();
-            out = Some(self.run_chunk(&tokens[done..done + t], start + done, last && want_logits)?);
+            out = Some(self.run_chunk(&tokens[done..done + t], start + done, last && want_logits).await?);
             done += t;
         }
         self.cached.extend_from_slice(tokens);
         Ok(out.expect("at least one chunk"))
     }
 
-    fn run_chunk(&mut self, tokens: &[u32], start: usize, want_logits: bool) -> Result<StepOut> {
+    async fn run_chunk(&mut self, tokens: &[u32], start: usize, want_logits: bool) -> Result<StepOut> {
         let t = tokens.len();
         if !self.plans.contains_key(&t) {
             let g = build_step(&self.config, &self.weights, &self.cache, t)?;
-            let plan = self.device.compile_with(&g.graph, &[g.logits, g.argmax], &self.options.compile)?;
+            let plan = self.device.compile_async(&g.graph, &[g.logits, g.argmax], &self.options.compile).await?;
             self.plans.insert(t, StepPlan { plan, g });
         }
         let sp = self.plans.get_mut(&t).expect("inserted above");
@@ -220,7 +233,7 @@ impl Llama {
         let inputs =
             [(sp.g.tokens, Value::I32(&ids)), (sp.g.pos, Value::I32(&pos)), (sp.g.kv_len, Value::I32(&kv_len))];
         let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All];
-        let mut outs = sp.plan.run_with(&inputs, &fetch)?;
+        let mut outs = sp.plan.run_with_async(&inputs, &fetch).await?;
         let argmax = outs[1].take().map(|a| a.data.to_f32()[0] as u32).unwrap_or(0);
         let logits = outs[0].take().map(|l| l.data.to_f32());
         Ok(StepOut { logits, argmax })
