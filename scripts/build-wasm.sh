@@ -31,7 +31,7 @@ if [ "$have" != "$wb_version" ]; then
 fi
 
 echo "build-wasm: building the library for wasm32 (release; about 2.5 minutes on 2 cores the first time)" >&2
-cargo build --lib --release --target wasm32-unknown-unknown --no-default-features
+cargo build --lib --release --target wasm32-unknown-unknown --no-default-features --features models
 rm -rf pkg
 wasm-bindgen --target web --out-dir pkg --out-name webtensor \
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/webtensor.wasm"

@@ -46,6 +46,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let g = hi / P.group;
     let T = P.t;
     let L = min(kv_length(), P.s);
+    // a split past the run-time length has nothing to do (the combine pass reads only the splits L reaches): leave
+    // before any barrier, so that a KV cache sized for the whole context costs only what its length uses (L is
+    // uniform: kv_length loads it through workgroupUniformLoad)
+    if (split > 0u && split * P.split_len >= L) {
+        return;
+    }
     let nd = P.d; // loop bounds from the parameters (= D, DV, BC): constant bounds get fully unrolled by some
     let ndv = P.dv; // drivers (Mesa's GL compiles such a kernel for minutes)
     let nbc = P.bc;

@@ -7,7 +7,7 @@
 //! backend, a few ops against values computed here, and the JS bindings (`webtensor::wasm`).
 #![cfg(target_arch = "wasm32")]
 
-use js_sys::{Array, Float32Array, Object, Reflect};
+use js_sys::{Array, Float32Array, Int32Array, Object, Reflect, Uint16Array};
 use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
@@ -283,8 +283,8 @@ async fn bindings_graph_and_plan() {
     assert!(dev.info().max_storage_binding_bytes >= (128 << 20) as f64);
 
     let mut g = WebGraph::new();
-    let a = g.input("a", vec![4, 2]).unwrap();
-    let b = g.input("b", vec![3, 2]).unwrap();
+    let a = g.input("a", vec![4, 2], None).unwrap();
+    let b = g.input("b", vec![3, 2], None).unwrap();
     let at = g.t(&a).unwrap();
     let c = g.matmul(&b, &at).unwrap();
     let r = g.relu(&c).unwrap();
@@ -322,6 +322,136 @@ async fn bindings_graph_and_plan() {
     assert_eq!(r1.unwrap()[0].to_vec(), SEED);
     let msg = message(r2.unwrap_err().into());
     assert!(msg.contains("already running"), "{msg}");
+}
+
+/// The runtime in JS: a weight uploaded from raw bytes, an f16 state written by `setRows` at run-time int32
+/// indices and read by a second plan, `runWith`'s skipped, partial and int32 outputs, f16 inputs as half bits,
+/// and the errors naming the tensor; on WebGPU and on the wasm CPU backend.
+#[wasm_bindgen_test]
+async fn bindings_resident_state_and_partial_readback() {
+    for backend in ["webgpu", "cpu"] {
+        let dev = WebDevice::create(Some(backend.into())).await.unwrap();
+        let wv = Float32Array::from(&[2f32, 8., 5., 1., 4., 2., 8., 6.][..]);
+        let w = dev.upload("w", "float32", vec![4, 2], wv.buffer().into()).unwrap();
+        let cache = dev.state("cache", "f16", vec![4, 4]).unwrap();
+        assert_eq!(dev.resident_bytes(), 32.0 + 32.0, "{backend}");
+        let e = dev.upload("w2", "float32", vec![4, 3], wv.clone().into()).err().unwrap();
+        let msg = message(e.into());
+        assert!(msg.contains("w2"), "{backend}: {msg}");
+
+        let mut g = WebGraph::new();
+        let x = g.input("x", vec![3, 2], None).unwrap();
+        let idx = g.input("idx", vec![3], Some("int32".into())).unwrap();
+        let h = g.input("h", vec![2], Some("float16".into())).unwrap();
+        let wt = g.resident(&w).unwrap();
+        let wtt = g.t(&wt).unwrap();
+        let y = g.matmul(&x, &wtt).unwrap(); // [3, 4]
+        let st = g.state(&cache).unwrap();
+        let written = g.set_rows(&st, &idx, &y).unwrap();
+        let am = g.argmax(&y).unwrap();
+        let hf = g.cast(&h, "float32").unwrap();
+        let outs = Array::of4(&written.into(), &y.into(), &am.into(), &hf.into());
+        let plan = dev.compile(&g, outs).await.unwrap();
+        assert_eq!(plan.input_dtypes(), ["float32", "int32", "float16"]);
+
+        let inputs = Object::new();
+        Reflect::set(&inputs, &"x".into(), &Float32Array::from(&[1f32, 0., 0., 1., 1., 1.][..])).unwrap();
+        Reflect::set(&inputs, &"idx".into(), &Int32Array::from(&[3, 0, 2][..])).unwrap();
+        let halves = [half::f16::from_f32(1.5).to_bits(), half::f16::from_f32(-2.25).to_bits()];
+        Reflect::set(&inputs, &"h".into(), &Uint16Array::from(&halves[..])).unwrap();
+        let fetch = Array::of4(&"skip".into(), &Array::of2(&2.into(), &3.into()), &"all".into(), &"all".into());
+        let out = plan.run_with(inputs.clone().into(), fetch.into()).await.unwrap();
+        assert!(out.get(0).is_null(), "{backend}: a skipped output is null");
+        let row2: Float32Array = out.get(1).dyn_into().unwrap();
+        assert_eq!(row2.to_vec(), [10., 6., 6., 14.], "{backend}");
+        let am: Int32Array = out.get(2).dyn_into().expect("argmax comes back as an Int32Array");
+        assert_eq!(am.to_vec(), [3, 0, 3], "{backend}");
+        let hv: Float32Array = out.get(3).dyn_into().unwrap();
+        assert_eq!(hv.to_vec(), [1.5, -2.25], "{backend}");
+
+        // the state kept the rows, in f16; a second plan reads them
+        let kept: Float32Array = cache.read().await.unwrap().dyn_into().unwrap();
+        let want = [8f32, 1., 2., 6., 0., 0., 0., 0., 10., 6., 6., 14., 2., 5., 4., 8.];
+        assert_eq!(kept.to_vec(), want, "{backend}");
+        let mut g2 = WebGraph::new();
+        let s2 = g2.state(&cache).unwrap();
+        let rows = g2.slice(&s2, 0, 2, 4).unwrap();
+        let rows = g2.cast(&rows, "float32").unwrap();
+        let sums = g2.sum(&rows).unwrap();
+        let plan2 = dev.compile(&g2, Array::of1(&sums.into())).await.unwrap();
+        let out2 = plan2.run(Object::new().into()).await.unwrap();
+        assert_eq!(out2[0].to_vec(), [36., 19.], "{backend}");
+        assert_eq!(dev.resident_bytes(), 64.0, "{backend}: a resident counted once however many plans use it");
+
+        // errors name the input and what it must be
+        Reflect::set(&inputs, &"idx".into(), &Float32Array::from(&[3f32, 0., 2.][..])).unwrap();
+        let e = plan.run_with(inputs.into(), JsValue::UNDEFINED).await.unwrap_err();
+        let msg = message(e.into());
+        assert!(msg.contains("idx") && msg.contains("Int32Array"), "{backend}: {msg}");
+        let e = dev.state("q", "q4_0", vec![4, 32]).err().unwrap();
+        assert!(message(e.into()).contains("state"), "{backend}");
+        cache.zero().unwrap();
+        let zeroed: Float32Array = cache.read().await.unwrap().dyn_into().unwrap();
+        assert!(zeroed.to_vec().iter().all(|&v| v == 0.0), "{backend}");
+    }
+}
+
+/// Random blocks of a 32-element block type (`bytes` per block, an f16 scale at 0 and, for Q4_1, a min at 2).
+fn random_blocks(rows: usize, k: usize, bytes: usize, has_min: bool, seed: u32) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(2654435761).wrapping_add(1);
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state
+    };
+    let mut out = Vec::with_capacity(rows * k / 32 * bytes);
+    for _ in 0..rows * k / 32 {
+        let mut blk: Vec<u8> = (0..bytes).map(|_| next() as u8).collect();
+        let scale = half::f16::from_f32((next() % 1000) as f32 / 1000.0 * 0.02 + 0.001).to_le_bytes();
+        blk[..2].copy_from_slice(&scale);
+        if has_min {
+            blk[2..4].copy_from_slice(&half::f16::from_f32(-((next() % 100) as f32) / 1000.0).to_le_bytes());
+        }
+        out.extend(blk);
+    }
+    out
+}
+
+/// The quantized mat-vec of the wasm CPU backend (the simd128 kernels, with activations rounded to 8 bits) and
+/// of WebGPU, against the weight dequantized by `cast` and multiplied here in f64: Q4_0, Q4_1, Q8_0.
+#[wasm_bindgen_test]
+async fn quantized_matvec_matches_the_dequantized_weight() {
+    let (n, k) = (24usize, 256usize);
+    for backend in [BackendKind::Cpu, BackendKind::WebGpu] {
+        let dev = Device::with_backend_async(backend).await.unwrap();
+        for (dtype, bytes, has_min) in [(DType::Q4_0, 18, false), (DType::Q4_1, 20, true), (DType::Q8_0, 34, false)] {
+            let wb = random_blocks(n, k, bytes, has_min, n as u32 + bytes as u32);
+            let w = dev.upload_bytes("w", dtype, &[n, k], webtensor::Bytes::from_vec(wb)).unwrap();
+            let xs: Vec<f32> = (0..k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+            let mut g = Graph::new();
+            let x = g.input("x", DType::F32, &[1, k]).unwrap();
+            let wt = g.resident(&w).unwrap();
+            let t = g.t(wt).unwrap();
+            let y = g.matmul(x, t).unwrap();
+            let wf = g.cast(wt, DType::F32).unwrap();
+            let mut plan = dev.compile_async(&g, &[y, wf], &CompileOptions::default()).await.unwrap();
+            let xv = HostTensor::f32(&[1, k], xs.clone()).unwrap();
+            let out = plan.run_async(&[(x, &xv)]).await.unwrap();
+            let (got, dense) = (out[0].data.to_f32(), out[1].data.to_f32());
+            for r in 0..n {
+                let row = &dense[r * k..(r + 1) * k];
+                let want: f64 = row.iter().zip(&xs).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let scale: f64 = row.iter().zip(&xs).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                let err = (got[r] as f64 - want).abs();
+                assert!(
+                    err <= 0.01 * scale + 1e-6,
+                    "{backend:?} {dtype}: row {r}: {} vs {want} (scale {scale})",
+                    got[r]
+                );
+            }
+        }
+    }
 }
 
 #[wasm_bindgen_test]

@@ -6,7 +6,8 @@
 //!
 //! Types with an integer kernel: Q4_0, Q4_1, Q8_0 (blocks of 32) and Q4_K, Q6_K (super-blocks of 256, the
 //! Q4_K_M mix). A portable scalar kernel defines each; AVX2 kernels are chosen at run time where the CPU has
-//! AVX2, FMA and F16C. The other storage formats decode to f32 (`quant.rs`).
+//! AVX2, FMA and F16C; on wasm, simd128 kernels (Q4_0, Q4_1, Q8_0) where the build enables simd128 (it does:
+//! `.cargo/config.toml`). The other storage formats decode to f32 (`quant.rs`).
 //!
 //! Accuracy: rounding activations to 8 bits (relative error up to 1/254 of a block's largest value) moves a
 //! dot product by about 0.3% of its magnitude; `CompileOptions::f32_activations` turns it off.
@@ -15,6 +16,8 @@
 mod avx2;
 mod row;
 mod scalar;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128;
 
 use crate::DType;
 pub(crate) use row::{DotFn, Q8Row};
@@ -55,6 +58,10 @@ pub(crate) fn dot_fn(dtype: DType) -> Option<DotFn> {
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         return avx2::dot_fn(dtype);
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if let Some(f) = simd128::dot_fn(dtype) {
+        return Some(f);
     }
     scalar::dot_fn(dtype)
 }

@@ -12,8 +12,12 @@ pub(super) fn wgsl(key: &KernelKey, bindings: String) -> String {
     match key.kind {
         KernelKind::Rope => render(ROPE, &[("BINDINGS", bindings), ("OUT_C", out_c)]),
         KernelKind::AttentionCombine { dv, dyn_len } => {
-            let subs =
-                [("BINDINGS", bindings), ("OUT_C", out_c), ("DV", dv.to_string()), ("LENGTH_FN", length_fn(dyn_len))];
+            let subs = [
+                ("BINDINGS", bindings),
+                ("OUT_C", out_c),
+                ("DV", dv.to_string()),
+                ("LENGTH_FN", length_fn(dyn_len, false)),
+            ];
             render(COMBINE, &subs)
         }
         KernelKind::Attention { d, dv, br, bc, partial, mask, dyn_len } => {
@@ -37,7 +41,7 @@ pub(super) fn wgsl(key: &KernelKey, bindings: String) -> String {
                 ("K_SHARED", n(bc * d)),
                 ("V_SHARED", n(bc * dv)),
                 ("P_SHARED", n(br * bc)),
-                ("LENGTH_FN", length_fn(dyn_len)),
+                ("LENGTH_FN", length_fn(dyn_len, true)),
                 ("FIN_STORE", fin_store(key, partial)),
                 ("MASK_FN", mask_fn.into()),
             ];
@@ -59,9 +63,17 @@ fn fin_store(key: &KernelKey, partial: bool) -> String {
     )
 }
 
-/// `kv_length()`: the run-time length (clamped at 0) where the variant binds one, else the static length.
-fn length_fn(dyn_len: bool) -> String {
-    if dyn_len {
+/// `kv_length()`: the run-time length (clamped at 0) where the variant binds one, else the static length. With
+/// `uniform`, the run-time length goes through `workgroupUniformLoad`, so that loops bounded by it may hold
+/// barriers: a value read from a storage buffer is not uniform to WGSL's uniformity analysis (Tint rejects the
+/// kernel; naga does not check), one loaded that way is. That form must be called in uniform control flow.
+fn length_fn(dyn_len: bool, uniform: bool) -> String {
+    if dyn_len && uniform {
+        "var<workgroup> kv_length_s: u32;\n\nfn kv_length() -> u32 {\n    \
+         // every invocation stores the same value\n    kv_length_s = u32(max(ld_kv(P.kv_len_offset), 0));\n    \
+         return workgroupUniformLoad(&kv_length_s);\n}"
+            .into()
+    } else if dyn_len {
         "fn kv_length() -> u32 {\n    return u32(max(ld_kv(P.kv_len_offset), 0));\n}".into()
     } else {
         "fn kv_length() -> u32 {\n    return P.static_len;\n}".into()

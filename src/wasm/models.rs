@@ -1,0 +1,417 @@
+//! The model runners in JS: `LanguageModel` (llama-architecture GGUF files) and `SentenceEmbedder`
+//! (sentence-transformers directories), over [`Llama`] and [`SentenceEmbedder`].
+
+use super::convert::{init_console, js_bytes, js_err};
+use super::device::WebDevice;
+use crate::models::bert::{EmbedderOptions, SentenceEmbedder};
+use crate::models::llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason, TokenStream};
+use crate::models::{Message, SamplingOptions};
+use crate::{Bytes, Error};
+use js_sys::{Array, Float32Array, Function, Object, Promise, Reflect, Uint32Array, Uint8Array};
+use std::cell::RefCell;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_MODELS: &'static str = r#"
+/** How `LanguageModel.generate` and `chat` pick tokens; every field optional. The defaults are greedy decoding
+ *  of up to 128 tokens, with llama.cpp's sampler defaults once `temperature` is above 0. */
+export interface GenerateOptions {
+  /** Most tokens to generate (default 128). */
+  maxTokens?: number;
+  /** Softmax temperature; 0 (default) is greedy. */
+  temperature?: number;
+  /** Keep the K most likely tokens (default 40; 0: all). */
+  topK?: number;
+  /** Nucleus sampling threshold (default 0.95; 1: off). */
+  topP?: number;
+  /** Drop tokens less likely than minP times the most likely (default 0.05; 0: off). */
+  minP?: number;
+  /** Repetition penalty (default 1: off) over the last 64 tokens. */
+  repeatPenalty?: number;
+  /** Seed of the draws (default 0): the same seed and prompt give the same text. */
+  seed?: number;
+  /** Generation stops when the text contains one of these (the text ends before it). */
+  stop?: string[];
+}
+/** A chat message. */
+export interface ChatMessage { role: string; content: string }
+/** Called with each token's new text (possibly empty while a character is incomplete) and id; return `false` to
+ *  stop generating. */
+export type OnToken = (text: string, id: number) => boolean | void;
+/** What a finished generation gives. */
+export interface GenerationResult {
+  text: string;
+  tokens: Uint32Array;
+  /** Prompt tokens evaluated (those already in the cache from the previous turn are not). */
+  prefillTokens: number;
+  prefillMs: number;
+  decodeSteps: number;
+  decodeMs: number;
+  /** tokens/s */
+  prefillTokensPerS: number;
+  /** tokens/s */
+  decodeTokensPerS: number;
+  /** `"eog"` (end-of-generation token), `"max_tokens"`, `"stop_string"`, `"context_full"` or `"cancelled"`. */
+  stop: "eog" | "max_tokens" | "stop_string" | "context_full" | "cancelled";
+}
+/** The files of a sentence-transformers directory by their path in it (`config.json`, `tokenizer.json`,
+ *  `model.safetensors`, and optionally `modules.json`, `sentence_bert_config.json`, `1_Pooling/config.json`). */
+export type ModelFiles = Record<string, ArrayBuffer | ArrayBufferView>;
+"#;
+
+/// Reads a number field of a JS options object.
+fn num(obj: &JsValue, key: &str) -> Result<Option<f64>, JsError> {
+    if obj.is_undefined() || obj.is_null() {
+        return Ok(None);
+    }
+    let v = Reflect::get(obj, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED);
+    if v.is_undefined() {
+        return Ok(None);
+    }
+    v.as_f64()
+        .filter(|x| x.is_finite())
+        .map(Some)
+        .ok_or_else(|| JsError::new(&format!("options.{key} must be a number")))
+}
+
+fn count(obj: &JsValue, key: &str) -> Result<Option<usize>, JsError> {
+    match num(obj, key)? {
+        Some(x) if x >= 0.0 && x.fract() == 0.0 => Ok(Some(x as usize)),
+        Some(x) => Err(JsError::new(&format!("options.{key} must be a whole number ≥ 0, got {x}"))),
+        None => Ok(None),
+    }
+}
+
+fn generate_options(o: &JsValue) -> Result<GenerateOptions, JsError> {
+    let d = SamplingOptions::default();
+    let sampling = SamplingOptions {
+        temperature: num(o, "temperature")?.map_or(d.temperature, |x| x as f32),
+        top_k: count(o, "topK")?.unwrap_or(d.top_k),
+        top_p: num(o, "topP")?.map_or(d.top_p, |x| x as f32),
+        min_p: num(o, "minP")?.map_or(d.min_p, |x| x as f32),
+        repetition_penalty: num(o, "repeatPenalty")?.map_or(d.repetition_penalty, |x| x as f32),
+        repeat_last_n: d.repeat_last_n,
+        seed: count(o, "seed")?.map_or(d.seed, |x| x as u64),
+    };
+    let stop =
+        if o.is_object() { Reflect::get(o, &"stop".into()).unwrap_or(JsValue::UNDEFINED) } else { JsValue::UNDEFINED };
+    let stop = match stop.dyn_ref::<Array>() {
+        Some(a) => a
+            .iter()
+            .map(|s| s.as_string().ok_or_else(|| JsError::new("options.stop must hold strings")))
+            .collect::<Result<_, _>>()?,
+        None if stop.is_undefined() => vec![],
+        None => return Err(JsError::new("options.stop must be an array of strings")),
+    };
+    Ok(GenerateOptions { max_tokens: count(o, "maxTokens")?.unwrap_or(128), sampling, stop })
+}
+
+fn stop_name(s: StopReason) -> &'static str {
+    match s {
+        StopReason::EndOfGeneration => "eog",
+        StopReason::MaxTokens => "max_tokens",
+        StopReason::StopString => "stop_string",
+        StopReason::ContextFull => "context_full",
+        StopReason::Cancelled => "cancelled",
+    }
+}
+
+fn generation_object(g: &Generation) -> JsValue {
+    let o = Object::new();
+    let set = |k: &str, v: JsValue| {
+        let _ = Reflect::set(&o, &JsValue::from_str(k), &v);
+    };
+    set("text", g.text.as_str().into());
+    set("tokens", Uint32Array::from(g.tokens.as_slice()).into());
+    set("prefillTokens", (g.prefill_tokens as f64).into());
+    set("prefillMs", g.prefill_ms.into());
+    set("decodeSteps", (g.decode_steps as f64).into());
+    set("decodeMs", g.decode_ms.into());
+    set("prefillTokensPerS", g.prefill_tokens_per_s().into());
+    set("decodeTokensPerS", g.decode_tokens_per_s().into());
+    set("stop", stop_name(g.stop).into());
+    o.into()
+}
+
+/// Lets the page run (paint, handle a Stop click) between tokens: resolves on the next macrotask.
+async fn yield_to_event_loop() {
+    let set_timeout =
+        Reflect::get(&js_sys::global(), &"setTimeout".into()).ok().and_then(|f| f.dyn_into::<Function>().ok());
+    if let Some(set_timeout) = set_timeout {
+        let p = Promise::new(&mut |resolve, _| {
+            let _ = set_timeout.call2(&JsValue::NULL, &resolve, &JsValue::from(0));
+        });
+        let _ = JsFuture::from(p).await;
+    }
+}
+
+fn busy(what: &str) -> JsError {
+    JsError::new(&format!("this {what} is busy: await the previous call before starting another"))
+}
+
+/// A model file received in parts, straight into wasm memory (as a download streams in), so that no whole copy
+/// of it is held in JS memory. Give it to `LanguageModel.fromModelBytes` or `SentenceEmbedder.load`.
+#[wasm_bindgen(js_name = ModelBytes)]
+pub struct WebModelBytes {
+    buf: Vec<u8>,
+}
+
+#[wasm_bindgen(js_class = ModelBytes)]
+impl WebModelBytes {
+    /// An empty buffer; `expectedBytes` (e.g. a response's Content-Length) reserves room up front, at most
+    /// 3 GiB (wasm32 addresses 4 GiB in all).
+    #[wasm_bindgen(constructor)]
+    pub fn new(#[wasm_bindgen(js_name = expectedBytes)] expected_bytes: Option<f64>) -> WebModelBytes {
+        let reserve =
+            expected_bytes.filter(|x| x.is_finite() && *x > 0.0).map_or(0.0, |x| x.min(3.0 * (1u64 << 30) as f64));
+        WebModelBytes { buf: Vec::with_capacity(reserve as usize) }
+    }
+
+    /// Appends `chunk`. Throws when wasm memory cannot grow to hold it.
+    pub fn push(&mut self, chunk: &Uint8Array) -> Result<(), JsError> {
+        let n = chunk.length() as usize;
+        self.buf.try_reserve(n).map_err(|_| {
+            JsError::new(&format!("out of wasm memory after {} bytes (+{n}): the model is too large", self.buf.len()))
+        })?;
+        let at = self.buf.len();
+        self.buf.resize(at + n, 0);
+        chunk.copy_to(&mut self.buf[at..]);
+        Ok(())
+    }
+
+    /// Bytes received so far.
+    #[wasm_bindgen(getter)]
+    pub fn length(&self) -> f64 {
+        self.buf.len() as f64
+    }
+}
+
+/// A llama-architecture language model from a GGUF file (SmolLM2, TinyLlama, Llama 3.2, ...), with its KV cache:
+/// a conversation's state. Made by `LanguageModel.load`.
+#[wasm_bindgen(js_name = LanguageModel)]
+pub struct WebLanguageModel {
+    inner: RefCell<Llama>,
+}
+
+#[wasm_bindgen(js_class = LanguageModel)]
+impl WebLanguageModel {
+    /// Loads the GGUF file `bytes` (an `ArrayBuffer` or `Uint8Array` of the whole file) onto `device`. The bytes
+    /// are copied into wasm memory once; on WebGPU the weights are then uploaded and that copy freed, on the CPU
+    /// backend they are used where they lie. `options.context` sets the positions of the KV cache (default: the
+    /// model's training context, at most 4096).
+    ///
+    /// Rejects for a file that is not a valid GGUF or not a llama-architecture model (naming what is wrong), or
+    /// when the device runs out of memory.
+    pub async fn load(
+        device: &WebDevice,
+        #[wasm_bindgen(unchecked_param_type = "ArrayBuffer | ArrayBufferView")] bytes: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "{ context?: number }")] options: JsValue,
+    ) -> Result<WebLanguageModel, JsError> {
+        WebLanguageModel::from_bytes(device, js_bytes("model", &bytes)?, &options)
+    }
+
+    /// `load` from a [`ModelBytes`](WebModelBytes) filled as the file streamed in (taken over: not copied
+    /// again).
+    #[wasm_bindgen(js_name = fromModelBytes)]
+    pub async fn from_model_bytes(
+        device: &WebDevice,
+        bytes: WebModelBytes,
+        #[wasm_bindgen(unchecked_optional_param_type = "{ context?: number }")] options: JsValue,
+    ) -> Result<WebLanguageModel, JsError> {
+        WebLanguageModel::from_bytes(device, bytes.buf, &options)
+    }
+
+    /// Positions the KV cache holds (prompt and generated tokens together).
+    #[wasm_bindgen(getter)]
+    pub fn context(&self) -> Result<u32, JsError> {
+        Ok(self.inner.try_borrow().map_err(|_| busy("model"))?.context() as u32)
+    }
+
+    /// The vocabulary's size.
+    #[wasm_bindgen(getter, js_name = vocabSize)]
+    pub fn vocab_size(&self) -> Result<u32, JsError> {
+        Ok(self.inner.try_borrow().map_err(|_| busy("model"))?.config.n_vocab as u32)
+    }
+
+    /// The token ids of `text` (with the BOS token when the file says to add one).
+    pub fn tokenize(&self, text: &str) -> Result<Uint32Array, JsError> {
+        let m = self.inner.try_borrow().map_err(|_| busy("model"))?;
+        Ok(Uint32Array::from(m.tokenizer.encode(text).map_err(js_err)?.as_slice()))
+    }
+
+    /// The text of `ids`, special tokens left out.
+    pub fn detokenize(&self, ids: Vec<u32>) -> Result<String, JsError> {
+        let m = self.inner.try_borrow().map_err(|_| busy("model"))?;
+        m.tokenizer.decode(&ids, true).map_err(js_err)
+    }
+
+    /// The prompt of a conversation: the file's chat template applied to `messages`, the assistant's turn
+    /// opened, as ids. Throws when the file has no chat template.
+    #[wasm_bindgen(js_name = chatPrompt)]
+    pub fn chat_prompt(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ChatMessage[]")] messages: Array,
+    ) -> Result<Uint32Array, JsError> {
+        let m = self.inner.try_borrow().map_err(|_| busy("model"))?;
+        Ok(Uint32Array::from(m.chat_prompt(&messages_of(&messages)?).map_err(js_err)?.as_slice()))
+    }
+
+    /// Forgets the conversation (the next prompt is evaluated from position 0).
+    pub fn reset(&self) -> Result<(), JsError> {
+        self.inner.try_borrow_mut().map_err(|_| busy("model"))?.reset();
+        Ok(())
+    }
+
+    /// Generates a continuation of `prompt` (text, tokenized with the model's tokenizer, or ids), streaming each
+    /// token to `onToken` (return `false` from it to stop) and yielding to the page between tokens, so a Stop
+    /// button takes effect within one token. Resolves to the whole generation with its timings. A prompt that
+    /// starts with the conversation cached so far evaluates only the rest.
+    ///
+    /// Rejects for an empty prompt, one longer than the context, bad options, or a device failure; and when the
+    /// model is already generating.
+    #[wasm_bindgen(unchecked_return_type = "GenerationResult")]
+    pub async fn generate(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "string | Uint32Array | number[]")] prompt: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions")] options: JsValue,
+        #[wasm_bindgen(js_name = onToken, unchecked_optional_param_type = "OnToken")] on_token: JsValue,
+    ) -> Result<JsValue, JsError> {
+        let options = generate_options(&options)?;
+        let ids = match prompt.as_string() {
+            Some(text) => {
+                self.inner.try_borrow().map_err(|_| busy("model"))?.tokenizer.encode(&text).map_err(js_err)?
+            }
+            None => Uint32Array::new(&prompt).to_vec(),
+        };
+        self.run(&ids, &options, on_token.dyn_ref::<Function>()).await
+    }
+
+    /// `generate` on the chat template applied to `messages` (`{ role, content }`, roles `system`, `user`,
+    /// `assistant`); the answer's text is in the result. Rejects as `generate` does, and when the file has no chat
+    /// template.
+    #[wasm_bindgen(unchecked_return_type = "GenerationResult")]
+    pub async fn chat(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ChatMessage[]")] messages: Array,
+        #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions")] options: JsValue,
+        #[wasm_bindgen(js_name = onToken, unchecked_optional_param_type = "OnToken")] on_token: JsValue,
+    ) -> Result<JsValue, JsError> {
+        let options = generate_options(&options)?;
+        let ids = self.chat_prompt(messages)?.to_vec();
+        self.run(&ids, &options, on_token.dyn_ref::<Function>()).await
+    }
+}
+
+impl WebLanguageModel {
+    fn from_bytes(device: &WebDevice, bytes: Vec<u8>, options: &JsValue) -> Result<WebLanguageModel, JsError> {
+        init_console();
+        let file = crate::gguf::GgufFile::from_bytes("model.gguf", Bytes::from_vec(bytes)).map_err(js_err)?;
+        let options = LlamaOptions { context: count(options, "context")?.unwrap_or(0), ..Default::default() };
+        let model = Llama::from_gguf(&device.inner, &file, options).map_err(js_err)?;
+        Ok(WebLanguageModel { inner: RefCell::new(model) })
+    }
+
+    // The borrow lasts the whole generation on purpose: JS is single-threaded, and a second call meanwhile
+    // (reentrant from `onToken` or from the page) gets the "busy" error from `try_borrow_mut`.
+    #[allow(clippy::await_holding_refcell_ref)]
+    async fn run(
+        &self,
+        ids: &[u32],
+        options: &GenerateOptions,
+        on_token: Option<&Function>,
+    ) -> Result<JsValue, JsError> {
+        let mut model = self.inner.try_borrow_mut().map_err(|_| busy("model"))?;
+        let mut s: TokenStream = model.start_async(ids, options).await.map_err(js_err)?;
+        while let Some(t) = model.next_token_async(&mut s).await.map_err(js_err)? {
+            if let Some(f) = on_token {
+                let r = f.call2(&JsValue::NULL, &JsValue::from_str(&t.text), &JsValue::from(t.id));
+                match r {
+                    Ok(v) if v == JsValue::FALSE => s.cancel(),
+                    Ok(_) => {}
+                    Err(e) => {
+                        s.cancel();
+                        return Err(JsError::new(&format!(
+                            "onToken threw: {}",
+                            e.as_string().unwrap_or_else(|| format!("{e:?}"))
+                        )));
+                    }
+                }
+            }
+            if !s.is_finished() {
+                yield_to_event_loop().await;
+            }
+        }
+        Ok(generation_object(s.generation()))
+    }
+}
+
+fn messages_of(messages: &Array) -> Result<Vec<Message>, JsError> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let field = |k: &str| Reflect::get(&m, &JsValue::from_str(k)).ok().and_then(|v| v.as_string());
+            match (field("role"), field("content")) {
+                (Some(role), Some(content)) => Ok(Message::new(&role, &content)),
+                _ => Err(JsError::new(&format!("messages[{i}] must be {{ role: string, content: string }}"))),
+            }
+        })
+        .collect()
+}
+
+/// A sentence embedder (all-MiniLM-L6-v2 and its kin) from a sentence-transformers directory's files, as
+/// `SentenceTransformer.encode` computes: tokenized, a batch padded to its longest sentence, mean (or CLS)
+/// pooling, L2 normalized. Made by `SentenceEmbedder.load`.
+#[wasm_bindgen(js_name = SentenceEmbedder)]
+pub struct WebEmbedder {
+    inner: RefCell<SentenceEmbedder>,
+}
+
+#[wasm_bindgen(js_class = SentenceEmbedder)]
+impl WebEmbedder {
+    /// Loads the embedder whose files `files` holds by their path in the directory (see `ModelFiles`) onto
+    /// `device`; `options.f16Weights` stores the weight matrices in float16 (needs `shader-f16` on WebGPU).
+    ///
+    /// Rejects naming the file that is missing or does not parse.
+    pub async fn load(
+        device: &WebDevice,
+        #[wasm_bindgen(unchecked_param_type = "ModelFiles")] files: Object,
+        #[wasm_bindgen(unchecked_optional_param_type = "{ f16Weights?: boolean }")] options: JsValue,
+    ) -> Result<WebEmbedder, JsError> {
+        init_console();
+        let f16 = options.is_object() && Reflect::get(&options, &"f16Weights".into()).ok() == Some(JsValue::TRUE);
+        let read = |name: &str| -> crate::Result<Option<Bytes>> {
+            let v = Reflect::get(&files, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED);
+            if v.is_undefined() {
+                return Ok(None);
+            }
+            let bytes = js_bytes(name, &v).map_err(|_| Error::BadInput {
+                name: name.into(),
+                reason: "must be an ArrayBuffer or a typed array".into(),
+            })?;
+            Ok(Some(Bytes::from_vec(bytes)))
+        };
+        let options = EmbedderOptions { f16_weights: f16, ..Default::default() };
+        let e = SentenceEmbedder::from_files(&device.inner, "model", &read, options).map_err(js_err)?;
+        Ok(WebEmbedder { inner: RefCell::new(e) })
+    }
+
+    /// Width of the embeddings (384 for MiniLM).
+    #[wasm_bindgen(getter)]
+    pub fn dimension(&self) -> Result<u32, JsError> {
+        Ok(self.inner.try_borrow().map_err(|_| busy("embedder"))?.config.hidden as u32)
+    }
+
+    /// One unit-length `Float32Array` per text (in order), computed in batches of `batch` (default 32), each
+    /// padded to its longest sentence. An empty list gives an empty array. Rejects for a batch of 0, a device
+    /// failure, or while another `embed` of this embedder runs.
+    #[allow(clippy::await_holding_refcell_ref)] // as `LanguageModel::run`
+    pub async fn embed(&self, texts: Vec<String>, batch: Option<u32>) -> Result<Vec<Float32Array>, JsError> {
+        let mut e = self.inner.try_borrow_mut().map_err(|_| busy("embedder"))?;
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let out = e.embed_async(&refs, batch.unwrap_or(32) as usize).await.map_err(js_err)?;
+        Ok(out.iter().map(|v| Float32Array::from(v.as_slice())).collect())
+    }
+}
