@@ -6,6 +6,8 @@
 # when missing. Wasm builds go to $CARGO_TARGET_DIR (default target-wasm/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# the native CLI (the models test compares with it) lives in the native target directory
+native_target="${CARGO_TARGET_DIR:-$PWD/target}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target-wasm}"
 mkdir -p artifacts
 step() { echo; echo "=== browser: $* ($(date +%T))"; }
@@ -27,3 +29,9 @@ node tests/e2e/node.mjs 2>&1 | tee artifacts/node.log
 
 step "demo end to end (tests/e2e/demo.mjs)"
 node tests/e2e/demo.mjs 2>&1 | tee artifacts/e2e.log
+
+step "model runners against the native CLI, in Node.js and headless Chromium (tests/e2e/models.mjs)"
+if [ ! -x "$native_target/debug/webtensor" ]; then
+  CARGO_TARGET_DIR="$native_target" cargo build --bin webtensor
+fi
+WEBTENSOR_BIN="$native_target/debug/webtensor" node tests/e2e/models.mjs 2>&1 | tee artifacts/models.log

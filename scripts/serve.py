@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Serves a folder (default web/) on 127.0.0.1 for the demo: explicit MIME types (.wasm as application/wasm,
-.js/.mjs as text/javascript), no caching, no directory listings outside the folder.
+.js/.mjs as text/javascript), no caching, cross-origin isolation headers (COOP same-origin, COEP require-corp),
+no directory listings outside the folder.
 
     python3 scripts/serve.py [--port N] [--dir web]
 
@@ -28,6 +29,9 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 
     def end_headers(self):
         self.send_header("Cache-Control", "no-store")
+        # cross-origin isolation: SharedArrayBuffer for threaded wasm (wllama's threads need it)
+        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
         super().end_headers()
 
     def log_message(self, fmt, *args):

@@ -15,11 +15,11 @@
 //
 // Env: CHROMIUM (default /usr/bin/chromium), E2E_SIZE (default 256), E2E_TIMEOUT_S (per visit, default 180).
 import { chromium } from "playwright-core";
-import { spawn } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { startServer } from "./serve.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const size = Number(process.env.E2E_SIZE ?? 256);
@@ -40,21 +40,6 @@ const FLAGS = [
 
 function fail(msg) {
   throw new Error(msg);
-}
-
-function startServer() {
-  return new Promise((resolveUrl, reject) => {
-    const args = [join(root, "scripts/serve.py"), "--port", "0", "--dir", join(root, "web"), "--quiet"];
-    const proc = spawn("python3", args, { stdio: ["ignore", "pipe", "inherit"] });
-    let out = "";
-    proc.stdout.on("data", (d) => {
-      out += d;
-      const m = out.match(/Serving (http:\/\/127\.0\.0\.1:\d+\/)/);
-      if (m) resolveUrl({ url: m[1], proc });
-    });
-    proc.on("exit", (code) => reject(new Error(`server exited with ${code}: ${out}`)));
-    proc.on("error", reject);
-  });
 }
 
 /** Opens the demo with `?sizes=<size>&autorun=1`, waits until it is done, checks it, saves a screenshot. */
@@ -246,7 +231,7 @@ async function main() {
   if (!existsSync(join(root, "pkg/webtensor.js"))) fail("pkg/ is missing: run scripts/build-wasm.sh first");
   rmSync(join(root, "web/pkg"), { recursive: true, force: true });
   cpSync(join(root, "pkg"), join(root, "web/pkg"), { recursive: true });
-  const { url, proc } = await startServer();
+  const { url, proc } = await startServer(join(root, "web"));
   try {
     await visit(url, { webgpu: true, screenshot: join(artifacts, "demo.png") });
     await visit(url, { webgpu: false, screenshot: join(artifacts, "demo-no-webgpu.png") });

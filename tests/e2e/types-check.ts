@@ -1,6 +1,10 @@
 // Type-checks the generated pkg/webtensor.d.ts the way a TypeScript user would use it (never run:
 // `npm run typecheck` only compiles it). Build pkg/ first with scripts/build-wasm.sh.
-import init, { Device, DeviceInfo, Graph, Plan, Tensor, matmul, type BackendName, type PlanInputs } from "../../pkg/webtensor.js";
+import init, {
+  Device, DeviceInfo, Graph, LanguageModel, Plan, Resident, SentenceEmbedder, State, Tensor, matmul,
+  type BackendName, type ChatMessage, type Fetch, type GenerateOptions, type GenerationResult, type ModelFiles,
+  type Output, type PlanInputs,
+} from "../../pkg/webtensor.js";
 
 export async function example(): Promise<number[]> {
   await init();
@@ -30,4 +34,43 @@ export async function example(): Promise<number[]> {
   plan.free();
   g.free();
   return [limit, name.length, shape.length, names.length, outs.length, outs2.length, stats.dispatches, prod[0], prod2[0]];
+}
+
+/** Resident weights, states, typed inputs and partial readback. */
+export async function runtime(dev: Device): Promise<number> {
+  const w: Resident = dev.upload("w", "float32", [4, 2], new Float32Array(8));
+  const q: Resident = dev.upload("wq", "q8_0", [2, 32], new ArrayBuffer(2 * 34));
+  const cache: State = dev.state("cache", "float16", [16, 4]);
+  const g = new Graph();
+  const x = g.input("x", [3, 2]);
+  const idx = g.input("idx", [3], "int32");
+  const y = g.matmul(x, g.t(g.resident(w)));
+  const rows: Tensor = g.getRows(g.resident(q), idx);
+  const written = g.setRows(g.state(cache), idx, y);
+  const att = g.attention(g.reshape(y, [1, 3, 4]), g.reshape(y, [1, 3, 4]), g.reshape(y, [1, 3, 4]), 0.5, true);
+  const plan = await dev.compile(g, [written, y, g.argmax(y), rows, att]);
+  const dtypes: string[] = plan.inputDtypes;
+  const inputs: PlanInputs = { x: new Float32Array(6), idx: new Int32Array([0, 1, 2]) };
+  const fetch: Fetch[] = ["skip", [2, 3], "all", "all", "all"];
+  const outs: Output[] = await plan.runWith(inputs, fetch);
+  const kept: Float32Array | Int32Array = await cache.read();
+  cache.write(new Uint16Array(64));
+  cache.zero();
+  return dev.residentBytes + dtypes.length + outs.length + kept.length + w.bytes + cache.shape[0];
+}
+
+/** The model runners. */
+export async function models(dev: Device, gguf: ArrayBuffer, files: ModelFiles): Promise<number> {
+  const model: LanguageModel = await LanguageModel.load(dev, gguf, { context: 512 });
+  const options: GenerateOptions = { maxTokens: 8, temperature: 0.7, topK: 40, seed: 1, stop: ["\n"] };
+  const r: GenerationResult = await model.generate("The capital of France is", options, (text: string, id: number) => {
+    return text.length + id > 0;
+  });
+  const messages: ChatMessage[] = [{ role: "user", content: "Hi" }];
+  const c: GenerationResult = await model.chat(messages, { maxTokens: 4 });
+  const ids: Uint32Array = model.tokenize("hello");
+  const text: string = model.detokenize(ids) + r.text + c.stop;
+  const emb: SentenceEmbedder = await SentenceEmbedder.load(dev, files);
+  const vecs: Float32Array[] = await emb.embed(["a", "b"], 32);
+  return r.decodeTokensPerS + r.prefillTokensPerS + text.length + vecs.length + emb.dimension + model.context;
 }
