@@ -82,7 +82,7 @@ pub(super) fn parse_dtype(name: &str) -> Result<DType, JsError> {
 
 /// The bytes of an `ArrayBuffer` or a typed array / `DataView` (its own range of its buffer), copied into wasm
 /// memory.
-pub(super) fn js_bytes(name: &str, v: &JsValue) -> Result<Vec<u8>, JsError> {
+pub(super) fn js_bytes(name: &str, v: &JsValue) -> crate::Result<Vec<u8>> {
     if let Some(buf) = v.dyn_ref::<ArrayBuffer>() {
         return Ok(Uint8Array::new(buf).to_vec());
     }
@@ -93,7 +93,7 @@ pub(super) fn js_bytes(name: &str, v: &JsValue) -> Result<Vec<u8>, JsError> {
             return Ok(Uint8Array::new_with_byte_offset_and_length(&buffer, offset as u32, len as u32).to_vec());
         }
     }
-    Err(js_err(Error::BadInput { name: name.into(), reason: "must be an ArrayBuffer or a typed array".into() }))
+    Err(Error::BadInput { name: name.into(), reason: "must be an ArrayBuffer or a typed array".into() })
 }
 
 /// The values `v` of input `name` (`dtype`, `shape`) as a host tensor: a `Float32Array` for float32, an
@@ -127,7 +127,14 @@ pub(super) fn values_of(name: &str, dtype: DType, shape: &[usize], v: &JsValue) 
 pub(super) fn output_array(t: &HostTensor) -> JsValue {
     match &t.data {
         Data::I32(v) => Int32Array::from(v.as_slice()).into(),
-        Data::F32(v) => Float32Array::from(v.as_slice()).into(),
-        other => Float32Array::from(other.to_f32().as_slice()).into(),
+        _ => f32_array(t).into(),
+    }
+}
+
+/// A read-back tensor as a `Float32Array` (other dtypes converted; f32 copied once, straight from its values).
+pub(super) fn f32_array(t: &HostTensor) -> Float32Array {
+    match &t.data {
+        Data::F32(v) => Float32Array::from(v.as_slice()),
+        other => Float32Array::from(other.to_f32().as_slice()),
     }
 }

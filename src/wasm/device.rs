@@ -150,7 +150,7 @@ impl WebDevice {
         #[wasm_bindgen(unchecked_param_type = "TensorBytes")] bytes: JsValue,
     ) -> Result<WebResident, JsError> {
         let dtype = parse_dtype(dtype)?;
-        let bytes = crate::Bytes::from_vec(js_bytes(name, &bytes)?);
+        let bytes = crate::Bytes::from_vec(js_bytes(name, &bytes).map_err(js_err)?);
         let r = self.inner.upload_bytes(name, dtype, &to_usize(&shape), bytes).map_err(js_err)?;
         Ok(WebResident { inner: r })
     }

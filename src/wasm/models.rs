@@ -6,7 +6,7 @@ use super::device::WebDevice;
 use crate::models::bert::{EmbedderOptions, SentenceEmbedder};
 use crate::models::llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason, TokenStream};
 use crate::models::{Message, SamplingOptions};
-use crate::{Bytes, Error};
+use crate::Bytes;
 use js_sys::{Array, Float32Array, Function, Object, Promise, Reflect, Uint32Array, Uint8Array};
 use std::cell::RefCell;
 use wasm_bindgen::prelude::*;
@@ -209,7 +209,7 @@ impl WebLanguageModel {
         #[wasm_bindgen(unchecked_param_type = "ArrayBuffer | ArrayBufferView")] bytes: JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "{ context?: number }")] options: JsValue,
     ) -> Result<WebLanguageModel, JsError> {
-        WebLanguageModel::from_bytes(device, js_bytes("model", &bytes)?, &options)
+        WebLanguageModel::from_bytes(device, js_bytes("model", &bytes).map_err(js_err)?, &options)
     }
 
     /// `load` from a [`ModelBytes`](WebModelBytes) filled as the file streamed in (taken over: not copied
@@ -387,11 +387,7 @@ impl WebEmbedder {
             if v.is_undefined() {
                 return Ok(None);
             }
-            let bytes = js_bytes(name, &v).map_err(|_| Error::BadInput {
-                name: name.into(),
-                reason: "must be an ArrayBuffer or a typed array".into(),
-            })?;
-            Ok(Some(Bytes::from_vec(bytes)))
+            Ok(Some(Bytes::from_vec(js_bytes(name, &v)?)))
         };
         let options = EmbedderOptions { f16_weights: f16, ..Default::default() };
         let e = SentenceEmbedder::from_files(&device.inner, "model", &read, options).map_err(js_err)?;

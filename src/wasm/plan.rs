@@ -1,6 +1,6 @@
 //! `Plan`: running a compiled graph from JS, with typed inputs and selective readback.
 
-use super::convert::{js_err, output_array, shape_array, values_of};
+use super::convert::{f32_array, js_err, output_array, shape_array, values_of};
 use crate::{DType, Error, Fetch, HostTensor};
 use js_sys::{Array, Float32Array, Object, Reflect};
 use std::cell::RefCell;
@@ -112,7 +112,7 @@ impl WebPlan {
         #[wasm_bindgen(unchecked_param_type = "PlanInputs")] inputs: JsValue,
     ) -> Result<Vec<Float32Array>, JsError> {
         let out = self.run_fetch(&inputs, vec![Fetch::All; self.output_shapes.len()]).await?;
-        Ok(out.into_iter().flatten().map(|t| Float32Array::from(t.data.to_f32().as_slice())).collect())
+        Ok(out.iter().flatten().map(f32_array).collect())
     }
 
     /// Runs the plan and reads back each output as `fetch` says (one entry per output; all of each when left
