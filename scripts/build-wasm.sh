@@ -25,9 +25,11 @@ wb_version=$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/
 [ -n "$wb_version" ] || { echo "build-wasm: wasm-bindgen not found in Cargo.lock" >&2; exit 1; }
 have=$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }' || true)
 if [ "$have" != "$wb_version" ]; then
-    echo "build-wasm: installing wasm-bindgen-cli $wb_version (found '${have:-none}'): once, about 6 minutes on 2 cores" >&2
-    # No --locked: one of its locked dependencies is no longer on the registry.
-    cargo install wasm-bindgen-cli --version "$wb_version"
+    echo "build-wasm: installing wasm-bindgen-cli $wb_version (found '${have:-none}'): once, a few minutes on 2 cores" >&2
+    # No --locked: one of its locked dependencies is no longer on the registry. Built at opt-level 1 without LTO:
+    # it runs for seconds, and a cold build of it is most of this script's time on a fresh machine.
+    CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+      CARGO_PROFILE_RELEASE_DEBUG=false cargo install wasm-bindgen-cli --version "$wb_version"
 fi
 
 echo "build-wasm: building the library for wasm32 (release; about 2.5 minutes on 2 cores the first time)" >&2

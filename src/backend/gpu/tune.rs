@@ -294,10 +294,15 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
                 announce(&coop_key, "f16 cooperative-matrix kernels");
                 let start = Instant::now();
                 let max_shared = gpu.caps.max_workgroup_storage_bytes;
-                let candidates =
-                    COOP_CONFIGS.iter().filter(|c| c.frag == frag && c.shared_bytes() <= max_shared).map(|&c| Coop(c));
+                // An emulated device (tests) tunes two configurations on a smaller problem: its timings mean
+                // nothing, and each configuration is four large shaders to compile (minutes on lavapipe).
+                let emulated = if gpu.coop_emulated { 2 } else { COOP_CONFIGS.len() };
+                let candidates = COOP_CONFIGS
+                    .iter()
+                    .filter(|c| c.frag == frag && c.shared_bytes() <= max_shared)
+                    .take(emulated)
+                    .map(|&c| Coop(c));
                 // f16 inputs and output, f32 accumulation on both sides: the answers differ by f16 roundings.
-                // An emulated device (tests) is checked on a smaller problem: its timings mean nothing.
                 let (size, reps) = if gpu.coop_emulated { (128, 1) } else { problem_size(gpu) };
                 let problem = Problem::new(DType::F16, size, reps)?;
                 let c = fastest(gpu, &problem, candidates, "matmul_coop", 1e-5).await?;
