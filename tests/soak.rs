@@ -1,8 +1,9 @@
 //! Soak: a plan run many times holds its memory flat. A transformer block's plan runs 10⁴ times (with resident
 //! weights, a readback every run) and SmolLM2 takes hundreds of decode steps (`WEBTENSOR_SOAK_RUNS`,
-//! `WEBTENSOR_SOAK_DECODE_STEPS` set more; 30 on a software adapter), on the CPU backend and the GPU. After a warm-up, the process's
-//! resident memory (VmRSS) may not grow by more than 2 MiB in all, and the GPU's live buffers, bind groups and
-//! pipelines stay exactly as they were. One test, so that no other test of this binary moves RSS meanwhile.
+//! `WEBTENSOR_SOAK_DECODE_STEPS` set more; 2000 runs and 20 steps on a software adapter), on the CPU backend and
+//! the GPU. After a warm-up, the process's resident memory (VmRSS) may not grow by more than 2 MiB in all, and
+//! the GPU's live buffers, bind groups and pipelines stay exactly as they were. One test, so that no other test
+//! of this binary moves RSS meanwhile.
 
 // not `mod common`: its own unit tests would run beside this one and move RSS
 
@@ -22,6 +23,11 @@ fn devices() -> Vec<Device> {
         println!("SKIPPED on the GPU: no GPU adapter");
     }
     std::iter::once(Device::cpu()).chain(gpu).collect()
+}
+
+/// A GPU adapter that runs on the CPU (lavapipe, llvmpipe GL, SwiftShader).
+fn software(device: &Device) -> bool {
+    !device.is_cpu() && device.capabilities().device_type == DeviceType::Cpu
 }
 
 /// The process's resident memory, bytes (Linux; `None` elsewhere).
@@ -129,6 +135,8 @@ fn memory_stays_flat_over_many_runs() {
     for device in &devices {
         let (mut plan, x, xv) = block_plan(device);
         let want = plan.run(&[(x, &xv)]).unwrap();
+        // a software adapter (lavapipe, llvmpipe GL: CI's) takes tens of ms a run: 2000 runs there
+        let runs = if software(device) { env_count("WEBTENSOR_SOAK_RUNS", 2000) } else { runs };
         soak("transformer block", device, 50, runs, |i| {
             let out = plan.run(&[(x, &xv)]).unwrap();
             if i % 1000 == 0 {
@@ -137,11 +145,10 @@ fn memory_stays_flat_over_many_runs() {
         });
     }
     for device in &devices {
-        // a software adapter (lavapipe, llvmpipe GL: CI's) takes seconds a decode step: a shorter soak there, which
-        // still passes a reset in the warm-up and two after it (WEBTENSOR_SOAK_DECODE_STEPS sets the steps)
-        let software = !device.is_cpu() && device.capabilities().device_type == DeviceType::Cpu;
+        // a software adapter takes seconds a decode step: a shorter soak there, which still passes a reset in the
+        // warm-up and two after it (WEBTENSOR_SOAK_DECODE_STEPS sets the steps)
         let (context, warmup, steps) =
-            if software { (16, 20, env_count("WEBTENSOR_SOAK_DECODE_STEPS", 30)) } else { (64, 70, steps) };
+            if software(device) { (8, 10, env_count("WEBTENSOR_SOAK_DECODE_STEPS", 20)) } else { (64, 70, steps) };
         let Some(mut llm) = smollm2(device, context) else { return };
         let mut token = 1u32;
         // the warm-up passes a reset: the context is full after `context` steps
