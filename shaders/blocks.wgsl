@@ -1,12 +1,15 @@
 // blocks.wgsl — readers of ggml's block formats for a storage binding {{N}} bound as u32 words (blocks may start at
-// any byte: Q8_0's are 34 bytes long): byte, 16-bit and 32-bit reads at byte offsets, and dq_{{N}}(blk, e), the
+// any even byte: Q8_0's are 34 bytes long): byte, 16-bit and 32-bit reads at byte offsets, and dq_{{N}}(blk, e), the
 // value of element e of the block starting at byte blk, as ggml's dequantize_row_* computes it (CPU reference:
-// src/blocks.rs). The generator keeps the readers and the one decoder section of the binding's dtype.
+// src/blocks.rs). A section may also give dq4_{{N}}(blk, e), elements e..e+3 (e a multiple of 4) in fewer word
+// reads than four dq_ calls; the generator then uses it for vec4 loads. The generator keeps the readers and the
+// one decoder section of the binding's dtype.
 fn u8_{{N}}(b: u32) -> u32 {
     return ({{VAR}}[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
 }
+// b even (every 16-bit field of every block format is at an even offset of a block of even length): one word
 fn u16_{{N}}(b: u32) -> u32 {
-    return u8_{{N}}(b) | (u8_{{N}}(b + 1u) << 8u);
+    return ({{VAR}}[b >> 2u] >> ((b & 2u) * 8u)) & 0xffffu;
 }
 fn u32_{{N}}(b: u32) -> u32 {
     let s = (b & 3u) * 8u;
@@ -40,10 +43,23 @@ fn dq_{{N}}(blk: u32, e: u32) -> f32 {
     let q = (u8_{{N}}(blk + 2u + e % 16u) >> (e / 16u * 4u)) & 15u;
     return (f32(q) - 8.0) * f16_{{N}}(blk);
 }
+// the four nibbles of elements e..e+3 are bytes e%16.. of qs, low nibbles for e < 16, high ones above
+fn dq4_{{N}}(blk: u32, e: u32) -> vec4<f32> {
+    let q = (u32_{{N}}(blk + 2u + e % 16u) >> (e / 16u * 4u)) & 0x0f0f0f0fu;
+    let v = vec4<f32>(f32(q & 15u), f32((q >> 8u) & 15u), f32((q >> 16u) & 15u), f32(q >> 24u));
+    return (v - 8.0) * f16_{{N}}(blk);
+}
 //! @q4_1
 fn dq_{{N}}(blk: u32, e: u32) -> f32 {
     let q = (u8_{{N}}(blk + 4u + e % 16u) >> (e / 16u * 4u)) & 15u;
     return f32(q) * f16_{{N}}(blk) + f16_{{N}}(blk + 2u);
+}
+// 20-byte blocks: d and m are one word, the four nibbles one more
+fn dq4_{{N}}(blk: u32, e: u32) -> vec4<f32> {
+    let dm = unpack2x16float(u32_{{N}}(blk));
+    let q = (u32_{{N}}(blk + 4u + e % 16u) >> (e / 16u * 4u)) & 0x0f0f0f0fu;
+    let v = vec4<f32>(f32(q & 15u), f32((q >> 8u) & 15u), f32((q >> 16u) & 15u), f32(q >> 24u));
+    return v * dm.x + dm.y;
 }
 //! @q5_0
 fn dq_{{N}}(blk: u32, e: u32) -> f32 {
@@ -60,6 +76,11 @@ fn dq_{{N}}(blk: u32, e: u32) -> f32 {
 //! @q8_0
 fn dq_{{N}}(blk: u32, e: u32) -> f32 {
     return i8_{{N}}(blk + 2u + e) * f16_{{N}}(blk);
+}
+fn dq4_{{N}}(blk: u32, e: u32) -> vec4<f32> {
+    let q = u32_{{N}}(blk + 2u + e);
+    let v = vec4<i32>(i32(q << 24u), i32(q << 16u), i32(q << 8u), i32(q)) >> vec4<u32>(24u);
+    return vec4<f32>(v) * f16_{{N}}(blk);
 }
 //! @q2_k
 fn dq_{{N}}(blk: u32, e: u32) -> f32 {

@@ -152,7 +152,9 @@ fn block_accessors(bd: &Binding, var: &str) -> String {
         "fn ld_{name}(i: u32) -> f32 {{\n    return dq_{name}((i / {bs}u) * {bb}u, i % {bs}u);\n}}\n"
     ));
     // vec4 loads start at a multiple of 4, so with blocks of 4 or more elements the four lie in one block
-    let ld4 = if bs >= 4 {
+    let ld4 = if section.contains("fn dq4_") {
+        format!("return dq4_{name}((i / {bs}u) * {bb}u, i % {bs}u);")
+    } else if bs >= 4 {
         format!("let b = (i / {bs}u) * {bb}u;\n    let e = i % {bs}u;\n    return vec4<f32>(dq_{name}(b, e), dq_{name}(b, e + 1u), dq_{name}(b, e + 2u), dq_{name}(b, e + 3u));")
     } else {
         format!("return vec4<f32>(ld_{name}(i), ld_{name}(i + 1u), ld_{name}(i + 2u), ld_{name}(i + 3u));")
