@@ -39,7 +39,7 @@ fn ids(v: &Json) -> Vec<u32> {
 }
 
 /// The reference prompts a check runs on `device`: all five, or `on_gpu` on a software adapter (see
-/// [`common::full_on`]: lavapipe takes about 40 s a prefill and 3.5 s a decode step), where the checks pick the
+/// [`common::full_on`]: lavapipe takes about 25 s a prefill and 1.2 s a decode step), where the checks pick the
 /// 5-token plain prompt, and the 37-token chat prompt where a prefill whose attention spans two KV blocks matters.
 fn prompts_for(device: &Device, on_gpu: &[&'static str]) -> Vec<&'static str> {
     if common::full_on(device) {

@@ -49,7 +49,7 @@ pub fn devices() -> &'static [Device] {
 
 /// Whether the long suites (every model prompt and sentence, every cooperative-matrix configuration in every
 /// layout) run in full on `device`: everywhere but on a software GPU adapter (lavapipe, llvmpipe GL: CI's), where a
-/// SmolLM2 prefill takes about 40 s and one large shader tens of seconds of LLVM; `WEBTENSOR_FULL_TESTS=1` runs
+/// SmolLM2 prefill takes about 25 s and one large shader tens of seconds of LLVM; `WEBTENSOR_FULL_TESTS=1` runs
 /// them in full there too.
 pub fn full_on(device: &Device) -> bool {
     device.is_cpu()
