@@ -25,9 +25,12 @@ fn devices() -> Vec<Device> {
     std::iter::once(Device::cpu()).chain(gpu).collect()
 }
 
-/// A GPU adapter that runs on the CPU (lavapipe, llvmpipe GL, SwiftShader).
+/// A GPU adapter that runs on the CPU (lavapipe, llvmpipe GL, SwiftShader), where the soak is shorter unless
+/// `WEBTENSOR_FULL_TESTS=1` (the rule of the other suites' `common::full_on`, which this binary does not include).
 fn software(device: &Device) -> bool {
-    !device.is_cpu() && device.capabilities().device_type == DeviceType::Cpu
+    !device.is_cpu()
+        && device.capabilities().device_type == DeviceType::Cpu
+        && std::env::var("WEBTENSOR_FULL_TESTS").as_deref() != Ok("1")
 }
 
 /// The process's resident memory, bytes (Linux; `None` elsewhere).

@@ -296,11 +296,11 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
                 let max_shared = gpu.caps.max_workgroup_storage_bytes;
                 // An emulated device (tests) tunes two configurations on a smaller problem: its timings mean
                 // nothing, and each configuration is four large shaders to compile (minutes on lavapipe).
-                let emulated = if gpu.coop_emulated { 2 } else { COOP_CONFIGS.len() };
+                let tried = if gpu.coop_emulated { 2 } else { COOP_CONFIGS.len() };
                 let candidates = COOP_CONFIGS
                     .iter()
                     .filter(|c| c.frag == frag && c.shared_bytes() <= max_shared)
-                    .take(emulated)
+                    .take(tried)
                     .map(|&c| Coop(c));
                 // f16 inputs and output, f32 accumulation on both sides: the answers differ by f16 roundings.
                 let (size, reps) = if gpu.coop_emulated { (128, 1) } else { problem_size(gpu) };
