@@ -5,7 +5,8 @@
 //! The weight is resident (uploaded once), so a run is x's upload, the mat-vec and y's readback; medians of
 //! interleaved rounds. On the CPU the weights are ~100 MB (the target: Q4_1 and Q8_0 at ≥ 80% of the read
 //! bandwidth); on a GPU backend present (lavapipe, GL here: `WEBTENSOR_BENCH_BACKENDS=cpu,vulkan`) ~16 MB, as
-//! those run on the CPU too. 1 GB = 10⁹ bytes; 1 GFLOP = 10⁹ floating-point operations (2·M·N·K).
+//! those run on the CPU too; `WEBTENSOR_BENCH_WEIGHT_MB` sets another size (a few MB: the kernels' speed from the
+//! cache, without memory's). 1 GB = 10⁹ bytes; 1 GFLOP = 10⁹ floating-point operations (2·M·N·K).
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
@@ -20,7 +21,9 @@ fn main() {
     println!("memory read bandwidth (sum over 256 MiB, {} threads): {read:.1} GB/s\n", rayon::current_num_threads());
     for &kind in &kinds {
         let Ok(device) = webtensor::Device::with_backend(kind) else { continue };
-        mat_vec(&device, if kind == BackendKind::Cpu { 100e6 } else { 16e6 }, read);
+        let mb: Option<f64> = std::env::var("WEBTENSOR_BENCH_WEIGHT_MB").ok().and_then(|v| v.parse().ok());
+        let bytes = mb.map_or(if kind == BackendKind::Cpu { 100e6 } else { 16e6 }, |mb| mb * 1e6);
+        mat_vec(&device, bytes, read);
         prefill(&device);
     }
 }

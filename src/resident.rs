@@ -87,8 +87,9 @@ pub(crate) fn check_bytes(what: &str, dtype: DType, shape: &[usize], bytes: usiz
 
 /// Where an external tensor's memory lives, by backend.
 pub(crate) enum ExternalMemory {
-    /// CPU: read-only bytes (a resident), shared, never copied.
-    CpuBytes(Bytes),
+    /// CPU: read-only bytes (a resident), shared, never copied; and, made on first use, an f32 `[K, R]` copy of
+    /// an f32 `[R, K]` resident that a plan multiplies as `t(w)` with many rows (`backend::cpu::transposed`).
+    CpuBytes(Bytes, std::sync::OnceLock<Vec<f32>>),
     /// CPU: a writable buffer (a state), 8-byte words; plans that use it lock `lock` for the length of a run.
     CpuState { words: std::cell::UnsafeCell<Vec<u64>>, lock: std::sync::Mutex<()> },
     /// GPU: a buffer of its own.
@@ -124,6 +125,10 @@ impl External {
 impl Drop for External {
     fn drop(&mut self) {
         self.accounting.fetch_sub(self.bytes(), Ordering::Relaxed);
+        if let ExternalMemory::CpuBytes(_, transposed) = &self.memory {
+            let copy = transposed.get().map_or(0, |t| 4 * t.len() as u64);
+            self.accounting.fetch_sub(copy, Ordering::Relaxed);
+        }
         if let ExternalMemory::Gpu { buffer, device } = &self.memory {
             #[cfg(not(target_arch = "wasm32"))]
             let _serial = device.serialize(); // releasing a GL buffer takes the context (see `GpuBackend::serialize`)
@@ -136,7 +141,10 @@ impl Drop for External {
 /// A tensor placed in a device's memory once — a model weight — and bound by plans at compile time through
 /// [`Graph::resident`](crate::Graph::resident), never passed to `run`. Cheap to clone (a shared handle); the memory
 /// is freed when the last handle and the last plan using it are dropped. On the CPU backend its bytes are used
-/// where they are (a memory-mapped file stays mapped, nothing is copied).
+/// where they are (a memory-mapped file stays mapped, nothing is copied) — except that an f32 weight multiplied
+/// as `t(w)` by more than 8 rows gets a transposed f32 copy on the first such compile, shared by every plan and
+/// counted in [`Device::resident_bytes`](crate::Device::resident_bytes): the `gemm` crate packs a transposed
+/// operand element by element, 3-12x slower than a row-major one at the shapes of an encoder.
 #[derive(Clone)]
 pub struct Resident {
     pub(crate) inner: Arc<External>,

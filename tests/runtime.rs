@@ -289,3 +289,51 @@ fn runtime_errors_name_the_tensor() {
     }
     let _ = w2;
 }
+
+/// An f32 weight multiplied as `t(w)` by many rows: the CPU backend keeps a transposed copy (made once, shared
+/// by plans, counted in `resident_bytes`, freed with the weight), read at the view's first row, from bytes at an
+/// odd address (a memory map's tensor may start anywhere); the product is exact on every device.
+#[test]
+fn many_rows_against_a_transposed_weight() {
+    let (rows, k, m) = (7usize, 40usize, 13usize);
+    let wv = ramp(&[rows, k], 0.125);
+    let mut raw = vec![0u8; 1];
+    raw.extend(wv.data.to_f32().iter().flat_map(|v| v.to_le_bytes()));
+    let xv = ramp(&[m, k], 0.5);
+    for kind in common::devices().iter().map(|d| d.capabilities().backend) {
+        let device = &Device::with_backend(kind).unwrap();
+        let before = device.resident_bytes();
+        let bytes = webtensor::Bytes::from_owner(std::sync::Arc::new(raw.clone()), 1..raw.len()).unwrap();
+        let w = device.upload_bytes("w", F32, &[rows, k], bytes).unwrap();
+        let plans: Vec<_> = [(0usize, rows), (2, 5)]
+            .iter()
+            .map(|&(r0, r1)| {
+                let mut g = Graph::new();
+                let x = g.input("x", F32, &[m, k]).unwrap();
+                let wr = g.resident(&w).unwrap();
+                let wr = g.slice(wr, 0, r0, r1).unwrap();
+                let wt = g.t(wr).unwrap();
+                let y = g.matmul(x, wt).unwrap();
+                (device.compile(&g, &[y]).unwrap(), x, r0, r1)
+            })
+            .collect();
+        let copy = if kind == webtensor::BackendKind::Cpu { rows * k * 4 } else { 0 };
+        assert_eq!(device.resident_bytes() - before, (rows * k * 4 + copy) as u64, "one copy for both plans: {kind}");
+        for (mut plan, x, r0, r1) in plans {
+            let got = plan.run(&[(x, &xv)]).unwrap()[0].data.to_f32();
+            let (xs, ws) = (xv.data.to_f32(), wv.data.to_f32());
+            for i in 0..m {
+                for j in r0..r1 {
+                    let want: f32 = (0..k).map(|c| xs[i * k + c] * ws[j * k + c]).sum();
+                    let g = got[i * (r1 - r0) + j - r0];
+                    assert!(
+                        (g - want).abs() <= 1e-4 * want.abs().max(1.0),
+                        "{kind} rows {r0}..{r1} [{i}, {j}]: {g} vs {want}"
+                    );
+                }
+            }
+        }
+        drop(w);
+        assert_eq!(device.resident_bytes(), before, "the copy is freed with the weight: {kind}");
+    }
+}

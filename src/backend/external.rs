@@ -33,7 +33,7 @@ fn write_bytes(ext: &External, bytes: &[u8]) -> Result<()> {
             device.queue.write_buffer(buffer, 0, &padded);
             Ok(())
         }
-        ExternalMemory::CpuBytes(_) => unreachable!("states are writable"),
+        ExternalMemory::CpuBytes(..) => unreachable!("states are writable"),
     }
 }
 
@@ -70,7 +70,7 @@ impl State {
                 src[..ext.bytes() as usize].to_vec()
             }
             ExternalMemory::Gpu { buffer, device } => read_buffer(device, buffer, ext.bytes()).await?,
-            ExternalMemory::CpuBytes(_) => unreachable!("states are writable"),
+            ExternalMemory::CpuBytes(..) => unreachable!("states are writable"),
         };
         host_tensor(ext.dtype, &ext.shape, &bytes)
     }

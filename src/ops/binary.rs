@@ -26,12 +26,13 @@ macro_rules! define_binary {
                 match self { $(BinaryOp::$var => Accepts::$acc,)* }
             }
 
-            /// The f32 value (the CPU backend's function).
-            pub(crate) fn eval(self, x: f32, y: f32) -> f32 {
+            /// The op's f32 function (the CPU backend's) of `xs[i]` and `ys[i]` into `xs[i]`: one loop per op,
+            /// vectorized where it can be.
+            pub(crate) fn eval_slice(self, xs: &mut [f32], ys: &[f32]) {
                 match self {
                     $(BinaryOp::$var => {
                         let f = |$x: f32, $y: f32| -> f32 { $cpu };
-                        f(x, y)
+                        xs.iter_mut().zip(ys).for_each(|(x, &y)| *x = f(*x, y));
                     })*
                 }
             }

@@ -100,52 +100,60 @@ impl AttentionKernel {
     /// # Errors
     /// [`Error::BadInput`] when the run-time KV length is outside `1..=S`.
     ///
-    /// Multithreaded over the query rows of a batch element (every head's, together). A prefill (T > 1)
-    /// first converts the element's K and V rows to contiguous f32 once, so each query row reads them without
-    /// conversion; a decode step (T = 1) reads them in place.
+    /// Multithreaded over the query rows of every batch element and head together. A prefill (T > 1) first
+    /// converts every K and V row to contiguous f32 once, so each query row reads them without conversion; a
+    /// decode step (T = 1) reads them in place.
     pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
         let (q, k, v) = (&self.q.layout, &self.k.layout, &self.v.layout);
         let r = q.rank();
-        let (h, t, d) = (q.shape[r - 3], q.shape[r - 2], q.shape[r - 1]);
-        let (hkv, s, dv) = (k.shape[r - 3], k.shape[r - 2], v.shape[r - 1]);
+        let (h, t) = (q.shape[r - 3], q.shape[r - 2]);
+        let (hkv, s, d, dv) = (k.shape[r - 3], k.shape[r - 2], q.shape[r - 1], v.shape[r - 1]);
         let batches = if r == 4 { q.shape[0] } else { 1 };
         let len = self.length(mem, s)?;
-        let mut res = vec![0f32; h * t * dv];
-        let (mut kf, mut vf) = (Vec::new(), Vec::new());
-        for b in 0..batches {
-            if t > 1 {
-                kf = self.to_f32(mem, &self.k, b, hkv, len, d);
-                vf = self.to_f32(mem, &self.v, b, hkv, len, dv);
+        let (kf, vf) = match t > 1 {
+            true => {
+                (self.to_f32(mem, &self.k, batches * hkv, len, d), self.to_f32(mem, &self.v, batches * hkv, len, dv))
             }
-            let rows = (h * t).div_ceil(4 * threads()).max(1);
-            for_chunks(&mut res, rows * dv, |ci, chunk| {
-                let mut scratch = Scratch::new(len, d, dv);
-                for (j, o) in chunk.chunks_exact_mut(dv).enumerate() {
-                    let row = ci * rows + j;
-                    self.row(mem, (b, row / t, row % t), (len, s), (&kf, &vf), &mut scratch, o);
-                }
-            });
-            let out = mem.view(self.out, self.out_dtype);
-            for hi in 0..h {
-                for ti in 0..t {
-                    let base = ((b * t + ti) * h + hi) * dv;
-                    let src = &res[(hi * t + ti) * dv..][..dv];
-                    src.iter().enumerate().for_each(|(j, &x)| out.set(base + j, x));
-                }
+            false => (Vec::new(), Vec::new()),
+        };
+        // res [batches, h, t, dv]: one row per (b, head, query)
+        let mut res = vec![0f32; batches * h * t * dv];
+        let rows = (batches * h * t).div_ceil(4 * threads()).max(1);
+        for_chunks(&mut res, rows * dv, |ci, chunk| {
+            let mut scratch = Scratch::new(len, d, dv);
+            for (j, o) in chunk.chunks_exact_mut(dv).enumerate() {
+                let row = ci * rows + j;
+                let (b, hi, ti) = (row / (h * t), row / t % h, row % t);
+                // this element's converted rows, or none (read in place)
+                let (nk, nv) = (hkv * len * d, hkv * len * dv);
+                let kv = match t > 1 {
+                    true => (&kf[b * nk..(b + 1) * nk], &vf[b * nv..(b + 1) * nv]),
+                    false => (&[][..], &[][..]),
+                };
+                self.row(mem, (b, hi, ti), (len, s), kv, &mut scratch, o);
             }
+        });
+        // written as [.., t, h, dv]
+        let out = mem.view(self.out, self.out_dtype);
+        for (row, src) in res.chunks_exact(dv).enumerate() {
+            let (b, hi, ti) = (row / (h * t), row / t % h, row % t);
+            out.write_f32(((b * t + ti) * h + hi) * dv, src);
         }
         Ok(())
     }
 
-    /// The rows `[b, g, 0..len, :]` of `x` (K or V) for every KV head `g`, as f32 `[hkv, len, width]`.
-    fn to_f32(&self, mem: &Memory, x: &Leaf, b: usize, hkv: usize, len: usize, width: usize) -> Vec<f32> {
-        let mut out = vec![0f32; hkv * len * width];
-        let per = len.div_ceil(threads()).max(1);
+    /// The rows `[b, g, 0..len, :]` of `x` (K or V) for every batch element `b` and KV head `g` (`heads` of
+    /// them in all), as f32 `[heads, len, width]`.
+    fn to_f32(&self, mem: &Memory, x: &Leaf, heads: usize, len: usize, width: usize) -> Vec<f32> {
+        let mut out = vec![0f32; heads * len * width];
+        let hkv = x.layout.shape[x.layout.rank() - 3];
+        let per = (heads * len).div_ceil(4 * threads()).max(1);
         for_chunks(&mut out, per * width, |ci, chunk| {
             let view = mem.view(x.storage, x.dtype);
             for (j, row) in chunk.chunks_exact_mut(width).enumerate() {
                 let n = ci * per + j;
-                let (o, st) = row_at(&x.layout, b, n / len, n % len);
+                let (bg, si) = (n / len, n % len);
+                let (o, st) = row_at(&x.layout, bg / hkv, bg % hkv, si);
                 view.row_f32(o, st, row);
             }
         });
@@ -172,8 +180,16 @@ impl AttentionKernel {
         let (qo, qs) = row_at(q, b, hi, ti);
         mem.view(self.q.storage, self.q.dtype).row_f32(qo, qs, &mut sc.q);
         let (kv, vv) = (mem.view(self.k.storage, self.k.dtype), mem.view(self.v.storage, self.v.dtype));
-        let mask = self.mask.as_ref().map(|m| (mem.view(m.storage, m.dtype), &m.layout));
         let visible = if self.causal { (len + ti + 1).saturating_sub(t).min(len) } else { len };
+        let masked = match &self.mask {
+            Some(m) => {
+                let ml = &m.layout;
+                let (mo, ms) = (ml.index_of(((b * h + hi) * t + ti) * s), ml.strides[ml.rank() - 1]);
+                mem.view(m.storage, m.dtype).row_f32(mo, ms, &mut sc.mask[..visible]);
+                true
+            }
+            None => false,
+        };
         let mut max = f32::NEG_INFINITY;
         for si in 0..visible {
             let key: &[f32] = if kf.is_empty() {
@@ -184,8 +200,8 @@ impl AttentionKernel {
                 &kf[(g * len + si) * d..][..d]
             };
             let mut x = dot_f32(&sc.q, key) * self.scale;
-            if let Some((mv, ml)) = &mask {
-                x += mv.get(ml.index_of(((b * h + hi) * t + ti) * s + si));
+            if masked {
+                x += sc.mask[si];
             }
             sc.scores[si] = x;
             max = max.max(x);
@@ -211,16 +227,17 @@ impl AttentionKernel {
     }
 }
 
-/// A task's buffers: the query row, a K and a V row read in place, the scores.
+/// A task's buffers: the query row, a K and a V row read in place, the scores and the mask's row.
 struct Scratch {
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
     scores: Vec<f32>,
+    mask: Vec<f32>,
 }
 
 impl Scratch {
     fn new(len: usize, d: usize, dv: usize) -> Scratch {
-        Scratch { q: vec![0.0; d], k: vec![0.0; d], v: vec![0.0; dv], scores: vec![0.0; len] }
+        Scratch { q: vec![0.0; d], k: vec![0.0; d], v: vec![0.0; dv], scores: vec![0.0; len], mask: vec![0.0; len] }
     }
 }

@@ -178,7 +178,30 @@ impl View {
                 let src = unsafe { std::slice::from_raw_parts((self.ptr as *const f16).add(start), n) };
                 src.convert_to_f32_slice(out);
             }
+            (_, 0) => out.fill(self.get(start)),
             _ => out.iter_mut().enumerate().for_each(|(j, o)| *o = self.get(start + j * stride)),
+        }
+    }
+
+    /// Stores `vals` at elements `start..start + vals.len()`, rounded to the view's dtype; one copy (or
+    /// vectorized conversion) for f32 and f16.
+    #[inline]
+    pub(crate) fn write_f32(&self, start: usize, vals: &[f32]) {
+        let n = vals.len();
+        assert!(start + n <= self.len, "a row inside the storage");
+        match self.dtype {
+            // SAFETY: the row lies inside the storage (checked above); the caller writes only the elements of its
+            // step's output that it owns.
+            DType::F32 => unsafe {
+                std::slice::from_raw_parts_mut((self.ptr as *mut f32).add(start), n).copy_from_slice(vals)
+            },
+            DType::F16 => {
+                use half::slice::HalfFloatSliceExt;
+                // SAFETY: as above; f16 storage is 2-byte aligned.
+                unsafe { std::slice::from_raw_parts_mut((self.ptr as *mut f16).add(start), n) }
+                    .convert_from_f32_slice(vals);
+            }
+            _ => vals.iter().enumerate().for_each(|(j, &v)| self.set(start + j, v)),
         }
     }
 

@@ -3,13 +3,14 @@
 //! does. The math is the op tables' f32 functions (`src/ops`).
 
 use super::buffer::{positions, Memory, View};
+use super::parallel::for_ranges;
 use crate::compile::ir::{ElemOp, Expr};
 use crate::graph::NodeId;
 use crate::shape::Layout;
 use crate::DType;
 
 /// Elements evaluated at a time.
-pub(crate) const CHUNK: usize = 256;
+pub(crate) const CHUNK: usize = 1024;
 
 /// One operand of an elementwise kernel: its storage, dtype, and layout broadcast to the output's shape.
 #[derive(Clone, Debug)]
@@ -45,22 +46,29 @@ pub(crate) fn eval(expr: &Expr, leaves: &[Vec<f32>], acc: &[f32], out: &mut [f32
             eval(&args[0], leaves, acc, out);
             match op {
                 ElemOp::Unary { op, a, b } => {
-                    let (a, b) = (f32::from_bits(*a), f32::from_bits(*b));
-                    out.iter_mut().for_each(|x| *x = op.eval(*x, a, b));
+                    op.eval_slice(out, f32::from_bits(*a), f32::from_bits(*b));
                 }
-                ElemOp::Binary(op) => {
-                    let mut y = vec![0f32; n];
-                    eval(&args[1], leaves, acc, &mut y);
-                    out.iter_mut().zip(&y).for_each(|(x, &y)| *x = op.eval(*x, y));
-                }
-                ElemOp::Glu(op) => {
-                    let mut y = vec![0f32; n];
-                    eval(&args[1], leaves, acc, &mut y);
-                    out.iter_mut().zip(&y).for_each(|(x, &y)| *x = op.eval(*x, y));
-                }
+                ElemOp::Binary(op) => with_operand(&args[1], leaves, acc, n, |y| op.eval_slice(out, y)),
+                ElemOp::Glu(op) => with_operand(&args[1], leaves, acc, n, |y| {
+                    out.iter_mut().zip(y).for_each(|(x, &y)| *x = op.eval(*x, y))
+                }),
                 ElemOp::Cast => {}
             }
             round(*dtype, out);
+        }
+    }
+}
+
+/// Calls `f` with the values of `e` over a chunk of `n`: a leaf's or the accumulator's own slice, else a new
+/// buffer evaluated into.
+fn with_operand(e: &Expr, leaves: &[Vec<f32>], acc: &[f32], n: usize, f: impl FnOnce(&[f32])) {
+    match e {
+        Expr::Leaf(k) => f(&leaves[*k][..n]),
+        Expr::Acc => f(&acc[..n]),
+        _ => {
+            let mut y = vec![0f32; n];
+            eval(e, leaves, acc, &mut y);
+            f(&y)
         }
     }
 }
@@ -74,17 +82,76 @@ fn eval_i32(expr: &Expr, a: i32, b: i32) -> i32 {
     }
 }
 
-/// Loads `count` values of `leaf` from flat index `start` into `out`.
+/// Loads `out.len()` values of `leaf` from flat index `start` into `out`: a contiguous leaf in one copy, a leaf
+/// whose last axis is long in runs along it (a row, or a broadcast value), any other through `pos`.
 pub(crate) fn load(mem: &Memory, leaf: &Leaf, start: usize, pos: &mut [usize], out: &mut [f32]) {
     let v = mem.view(leaf.storage, leaf.dtype);
-    positions(&leaf.layout, start, pos);
+    let l = &leaf.layout;
+    if l.is_contiguous() {
+        return v.row_f32(l.offset + start, 1, out);
+    }
+    let inner = l.shape.last().copied().unwrap_or(1);
+    if inner >= 16 {
+        let stride = l.strides[l.rank() - 1];
+        let mut done = 0;
+        while done < out.len() {
+            let i = start + done;
+            let run = (inner - i % inner).min(out.len() - done);
+            v.row_f32(l.index_of(i), stride, &mut out[done..done + run]);
+            done += run;
+        }
+        return;
+    }
+    let pos = &mut pos[..out.len()];
+    positions(l, start, pos);
     out.iter_mut().zip(pos.iter()).for_each(|(o, &p)| *o = v.get(p));
+}
+
+/// Elements per task when an elementwise pass is split over threads.
+pub(crate) const GRAIN: usize = 16 * 1024;
+
+/// `out[i] = expr(acc[i], leaves at i)` for the `numel` elements of the output (a matmul's, row-major), split
+/// over the CPU's threads: a fused epilogue. `acc` is the product, or `None` when it is in the output already
+/// (each element is then read before it is overwritten).
+pub(crate) fn epilogue(
+    mem: &Memory,
+    (out, dtype, numel): (NodeId, DType, usize),
+    expr: &Expr,
+    leaves: &[Leaf],
+    acc: Option<&[f32]>,
+) {
+    for_ranges(numel, GRAIN, |range| {
+        let out = mem.view(out, dtype);
+        let mut pos = vec![0usize; CHUNK];
+        let mut vals = vec![vec![0f32; CHUNK]; leaves.len()];
+        let (mut res, mut own) = (vec![0f32; CHUNK], vec![0f32; if acc.is_none() { CHUNK } else { 0 }]);
+        for i in range.clone().step_by(CHUNK) {
+            let len = CHUNK.min(range.end - i);
+            for (leaf, v) in leaves.iter().zip(vals.iter_mut()) {
+                load(mem, leaf, i, &mut pos, &mut v[..len]);
+            }
+            let acc = match acc {
+                Some(a) => &a[i..i + len],
+                None => {
+                    out.row_f32(i, 1, &mut own[..len]);
+                    &own[..len]
+                }
+            };
+            eval(expr, &vals, acc, &mut res[..len]);
+            out.write_f32(i, &res[..len]);
+        }
+    });
 }
 
 impl ElementwiseKernel {
     /// Whether every dtype is i32: the expression is then computed in wrapping integer arithmetic.
     fn integer(&self) -> bool {
         self.out_dtype == DType::I32 && self.leaves.iter().all(|l| l.dtype == DType::I32)
+    }
+
+    /// Every element of the output, split over the CPU's threads.
+    pub(crate) fn run_all(&self, mem: &Memory) {
+        for_ranges(self.numel, GRAIN, |range| self.run(mem, range));
     }
 
     /// Elements `range` of the output.
@@ -103,9 +170,7 @@ impl ElementwiseKernel {
                 load(mem, leaf, i, &mut pos[..n], &mut v[..n]);
             }
             eval(&self.expr, &vals, &[], &mut res[..n]);
-            for (j, &r) in res[..n].iter().enumerate() {
-                out.set(i + j, r);
-            }
+            out.write_f32(i, &res[..n]);
             i += n;
         }
     }

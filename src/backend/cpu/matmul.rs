@@ -3,12 +3,14 @@
 //! with the `x86-v4` feature). A fused epilogue is applied to the product before the store.
 
 use super::buffer::Memory;
-use super::elementwise::{eval, load, Leaf, CHUNK};
+use super::elementwise::{epilogue, Leaf};
 use crate::compile::ir::Expr;
 use crate::graph::NodeId;
+use crate::resident::{External, ExternalMemory};
 use crate::shape::Layout;
 use crate::DType;
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// `out[b] = epilogue(a[b] @ b[b])` for every batch index.
 #[derive(Clone, Debug)]
@@ -24,6 +26,81 @@ pub(crate) struct MatmulKernel {
     pub n: usize,
     /// The epilogue over `Expr::Acc` and its operands (broadcast to the output's shape).
     pub epilogue: Option<(Expr, Vec<Leaf>)>,
+    /// b read from the transposed copy of the resident it is `t()` of, instead of through `b`'s layout.
+    pub b_transposed: Option<TransposedB>,
+}
+
+/// Columns `row0..row0 + n` of the f32 `[K, R]` copy of a resident `w [R, K]`: `t(w)`'s rows as gemm reads
+/// fastest (a row-major operand is packed by vector copies, a transposed one element by element).
+#[derive(Clone)]
+pub(crate) struct TransposedB {
+    ext: Arc<External>,
+    row0: usize,
+}
+
+impl std::fmt::Debug for TransposedB {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TransposedB({} {:?}, row {})", self.ext.name, self.ext.shape, self.row0)
+    }
+}
+
+impl TransposedB {
+    /// When `layout` (b's, `[K, N]`) reads rows `row0..row0 + N` of an f32 resident `w [R, K]` as `t(w)`: that,
+    /// with the resident's transposed copy made (once per resident, counted in its device's resident bytes).
+    pub(crate) fn of(ext: &Arc<External>, layout: &Layout) -> Option<TransposedB> {
+        let ExternalMemory::CpuBytes(bytes, copy) = &ext.memory else { return None };
+        let [r, k] = ext.shape[..] else { return None };
+        let transposed_view = layout.rank() == 2 && layout.shape[0] == k && layout.strides == [1, k];
+        if ext.writable || ext.dtype != DType::F32 || !transposed_view || k == 0 || !layout.offset.is_multiple_of(k) {
+            return None;
+        }
+        let row0 = layout.offset / k;
+        if row0 + layout.shape[1] > r {
+            return None;
+        }
+        copy.get_or_init(|| {
+            ext.accounting.fetch_add(4 * (r * k) as u64, std::sync::atomic::Ordering::Relaxed);
+            // a memory-mapped file's tensor may start at any byte
+            let w: Cow<[f32]> = match bytemuck::try_cast_slice(bytes.as_slice()) {
+                Ok(w) => Cow::Borrowed(w),
+                Err(_) => {
+                    bytes.as_slice().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+                }
+            };
+            transpose(&w, r, k)
+        });
+        Some(TransposedB { ext: ext.clone(), row0 })
+    }
+
+    /// The copy's first element of column `row0`, and its row stride (R).
+    fn ptr_and_stride(&self) -> (*const f32, usize) {
+        let ExternalMemory::CpuBytes(_, copy) = &self.ext.memory else { unreachable!("checked in `of`") };
+        let t = copy.get().expect("made in `of`");
+        (t[self.row0..].as_ptr(), self.ext.shape[0])
+    }
+}
+
+/// `w [r, k]` (row-major) transposed to `[k, r]`.
+fn transpose(w: &[f32], r: usize, k: usize) -> Vec<f32> {
+    let mut out = vec![0f32; r * k];
+    transpose_into(w, r, k, &mut out);
+    out
+}
+
+/// `w [r, k]` (row-major) transposed into `out [k, r]`, in 32 × 32 tiles (each read and written within the
+/// cache).
+pub(crate) fn transpose_into(w: &[f32], r: usize, k: usize, out: &mut [f32]) {
+    const T: usize = 32;
+    assert!(w.len() == r * k && out.len() == r * k, "a transpose of [{r}, {k}]");
+    for i0 in (0..r).step_by(T) {
+        for j0 in (0..k).step_by(T) {
+            for i in i0..(i0 + T).min(r) {
+                for j in j0..(j0 + T).min(k) {
+                    out[j * r + i] = w[i * k + j];
+                }
+            }
+        }
+    }
 }
 
 /// The operand's storage as f32, borrowed when it is f32 already.
@@ -62,11 +139,16 @@ impl MatmulKernel {
     /// Every batch of the product, then the epilogue and the store.
     pub(crate) fn run(&self, mem: &Memory) {
         let (m, k, n) = (self.m, self.k, self.n);
-        let (a, b) = (as_f32(mem, &self.a), as_f32(mem, &self.b));
+        let a = as_f32(mem, &self.a);
+        let b = match self.b_transposed {
+            Some(_) => Cow::Borrowed(&[][..]),
+            None => as_f32(mem, &self.b),
+        };
         let out = mem.view(self.out, self.out_dtype);
         let total = out.len();
-        // the product goes straight into an f32 output without an epilogue, else through a temporary
-        let direct = out.f32_mut_ptr().filter(|_| self.epilogue.is_none());
+        // the product goes straight into an f32 output (the epilogue then runs over it in place: a matmul's output
+        // never shares storage with an operand), else through a temporary
+        let direct = out.f32_mut_ptr();
         let mut tmp = if direct.is_some() { Vec::new() } else { vec![0f32; total] };
         let c: &mut [f32] = match direct {
             // SAFETY: the output's storage holds `total` f32 elements and nothing else reads or writes it while this
@@ -78,6 +160,15 @@ impl MatmulKernel {
         let (ra, rb) = (la.rank(), lb.rank());
         for bi in 0..total / (m * n).max(1) {
             let (oa, ob) = (batch_offset(la, bi), batch_offset(lb, bi));
+            // b's pointer and (column, row) strides: a 2-D b is the same for every batch
+            let (b_ptr, b_cs, b_rs) = match &self.b_transposed {
+                Some(t) => {
+                    let (p, rs) = t.ptr_and_stride();
+                    (p, 1, rs as isize)
+                }
+                // SAFETY: as below; `ob` is an element offset inside b's storage
+                None => (unsafe { b.as_ptr().add(ob) }, lb.strides[rb - 1] as isize, lb.strides[rb - 2] as isize),
+            };
             let dst = &mut c[bi * m * n..(bi + 1) * m * n];
             // SAFETY: every index gemm forms is `offset + i*rs + j*cs` for i < rows, j < cols, which is inside the
             // storage because the layouts were validated against it; dst is an exclusive slice of m*n elements.
@@ -93,9 +184,9 @@ impl MatmulKernel {
                     a.as_ptr().add(oa),
                     la.strides[ra - 1] as isize,
                     la.strides[ra - 2] as isize,
-                    b.as_ptr().add(ob),
-                    lb.strides[rb - 1] as isize,
-                    lb.strides[rb - 2] as isize,
+                    b_ptr,
+                    b_cs,
+                    b_rs,
                     0.0f32,
                     1.0f32,
                     false,
@@ -105,22 +196,11 @@ impl MatmulKernel {
                 );
             }
         }
-        match &self.epilogue {
-            None if direct.is_some() => {}
-            None => c.iter().enumerate().for_each(|(i, &v)| out.set(i, v)),
-            Some((expr, leaves)) => {
-                let mut pos = vec![0usize; CHUNK];
-                let mut vals = vec![vec![0f32; CHUNK]; leaves.len()];
-                let mut res = vec![0f32; CHUNK];
-                for i in (0..total).step_by(CHUNK) {
-                    let len = CHUNK.min(total - i);
-                    for (leaf, v) in leaves.iter().zip(vals.iter_mut()) {
-                        load(mem, leaf, i, &mut pos[..len], &mut v[..len]);
-                    }
-                    eval(expr, &vals, &c[i..i + len], &mut res[..len]);
-                    res[..len].iter().enumerate().for_each(|(j, &v)| out.set(i + j, v));
-                }
-            }
+        let acc = if direct.is_some() { None } else { Some(&*c) };
+        match (&self.epilogue, acc) {
+            (None, None) => {}
+            (None, Some(c)) => out.write_f32(0, c),
+            (Some((expr, leaves)), acc) => epilogue(mem, (self.out, self.out_dtype, total), expr, leaves, acc),
         }
     }
 }

@@ -30,7 +30,7 @@ use attention::{AttentionKernel, RopeKernel};
 use buffer::Memory;
 use elementwise::{ElementwiseKernel, Leaf};
 use gather::{ConcatKernel, CopyIntoKernel, GetRowsKernel, SetRowsKernel};
-use matmul::MatmulKernel;
+use matmul::{MatmulKernel, TransposedB};
 use quant::{DequantizeKernel, GetRowsQKernel, QMatmulKernel, Weight};
 use rows::{RowKind, RowsKernel};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -153,7 +153,13 @@ fn matmul_kernel(
     let la = leaf(p, a, Some(&[batch, &[m, k]].concat()));
     let lb = leaf(p, b, Some(&[batch, &[k, n]].concat()));
     let epilogue = epi.map(|(e, srcs)| (e.clone(), srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect()));
-    MatmulKernel { out: id, out_dtype: node.dtype, a: la, b: lb, m, k, n, epilogue }
+    // many rows against an f32 weight read as t(w): the weight's transposed copy (a few rows: gemm reads each
+    // weight row once either way, and the copy would double the weight's memory for nothing)
+    let b_transposed = match p.external(p.nodes[b].storage) {
+        Some(r) if m > quant::VEC_ROWS => TransposedB::of(&r.ext, &p.nodes[b].layout),
+        _ => None,
+    };
+    MatmulKernel { out: id, out_dtype: node.dtype, a: la, b: lb, m, k, n, epilogue, b_transposed }
 }
 
 impl Target for CpuTarget {
@@ -282,9 +288,9 @@ impl CpuTarget {
 impl CpuKernel {
     fn run(&self, mem: &Memory) -> Result<()> {
         match self {
-            CpuKernel::Elementwise(k) => k.run(mem, 0..k.numel),
+            CpuKernel::Elementwise(k) => k.run_all(mem),
             CpuKernel::MatMul(k) => k.run(mem),
-            CpuKernel::Rows(k, rows) => k.run(mem, 0..*rows),
+            CpuKernel::Rows(k, rows) => k.run_all(mem, *rows),
             CpuKernel::GetRows(k) => k.run(mem)?,
             CpuKernel::Concat(k) => k.run(mem),
             CpuKernel::SetRows(k) => k.run(mem)?,
@@ -321,7 +327,7 @@ impl Backend for CpuBackend {
             bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes.as_slice());
             ExternalMemory::CpuState { words: std::cell::UnsafeCell::new(words), lock: std::sync::Mutex::new(()) }
         } else {
-            ExternalMemory::CpuBytes(bytes)
+            ExternalMemory::CpuBytes(bytes, Default::default())
         };
         self.resident.fetch_add(size, Ordering::Relaxed);
         // Send + Sync natively; on wasm32 (one thread) wgpu's handles are neither, as for Device
@@ -455,7 +461,7 @@ impl CpuPlan {
             let len = r.ext.bytes() as usize;
             let ptr = match &r.ext.memory {
                 // never written: only states are written, and set_rows and copy_into check their destination
-                ExternalMemory::CpuBytes(b) => b.as_slice().as_ptr() as *mut u8,
+                ExternalMemory::CpuBytes(b, _) => b.as_slice().as_ptr() as *mut u8,
                 ExternalMemory::CpuState { words, .. } => {
                     // SAFETY: the run holds the state's lock (see `run_sync`) while it uses this pointer.
                     unsafe { (*words.get()).as_mut_ptr() as *mut u8 }

@@ -5,8 +5,9 @@
 //! (prefill) panels of w decoded to f32 and multiplied by the `gemm` crate.
 
 use super::buffer::Memory;
-use super::elementwise::{eval, load, Leaf, CHUNK};
-use super::parallel::{for_chunks, rows_per_task};
+use super::elementwise::{epilogue, Leaf};
+use super::matmul::transpose_into;
+use super::parallel::{for_chunks, for_ranges, rows_per_task};
 use super::qdot::{self, Q8Row};
 use crate::blocks::decode;
 use crate::compile::ir::Expr;
@@ -120,8 +121,25 @@ pub(crate) struct QMatmulKernel {
 
 /// Rows of a at most for the mat-vec path (every weight row read once, dotted with each row of a).
 pub(crate) const VEC_ROWS: usize = 8;
+/// A pointer the prefill's tasks share, each writing its own columns through it.
+struct SendPtr(*mut f32);
+// SAFETY: the tasks write disjoint elements, and the buffer outlives them (`for_ranges` returns after all).
+unsafe impl Sync for SendPtr {}
+unsafe impl Send for SendPtr {}
+
+impl SendPtr {
+    /// The pointer `i` elements on (through a method, so that closures capture the whole `SendPtr`).
+    ///
+    /// # Safety
+    /// `i` lies within the buffer.
+    unsafe fn at(&self, i: usize) -> *mut f32 {
+        // SAFETY: the caller's
+        unsafe { self.0.add(i) }
+    }
+}
+
 /// Rows of w decoded at a time for a prefill panel.
-const PANEL: usize = 64;
+const PANEL: usize = 128;
 
 impl QMatmulKernel {
     pub(crate) fn run(&self, mem: &Memory) {
@@ -172,66 +190,57 @@ impl QMatmulKernel {
         c
     }
 
-    /// Large M (prefill): each thread decodes panels of w's rows to f32 and multiplies them with `gemm`.
+    /// Large M (prefill): each task decodes a panel of w's rows to f32, transposed (`[K, rows]`, the layout
+    /// `gemm` packs by vector copies), and multiplies it with `gemm` into its columns of `c [m, n]`.
     fn panels(&self, mem: &Memory, a: &[f32], m: usize) -> Vec<f32> {
         let (k, n) = (self.w.k, self.n);
-        // cᵀ [n, m] again: a panel of w's rows is a contiguous block of it
-        let mut ct = vec![0f32; n * m];
-        for_chunks(&mut ct, PANEL * m, |t, chunk| {
-            let (j0, rows) = (t * PANEL, chunk.len() / m);
-            let mut panel = vec![0f32; rows * k];
-            for j in 0..rows {
-                self.w.row(mem, j0 + j, &mut panel[j * k..(j + 1) * k]);
-            }
-            // chunk [rows, m] = panel [rows, k] @ aᵀ
-            // SAFETY: panel is [rows, k], a [m, k] (read transposed), chunk [rows, m]: every index gemm forms lies
-            // inside these buffers.
-            unsafe {
-                gemm::gemm(
-                    rows,
-                    m,
-                    k,
-                    chunk.as_mut_ptr(),
-                    1,
-                    m as isize,
-                    false,
-                    panel.as_ptr(),
-                    1,
-                    k as isize,
-                    a.as_ptr(),
-                    k as isize,
-                    1,
-                    0.0f32,
-                    1.0f32,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
+        let mut c = vec![0f32; m * n];
+        let dst = SendPtr(c.as_mut_ptr());
+        for_ranges(n.div_ceil(PANEL), 1, |panels| {
+            let mut panel = vec![0f32; PANEL * k];
+            let mut panel_t = vec![0f32; PANEL * k];
+            for p in panels {
+                let (j0, rows) = (p * PANEL, PANEL.min(n - p * PANEL));
+                for j in 0..rows {
+                    self.w.row(mem, j0 + j, &mut panel[j * k..(j + 1) * k]);
+                }
+                transpose_into(&panel[..rows * k], rows, k, &mut panel_t[..rows * k]);
+                // c[:, j0..j0 + rows] = a [m, k] @ panel_t [k, rows]
+                // SAFETY: a is [m, k], panel_t [k, rows] and c [m, n] row-major with j0 + rows <= n: every index gemm
+                // forms lies inside them; tasks write disjoint columns of c.
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        rows,
+                        k,
+                        dst.at(j0),
+                        1,
+                        n as isize,
+                        false,
+                        a.as_ptr(),
+                        1,
+                        k as isize,
+                        panel_t.as_ptr(),
+                        1,
+                        rows as isize,
+                        0.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    );
+                }
             }
         });
-        let mut c = vec![0f32; m * n];
-        for (j, cj) in ct.chunks_exact(m).enumerate() {
-            cj.iter().enumerate().for_each(|(r, &v)| c[r * n + j] = v);
-        }
         c
     }
 
     fn store(&self, mem: &Memory, c: &[f32]) {
         let out = mem.view(self.out, self.out_dtype);
-        let Some((expr, leaves)) = &self.epilogue else {
-            return c.iter().enumerate().for_each(|(i, &v)| out.set(i, v));
-        };
-        let mut pos = vec![0usize; CHUNK];
-        let mut vals = vec![vec![0f32; CHUNK]; leaves.len()];
-        let mut res = vec![0f32; CHUNK];
-        for i in (0..c.len()).step_by(CHUNK) {
-            let len = CHUNK.min(c.len() - i);
-            for (leaf, v) in leaves.iter().zip(vals.iter_mut()) {
-                load(mem, leaf, i, &mut pos[..len], &mut v[..len]);
-            }
-            eval(expr, &vals, &c[i..i + len], &mut res[..len]);
-            res[..len].iter().enumerate().for_each(|(j, &v)| out.set(i + j, v));
+        match &self.epilogue {
+            None => out.write_f32(0, c),
+            Some((expr, leaves)) => epilogue(mem, (self.out, self.out_dtype, c.len()), expr, leaves, Some(c)),
         }
     }
 }

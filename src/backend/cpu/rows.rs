@@ -1,7 +1,8 @@
 //! Row ops on the CPU (the row-op and reduction tables' f64 functions over each row).
 
 use super::buffer::Memory;
-use super::elementwise::Leaf;
+use super::elementwise::{Leaf, GRAIN};
+use super::parallel::for_ranges;
 use crate::graph::NodeId;
 use crate::ops::{ReduceOp, RowOp, RowParams};
 use crate::DType;
@@ -27,31 +28,35 @@ pub(crate) struct RowsKernel {
 }
 
 impl RowsKernel {
+    /// Every one of `rows` rows, split over the CPU's threads.
+    pub(crate) fn run_all(&self, mem: &Memory, rows: usize) {
+        for_ranges(rows, (GRAIN / self.n.max(1)).max(1), |range| self.run(mem, range));
+    }
+
     /// Rows `range`.
     pub(crate) fn run(&self, mem: &Memory, range: std::ops::Range<usize>) {
         let n = self.n;
         let x = mem.view(self.x.storage, self.x.dtype);
         let out = mem.view(self.out, self.out_dtype);
         let mask = self.mask.as_ref().map(|m| (mem.view(m.storage, m.dtype), &m.layout));
+        let last = |l: &crate::shape::Layout| l.strides.last().copied().unwrap_or(1);
+        let (mut row, mut mrow) = (vec![0f32; n], vec![0f32; if mask.is_some() { n } else { 0 }]);
         let mut v = vec![0f64; n];
         for r in range {
-            for (j, e) in v.iter_mut().enumerate() {
-                *e = x.get(self.x.layout.index_of(r * n + j)) as f64;
-            }
+            x.row_f32(self.x.layout.index_of(r * n), last(&self.x.layout), &mut row);
+            v.iter_mut().zip(&row).for_each(|(e, &x)| *e = x as f64);
             match self.op {
                 RowKind::Row(op, p) => {
                     if op == RowOp::Softmax {
-                        for (j, e) in v.iter_mut().enumerate() {
-                            *e *= p.scale as f64;
-                            if let Some((mv, ml)) = &mask {
-                                *e += mv.get(ml.index_of(r * n + j)) as f64;
-                            }
+                        v.iter_mut().for_each(|e| *e *= p.scale as f64);
+                        if let Some((mv, ml)) = &mask {
+                            mv.row_f32(ml.index_of(r * n), last(ml), &mut mrow);
+                            v.iter_mut().zip(&mrow).for_each(|(e, &m)| *e += m as f64);
                         }
                     }
                     op.eval(&mut v, p);
-                    for (j, &e) in v.iter().enumerate() {
-                        out.set(r * n + j, e as f32);
-                    }
+                    row.iter_mut().zip(&v).for_each(|(o, &e)| *o = e as f32);
+                    out.write_f32(r * n, &row);
                 }
                 RowKind::Reduce(ReduceOp::ArgMax) => out.set_i32(r, ReduceOp::ArgMax.eval(&v) as i32),
                 RowKind::Reduce(op) => out.set(r, op.eval(&v) as f32),

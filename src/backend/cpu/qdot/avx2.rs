@@ -48,7 +48,7 @@ macro_rules! kernels {
     ($name:ident, $features:literal, $dot:ident) => {
         mod $name {
             use crate::backend::cpu::qdot::row::{f16_table, DotFn, Q8Row, QK};
-            use crate::backend::cpu::qdot::scalar::scale_min_k4;
+            use crate::backend::cpu::qdot::scalar::{self, scale_min_k4};
             use crate::DType;
             use std::arch::x86_64::*;
 
@@ -62,8 +62,35 @@ macro_rules! kernels {
                     DType::Q8_0 => |w, a| unsafe { q8_0(w, a) },
                     DType::Q4_K => |w, a| unsafe { q4_k(w, a) },
                     DType::Q6_K => |w, a| unsafe { q6_k(w, a) },
+                    DType::Q5_0 => |w, a| unsafe { q5_0(w, a) },
+                    DType::Q5_1 => |w, a| unsafe { q5_1(w, a) },
+                    DType::Q2_K => |w, a| unsafe { q2_k(w, a) },
+                    DType::Q3_K => |w, a| unsafe { q3_k(w, a) },
+                    DType::Q5_K => |w, a| unsafe { q5_k(w, a) },
                     _ => return None,
                 })
+            }
+
+            // the portable kernels of these types, compiled here with this module's features (vectorized loops)
+            #[target_feature(enable = $features)]
+            fn q5_0(w: &[u8], a: &Q8Row) -> f32 {
+                scalar::q5_0(w, a)
+            }
+            #[target_feature(enable = $features)]
+            fn q5_1(w: &[u8], a: &Q8Row) -> f32 {
+                scalar::q5_1(w, a)
+            }
+            #[target_feature(enable = $features)]
+            fn q2_k(w: &[u8], a: &Q8Row) -> f32 {
+                scalar::q2_k(w, a)
+            }
+            #[target_feature(enable = $features)]
+            fn q3_k(w: &[u8], a: &Q8Row) -> f32 {
+                scalar::q3_k(w, a)
+            }
+            #[target_feature(enable = $features)]
+            fn q5_k(w: &[u8], a: &Q8Row) -> f32 {
+                scalar::q5_k(w, a)
             }
 
             /// The f16 at byte `at` of `b`, through the conversion table (a scalar `vcvtph2ps` costs a dependency on
@@ -115,16 +142,34 @@ macro_rules! kernels {
                 _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0f))
             }
 
+            /// `Σ` over blocks of `w` (`bb` bytes each) of `dot(b) · scale(b)`, in four accumulators so that the
+            /// multiply-adds' 4-cycle latency does not bound the loop (one accumulator: a block every 4 cycles).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn four_way(nb: usize, block: impl Fn(usize) -> (__m256, f32)) -> f32 {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for b4 in 0..nb / 4 {
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let (dot, scale) = block(4 * b4 + j);
+                        *acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(scale), *acc);
+                    }
+                }
+                for b in nb / 4 * 4..nb {
+                    let (dot, scale) = block(b);
+                    acc[0] = _mm256_fmadd_ps(dot, _mm256_set1_ps(scale), acc[0]);
+                }
+                hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+            }
+
             #[target_feature(enable = $features)]
             fn q4_0(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
-                let mut acc = _mm256_setzero_ps();
-                for ((blk, qa), da) in w.chunks_exact(18).zip(a.qs.chunks_exact(QK)).zip(&a.d) {
+                four_way(w.len() / 18, |b| {
+                    let blk = &w[b * 18..(b + 1) * 18];
                     let q = _mm256_sub_epi8(nibbles(blk, 2), _mm256_set1_epi8(8));
-                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(qa, 0)));
-                    acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(f16_at(t, blk, 0) * da), acc);
-                }
-                hsum(acc)
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b * QK)));
+                    (dot, f16_at(t, blk, 0) * a.d[b])
+                })
             }
 
             /// The f16 pairs at bytes `a` and `b` of `blk` as `[f32; 4]`: `[blk[a], blk[a + 2], blk[b], blk[b + 2]]`,
@@ -143,13 +188,13 @@ macro_rules! kernels {
                 // blocks' four f16 scales converted together, multiplied by the activations' d and s together
                 let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
                 let mut offs = _mm_setzero_ps();
-                let pairs =
-                    w.chunks_exact(40).zip(a.qs.chunks_exact(2 * QK)).zip(a.d.chunks_exact(2).zip(a.s.chunks_exact(2)));
-                for ((blk, qa), (da, sa)) in pairs {
+                let pairs = w.chunks_exact(40).zip(a.qs.chunks_exact(2 * QK)).zip(a.ds.chunks_exact(4));
+                for ((blk, qa), dsa) in pairs {
                     let dot0 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 4), load32(qa, 0)));
                     let dot1 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 24), load32(qa, QK)));
-                    // [d0·da0, m0·sa0, d1·da1, m1·sa1]
-                    let ds = _mm_mul_ps(f16_pairs(blk, 0, 20), _mm_set_ps(sa[1], da[1], sa[0], da[0]));
+                    // [d0·da0, m0·sa0, d1·da1, m1·sa1]; dsa is [da0, sa0, da1, sa1]
+                    // SAFETY: dsa holds 4 f32 (chunks_exact); the load is unaligned.
+                    let ds = _mm_mul_ps(f16_pairs(blk, 0, 20), unsafe { _mm_loadu_ps(dsa.as_ptr()) });
                     acc0 = _mm256_fmadd_ps(dot0, _mm256_broadcastss_ps(ds), acc0);
                     acc1 = _mm256_fmadd_ps(dot1, _mm256_broadcastss_ps(_mm_movehl_ps(ds, ds)), acc1);
                     offs = _mm_add_ps(offs, ds);
@@ -170,18 +215,18 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             fn q8_0(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
-                let mut acc = _mm256_setzero_ps();
-                for ((blk, qa), da) in w.chunks_exact(34).zip(a.qs.chunks_exact(QK)).zip(&a.d) {
-                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(load32(blk, 2), load32(qa, 0)));
-                    acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(f16_at(t, blk, 0) * da), acc);
-                }
-                hsum(acc)
+                four_way(w.len() / 34, |b| {
+                    let blk = &w[b * 34..(b + 1) * 34];
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(load32(blk, 2), load32(&a.qs, b * QK)));
+                    (dot, f16_at(t, blk, 0) * a.d[b])
+                })
             }
 
             #[target_feature(enable = $features)]
             fn q4_k(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
-                let mut acc = _mm256_setzero_ps();
+                // four accumulators: independent multiply-add chains
+                let mut acc = [_mm256_setzero_ps(); 4];
                 let mut mins = 0f32;
                 let m4 = _mm256_set1_epi8(0x0f);
                 for (sb, blk) in w.chunks_exact(144).enumerate() {
@@ -196,12 +241,12 @@ macro_rules! kernels {
                             _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
                             load32(&a.qs, (b + 1) * QK),
                         ));
-                        acc = _mm256_fmadd_ps(lo, _mm256_set1_ps(d * sc0 * a.d[b]), acc);
-                        acc = _mm256_fmadd_ps(hi, _mm256_set1_ps(d * sc1 * a.d[b + 1]), acc);
+                        acc[j % 2] = _mm256_fmadd_ps(lo, _mm256_set1_ps(d * sc0 * a.d[b]), acc[j % 2]);
+                        acc[2 + j % 2] = _mm256_fmadd_ps(hi, _mm256_set1_ps(d * sc1 * a.d[b + 1]), acc[2 + j % 2]);
                         mins += dmin * (m0 * a.s[b] + m1 * a.s[b + 1]);
                     }
                 }
-                hsum(acc) - mins
+                hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) - mins
             }
 
             /// Bits `shift`, `shift + 1` of each byte of `h`, moved to bits 4 and 5 (Q6_K's high bits).
@@ -220,7 +265,8 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             fn q6_k(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
-                let mut acc = _mm256_setzero_ps();
+                // four accumulators (one per group): independent multiply-add chains
+                let mut acc = [_mm256_setzero_ps(); 4];
                 let (m4, c32) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(32));
                 for (sb, blk) in w.chunks_exact(210).enumerate() {
                     let d = f16_at(t, blk, 208);
@@ -241,11 +287,11 @@ macro_rules! kernels {
                             let (s0, s1) = (blk[192 + 8 * n + 2 * g] as i8, blk[192 + 8 * n + 2 * g + 1] as i8);
                             let scales = _mm256_set_m128i(_mm_set1_epi16(s1 as i16), _mm_set1_epi16(s0 as i16));
                             let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, scales));
-                            acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * a.d[b]), acc);
+                            acc[g] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * a.d[b]), acc[g]);
                         }
                     }
                 }
-                hsum(acc)
+                hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
             }
         }
     };

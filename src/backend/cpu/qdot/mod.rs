@@ -4,10 +4,12 @@
 //! type is dotted with them in integer arithmetic, one float multiply-add per block. That reads each weight byte
 //! once at the speed of memory, where decoding to f32 first is bound by the arithmetic.
 //!
-//! Types with an integer kernel: Q4_0, Q4_1, Q8_0 (blocks of 32) and Q4_K, Q6_K (super-blocks of 256, the
-//! Q4_K_M mix). A portable scalar kernel defines each; AVX2 kernels are chosen at run time where the CPU has
-//! AVX2, FMA and F16C; on wasm, simd128 kernels (Q4_0, Q4_1, Q8_0) where the build enables simd128 (it does:
-//! `.cargo/config.toml`). The other storage formats decode to f32 (`quant.rs`).
+//! Every block type has an integer kernel: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (blocks of 32) and Q2_K, Q3_K, Q4_K,
+//! Q5_K, Q6_K (super-blocks of 256). A portable scalar kernel defines each; where the CPU has AVX2, FMA and F16C
+//! kernels chosen at run time: hand-written intrinsics for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K (llama.cpp's mixes'
+//! main types), and for the others the portable kernels (unpack a block to bytes, then plain dot loops)
+//! compiled with AVX2, which the compiler vectorizes. On wasm, simd128 kernels (Q4_0, Q4_1, Q8_0) where the
+//! build enables simd128 (it does: `.cargo/config.toml`). bf16 and f16 weights decode to f32 (`quant.rs`).
 //!
 //! Accuracy: rounding activations to 8 bits (relative error up to 1/254 of a block's largest value) moves a
 //! dot product by about 0.3% of its magnitude; `CompileOptions::f32_activations` turns it off.
@@ -93,6 +95,10 @@ mod tests {
             DType::Q4_1 => &[0, 2],
             DType::Q4_K => &[0, 2],
             DType::Q6_K => &[208],
+            DType::Q5_0 => &[0],
+            DType::Q5_1 | DType::Q5_K => &[0, 2],
+            DType::Q3_K => &[108],
+            DType::Q2_K => &[80, 82],
             _ => unreachable!(),
         };
         for b in 0..nb {
@@ -108,7 +114,8 @@ mod tests {
     /// activations; and the rounding's own error against the f32 activations, within 1% of the magnitude.
     #[test]
     fn integer_dots_match_decoding() {
-        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K] {
+        use DType::*;
+        for dtype in [Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K] {
             for (k, seed) in [(256usize, 1u64), (512, 2), (2048, 3)] {
                 let w = blocks(dtype, k, seed);
                 let mut wf = vec![0f32; k];

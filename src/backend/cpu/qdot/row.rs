@@ -11,13 +11,15 @@ pub(crate) struct Q8Row {
     pub qs: Vec<i8>,
     pub d: Vec<f32>,
     pub s: Vec<f32>,
+    /// `[d[0], s[0], d[1], s[1], ..]`: a pair of blocks' scales in one 128-bit load (the Q4_1 kernel's).
+    pub ds: Vec<f32>,
 }
 
 impl Q8Row {
     /// `x` (a multiple of [`QK`] long) rounded to 8-bit blocks, as ggml's `quantize_row_q8_1` rounds it.
     pub(crate) fn quantize(x: &[f32]) -> Q8Row {
         let nb = x.len() / QK;
-        let mut row = Q8Row { qs: vec![0; nb * QK], d: vec![0.0; nb], s: vec![0.0; nb] };
+        let mut row = Q8Row { qs: vec![0; nb * QK], d: vec![0.0; nb], s: vec![0.0; nb], ds: vec![0.0; 2 * nb] };
         for b in 0..nb {
             let xs = &x[b * QK..(b + 1) * QK];
             let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -30,6 +32,7 @@ impl Q8Row {
             }
             row.d[b] = d;
             row.s[b] = d * sum as f32;
+            (row.ds[2 * b], row.ds[2 * b + 1]) = (d, row.s[b]);
         }
         row
     }

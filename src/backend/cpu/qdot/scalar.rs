@@ -11,8 +11,149 @@ pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {
         DType::Q8_0 => q8_0,
         DType::Q4_K => q4_k,
         DType::Q6_K => q6_k,
+        DType::Q5_0 => |w, a| q5_0(w, a),
+        DType::Q5_1 => |w, a| q5_1(w, a),
+        DType::Q2_K => |w, a| q2_k(w, a),
+        DType::Q3_K => |w, a| q3_k(w, a),
+        DType::Q5_K => |w, a| q5_k(w, a),
         _ => return None,
     })
+}
+
+// Q5_0, Q5_1, Q2_K, Q3_K and Q5_K: each block is unpacked into signed bytes on the stack, then dotted with the
+// activations' bytes by plain loops (`dot_i8`), which the compiler vectorizes; `avx2.rs` compiles these same
+// functions (`#[inline(always)]`) with AVX2, where they become `vpmaddwd` loops.
+
+/// `Σ q[i] * a[i]` in i32.
+#[inline(always)]
+fn dot_i8(q: &[i8], a: &[i8]) -> i32 {
+    q.iter().zip(a).map(|(&q, &a)| q as i32 * a as i32).sum()
+}
+
+/// `Σ a[i]` in i32.
+#[inline(always)]
+fn sum_i8(a: &[i8]) -> i32 {
+    a.iter().map(|&a| a as i32).sum()
+}
+
+/// A Q5_0 / Q5_1 block's 32 values (offset by `off`): nibbles with a fifth bit from `qh` at byte `at`.
+#[inline(always)]
+fn unpack_q5(blk: &[u8], at: usize, off: i8, q: &mut [i8; 32]) {
+    let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+    let qs = &blk[at + 4..at + 20];
+    for j in 0..16 {
+        q[j] = ((qs[j] & 15) | ((((qh >> j) & 1) as u8) << 4)) as i8 - off;
+        q[j + 16] = ((qs[j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4)) as i8 - off;
+    }
+}
+
+#[inline(always)]
+pub(super) fn q5_0(w: &[u8], a: &Q8Row) -> f32 {
+    let mut q = [0i8; 32];
+    let mut sum = 0f32;
+    for (b, blk) in w.chunks_exact(22).enumerate() {
+        unpack_q5(blk, 2, 16, &mut q);
+        sum += f16_at(blk, 0) * a.d[b] * dot_i8(&q, &a.qs[b * QK..(b + 1) * QK]) as f32;
+    }
+    sum
+}
+
+#[inline(always)]
+pub(super) fn q5_1(w: &[u8], a: &Q8Row) -> f32 {
+    let mut q = [0i8; 32];
+    let mut sum = 0f32;
+    for (b, blk) in w.chunks_exact(24).enumerate() {
+        unpack_q5(blk, 4, 0, &mut q);
+        let dot = dot_i8(&q, &a.qs[b * QK..(b + 1) * QK]) as f32;
+        sum += f16_at(blk, 0) * a.d[b] * dot + f16_at(blk, 2) * a.s[b];
+    }
+    sum
+}
+
+/// Q5_K: 8 sub-blocks of 32, each `d·sc·q − dmin·m` with q in 0..32 (4 bits in `qs`, the fifth in `qh`).
+#[inline(always)]
+pub(super) fn q5_k(w: &[u8], a: &Q8Row) -> f32 {
+    let mut q = [0i8; 32];
+    let mut sum = 0f32;
+    for (sb, blk) in w.chunks_exact(176).enumerate() {
+        let (d, dmin, (qh, qs)) = (f16_at(blk, 0), f16_at(blk, 2), (&blk[16..48], &blk[48..176]));
+        for sub in 0..8 {
+            let (j, shift) = (sub / 2, 4 * (sub % 2) as u32);
+            for l in 0..32 {
+                q[l] = (((qs[32 * j + l] >> shift) & 15) | (((qh[l] >> sub) & 1) << 4)) as i8;
+            }
+            let b = sb * 8 + sub;
+            let (sc, m) = scale_min_k4(&blk[4..16], sub);
+            sum += d * sc * a.d[b] * dot_i8(&q, &a.qs[b * QK..(b + 1) * QK]) as f32 - dmin * m * a.s[b];
+        }
+    }
+    sum
+}
+
+/// Q2_K: 16 sub-blocks of 16, each `d·(sc & 15)·q − dmin·(sc >> 4)` with q in 0..4 (2 bits of `qs`).
+#[inline(always)]
+pub(super) fn q2_k(w: &[u8], a: &Q8Row) -> f32 {
+    let mut q = [0i8; 16];
+    let mut sum = 0f32;
+    for (sb, blk) in w.chunks_exact(84).enumerate() {
+        let (scales, qs, d, dmin) = (&blk[0..16], &blk[16..80], f16_at(blk, 80), f16_at(blk, 82));
+        for (is, &sc) in scales.iter().enumerate() {
+            // sub-block `is` = elements 16·is..: bits `2·shift` of bytes 32·n + 16·half + l
+            let (n, shift, half) = (is / 8, 2 * ((is / 2) % 4) as u32, is % 2);
+            for l in 0..16 {
+                q[l] = ((qs[32 * n + 16 * half + l] >> shift) & 3) as i8;
+            }
+            let at = sb * 256 + 16 * is;
+            let x = &a.qs[at..at + 16];
+            let part = d * (sc & 15) as f32 * dot_i8(&q, x) as f32 - dmin * (sc >> 4) as f32 * sum_i8(x) as f32;
+            sum += a.d[at / QK] * part;
+        }
+    }
+    sum
+}
+
+/// Q3_K's sixteen 6-bit scales (ggml's `kmask` unpacking), minus 32.
+#[inline(always)]
+fn q3_k_scales(raw: &[u8]) -> [i8; 16] {
+    let word = |k: usize| u32::from_le_bytes([raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]]);
+    let (a0, a1, tmp) = (word(0), word(1), word(2));
+    let (m1, m2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+    let aux = [
+        (a0 & m2) | ((tmp & m1) << 4),
+        (a1 & m2) | (((tmp >> 2) & m1) << 4),
+        ((a0 >> 4) & m2) | (((tmp >> 4) & m1) << 4),
+        ((a1 >> 4) & m2) | (((tmp >> 6) & m1) << 4),
+    ];
+    let mut out = [0i8; 16];
+    for (i, v) in aux.iter().flat_map(|a| a.to_le_bytes()).enumerate() {
+        out[i] = v as i8 - 32;
+    }
+    out
+}
+
+/// Q3_K: 16 sub-blocks of 16, each `d·scale·q` with q in −4..4 (2 bits of `qs`, and −4 where `hmask`'s bit is
+/// clear).
+#[inline(always)]
+pub(super) fn q3_k(w: &[u8], a: &Q8Row) -> f32 {
+    let mut q = [0i8; 16];
+    let mut sum = 0f32;
+    for (sb, blk) in w.chunks_exact(110).enumerate() {
+        let (hm, qs, d) = (&blk[0..32], &blk[32..96], f16_at(blk, 108));
+        let scales = q3_k_scales(&blk[96..108]);
+        for (is, &sc) in scales.iter().enumerate() {
+            // sub-block `is`: bits `2·j` of bytes 32·n + 16·half + l, the high bit in hmask's bit 4·n + j
+            let (n, j, half) = (is / 8, (is / 2) % 4, is % 2);
+            let bit = (4 * n + j) as u32;
+            for (l, q) in q.iter_mut().enumerate() {
+                let i = 16 * half + l;
+                let low = ((qs[32 * n + i] >> (2 * j)) & 3) as i8;
+                *q = low - (((hm[i] >> bit) & 1) ^ 1) as i8 * 4;
+            }
+            let at = sb * 256 + 16 * is;
+            sum += a.d[at / QK] * d * sc as f32 * dot_i8(&q, &a.qs[at..at + 16]) as f32;
+        }
+    }
+    sum
 }
 
 #[inline]
