@@ -215,3 +215,21 @@ fn other_architectures_are_refused_by_name() {
     let e = Llama::from_gguf(&Device::cpu(), &f, LlamaOptions::default()).err().unwrap().to_string();
     assert!(e.contains("architecture") && e.contains("quant.gguf"), "{e}");
 }
+
+/// A SentencePiece vocabulary (`tokenizer.ggml.model = llama`, as TinyLlama's): the ids of ten texts (prefix
+/// space, runs of spaces, a tab, a newline, accents, CJK, emoji, bytes absent from the vocabulary, an empty
+/// string) equal those llama.cpp's own SPM tokenizer gives (`scripts/make_spm_fixture.py`), with the BOS first;
+/// decoding them gives the text back.
+#[test]
+fn sentencepiece_vocabulary_tokenizes_as_llama_cpp() {
+    let f = webtensor::gguf::GgufFile::open(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/spm_vocab.gguf")).unwrap();
+    let tok = webtensor::models::Tokenizer::from_gguf(&f).unwrap();
+    let reference: Json = serde_json::from_str(include_str!("data/spm_reference.json")).unwrap();
+    for case in reference["cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let want: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let got = tok.encode(text).unwrap();
+        assert_eq!(got, want, "{text:?}");
+        assert_eq!(tok.decode(&got, true).unwrap(), text, "round trip of {text:?}");
+    }
+}
