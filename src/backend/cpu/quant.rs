@@ -167,13 +167,19 @@ impl QMatmulKernel {
         // cᵀ [n, m]: a thread's rows of w give it a contiguous range
         let mut ct = vec![0f32; n * m];
         let rows = rows_per_task(n, k * self.w.dtype.block_bytes() / self.w.dtype.block_size());
+        let row_bytes = k / self.w.dtype.block_size() * self.w.dtype.block_bytes();
         for_chunks(&mut ct, rows * m, |t, chunk| {
             let mut row = vec![0f32; if int_dot.is_some() { 0 } else { k }];
+            // this task's rows of w, looked up once
+            let task_rows = chunk.len() / m;
+            let first = (self.w.row0 + t * rows) * (k / self.w.dtype.block_size());
+            let blocks = first..first + task_rows * (k / self.w.dtype.block_size());
+            let task_bytes = mem.block_bytes(self.w.storage, self.w.dtype, blocks);
             for (jj, cj) in chunk.chunks_exact_mut(m).enumerate() {
                 let j = t * rows + jj;
                 match int_dot {
                     Some(dot_q) => {
-                        let bytes = self.w.bytes(mem, j);
+                        let bytes = &task_bytes[jj * row_bytes..(jj + 1) * row_bytes];
                         cj.iter_mut().zip(&q8).for_each(|(c, q)| *c = dot_q(bytes, q));
                     }
                     None => {
