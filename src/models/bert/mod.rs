@@ -160,11 +160,11 @@ impl SentenceEmbedder {
         if batch == 0 {
             return Err(Error::InvalidArgument { op: "embed", reason: "the batch size must be at least 1".into() });
         }
-        let ids = texts.iter().map(|t| self.tokenize(t)).collect::<Result<Vec<_>>>()?;
+        let mut ids = texts.iter().map(|t| self.tokenize(t)).collect::<Result<Vec<_>>>()?;
         // longest first (a stable sort: equal lengths keep their order), then back to the caller's order
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
-        let sorted: Vec<Vec<u32>> = order.iter().map(|&i| ids[i].clone()).collect();
+        let sorted: Vec<Vec<u32>> = order.iter().map(|&i| std::mem::take(&mut ids[i])).collect();
         let mut out = vec![Vec::new(); texts.len()];
         let mut next = order.iter();
         for chunk in sorted.chunks(batch) {
