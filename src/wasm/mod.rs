@@ -68,6 +68,8 @@ export type TensorBytes = ArrayBuffer | ArrayBufferView;
 
 mod convert;
 mod device;
+#[cfg(feature = "models")]
+mod fetch;
 mod graph;
 #[cfg(feature = "models")]
 mod models;

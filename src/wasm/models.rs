@@ -3,6 +3,7 @@
 
 use super::convert::{init_console, js_bytes, js_err};
 use super::device::WebDevice;
+use super::fetch::{blob_bytes, fetch_bytes, LoadOptions};
 use crate::models::bert::{EmbedderOptions, SentenceEmbedder};
 use crate::models::llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason, TokenStream};
 use crate::models::{Message, SamplingOptions};
@@ -223,6 +224,36 @@ impl WebLanguageModel {
         WebLanguageModel::from_bytes(device, bytes.buf, &options)
     }
 
+    /// `load` from the GGUF file at `url`, streamed into wasm memory as it downloads (no whole copy in JS
+    /// memory), reporting progress to `options.onProgress`. The file is kept in the Cache API (`options.cache`,
+    /// default `"webtensor-models"`): the next load, after a reload too, reads it from there. The largest file is
+    /// 3 GiB (wasm32 addresses 4 GiB).
+    ///
+    /// Rejects naming the URL on a network failure, an HTTP error status, an abort (`options.signal`) or a file
+    /// over 3 GiB; then as `load` does.
+    #[wasm_bindgen(js_name = fromUrl)]
+    pub async fn from_url(
+        device: &WebDevice,
+        url: String,
+        #[wasm_bindgen(unchecked_optional_param_type = "{ context?: number } & LoadOptions")] options: JsValue,
+    ) -> Result<WebLanguageModel, JsError> {
+        let load = LoadOptions::from_js(&options)?;
+        let bytes = fetch_bytes(&url, &load, false).await?.unwrap_or_default();
+        WebLanguageModel::from_bytes(device, bytes, &options)
+    }
+
+    /// `load` from a `Blob` (a `File` the user picked), read as a stream into wasm memory with progress
+    /// (`options.onProgress`; `options.cache` does not apply).
+    #[wasm_bindgen(js_name = fromBlob)]
+    pub async fn from_blob(
+        device: &WebDevice,
+        blob: web_sys::Blob,
+        #[wasm_bindgen(unchecked_optional_param_type = "{ context?: number } & LoadOptions")] options: JsValue,
+    ) -> Result<WebLanguageModel, JsError> {
+        let bytes = blob_bytes(&blob, &LoadOptions::from_js(&options)?).await?;
+        WebLanguageModel::from_bytes(device, bytes, &options)
+    }
+
     /// Positions the KV cache holds (prompt and generated tokens together).
     #[wasm_bindgen(getter)]
     pub fn context(&self) -> Result<u32, JsError> {
@@ -380,8 +411,6 @@ impl WebEmbedder {
         #[wasm_bindgen(unchecked_param_type = "ModelFiles")] files: Object,
         #[wasm_bindgen(unchecked_optional_param_type = "{ f16Weights?: boolean }")] options: JsValue,
     ) -> Result<WebEmbedder, JsError> {
-        init_console();
-        let f16 = options.is_object() && Reflect::get(&options, &"f16Weights".into()).ok() == Some(JsValue::TRUE);
         let read = |name: &str| -> crate::Result<Option<Bytes>> {
             let v = Reflect::get(&files, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED);
             if v.is_undefined() {
@@ -389,9 +418,33 @@ impl WebEmbedder {
             }
             Ok(Some(Bytes::from_vec(js_bytes(name, &v)?)))
         };
-        let options = EmbedderOptions { f16_weights: f16, ..Default::default() };
-        let e = SentenceEmbedder::from_files(&device.inner, "model", &read, options).map_err(js_err)?;
-        Ok(WebEmbedder { inner: RefCell::new(e) })
+        WebEmbedder::from_read(device, &read, &options)
+    }
+
+    /// `load` from the sentence-transformers directory at `baseUrl` (`config.json`, `tokenizer.json` and
+    /// `model.safetensors` are needed; `modules.json`, `sentence_bert_config.json` and `1_Pooling/config.json`
+    /// are read when the server has them), each file streamed into wasm memory with progress and kept in the
+    /// Cache API as `LanguageModel.fromUrl` does.
+    ///
+    /// Rejects naming the URL that failed, then as `load` does.
+    #[wasm_bindgen(js_name = fromUrl)]
+    pub async fn from_url(
+        device: &WebDevice,
+        #[wasm_bindgen(js_name = baseUrl)] base_url: String,
+        #[wasm_bindgen(unchecked_optional_param_type = "{ f16Weights?: boolean } & LoadOptions")] options: JsValue,
+    ) -> Result<WebEmbedder, JsError> {
+        const NEEDED: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
+        const OPTIONAL: [&str; 3] = ["modules.json", "sentence_bert_config.json", "1_Pooling/config.json"];
+        let load = LoadOptions::from_js(&options)?;
+        let base = base_url.trim_end_matches('/');
+        let mut files = std::collections::HashMap::new();
+        for (name, optional) in NEEDED.iter().map(|n| (n, false)).chain(OPTIONAL.iter().map(|n| (n, true))) {
+            if let Some(bytes) = fetch_bytes(&format!("{base}/{name}"), &load, optional).await? {
+                files.insert(*name, Bytes::from_vec(bytes));
+            }
+        }
+        let read = |name: &str| -> crate::Result<Option<Bytes>> { Ok(files.get(name).cloned()) };
+        WebEmbedder::from_read(device, &read, &options)
     }
 
     /// Width of the embeddings (384 for MiniLM).
@@ -409,5 +462,19 @@ impl WebEmbedder {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let out = e.embed_async(&refs, batch.unwrap_or(32) as usize).await.map_err(js_err)?;
         Ok(out.iter().map(|v| Float32Array::from(v.as_slice())).collect())
+    }
+}
+
+impl WebEmbedder {
+    fn from_read(
+        device: &WebDevice,
+        read: &dyn Fn(&str) -> crate::Result<Option<Bytes>>,
+        options: &JsValue,
+    ) -> Result<WebEmbedder, JsError> {
+        init_console();
+        let f16 = options.is_object() && Reflect::get(options, &"f16Weights".into()).ok() == Some(JsValue::TRUE);
+        let options = EmbedderOptions { f16_weights: f16, ..Default::default() };
+        let e = SentenceEmbedder::from_files(&device.inner, "model", read, options).map_err(js_err)?;
+        Ok(WebEmbedder { inner: RefCell::new(e) })
     }
 }

@@ -15,7 +15,7 @@
 // E2E_BROWSER=0 to skip the browser half, E2E_FULL=1 to run the chat turn, all 8 prompt tokens and the demo on
 // WebGPU too (slow on SwiftShader; without it WebGPU runs the plain prompt's first 3 tokens), E2E_ONLY=demo for the demo's sections alone, E2E_VERBOSE=1 to print the pages' console, E2E_TIMEOUT_S (per page, default 1200).
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, cpSync, mkdirSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, cpSync, mkdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -109,6 +109,33 @@ export function check(where, got, want, sure = SURE) {
     `${got.decodeTps.toPrecision(3)} tokens/s, text ${JSON.stringify(got.text)})`);
 }
 
+/** The package's loaders: `fromUrl` reported progress up to the file's size from the network, a second load read
+ *  the Cache API, `fromBlob` gave the same model, a missing URL was named in the error. */
+function checkLoaders(where, got, size, want) {
+  const fromNetwork = (events, what) => {
+    const last = events.at(-1);
+    if (!last || last.loaded !== size || last.total !== size) fail(`${where}: ${what} ended at ${JSON.stringify(last)}, file ${size} bytes`);
+    if (events.some((e, i) => i > 0 && e.loaded < events[i - 1].loaded)) fail(`${where}: ${what} went backwards`);
+    if (events.length < 10) fail(`${where}: ${what}: only ${events.length} progress reports for ${size} bytes`);
+  };
+  fromNetwork(got.progress, "fromUrl's progress");
+  if (got.progress.some((e) => e.cached)) fail(`${where}: a fresh profile's first load said it was cached`);
+  const files = ["config.json", "tokenizer.json", "model.safetensors", "modules.json", "1_Pooling/config.json"];
+  const missingFiles = files.filter((f) => !got.embedderFiles.some((u) => u.endsWith(f)));
+  if (missingFiles.length) fail(`${where}: SentenceEmbedder.fromUrl reported no progress for ${missingFiles}`);
+  const l = got.loaders;
+  if (!l) return;
+  fromNetwork(l.again, "the second fromUrl");
+  if (!l.again.every((e) => e.cached)) fail(`${where}: the second load did not read the Cache API`);
+  fromNetwork(l.blobProgress, "fromBlob's progress");
+  if (l.cachedToken !== want.prompt[0] || l.blobToken !== want.prompt[0]) {
+    fail(`${where}: first token from the cached file ${l.cachedToken}, from a Blob ${l.blobToken}, native ${want.prompt[0]}`);
+  }
+  if (!/missing\.gguf: HTTP 404/.test(l.missing)) fail(`${where}: a missing URL gave "${l.missing}"`);
+  console.log(`models: ${where}: fromUrl streamed ${size} bytes in ${got.progress.length} progress reports; a second ` +
+    `load read the Cache API; fromBlob gave the same first token; a missing URL: "${l.missing}"`);
+}
+
 async function inNode(p, want) {
   const { default: init, Device, LanguageModel, SentenceEmbedder } = await import(join(root, "pkg/webtensor.js"));
   await init({ module_or_path: readFileSync(join(root, "pkg/webtensor_bg.wasm")) });
@@ -125,6 +152,14 @@ async function inNode(p, want) {
   model.reset();
   const stopped = await model.generate(PROMPT, { maxTokens: TOKENS }, () => false);
   if (stopped.tokens.length !== 1 || stopped.stop !== "cancelled") fail(`node: stop gave ${stopped.tokens.length} tokens, ${stopped.stop}`);
+  // a Blob (a picked file) streamed in with progress gives the same model
+  const sizes = [];
+  const blobModel = await LanguageModel.fromBlob(dev, new Blob([readFileSync(p.gguf)]), { onProgress: (e) => sizes.push(e.loaded) });
+  const blobFirst = await blobModel.generate(PROMPT, { maxTokens: 1 });
+  blobModel.free();
+  if (blobFirst.tokens[0] !== r.tokens[0] || sizes.at(-1) !== statSync(p.gguf).size) {
+    fail(`node: fromBlob gave token ${blobFirst.tokens[0]} (not ${r.tokens[0]}) after ${sizes.at(-1)} bytes`);
+  }
   const files = Object.fromEntries(MINILM_FILES.map((f) => [f, readFileSync(join(p.minilm, f))]));
   const emb = await SentenceEmbedder.load(dev, files);
   const vecs = await emb.embed(SENTENCES);
@@ -215,7 +250,8 @@ async function inChromium(p, want) {
       // prompt's prefill and two decode steps only (the full runs: native GPU tests, and the wasm CPU here)
       const short = backend === "webgpu" && !process.env.E2E_FULL;
       const sure = short ? { prompt: 3, chat: 0 } : SURE;
-      await page.goto(`${url}models-test.html?backend=${backend}${short ? "&skip=chat&tokens=3" : `&tokens=${TOKENS}`}`);
+      const loaders = backend === "cpu" ? "&loaders=1" : "";
+      await page.goto(`${url}models-test.html?backend=${backend}${short ? "&skip=chat&tokens=3" : `&tokens=${TOKENS}`}${loaders}`);
       const handle = await page.waitForFunction(() => window.result, null, { timeout, polling: 500 }).catch((e) => {
         fail(`chromium ${backend}: ${e.message}\n${logs.join("\n")}`);
       });
@@ -223,6 +259,7 @@ async function inChromium(p, want) {
       if (got.error) fail(`chromium ${backend}: ${got.error}\n${logs.join("\n")}`);
       if (got.backend !== backend) fail(`chromium: asked for ${backend}, ran on ${got.backend}`);
       check(`chromium ${backend} (${got.adapter || "no adapter name"})`, got, want, sure);
+      checkLoaders(`chromium ${backend}`, got, statSync(p.gguf).size, want);
       await page.close();
     }
     await demoSections(browser, url, want, timeout);
