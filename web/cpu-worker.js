@@ -1,26 +1,58 @@
 // The wasm CPU backend, in a module worker: its matmul runs synchronously inside wasm, so running it here keeps
-// the page responsive. Messages: { id, type: "info" | "seed" | "bench", n?, a?, b? } -> { id, ok, ... } plus
-// { id, progress } while a benchmark runs.
+// the page responsive. Messages, each answered { id, ok, ... } (plus { id, progress } while a benchmark runs):
+//   { id, type: "info" | "seed" }
+//   { id, type: "bench", n, a, b }                  the whole C = A·B, timed here (bench.js)
+//   { id, type: "rows-compile", n, r0, r1, shared }  rows [r0, r1) of C, from SharedArrayBuffers a, b, c
+//   { id, type: "rows-run" } and { id, type: "rows-free" }  (cpu-pool.js times them)
 import init, { Device, Graph } from "./pkg/webtensor.js";
 import { benchMatmul, seedExample } from "./bench.js";
 
 const device = init().then(() => Device.create("cpu"));
+/** The plan of this worker's rows and its views of the shared matrices. */
+let rows = null;
+
+const handlers = {
+  info: async (dev) => ({ info: dev.info().toJSON() }),
+  seed: async (dev) => ({ seed: await seedExample(Graph, dev) }),
+  async bench(dev, { id, n, a, b }) {
+    const r = await benchMatmul(Graph, dev, n, a, b, (p) => self.postMessage({ id, progress: p }));
+    return [r, [r.c.buffer]];
+  },
+  async "rows-compile"(dev, { n, r0, r1, shared }) {
+    handlers["rows-free"]();
+    const g = new Graph();
+    const c = g.matmul(g.input("a", [r1 - r0, n]), g.input("b", [n, n]));
+    const plan = await dev.compile(g, [c]);
+    rows = {
+      g, plan,
+      a: new Float32Array(shared.a, r0 * n * 4, (r1 - r0) * n),
+      b: new Float32Array(shared.b),
+      c: new Float32Array(shared.c, r0 * n * 4, (r1 - r0) * n),
+    };
+    return {};
+  },
+  async "rows-run"() {
+    if (!rows) throw new Error("rows-run before rows-compile");
+    const [c] = await rows.plan.run({ a: rows.a, b: rows.b });
+    rows.c.set(c);
+    return {};
+  },
+  async "rows-free"() {
+    rows?.plan.free();
+    rows?.g.free();
+    rows = null;
+    return {};
+  },
+};
 
 self.onmessage = async (e) => {
   const { id, type } = e.data;
   try {
-    const dev = await device;
-    if (type === "info") {
-      self.postMessage({ id, ok: true, info: dev.info().toJSON() });
-    } else if (type === "seed") {
-      self.postMessage({ id, ok: true, seed: await seedExample(Graph, dev) });
-    } else if (type === "bench") {
-      const { n, a, b } = e.data;
-      const r = await benchMatmul(Graph, dev, n, a, b, (p) => self.postMessage({ id, progress: p }));
-      self.postMessage({ id, ok: true, ...r }, [r.c.buffer]);
-    } else {
-      throw new Error(`unknown request ${type}`);
-    }
+    const handler = handlers[type];
+    if (!handler) throw new Error(`unknown request ${type}`);
+    const answer = await handler(await device, e.data);
+    const [fields, transfer] = Array.isArray(answer) ? answer : [answer, []];
+    self.postMessage({ id, ok: true, ...fields }, transfer);
   } catch (err) {
     self.postMessage({ id, ok: false, error: String(err?.message ?? err) });
   }

@@ -1,8 +1,12 @@
 // The in-browser matmul demo: WebGPU on the main thread (everything is async, the GPU works elsewhere), the
-// wasm CPU backend in a module worker (cpu-worker.js). URL parameters: ?sizes=256,512 preselects sizes,
-// &autorun=1 runs them once the page is ready. window.webtensorDemo exposes the state for tests.
+// wasm CPU backend in module workers (cpu-pool.js), and onnxruntime-web beside them when it is served
+// (ort-peer.js). URL parameters: ?sizes=256,512 preselects sizes, &autorun=1 runs them once the page is ready,
+// &workers=N sets the CPU workers (and ORT's wasm threads), &ort=0 leaves ORT out. window.webtensorDemo exposes
+// the state for tests.
 import init, { Device, Graph } from "./pkg/webtensor.js";
 import { benchMatmul, randomMatrix, seedExample } from "./bench.js";
+import { CpuPool } from "./cpu-pool.js";
+import { abortOrtWasm, benchOrtWasm, benchOrtWebGPU, ortServed } from "./ort-peer.js";
 
 const $ = (sel) => document.querySelector(sel);
 const SEED = [60, 55, 50, 110, 90, 54, 54, 126, 42, 29, 28, 64];
@@ -23,45 +27,10 @@ function setStatus(text, state) {
   }
 }
 
-// ---- the CPU worker ---------------------------------------------------------------------------------
+// ---- the CPU workers ---------------------------------------------------------------------------------
 
-let worker;
-let nextId = 1;
-const pending = new Map();
-let workerError = null;
-function onWorkerMessage(e) {
-  const { id, progress, ok, error } = e.data;
-  const p = pending.get(id);
-  if (!p) return;
-  if (progress !== undefined) return p.onProgress?.(progress);
-  pending.delete(id);
-  ok ? p.resolve(e.data) : p.reject(new Error(error));
-}
-function startWorker() {
-  worker = new Worker(new URL("./cpu-worker.js", import.meta.url), { type: "module" });
-  worker.onmessage = onWorkerMessage;
-  worker.onerror = (e) => {
-    workerError = new Error(`CPU worker failed: ${e.message || "could not start"}`);
-    for (const p of pending.values()) p.reject(workerError);
-    pending.clear();
-  };
-}
-/** Stops the CPU step in flight at once: the worker is terminated (its wasm instance with it) and restarted. */
-function abortWorker() {
-  worker.terminate();
-  for (const p of pending.values()) p.reject(new Error("stopped"));
-  pending.clear();
-  startWorker();
-}
-startWorker();
-function callWorker(msg, onProgress, transfer = []) {
-  return new Promise((resolve, reject) => {
-    if (workerError) return reject(workerError);
-    const id = nextId++;
-    pending.set(id, { resolve, reject, onProgress });
-    worker.postMessage({ id, ...msg }, transfer);
-  });
-}
+const pool = new CpuPool();
+const callWorker = (msg, onProgress) => pool.call(0, msg, onProgress);
 
 // ---- devices and the seed example ---------------------------------------------------------------------
 
@@ -161,7 +130,19 @@ async function setup() {
 
   const cpu = await callWorker({ type: "info" });
   demo.cpuInfo = cpu.info;
-  $("#adapter-cpu").innerHTML = infoList("CPU (wasm, Web Worker)", cpu.info);
+  $("#adapter-cpu").innerHTML = infoList("CPU (wasm, Web Workers)", cpu.info);
+  const most = CpuPool.available();
+  $("#workers").max = most;
+  $("#workers").value = Math.min(most, Number($("#workers").value) || most);
+  $("#workers-note").textContent = self.crossOriginIsolated
+    ? `(up to ${most}: the cores the browser reports)`
+    : "(1: several need a cross-origin isolated page, as scripts/serve.sh serves it)";
+  demo.ortServed = await ortServed();
+  if (!demo.ortServed) {
+    $("#use-ort").checked = false;
+    $("#use-ort").disabled = true;
+    $("#ort-note").textContent = "onnxruntime-web is not served (scripts/serve.sh links it from tests/e2e after npm ci).";
+  }
 
   setStatus("Computing the seed example…");
   const blocks = [];
@@ -202,7 +183,13 @@ function compare(gpu, cpu) {
 const fmt = (x, d = 1) => (x === undefined ? "—" : x.toFixed(d));
 const fmtErr = (x) => (x === undefined ? "—" : Number.isNaN(x) ? "NaN" : x === 0 ? "0" : x.toExponential(2));
 
-const runsTitle = (x) => (x ? `median of ${x.reps} run(s); compile ${x.compileMs.toFixed(1)} ms` : "");
+const runsTitle = (x) =>
+  x ? `median of ${x.reps} run(s)${x.compileMs === undefined ? "" : `; compile ${x.compileMs.toFixed(1)} ms`}` : "";
+
+/** webtensor's GFLOP/s over ORT's, as "1.05x". */
+const ratio = (ours, peer) => (ours && peer ? `${(ours.gflops / peer.gflops).toFixed(2)}x` : "—");
+const peerTitle = (x, cmp) => (x ? `${runsTitle(x)}; ${fmt(x.ms, 2)} ms${x.threads ? `, ${x.threads} thread(s)` : ""}` +
+  (cmp ? `; max rel err against webtensor ${fmtErr(cmp.maxRel)}` : "") : "");
 
 function renderRow(r) {
   let tr = document.querySelector(`#results tr[data-size="${r.n}"]`);
@@ -213,16 +200,22 @@ function renderRow(r) {
     const after = rows.find((x) => Number(x.dataset.size) > r.n);
     $("#results tbody").insertBefore(tr, after ?? null);
   }
-  const agree = r.cmp ? (r.cmp.agree ? "✓ yes" : "✗ no") : r.error ? "error" : "—";
+  const agree = r.cmp ? (r.cmp.agree && r.ortAgree !== false ? "✓ yes" : "✗ no") : r.error ? "error" : "—";
   tr.dataset.agree = r.cmp ? String(r.cmp.agree) : "";
+  tr.dataset.ortAgree = r.ortAgree === undefined ? "" : String(r.ortAgree);
+  const cell = (key, col, value) => `<td class="${key.startsWith("ort") ? "peer" : key}" data-col="${col}">${value}</td>`;
   tr.innerHTML = `<td>${r.n}</td>
     <td class="gpu" data-col="webgpu-ms" title="${runsTitle(r.webgpu)}">${r.webgpu ? fmt(r.webgpu.ms, 2) : r.webgpuError ?? "—"}</td>
     <td class="gpu" data-col="webgpu-gflops">${fmt(r.webgpu?.gflops, 2)}</td>
-    <td class="cpu" data-col="cpu-ms" title="${runsTitle(r.cpu)}">${r.cpu ? fmt(r.cpu.ms, 2) : r.cpuError ?? "—"}</td>
+    <td class="cpu" data-col="cpu-ms" title="${runsTitle(r.cpu)}${r.cpu ? `; ${r.cpu.workers} worker(s)` : ""}">${r.cpu ? fmt(r.cpu.ms, 2) : r.cpuError ?? "—"}</td>
     <td class="cpu" data-col="cpu-gflops">${fmt(r.cpu?.gflops, 2)}</td>
+    <td class="gpu peer" data-col="ort-webgpu-gflops" title="${peerTitle(r.ortWebgpu, r.ortCmp?.ortWebgpu)}">${r.ortWebgpu ? fmt(r.ortWebgpu.gflops, 2) : r.ortWebgpuError ?? "—"}</td>
+    <td class="cpu peer" data-col="ort-wasm-gflops" title="${peerTitle(r.ortWasm, r.ortCmp?.ortWasm)}">${r.ortWasm ? fmt(r.ortWasm.gflops, 2) : r.ortWasmError ?? "—"}</td>
+    ${cell("gpu", "webgpu-vs-ort", ratio(r.webgpu, r.ortWebgpu))}
+    ${cell("cpu", "cpu-vs-ort", ratio(r.cpu, r.ortWasm))}
     <td data-col="max-abs">${fmtErr(r.cmp?.maxAbs)}</td>
     <td data-col="max-rel">${fmtErr(r.cmp?.maxRel)}</td>
-    <td data-col="agree" class="${r.cmp ? (r.cmp.agree ? "agree-yes" : "agree-no") : ""}">${agree}</td>`;
+    <td data-col="agree" class="${r.cmp ? (r.cmp.agree && r.ortAgree !== false ? "agree-yes" : "agree-no") : ""}">${agree}</td>`;
 }
 
 let stopRequested = false;
@@ -252,16 +245,22 @@ function summary(useGpu, useCpu) {
   return parts.join("; ");
 }
 
-async function runStep(backend, n, a, b, step) {
-  current = { backend, n, started: performance.now() };
+/** The engines a size runs on, in order: webtensor's two backends, then onnxruntime-web's. */
+const BACKENDS = {
+  webgpu: { label: "WebGPU", run: (n, a, b, p, stop) => benchMatmul(Graph, demo.gpu, n, a, b, p, stop) },
+  cpu: { label: "CPU", run: (n, a, b, p, stop) => pool.bench(n, a, b, p, stop) },
+  ortWebgpu: { label: "ORT WebGPU", run: (n, a, b, p, stop) => benchOrtWebGPU(n, a, b, p, stop) },
+  ortWasm: { label: "ORT wasm", run: (n, a, b, p) => benchOrtWasm(n, a, b, pool.size, p) },
+};
+
+async function runStep(key, n, a, b, step) {
+  const { label, run } = BACKENDS[key];
+  current = { backend: key, n, started: performance.now() };
   try {
-    if (backend === "WebGPU") {
-      return await benchMatmul(Graph, demo.gpu, n, a, b, (p) => step(backend, p), () => stopRequested);
-    }
-    step(backend, "starting");
-    return await callWorker({ type: "bench", n, a, b }, (p) => step(backend, p));
+    step(label, "starting");
+    return await run(n, a, b, (p) => step(label, p), () => stopRequested);
   } finally {
-    lastTime[backend] = { n, s: (performance.now() - current.started) / 1000 };
+    lastTime[key] = { n, s: (performance.now() - current.started) / 1000 };
     current = null;
   }
 }
@@ -276,6 +275,10 @@ async function runBenchmark() {
   }
   const useGpu = demo.gpu && $("#use-webgpu").checked;
   const useCpu = $("#use-cpu").checked;
+  const useOrt = demo.ortServed && $("#use-ort").checked;
+  const keys = [useGpu && "webgpu", useCpu && "cpu", useOrt && useGpu && "ortWebgpu", useOrt && useCpu && "ortWasm"]
+    .filter(Boolean);
+  pool.resize(Math.max(1, Math.min(CpuPool.available(), Math.floor(Number($("#workers").value)) || 1)));
   if (!sizes.length || !(useGpu || useCpu)) {
     setStatus("Choose at least one size and one backend.", "ready");
     return;
@@ -283,7 +286,7 @@ async function runBenchmark() {
   $("#run").disabled = true;
   $("#stop").disabled = false;
   stopRequested = false;
-  const steps = sizes.length * ((useGpu ? 1 : 0) + (useCpu ? 1 : 0));
+  const steps = sizes.length * keys.length;
   let done = 0;
   const progress = $("#progress");
   progress.max = steps;
@@ -301,7 +304,7 @@ async function runBenchmark() {
   const ticker = setInterval(render, 250);
   let stoppedDuring = "";
   const step = (backend, p) => {
-    what = `n = ${current?.n ?? ""}: ${backend} ${p}${estimate(backend, current?.n ?? 0)}`;
+    what = `n = ${current?.n ?? ""}: ${backend} ${p}${estimate(current?.backend, current?.n ?? 0)}`;
     render();
   };
 
@@ -315,20 +318,21 @@ async function runBenchmark() {
     renderRow(r);
     const a = randomMatrix(n * n, 1234 + n);
     const b = randomMatrix(n * n, 5678 + n);
-    for (const backend of [useGpu && "WebGPU", useCpu && "CPU"].filter(Boolean)) {
+    const outputs = {};
+    for (const key of keys) {
       if (stopRequested) break;
       try {
-        const res = await runStep(backend, n, a, b, step);
-        const key = backend === "WebGPU" ? "webgpu" : "cpu";
-        r[key] = { ms: res.ms, gflops: res.gflops, reps: res.reps, compileMs: res.compileMs };
-        r[key === "webgpu" ? "cGpu" : "cCpu"] = res.c;
+        const res = await runStep(key, n, a, b, step);
+        r[key] = { ms: res.ms, gflops: res.gflops, reps: res.reps, compileMs: res.compileMs, workers: res.workers,
+          threads: res.threads };
+        outputs[key] = res.c;
         done++;
       } catch (e) {
         if (stopRequested) {
-          stoppedDuring = `the ${backend} step of n = ${n}`;
+          stoppedDuring = `the ${BACKENDS[key].label} step of n = ${n}`;
         } else {
-          r[backend === "WebGPU" ? "webgpuError" : "cpuError"] = "error";
-          r.error = `${backend} n=${n}: ${e.message}`;
+          r[`${key}Error`] = "error";
+          r.error = `${BACKENDS[key].label} n=${n}: ${e.message}`;
           done++;
         }
       }
@@ -337,9 +341,14 @@ async function runBenchmark() {
       drawChart();
       await sleep(0);
     }
-    if (r.cGpu && r.cCpu) r.cmp = compare(r.cGpu, r.cCpu);
-    delete r.cGpu; // keep memory bounded over many runs
-    delete r.cCpu;
+    if (outputs.webgpu && outputs.cpu) r.cmp = compare(outputs.webgpu, outputs.cpu);
+    // ORT's results against webtensor's (the CPU's, else WebGPU's)
+    const ours = outputs.cpu ?? outputs.webgpu;
+    for (const key of ["ortWebgpu", "ortWasm"]) {
+      if (!outputs[key] || !ours) continue;
+      r.ortCmp = { ...r.ortCmp, [key]: compare(outputs[key], ours) };
+    }
+    if (r.ortCmp) r.ortAgree = Object.values(r.ortCmp).every((c) => c.agree);
     renderRow(r);
     drawChart();
     await sleep(0); // let the page paint between sizes
@@ -349,12 +358,12 @@ async function runBenchmark() {
   $("#run").disabled = false;
   $("#stop").disabled = true;
   const errors = demo.results.filter((r) => r.error).map((r) => r.error);
-  const disagree = demo.results.filter((r) => r.cmp && !r.cmp.agree).map((r) => r.n);
+  const disagree = demo.results.filter((r) => (r.cmp && !r.cmp.agree) || r.ortAgree === false).map((r) => r.n);
   const secs = ((performance.now() - t0) / 1000).toFixed(1);
   const compared = summary(useGpu, useCpu);
   $("#progress-text").textContent = "";
   if (errors.length) setStatus(`Finished with errors in ${secs} s: ${errors.join("; ")}`, "error");
-  else if (disagree.length) setStatus(`Finished in ${secs} s, but WebGPU and CPU disagree for n = ${disagree.join(", ")}`, "error");
+  else if (disagree.length) setStatus(`Finished in ${secs} s, but the results disagree for n = ${disagree.join(", ")}`, "error");
   else if (stopRequested) {
     const where = stoppedDuring ? ` during ${stoppedDuring}` : "";
     setStatus(`Stopped after ${secs} s${where}, ${done} of ${steps} steps run${compared ? `: ${compared}` : ""}.`, "done");
@@ -371,7 +380,9 @@ function drawChart() {
   const series = [
     { key: "webgpu", label: demo.gpuSoftware ? "WebGPU (software adapter)" : "WebGPU", color: "var(--gpu)" },
     { key: "cpu", label: "CPU (wasm)", color: "var(--cpu)" },
-  ].filter((s) => s.key !== "webgpu" || demo.gpu); // no WebGPU, no WebGPU series
+    { key: "ortWebgpu", label: "ORT WebGPU", color: "var(--gpu)", dash: true },
+    { key: "ortWasm", label: "ORT wasm", color: "var(--cpu)", dash: true },
+  ].filter((s) => (s.key !== "webgpu" || demo.gpu) && (!s.dash || pts.some((r) => r[s.key])));
   const vals = pts.flatMap((r) => series.map((s) => r[s.key]?.gflops)).filter((v) => v > 0);
   const maxG = Math.max(0, ...vals);
   const minG = Math.min(...vals);
@@ -406,13 +417,14 @@ function drawChart() {
   out.push(`<text x="14" y="${(T + H - B) / 2}" text-anchor="middle" font-size="12" fill="#374151" transform="rotate(-90 14 ${(T + H - B) / 2})">GFLOP/s${log ? " (log)" : ""}</text>`);
   series.forEach((s, si) => {
     const p = pts.map((r, i) => (r[s.key] ? [x(i), y(r[s.key].gflops), r[s.key].gflops] : null)).filter(Boolean);
-    if (p.length > 1) out.push(`<polyline fill="none" stroke="${s.color}" stroke-width="2" points="${p.map(([a, b]) => `${a},${b}`).join(" ")}"/>`);
+    const dash = s.dash ? ` stroke-dasharray="6 4"` : "";
+    if (p.length > 1) out.push(`<polyline fill="none" stroke="${s.color}" stroke-width="2"${dash} points="${p.map(([a, b]) => `${a},${b}`).join(" ")}"/>`);
     for (const [a, b, v] of p) {
-      out.push(`<circle cx="${a}" cy="${b}" r="4" fill="${s.color}"/>`);
+      out.push(s.dash ? `<rect x="${a - 4}" y="${b - 4}" width="8" height="8" fill="${s.color}"/>` : `<circle cx="${a}" cy="${b}" r="4" fill="${s.color}"/>`);
       out.push(`<text x="${a}" y="${b - 8}" text-anchor="middle" font-size="10" fill="${s.color}">${v.toFixed(v < 10 ? 2 : 1)}</text>`);
     }
-    out.push(`<rect x="${L + 10 + si * 200}" y="8" width="12" height="12" fill="${s.color}"/>`);
-    out.push(`<text x="${L + 28 + si * 200}" y="18" font-size="12" fill="#374151">${s.label}</text>`);
+    out.push(`<rect x="${L + 10 + si * 160}" y="8" width="12" height="12" fill="${s.color}"${s.dash ? ` opacity="0.5"` : ""}/>`);
+    out.push(`<text x="${L + 28 + si * 160}" y="18" font-size="12" fill="#374151">${s.label}</text>`);
   });
   if (!pts.length) out.push(`<text x="${W / 2}" y="${H / 2}" text-anchor="middle" fill="#6b7280">Run a benchmark to draw the chart.</text>`);
   svg.innerHTML = out.join("");
@@ -436,6 +448,8 @@ function applyUrl() {
     for (const n of want) if (!boxes.some((el) => Number(el.value) === n)) custom.push(n);
     $("#custom-sizes").value = custom.join(", ");
   }
+  if (q.has("workers")) $("#workers").value = q.get("workers");
+  if (q.get("ort") === "0") $("#use-ort").checked = false;
   return q.get("autorun") === "1";
 }
 
@@ -443,12 +457,13 @@ $("#run").addEventListener("click", () => runBenchmark());
 $("#stop").addEventListener("click", () => {
   stopRequested = true;
   $("#stop").disabled = true;
-  if (current?.backend === "CPU") {
-    abortWorker(); // a CPU step stops at once
+  if (current?.backend === "cpu" || current?.backend === "ortWasm") {
+    // a CPU step stops at once: its workers are terminated
+    current.backend === "cpu" ? pool.abort() : abortOrtWasm();
     setStatus("Stopping…", "running");
   } else if (current) {
     // a GPU dispatch cannot be interrupted: the step ends after the run in flight
-    setStatus(`Stopping: waiting for the WebGPU run in flight (n = ${current.n}) to finish; a GPU dispatch cannot be interrupted.`, "running");
+    setStatus(`Stopping: waiting for the ${BACKENDS[current.backend].label} run in flight (n = ${current.n}) to finish; a GPU dispatch cannot be interrupted.`, "running");
   } else {
     setStatus("Stopping…", "running");
   }

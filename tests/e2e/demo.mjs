@@ -1,8 +1,8 @@
 // End-to-end test of the in-browser matmul demo: serves web/ (with pkg/ copied to web/pkg) on a free
 // 127.0.0.1 port and opens it in headless Chromium (Debian's /usr/bin/chromium through playwright-core; no
 // browser is downloaded), each visit with a fresh profile:
-//   1. with WebGPU (--enable-unsafe-webgpu): runs one size on WebGPU and on the wasm CPU backend, checks that
-//      they agree, that the seed example's result is shown for both, that the chart has both points, that
+//   1. with WebGPU (--enable-unsafe-webgpu): runs one size on WebGPU and on the wasm CPU backend (and on
+//      onnxruntime-web's WebGPU and wasm beside them), checks that they agree, that the seed example's result is shown for both, that the chart has both points, that
 //      .wasm is served as application/wasm and that the page never stalls; saves artifacts/demo.png.
 //   2. without WebGPU: the page must say so, say what to do, drop WebGPU from the chart and still run on the
 //      CPU; saves artifacts/demo-no-webgpu.png.
@@ -15,7 +15,7 @@
 //
 // Env: CHROMIUM (default /usr/bin/chromium), E2E_SIZE (default 256), E2E_TIMEOUT_S (per visit, default 180).
 import { chromium } from "playwright-core";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -122,7 +122,12 @@ async function visit(url, { webgpu, screenshot }) {
       if (/not reported/.test(s.adapter.split("\n").find((l) => /adapter/.test(l)) ?? "")) fail(`adapter not named: ${s.adapter}`);
       if (!/software/.test(s.swNote)) fail(`the page does not say the adapter (SwiftShader) is a software one: "${s.swNote}"`);
       if (!r.cmp?.agree) fail(`WebGPU and CPU disagree: ${JSON.stringify(r.cmp)}`);
-      if (!/\d/.test(row.split(/\t/)[6] ?? "")) fail(`no max error shown: ${row}`);
+      if (!/\d/.test(row.split(/\t/)[9] ?? "")) fail(`no max error shown: ${row}`);
+      // onnxruntime-web beside it on the same page: both of its engines ran, agree with webtensor, and the
+      // ratios are shown
+      if (!(r.ortWebgpu?.gflops > 0) || !(r.ortWasm?.gflops > 0)) fail(`no onnxruntime-web result: ${JSON.stringify(r)}`);
+      if (r.ortAgree !== true) fail(`onnxruntime-web disagrees with webtensor: ${JSON.stringify(r.ortCmp)}`);
+      if (!/\d\.\d\dx/.test(row.split(/\t/)[7] ?? "") || !/\d\.\d\dx/.test(row.split(/\t/)[8] ?? "")) fail(`no ratios shown: ${row}`);
       if (s.chartPoints !== 2) fail(`chart shows ${s.chartPoints} points, expected one per backend`);
     } else {
       if (s.hasGpu) fail("WebGPU was found although Chromium ran without --enable-unsafe-webgpu");
@@ -168,7 +173,8 @@ const statusText = (page) => page.evaluate(() => document.querySelector("#status
 /** Runs `sizes` on `backends`, clicks Stop once `backend`'s step for the last size runs, checks what follows. */
 async function stopDuring(url, backend, sizes) {
   await withPage(`stop during ${backend}`, { width: 1200, height: 900 }, async (page) => {
-    await page.goto(`${url}?sizes=${sizes.join(",")}`);
+    // one CPU worker and no ORT: the steps' lengths are what the Stop checks are sized for
+    await page.goto(`${url}?sizes=${sizes.join(",")}&workers=1&ort=0`);
     await page.waitForFunction(() => document.querySelector("#status").dataset.state === "ready", null, { timeout: timeoutMs });
     if (backend === "CPU") await page.uncheck("#use-webgpu");
     await page.click("#run");
@@ -231,6 +237,12 @@ async function main() {
   if (!existsSync(join(root, "pkg/webtensor.js"))) fail("pkg/ is missing: run scripts/build-wasm.sh first");
   rmSync(join(root, "web/pkg"), { recursive: true, force: true });
   cpSync(join(root, "pkg"), join(root, "web/pkg"), { recursive: true });
+  // onnxruntime-web, the benchmark's peer, where scripts/serve.sh links it
+  const ort = join(root, "tests/e2e/node_modules/onnxruntime-web/dist");
+  if (!existsSync(ort)) fail("no onnxruntime-web: cd tests/e2e && npm ci");
+  rmSync(join(root, "web/vendor/ort"), { recursive: true, force: true });
+  mkdirSync(join(root, "web/vendor"), { recursive: true });
+  symlinkSync("../../tests/e2e/node_modules/onnxruntime-web/dist", join(root, "web/vendor/ort"));
   const { url, proc } = await startServer(join(root, "web"));
   try {
     await visit(url, { webgpu: true, screenshot: join(artifacts, "demo.png") });

@@ -1,0 +1,108 @@
+// The wasm CPU backend in module workers (cpu-worker.js), each with its own wasm instance: the package's CPU
+// backend is single-threaded in wasm (threads inside one instance need a nightly `-Z build-std` build with
+// atomics), so the page gets several cores by giving each worker a share of C's rows. The workers read A and B
+// from SharedArrayBuffers and write their rows of C into one, which needs a cross-origin isolated page
+// (scripts/serve.sh sends COOP/COEP); without it, one worker does all the work.
+import { gflops, timeRuns } from "./bench.js";
+
+/** Below this many rows per worker a split costs more than it gains. */
+const MIN_ROWS = 32;
+
+export class CpuPool {
+  constructor() {
+    this.workers = [];
+    this.nextId = 1;
+    this.pending = new Map();
+    this.failure = null;
+    this.resize(1);
+  }
+
+  /** Workers the page may use: the cores the browser reports, when SharedArrayBuffer is there. */
+  static available() {
+    return self.crossOriginIsolated ? Math.max(1, navigator.hardwareConcurrency || 1) : 1;
+  }
+
+  get size() {
+    return this.workers.length;
+  }
+
+  resize(k) {
+    while (this.workers.length > k) this.workers.pop().terminate();
+    while (this.workers.length < k) this.workers.push(this.start());
+  }
+
+  start() {
+    const w = new Worker(new URL("./cpu-worker.js", import.meta.url), { type: "module" });
+    w.onmessage = (e) => {
+      const { id, progress, ok, error } = e.data;
+      const p = this.pending.get(id);
+      if (!p) return;
+      if (progress !== undefined) return p.onProgress?.(progress);
+      this.pending.delete(id);
+      ok ? p.resolve(e.data) : p.reject(new Error(error));
+    };
+    w.onerror = (e) => {
+      this.failure = new Error(`CPU worker failed: ${e.message || "could not start"}`);
+      for (const p of this.pending.values()) p.reject(this.failure);
+      this.pending.clear();
+    };
+    return w;
+  }
+
+  /** Sends `msg` to worker `i`; resolves to its answer. */
+  call(i, msg, onProgress, transfer = []) {
+    return new Promise((resolve, reject) => {
+      if (this.failure) return reject(this.failure);
+      const id = this.nextId++;
+      this.pending.set(id, { resolve, reject, onProgress });
+      this.workers[i].postMessage({ id, ...msg }, transfer);
+    });
+  }
+
+  /** Stops the step in flight at once: the workers are terminated (their wasm instances with them) and
+   *  restarted. */
+  abort() {
+    const k = this.size;
+    this.resize(0);
+    for (const p of this.pending.values()) p.reject(new Error("stopped"));
+    this.pending.clear();
+    this.resize(k);
+  }
+
+  /** The rows of C each worker computes: [start, end) pairs, none empty. */
+  split(n) {
+    const k = Math.max(1, Math.min(this.size, Math.floor(n / MIN_ROWS)));
+    return Array.from({ length: k }, (_, i) => [Math.floor((i * n) / k), Math.floor(((i + 1) * n) / k)]);
+  }
+
+  /**
+   * Times C = A·B for n×n matrices on the workers, as benchMatmul does on one device: each run copies A and B
+   * into shared memory (the upload), each worker multiplies its rows of A by B, and C is copied out (the
+   * readback). Resolves to { c, ms, reps, compileMs, gflops, workers }.
+   */
+  async bench(n, a, b, onProgress, shouldStop) {
+    const parts = self.crossOriginIsolated ? this.split(n) : [[0, n]];
+    if (parts.length === 1) {
+      const r = await this.call(0, { type: "bench", n, a, b }, onProgress);
+      return { ...r, workers: 1 };
+    }
+    const shared = { a: new SharedArrayBuffer(n * n * 4), b: new SharedArrayBuffer(n * n * 4), c: new SharedArrayBuffer(n * n * 4) };
+    onProgress("compiling");
+    const t0 = performance.now();
+    await Promise.all(parts.map(([r0, r1], i) => this.call(i, { type: "rows-compile", n, r0, r1, shared })));
+    const compileMs = performance.now() - t0;
+    const [va, vb, vc] = [new Float32Array(shared.a), new Float32Array(shared.b), new Float32Array(shared.c)];
+    const run = async () => {
+      va.set(a);
+      vb.set(b);
+      await Promise.all(parts.map((_, i) => this.call(i, { type: "rows-run" })));
+      return vc.slice();
+    };
+    try {
+      const r = await timeRuns(run, onProgress, shouldStop);
+      return { c: r.out, ms: r.ms, reps: r.reps, compileMs, gflops: gflops(n, r.ms), workers: parts.length };
+    } finally {
+      await Promise.all(parts.map((_, i) => this.call(i, { type: "rows-free" }).catch(() => {})));
+    }
+  }
+}
