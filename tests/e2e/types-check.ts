@@ -3,7 +3,7 @@
 import init, {
   Device, DeviceInfo, Graph, LanguageModel, Plan, Resident, SentenceEmbedder, State, Tensor, matmul,
   type BackendName, type ChatMessage, type Fetch, type GenerateOptions, type GenerationResult, type ModelFiles,
-  type Output, type PlanInputs,
+  type LoadOptions, type LoadProgress, type Output, type PlanInputs,
 } from "../../pkg/webtensor.js";
 
 export async function example(): Promise<number[]> {
@@ -73,4 +73,17 @@ export async function models(dev: Device, gguf: ArrayBuffer, files: ModelFiles):
   const emb: SentenceEmbedder = await SentenceEmbedder.load(dev, files);
   const vecs: Float32Array[] = await emb.embed(["a", "b"], 32);
   return r.decodeTokensPerS + r.prefillTokensPerS + text.length + vecs.length + emb.dimension + model.context;
+}
+
+/** The loaders: a URL with progress, the Cache API and an abort signal; a picked file; a directory's URL. */
+export async function loaders(dev: Device, file: Blob): Promise<number> {
+  let seen = 0;
+  const onProgress = (p: LoadProgress) => {
+    seen = p.loaded + (p.total ?? 0) + (p.cached ? 1 : 0) + p.file.length;
+  };
+  const options: LoadOptions = { onProgress, cache: "my-models", signal: new AbortController().signal };
+  const a: LanguageModel = await LanguageModel.fromUrl(dev, "model.gguf", { context: 512, ...options });
+  const b: LanguageModel = await LanguageModel.fromBlob(dev, file, { onProgress });
+  const e: SentenceEmbedder = await SentenceEmbedder.fromUrl(dev, "minilm/", { cache: false, f16Weights: false });
+  return seen + a.context + b.vocabSize + e.dimension;
 }
