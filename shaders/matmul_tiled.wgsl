@@ -46,6 +46,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     let col0 = wg.x * TN;
     let tx = lid3.x;
     let ty = lid3.y;
+    // the accumulators, acc[(r * 4 + i) * RN + s] for row ty*4 + i + 64*r and columns tx*4 + 64*s (+ 0..3),
+    // indexed by constants only (the product and the store are unrolled): a compiler that does not unroll
+    // loops (SwiftShader) keeps them in registers rather than in an indexed private array
     var acc: array<vec4<f32>, 4u * RM * RN>;
     for (var k0 = 0u; k0 < K; k0 = k0 + BK) {
         for (var l = 0u; l < A_LOADS; l = l + 1u) {
@@ -104,22 +107,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
         }
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk = kk + 1u) {
-            var a: array<vec4<f32>, RM>;
-            var b: array<vec4<f32>, RN>;
-            for (var r = 0u; r < RM; r = r + 1u) {
-                a[r] = a_s[kk * (TM / 4u) + r * 16u + ty];
-            }
-            for (var s = 0u; s < RN; s = s + 1u) {
-                b[s] = b_s[kk * (TN / 4u) + s * 16u + tx];
-            }
-            for (var r = 0u; r < RM; r = r + 1u) {
-                for (var i = 0u; i < 4u; i = i + 1u) {
-                    for (var s = 0u; s < RN; s = s + 1u) {
-                        let at = (r * 4u + i) * RN + s;
-                        acc[at] = fma(vec4<f32>(a[r][i]), b[s], acc[at]);
-                    }
-                }
-            }
+            let ka = kk * (TM / 4u) + ty;
+            let kb = kk * (TN / 4u) + tx;
+{{PRODUCT}}
         }
         workgroupBarrier();
     }
@@ -127,18 +117,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     let ldc = P.ldc; // output row stride: all of the output's columns
     let m0 = P.m0; // first output row of this chunk (an A larger than one binding), else 0
     let c_base = bz * M * ldc - P.out_window; // less the output window's first element when the output is split
-    for (var r = 0u; r < RM; r = r + 1u) {
-        for (var i = 0u; i < 4u; i = i + 1u) {
-            let gm = row0 + r * 64u + ty * 4u + i;
-            if (gm >= M) {
-                continue;
-            }
-            for (var s = 0u; s < RN; s = s + 1u) {
-                let gn = col0 + s * 64u + tx * 4u;
-                let v = acc[(r * 4u + i) * RN + s];
-                let at = c_base + (m0 + gm) * ldc + n0 + gn;
-                store_tile(at, gn, N, vec4<u32>(b0, b1, m0 + gm, n0 + gn), v);
-            }
-        }
-    }
+{{STORE}}
 }

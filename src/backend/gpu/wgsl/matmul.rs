@@ -27,6 +27,51 @@ pub(crate) fn epilogue(key: &KernelKey, epi: Option<&str>) -> String {
     format!("fn epilogue(acc: f32, c: vec4<u32>) -> f32 {{\n{loads}    return {expr};\n}}")
 }
 
+/// One K step of the tiled kernel's register block, unrolled: RM vec4 of A (rows ty*4 + 64r ..+3) and RN vec4
+/// of B (columns tx*4 + 64s ..+3) from workgroup memory, then 16·RM·RN vec4 FMAs into `acc`, every index a
+/// constant.
+fn tiled_product(rm: u32, rn: u32) -> String {
+    let mut w = String::new();
+    for r in 0..rm {
+        w += &format!("            let av{r} = a_s[ka + {}u];\n", r * 16);
+    }
+    for s in 0..rn {
+        w += &format!("            let bv{s} = b_s[kb + {}u];\n", s * 16);
+    }
+    for r in 0..rm {
+        for (i, c) in ["x", "y", "z", "w"].iter().enumerate() {
+            for s in 0..rn {
+                let at = (r * 4 + i as u32) * rn + s;
+                w += &format!("            acc[{at}] = fma(vec4<f32>(av{r}.{c}), bv{s}, acc[{at}]);\n");
+            }
+        }
+    }
+    w
+}
+
+/// The tiled kernel's store of its register block, unrolled like [`tiled_product`]: row ty*4 + i + 64r,
+/// columns tx*4 + 64s ..+3 from `acc[(r*4 + i)*RN + s]` through `store_tile`.
+fn tiled_store(rm: u32, rn: u32) -> String {
+    let mut w = String::new();
+    for r in 0..rm {
+        for i in 0..4 {
+            w += &format!("    let gm{r}{i} = row0 + {}u + ty * 4u;\n", r * 64 + i);
+            w += &format!("    if (gm{r}{i} < M) {{\n");
+            for s in 0..rn {
+                let at = (r * 4 + i) * rn + s;
+                w += &format!(
+                    "        {{\n            let gn = col0 + {}u + tx * 4u;\n            let gm = gm{r}{i};\n            \
+                     store_tile(c_base + (m0 + gm) * ldc + n0 + gn, gn, N, vec4<u32>(b0, b1, m0 + gm, n0 + gn), \
+                     acc[{at}]);\n        }}\n",
+                    s * 64
+                );
+            }
+            w += "    }\n";
+        }
+    }
+    w
+}
+
 /// The generic, tiled or mat-vec kernel of `key`.
 pub(super) fn wgsl(key: &KernelKey, bindings: String) -> String {
     match key.kind {
@@ -45,6 +90,8 @@ pub(super) fn wgsl(key: &KernelKey, bindings: String) -> String {
                     ("A_KCONTIG", a_kcontig.to_string()),
                     ("B_NCONTIG", b_ncontig.to_string()),
                     ("A_SHARED", (cfg.bk * 16 * cfg.rm).to_string()),
+                    ("PRODUCT", tiled_product(cfg.rm, cfg.rn)),
+                    ("STORE", tiled_store(cfg.rm, cfg.rn)),
                     ("B_SHARED", (cfg.bk * 16 * cfg.rn).to_string()),
                 ],
             );
