@@ -70,16 +70,17 @@ export const gflops = (n, ms) => (2 * n * n * n) / (ms * 1e6);
 
 /**
  * Times C = A·B for n×n matrices on `device`: compile once, then `timeRuns` of plan.run (upload, dispatch and
- * readback each). Resolves to { c, ms (median per run), reps, compileMs, gflops }.
+ * readback each). `compileOptions` go to Device.compile (e.g. { matmul: "64x64x16" } pins a kernel). Resolves to
+ * { c, ms (median per run), reps, compileMs, gflops }.
  */
-export async function benchMatmul(Graph, device, n, a, b, onProgress = () => {}, shouldStop = () => false) {
+export async function benchMatmul(Graph, device, n, a, b, onProgress = () => {}, shouldStop = () => false, compileOptions = {}) {
   const g = new Graph();
   const ta = g.input("a", [n, n]);
   const tb = g.input("b", [n, n]);
   const tc = g.matmul(ta, tb);
   onProgress("compiling");
   const t0 = performance.now();
-  const plan = await device.compile(g, [tc]);
+  const plan = await device.compile(g, [tc], compileOptions);
   const compileMs = performance.now() - t0;
   try {
     const r = await timeRuns(async () => (await plan.run({ a, b }))[0], onProgress, shouldStop);

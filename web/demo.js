@@ -13,7 +13,7 @@ const SEED = [60, 55, 50, 110, 90, 54, 54, 126, 42, 29, 28, 64];
 /** GPU and CPU results agree when max|Δ| / max|C| is at most this. */
 const REL_TOL = 1e-4;
 
-const demo = { state: "loading", gpu: null, gpuError: null, cpuInfo: null, seed: {}, results: [] };
+const demo = { state: "loading", gpu: null, gpuError: null, cpuInfo: null, seed: {}, results: [], gpuCompileOptions: {} };
 window.webtensorDemo = demo;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -247,7 +247,7 @@ function summary(useGpu, useCpu) {
 
 /** The engines a size runs on, in order: webtensor's two backends, then onnxruntime-web's. */
 const BACKENDS = {
-  webgpu: { label: "WebGPU", run: (n, a, b, p, stop) => benchMatmul(Graph, demo.gpu, n, a, b, p, stop) },
+  webgpu: { label: "WebGPU", run: (n, a, b, p, stop) => benchMatmul(Graph, demo.gpu, n, a, b, p, stop, demo.gpuCompileOptions) },
   cpu: { label: "CPU", run: (n, a, b, p, stop) => pool.bench(n, a, b, p, stop) },
   ortWebgpu: { label: "ORT WebGPU", run: (n, a, b, p, stop) => benchOrtWebGPU(n, a, b, p, stop) },
   ortWasm: { label: "ORT wasm", run: (n, a, b, p) => benchOrtWasm(n, a, b, pool.size, p) },
@@ -450,6 +450,8 @@ function applyUrl() {
   }
   if (q.has("workers")) $("#workers").value = q.get("workers");
   if (q.get("ort") === "0") $("#use-ort").checked = false;
+  // &kernel=NAME pins the WebGPU matmul kernel (Device.compile's options.matmul), to compare tile shapes
+  if (q.has("kernel")) demo.gpuCompileOptions = { matmul: q.get("kernel") };
   return q.get("autorun") === "1";
 }
 

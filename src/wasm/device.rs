@@ -118,19 +118,25 @@ impl WebDevice {
     ///
     /// The graph stays borrowed until the promise settles: do not add ops to it meanwhile (that throws).
     ///
+    /// `options` (every field optional): `matmul`, a matmul kernel name to pin (`"generic"`, a tile shape such
+    /// as `"64x64x16"`; the native `WEBTENSOR_MATMUL` names), else the device's choice; `poison`, fill every
+    /// non-input tensor with NaN before each run (tests); `noFusion`, one dispatch per op as built.
+    ///
     /// Rejects with the library's message when `outputs` is empty or holds a tensor of another graph, when
-    /// the device cannot run an op, when a tensor exceeds the device's binding size, or when a pipeline fails
-    /// to build.
+    /// the device cannot run an op, when a tensor exceeds the device's binding size, when a pipeline fails
+    /// to build, or when `options.matmul` names no kernel.
     pub async fn compile(
         &self,
         graph: &WebGraph,
         #[wasm_bindgen(unchecked_param_type = "Tensor[]")] outputs: Array,
+        #[wasm_bindgen(unchecked_optional_param_type = "CompileOptions")] options: JsValue,
     ) -> Result<WebPlan, JsError> {
+        let options = compile_options(&options)?;
         let outs = tensors_of(&outputs, "outputs")?;
         let g = &graph.inner;
         let output_shapes = outs.iter().map(|&t| g.shape(t).map(<[usize]>::to_vec)).collect::<Result<_, _>>();
         let output_shapes = output_shapes.map_err(js_err)?;
-        let plan = self.inner.compile_async(g, &outs, &CompileOptions::default()).await.map_err(js_err)?;
+        let plan = self.inner.compile_async(g, &outs, &options).await.map_err(js_err)?;
         Ok(WebPlan::new(plan, g, output_shapes))
     }
 
@@ -177,6 +183,32 @@ impl WebDevice {
     pub fn resident_bytes(&self) -> f64 {
         self.inner.resident_bytes() as f64
     }
+}
+
+/// [`CompileOptions`] from a JS `CompileOptions` object (`undefined` or `null`: the defaults).
+fn compile_options(o: &JsValue) -> Result<CompileOptions, JsError> {
+    let mut options = CompileOptions::default();
+    if o.is_undefined() || o.is_null() {
+        return Ok(options);
+    }
+    if !o.is_object() {
+        return Err(JsError::new("compile: options must be an object"));
+    }
+    let get = |k: &str| js_sys::Reflect::get(o, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED);
+    let flag = |k: &str| match get(k) {
+        v if v.is_undefined() || v.is_null() => Ok(false),
+        v => v.as_bool().ok_or_else(|| JsError::new(&format!("compile: options.{k} must be a boolean"))),
+    };
+    options.poison = flag("poison")?;
+    options.no_fusion = flag("noFusion")?;
+    match get("matmul") {
+        v if v.is_undefined() || v.is_null() => {}
+        v => {
+            let name = v.as_string().ok_or_else(|| JsError::new("compile: options.matmul must be a kernel name"))?;
+            options.matmul = Some(name.parse().map_err(js_err)?);
+        }
+    }
+    Ok(options)
 }
 
 // ---- one-call matmul ------------------------------------------------------------------------------

@@ -62,6 +62,16 @@ export type PlanInputs = Record<string, InputValues> | InputValues[];
 export type Fetch = "all" | "skip" | [number, number];
 /** One output read back by `Plan.runWith`: `Int32Array` for int32, `Float32Array` otherwise; `null` when skipped. */
 export type Output = Float32Array | Int32Array | null;
+/** How `Device.compile` builds a plan; every field optional. */
+export interface CompileOptions {
+  /** Pins the matmul kernel: `"generic"` or a tile shape `"TMxTNxBK"` (e.g. `"64x64x16"`); default: the
+   *  device's choice (throws for an unknown name, listing the known ones). */
+  matmul?: string;
+  /** Fills every non-input tensor with NaN before each run, so an element no kernel writes shows (tests). */
+  poison?: boolean;
+  /** One dispatch per op, as built: no elementwise fusion or in-place execution. */
+  noFusion?: boolean;
+}
 /** Raw little-endian bytes of a tensor. */
 export type TensorBytes = ArrayBuffer | ArrayBufferView;
 "#;

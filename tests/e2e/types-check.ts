@@ -2,7 +2,7 @@
 // `npm run typecheck` only compiles it). Build pkg/ first with scripts/build-wasm.sh.
 import init, {
   Device, DeviceInfo, Graph, LanguageModel, Plan, Resident, SentenceEmbedder, State, Tensor, matmul,
-  type BackendName, type ChatMessage, type Fetch, type GenerateOptions, type GenerationResult, type ModelFiles,
+  type BackendName, type ChatMessage, type CompileOptions, type Fetch, type GenerateOptions, type GenerationResult, type ModelFiles,
   type LoadOptions, type LoadProgress, type Output, type PlanInputs,
 } from "../../pkg/webtensor.js";
 
@@ -24,6 +24,8 @@ export async function example(): Promise<number[]> {
   const z = g.concat([y, g.silu(y)], -1);
   const shape: number[] = g.shape(z);
   const plan: Plan = await dev.compile(g, [c, z]);
+  const pinned: CompileOptions = { matmul: "64x64x16", poison: true, noFusion: false };
+  (await dev.compile(g, [c], pinned)).free();
   const names: string[] = plan.inputNames;
   const inputs: PlanInputs = { a: new Float32Array(8), b: new Float32Array(6) };
   const outs: Float32Array[] = await plan.run(inputs);
