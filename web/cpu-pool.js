@@ -5,6 +5,14 @@
 // (scripts/serve.sh sends COOP/COEP); without it, one worker does all the work.
 import { gflops, timeRuns } from "./bench.js";
 
+/** The slots of the control words (an Int32Array over shared.ctrl) between the page and the row workers: the run
+ *  generation (the page bumps it to start a run, or stores STOP), how many workers finished this generation, and
+ *  whether one of them failed. */
+export const GEN = 0;
+export const DONE = 1;
+export const FAILED = 2;
+export const STOP = -1;
+
 /** Below this many rows per worker a split costs more than it gains. */
 const MIN_ROWS = 32;
 
@@ -14,6 +22,7 @@ export class CpuPool {
     this.nextId = 1;
     this.pending = new Map();
     this.failure = null;
+    this.epoch = 0; // bumped by abort(): a run waiting on workers that were terminated gives up
     this.resize(1);
   }
 
@@ -63,6 +72,7 @@ export class CpuPool {
    *  restarted. */
   abort() {
     const k = this.size;
+    this.epoch++;
     this.resize(0);
     for (const p of this.pending.values()) p.reject(new Error("stopped"));
     this.pending.clear();
@@ -78,7 +88,8 @@ export class CpuPool {
   /**
    * Times C = A·B for n×n matrices on the workers, as benchMatmul does on one device: each run copies A and B
    * into shared memory (the upload), each worker multiplies its rows of A by B, and C is copied out (the
-   * readback). Resolves to { c, ms, reps, compileMs, gflops, workers }.
+   * readback). The workers wait in Atomics.wait between runs and the page in Atomics.waitAsync: no message per
+   * run. Resolves to { c, ms, reps, compileMs, gflops, workers }.
    */
   async bench(n, a, b, onProgress, shouldStop) {
     const parts = self.crossOriginIsolated ? this.split(n) : [[0, n]];
@@ -86,23 +97,51 @@ export class CpuPool {
       const r = await this.call(0, { type: "bench", n, a, b }, onProgress);
       return { ...r, workers: 1 };
     }
-    const shared = { a: new SharedArrayBuffer(n * n * 4), b: new SharedArrayBuffer(n * n * 4), c: new SharedArrayBuffer(n * n * 4) };
+    const bytes = n * n * 4;
+    const shared = { a: new SharedArrayBuffer(bytes), b: new SharedArrayBuffer(bytes), c: new SharedArrayBuffer(bytes), ctrl: new SharedArrayBuffer(16) };
     onProgress("compiling");
     const t0 = performance.now();
     await Promise.all(parts.map(([r0, r1], i) => this.call(i, { type: "rows-compile", n, r0, r1, shared })));
     const compileMs = performance.now() - t0;
     const [va, vb, vc] = [new Float32Array(shared.a), new Float32Array(shared.b), new Float32Array(shared.c)];
+    const ctrl = new Int32Array(shared.ctrl);
+    const serving = parts.map((_, i) => this.call(i, { type: "rows-serve", gen: Atomics.load(ctrl, GEN) }));
+    const epoch = this.epoch;
     const run = async () => {
       va.set(a);
       vb.set(b);
-      await Promise.all(parts.map((_, i) => this.call(i, { type: "rows-run" })));
+      Atomics.store(ctrl, DONE, 0);
+      Atomics.add(ctrl, GEN, 1);
+      Atomics.notify(ctrl, GEN);
+      await this.finished(ctrl, parts.length, epoch);
+      if (Atomics.load(ctrl, FAILED)) throw new Error("a CPU worker's run failed (see the console)");
       return vc.slice();
     };
     try {
       const r = await timeRuns(run, onProgress, shouldStop);
       return { c: r.out, ms: r.ms, reps: r.reps, compileMs, gflops: gflops(n, r.ms), workers: parts.length };
     } finally {
+      Atomics.store(ctrl, GEN, STOP);
+      Atomics.notify(ctrl, GEN);
+      await Promise.all(serving.map((p) => p.catch(() => {})));
       await Promise.all(parts.map((_, i) => this.call(i, { type: "rows-free" }).catch(() => {})));
+    }
+  }
+
+  /** Resolves when `k` workers have counted themselves done in ctrl[DONE]; rejects when abort() ran meanwhile
+   *  (its workers are gone) or a worker failed to start. */
+  async finished(ctrl, k, epoch) {
+    for (;;) {
+      const done = Atomics.load(ctrl, DONE);
+      if (done >= k) return;
+      if (this.epoch !== epoch) throw new Error("stopped");
+      if (this.failure) throw this.failure;
+      if (Atomics.waitAsync) {
+        const w = Atomics.waitAsync(ctrl, DONE, done, 100);
+        if (w.async) await w.value;
+      } else {
+        await new Promise((r) => setTimeout(r, 0));
+      }
     }
   }
 }

@@ -3,9 +3,12 @@
 //   { id, type: "info" | "seed" }
 //   { id, type: "bench", n, a, b }                  the whole C = A·B, timed here (bench.js)
 //   { id, type: "rows-compile", n, r0, r1, shared }  rows [r0, r1) of C, from SharedArrayBuffers a, b, c
-//   { id, type: "rows-run" } and { id, type: "rows-free" }  (cpu-pool.js times them)
+//   { id, type: "rows-serve", gen }  runs the rows' plan each time the page bumps the generation in shared.ctrl
+//                               (see cpu-pool.js), until it stores STOP there; answers when it stops
+//   { id, type: "rows-free" }
 import init, { Device, Graph } from "./pkg/webtensor.js";
 import { benchMatmul, seedExample } from "./bench.js";
+import { DONE, FAILED, GEN, STOP } from "./cpu-pool.js";
 
 const device = init().then(() => Device.create("cpu"));
 /** The plan of this worker's rows and its views of the shared matrices. */
@@ -24,18 +27,34 @@ const handlers = {
     const c = g.matmul(g.input("a", [r1 - r0, n]), g.input("b", [n, n]));
     const plan = await dev.compile(g, [c]);
     rows = {
-      g, plan,
+      g, plan, r0, r1,
+      ctrl: new Int32Array(shared.ctrl),
       a: new Float32Array(shared.a, r0 * n * 4, (r1 - r0) * n),
       b: new Float32Array(shared.b),
       c: new Float32Array(shared.c, r0 * n * 4, (r1 - r0) * n),
     };
     return {};
   },
-  async "rows-run"() {
-    if (!rows) throw new Error("rows-run before rows-compile");
-    const [c] = await rows.plan.run({ a: rows.a, b: rows.b });
-    rows.c.set(c);
-    return {};
+  // Blocks this worker in Atomics.wait between runs: the page starts a run by bumping ctrl[GEN] and learns it is
+  // done from ctrl[DONE], without a message each way (a round trip of milliseconds on a busy machine).
+  async "rows-serve"(dev, { gen: start }) {
+    if (!rows) throw new Error("rows-serve before rows-compile");
+    const ctrl = rows.ctrl;
+    let gen = start; // the generation when the page asked: a run it started before this message came still runs
+    for (;;) {
+      Atomics.wait(ctrl, GEN, gen);
+      gen = Atomics.load(ctrl, GEN);
+      if (gen === STOP) return {};
+      try {
+        const [c] = await rows.plan.run({ a: rows.a, b: rows.b });
+        rows.c.set(c);
+      } catch (err) {
+        Atomics.store(ctrl, FAILED, 1);
+        console.error(`CPU worker rows [${rows.r0}, ${rows.r1}):`, err);
+      }
+      Atomics.add(ctrl, DONE, 1);
+      Atomics.notify(ctrl, DONE);
+    }
   },
   async "rows-free"() {
     rows?.plan.free();

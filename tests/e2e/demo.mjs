@@ -171,10 +171,12 @@ const state = (page) => page.evaluate(() => document.querySelector("#status").da
 const statusText = (page) => page.evaluate(() => document.querySelector("#status").textContent);
 
 /** Runs `sizes` on `backends`, clicks Stop once `backend`'s step for the last size runs, checks what follows. */
-async function stopDuring(url, backend, sizes) {
-  await withPage(`stop during ${backend}`, { width: 1200, height: 900 }, async (page) => {
-    // one CPU worker and no ORT: the steps' lengths are what the Stop checks are sized for
-    await page.goto(`${url}?sizes=${sizes.join(",")}&workers=1&ort=0`);
+async function stopDuring(url, backend, sizes, workers = 1) {
+  const label = `stop during ${backend}${workers > 1 ? ` (${workers} workers)` : ""}`;
+  await withPage(label, { width: 1200, height: 900 }, async (page) => {
+    // no ORT, and one CPU worker unless asked: the steps' lengths are what the Stop checks are sized for (several
+    // workers wait in Atomics.wait between runs: Stop must still end the step at once)
+    await page.goto(`${url}?sizes=${sizes.join(",")}&workers=${workers}&ort=0`);
     await page.waitForFunction(() => document.querySelector("#status").dataset.state === "ready", null, { timeout: timeoutMs });
     if (backend === "CPU") await page.uncheck("#use-webgpu");
     await page.click("#run");
@@ -195,7 +197,7 @@ async function stopDuring(url, backend, sizes) {
     await page.waitForFunction(() => document.querySelector("#status").dataset.state === "done", null, { timeout: timeoutMs, polling: 50 });
     const took = (Date.now() - t) / 1000;
     const text = await statusText(page);
-    console.log(`[stop during ${backend}] stopped in ${took.toFixed(1)} s; while waiting: "${waiting}"; then: "${text}"`);
+    console.log(`[${label}] stopped in ${took.toFixed(1)} s; while waiting: "${waiting}"; then: "${text}"`);
     if (!/^Stopped/.test(text)) fail(`status after Stop: "${text}"`);
     if (backend === "CPU" && took > 2) fail(`a CPU step took ${took.toFixed(1)} s to stop (it is terminated at once)`);
     if (backend === "CPU" && !new RegExp(`during the CPU step of n = ${last}, 1 of 2 steps run`).test(text)) {
@@ -247,10 +249,12 @@ async function main() {
   try {
     await visit(url, { webgpu: true, screenshot: join(artifacts, "demo.png") });
     await visit(url, { webgpu: false, screenshot: join(artifacts, "demo-no-webgpu.png") });
-    await stopDuring(url, "WebGPU", [64, 1024]);
+    // the WebGPU step too: 1536³ is ~2 s on SwiftShader here (1024³ is about one second since the unrolled kernel)
+    await stopDuring(url, "WebGPU", [64, 1536]);
     // the CPU step must outlast the 0.7 s tick check and the click: 2560³ is ~3 s of wasm on one thread here
     // (1536³ ended before the click on a machine where wasm reaches 10 GFLOP/s)
     await stopDuring(url, "CPU", [64, 2560]);
+    await stopDuring(url, "CPU", [64, 3072], 2);
     await narrow(url);
     await asFile();
   } finally {
