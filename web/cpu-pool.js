@@ -4,6 +4,7 @@
 // from SharedArrayBuffers and write their rows of C into one, which needs a cross-origin isolated page
 // (scripts/serve.sh sends COOP/COEP); without it, one worker does all the work.
 import { gflops, timeRuns } from "./bench.js";
+import { WorkerClient } from "./worker-client.js";
 
 /** The slots of the control words (an Int32Array over shared.ctrl) between the page and the row workers: the run
  *  generation (the page bumps it to start a run, or stores STOP), how many workers finished this generation, and
@@ -19,9 +20,6 @@ const MIN_ROWS = 32;
 export class CpuPool {
   constructor() {
     this.workers = [];
-    this.nextId = 1;
-    this.pending = new Map();
-    this.failure = null;
     this.epoch = 0; // bumped by abort(): a run waiting on workers that were terminated gives up
     this.resize(1);
   }
@@ -35,47 +33,27 @@ export class CpuPool {
     return this.workers.length;
   }
 
-  resize(k) {
-    while (this.workers.length > k) this.workers.pop().terminate();
-    while (this.workers.length < k) this.workers.push(this.start());
+  /** The first failure of a worker to start or run, if any. */
+  get failure() {
+    return this.workers.find((w) => w.failure)?.failure ?? null;
   }
 
-  start() {
-    const w = new Worker(new URL("./cpu-worker.js", import.meta.url), { type: "module" });
-    w.onmessage = (e) => {
-      const { id, progress, ok, error } = e.data;
-      const p = this.pending.get(id);
-      if (!p) return;
-      if (progress !== undefined) return p.onProgress?.(progress);
-      this.pending.delete(id);
-      ok ? p.resolve(e.data) : p.reject(new Error(error));
-    };
-    w.onerror = (e) => {
-      this.failure = new Error(`CPU worker failed: ${e.message || "could not start"}`);
-      for (const p of this.pending.values()) p.reject(this.failure);
-      this.pending.clear();
-    };
-    return w;
+  resize(k) {
+    while (this.workers.length > k) this.workers.pop().terminate();
+    while (this.workers.length < k) this.workers.push(new WorkerClient(new URL("./cpu-worker.js", import.meta.url), "CPU worker"));
   }
 
   /** Sends `msg` to worker `i`; resolves to its answer. */
   call(i, msg, onProgress, transfer = []) {
-    return new Promise((resolve, reject) => {
-      if (this.failure) return reject(this.failure);
-      const id = this.nextId++;
-      this.pending.set(id, { resolve, reject, onProgress });
-      this.workers[i].postMessage({ id, ...msg }, transfer);
-    });
+    return this.workers[i].call(msg, (m) => m.progress !== undefined && onProgress?.(m.progress), transfer);
   }
 
-  /** Stops the step in flight at once: the workers are terminated (their wasm instances with them) and
-   *  restarted. */
+  /** Stops the step in flight at once: the workers are terminated (their wasm instances with them; what they
+   *  were asked rejects with "stopped") and restarted. */
   abort() {
     const k = this.size;
     this.epoch++;
     this.resize(0);
-    for (const p of this.pending.values()) p.reject(new Error("stopped"));
-    this.pending.clear();
     this.resize(k);
   }
 

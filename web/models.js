@@ -3,32 +3,16 @@
 // the installed PyPI packages), never from the internet. ?backend=webgpu|cpu picks the backend (default: WebGPU
 // when the browser has it, else the CPU); ?autorun=models loads both, chats once and searches once (the e2e test),
 // with ?question=... and ?max=N (tokens) for the question.
+import { WorkerClient } from "./worker-client.js";
+
 const q = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
 const LLM_URL = "models/smollm2-135m-instruct.q4_1.gguf";
 const MINILM_BASE = "models/all-minilm-l6-v2";
 
-const worker = new Worker(new URL("./models-worker.js", import.meta.url), { type: "module" });
-let nextId = 1;
-const pending = new Map();
-worker.onmessage = (e) => {
-  const p = pending.get(e.data.id);
-  if (!p) return;
-  if (e.data.progress || e.data.token !== undefined) return p.onEvent?.(e.data);
-  pending.delete(e.data.id);
-  e.data.ok ? p.resolve(e.data) : p.reject(new Error(e.data.error));
-};
-worker.onerror = (e) => {
-  for (const p of pending.values()) p.reject(new Error(`the models worker failed: ${e.message}`));
-  pending.clear();
-};
-function request(msg, onEvent) {
-  const id = nextId++;
-  return new Promise((resolve, reject) => {
-    pending.set(id, { resolve, reject, onEvent });
-    worker.postMessage({ id, ...msg });
-  });
-}
+const worker = new WorkerClient(new URL("./models-worker.js", import.meta.url), "the models worker");
+/** Sends `msg` to the models worker; `onEvent` gets its progress and token messages. */
+const request = (msg, onEvent) => worker.call(msg, onEvent);
 
 const backend = q.get("backend") ?? ("gpu" in navigator ? "auto" : "cpu");
 const mib = (b) => `${(b / 2 ** 20).toFixed(1)} MiB`;
@@ -137,7 +121,7 @@ if (q.get("max")) $("chat-max").value = q.get("max");
 $("chat-load").onclick = loadLlm;
 $("chat-send").onclick = send;
 $("chat-input").onkeydown = (e) => e.key === "Enter" && send();
-$("chat-stop").onclick = () => worker.postMessage({ type: "stop" });
+$("chat-stop").onclick = () => worker.post({ type: "stop" });
 $("search-load").onclick = loadEmbedder;
 $("search-run").onclick = search;
 

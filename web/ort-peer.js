@@ -5,6 +5,7 @@
 // timeRuns. ORT comes from web/vendor/ort, which scripts/serve.sh links to tests/e2e/node_modules (npm
 // onnxruntime-web); the page never fetches it from the internet.
 import { gflops, timeRuns } from "./bench.js";
+import { WorkerClient } from "./worker-client.js";
 
 export const ORT_DIR = new URL("./vendor/ort/", import.meta.url).href;
 
@@ -89,43 +90,20 @@ export async function benchOrtWebGPU(n, a, b, onProgress, shouldStop) {
 
 let worker = null;
 let workerThreads = 0;
-let nextId = 1;
-const pending = new Map();
-
-function startWorker(threads) {
-  worker?.terminate();
-  for (const p of pending.values()) p.reject(new Error("stopped"));
-  pending.clear();
-  worker = new Worker(new URL("./ort-worker.js", import.meta.url), { type: "module" });
-  workerThreads = threads;
-  worker.onmessage = (e) => {
-    const p = pending.get(e.data.id);
-    if (!p) return;
-    if (e.data.progress !== undefined) return p.onProgress?.(e.data.progress);
-    pending.delete(e.data.id);
-    e.data.ok ? p.resolve(e.data) : p.reject(new Error(e.data.error));
-  };
-  worker.onerror = (e) => {
-    for (const p of pending.values()) p.reject(new Error(`ORT worker failed: ${e.message || "could not start"}`));
-    pending.clear();
-  };
-}
 
 /** Stops an ORT wasm step at once (the worker is terminated; the next step starts a new one). */
 export function abortOrtWasm() {
   worker?.terminate();
   worker = null;
-  for (const p of pending.values()) p.reject(new Error("stopped"));
-  pending.clear();
 }
 
 /** Times C = A·B for n×n matrices on ORT's wasm EP with `threads` threads (in a worker): { c, ms, reps, gflops,
  *  threads }. ORT's threads need cross-origin isolation (serve.sh sends the headers); without it ORT runs on 1. */
 export function benchOrtWasm(n, a, b, threads, onProgress) {
-  if (!worker || workerThreads !== threads) startWorker(threads);
-  return new Promise((resolve, reject) => {
-    const id = nextId++;
-    pending.set(id, { resolve, reject, onProgress });
-    worker.postMessage({ id, type: "bench", n, a, b, threads, dir: ORT_DIR });
-  });
+  if (!worker || workerThreads !== threads) {
+    worker?.terminate();
+    worker = new WorkerClient(new URL("./ort-worker.js", import.meta.url), "ORT worker");
+    workerThreads = threads;
+  }
+  return worker.call({ type: "bench", n, a, b, threads, dir: ORT_DIR }, (m) => m.progress !== undefined && onProgress?.(m.progress));
 }
