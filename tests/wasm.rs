@@ -288,7 +288,7 @@ async fn bindings_graph_and_plan() {
     let at = g.t(&a).unwrap();
     let c = g.matmul(&b, &at).unwrap();
     let r = g.relu(&c).unwrap();
-    let plan = dev.compile(&g, Array::of2(&JsValue::from(c), &JsValue::from(r))).await.unwrap();
+    let plan = dev.compile(&g, Array::of2(&JsValue::from(c), &JsValue::from(r)), JsValue::UNDEFINED).await.unwrap();
     assert_eq!(plan.input_names(), ["a", "b"]);
 
     let inputs = Object::new();
@@ -351,7 +351,11 @@ async fn bindings_resident_state_and_partial_readback() {
         let am = g.argmax(&y).unwrap();
         let hf = g.cast(&h, "float32").unwrap();
         let outs = Array::of4(&written.into(), &y.into(), &am.into(), &hf.into());
-        let plan = dev.compile(&g, outs).await.unwrap();
+        // compile options: the generic matmul kernel pinned, every non-input tensor NaN-filled before each run
+        let options = Object::new();
+        Reflect::set(&options, &"matmul".into(), &"generic".into()).unwrap();
+        Reflect::set(&options, &"poison".into(), &true.into()).unwrap();
+        let plan = dev.compile(&g, outs, options.into()).await.unwrap();
         assert_eq!(plan.input_dtypes(), ["float32", "int32", "float16"]);
 
         let inputs = Object::new();
@@ -378,7 +382,7 @@ async fn bindings_resident_state_and_partial_readback() {
         let rows = g2.slice(&s2, 0, 2, 4).unwrap();
         let rows = g2.cast(&rows, "float32").unwrap();
         let sums = g2.sum(&rows).unwrap();
-        let plan2 = dev.compile(&g2, Array::of1(&sums.into())).await.unwrap();
+        let plan2 = dev.compile(&g2, Array::of1(&sums.into()), JsValue::UNDEFINED).await.unwrap();
         let out2 = plan2.run(Object::new().into()).await.unwrap();
         assert_eq!(out2[0].to_vec(), [36., 19.], "{backend}");
         assert_eq!(dev.resident_bytes(), 64.0, "{backend}: a resident counted once however many plans use it");
