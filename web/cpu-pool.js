@@ -4,7 +4,7 @@
 // from SharedArrayBuffers and write their rows of C into one, which needs a cross-origin isolated page
 // (scripts/serve.sh sends COOP/COEP); without it, one worker does all the work.
 import { gflops, timeRuns } from "./bench.js";
-import { WorkerClient } from "./worker-client.js";
+import { WorkerClient, progressEvents } from "./worker-client.js";
 
 /** The slots of the control words (an Int32Array over shared.ctrl) between the page and the row workers: the run
  *  generation (the page bumps it to start a run, or stores STOP), how many workers finished this generation, and
@@ -45,7 +45,7 @@ export class CpuPool {
 
   /** Sends `msg` to worker `i`; resolves to its answer. */
   call(i, msg, onProgress, transfer = []) {
-    return this.workers[i].call(msg, (m) => m.progress !== undefined && onProgress?.(m.progress), transfer);
+    return this.workers[i].call(msg, progressEvents(onProgress), transfer);
   }
 
   /** Stops the step in flight at once: the workers are terminated (their wasm instances with them; what they

@@ -5,7 +5,7 @@
 // timeRuns. ORT comes from web/vendor/ort, which scripts/serve.sh links to tests/e2e/node_modules (npm
 // onnxruntime-web); the page never fetches it from the internet.
 import { gflops, timeRuns } from "./bench.js";
-import { WorkerClient } from "./worker-client.js";
+import { WorkerClient, progressEvents } from "./worker-client.js";
 
 export const ORT_DIR = new URL("./vendor/ort/", import.meta.url).href;
 
@@ -105,5 +105,5 @@ export function benchOrtWasm(n, a, b, threads, onProgress) {
     worker = new WorkerClient(new URL("./ort-worker.js", import.meta.url), "ORT worker");
     workerThreads = threads;
   }
-  return worker.call({ type: "bench", n, a, b, threads, dir: ORT_DIR }, (m) => m.progress !== undefined && onProgress?.(m.progress));
+  return worker.call({ type: "bench", n, a, b, threads, dir: ORT_DIR }, progressEvents(onProgress));
 }

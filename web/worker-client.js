@@ -51,3 +51,8 @@ export class WorkerClient {
     this.pending.clear();
   }
 }
+
+/** An `onEvent` for WorkerClient.call that passes only progress events' text to `onProgress` (if given). */
+export const progressEvents = (onProgress) => (m) => {
+  if (m.progress !== undefined) onProgress?.(m.progress);
+};
