@@ -140,6 +140,14 @@ impl Device {
         Ok(Device { backend: Arc::new(Arc::new(gpu)) })
     }
 
+    /// A GPU device whose mat-vec kernel splits each output's sum (see `testing::device_with_matvec_reduce`).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn with_matvec_reduce(kind: BackendKind, subgroups: bool) -> Result<Device> {
+        let gpu = pollster::block_on(GpuBackend::new_with(kind, true))?.with_matvec_reduce(subgroups);
+        #[allow(clippy::arc_with_non_send_sync)]
+        Ok(Device { backend: Arc::new(Arc::new(gpu)) })
+    }
+
     /// Blocking form of [`Device::with_backend_async`] (native only).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn with_backend(kind: BackendKind) -> Result<Device> {

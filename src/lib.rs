@@ -110,4 +110,13 @@ pub mod testing {
     pub fn device_with_emulated_coop(kind: crate::BackendKind) -> crate::Result<crate::Device> {
         crate::Device::with_emulated_coop(kind)
     }
+
+    /// A GPU device of `kind` whose one-row matmuls take the mat-vec kernel that splits each output's sum over
+    /// 32 invocations, met through `subgroupAdd` when `subgroups` (and the adapter's subgroups fit) or else
+    /// through workgroup memory: what GPUs run. Software adapters (lavapipe, SwiftShader) otherwise take the
+    /// serial kernel (one invocation an output, no barriers), so this tests the other two there.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn device_with_matvec_reduce(kind: crate::BackendKind, subgroups: bool) -> crate::Result<crate::Device> {
+        crate::Device::with_matvec_reduce(kind, subgroups)
+    }
 }

@@ -106,6 +106,38 @@ fn quantized_matmul_get_rows_and_cast() {
     let _ = Arr::new(&[1], vec![0.0]);
 }
 
+/// The quantized mat-vec (every block type) on the kernel GPUs take, its sums split over 32 invocations and met
+/// through subgroups or workgroup memory (`testing::device_with_matvec_reduce`): software adapters such as CI's
+/// lavapipe take the serial one, which the suite above runs.
+#[test]
+fn quantized_matvec_reductions() {
+    let Some(gpu) = common::gpu() else {
+        eprintln!("no GPU adapter: SKIPPED");
+        return;
+    };
+    let mut cases = Vec::new();
+    for (dtype, bytes, decoded) in weights() {
+        for (name, xs) in [("matvec", vec![1usize, 512]), ("matvec-batch", vec![2, 1, 512])] {
+            let w = inp_raw(dtype, &[9, 512], bytes.clone(), decoded.clone());
+            let case = Case::new(
+                format!("{dtype}/{name}"),
+                vec![inp(F32, &xs, 1), w],
+                |g, x| {
+                    let wt = g.t(x[1])?;
+                    g.matmul(x[0], wt)
+                },
+                |x| r::matmul(&x[0], &x[1].transpose(0, 1)),
+            );
+            cases.push(case.expect_kernel("matvec"));
+        }
+    }
+    for subgroups in [true, false] {
+        let device = webtensor::testing::device_with_matvec_reduce(gpu.capabilities().backend, subgroups).unwrap();
+        let (passed, _) = common::run_suite_on("quant-matvec", &cases, &[device]);
+        assert_eq!(passed, cases.len());
+    }
+}
+
 #[test]
 fn storage_formats_are_refused_where_they_do_not_apply() {
     let mut g = webtensor::Graph::new();

@@ -2,7 +2,7 @@
 //! expressions one op each), for validation with naga and the kernel snapshot (`tests/wgsl.rs`,
 //! `tests/kernels.rs`).
 
-use super::kernel::{KernelKey, KernelKind, RowKernel};
+use super::kernel::{KernelKey, KernelKind, MatVecReduce, RowKernel};
 use super::wgsl::elementwise::node;
 use crate::compile::ir::ElemOp;
 use crate::gpu::{COOP_CONFIGS, TILE_CONFIGS};
@@ -68,8 +68,11 @@ fn matmul_keys(keys: &mut Vec<KernelKey>) {
                     }
                 }
             }
-            for (b_ncontig, subgroups) in [(true, false), (false, true), (false, false)] {
-                let kind = KernelKind::MatVec { b_ncontig, subgroups, epi: epi.clone() };
+            let layouts =
+                [(true, MatVecReduce::Shared), (false, MatVecReduce::Subgroups), (false, MatVecReduce::Shared)];
+            let serial = [(true, MatVecReduce::Serial), (false, MatVecReduce::Serial)];
+            for (b_ncontig, reduce) in layouts.into_iter().chain(serial) {
+                let kind = KernelKind::MatVec { b_ncontig, reduce, epi: epi.clone() };
                 keys.push(KernelKey::new(kind, o, ins.clone()));
             }
         }
@@ -156,16 +159,10 @@ fn storage_format_keys(keys: &mut Vec<KernelKey>) {
         }
         for a in FLOATS {
             keys.push(KernelKey::new(KernelKind::MatMul { epi: None }, F32, vec![a, q]));
-            keys.push(KernelKey::new(
-                KernelKind::MatVec { b_ncontig: false, subgroups: true, epi: None },
-                F32,
-                vec![a, q],
-            ));
-            keys.push(KernelKey::new(
-                KernelKind::MatVec { b_ncontig: false, subgroups: false, epi: None },
-                F32,
-                vec![a, q],
-            ));
+            for reduce in [MatVecReduce::Subgroups, MatVecReduce::Shared, MatVecReduce::Serial] {
+                let kind = KernelKind::MatVec { b_ncontig: false, reduce, epi: None };
+                keys.push(KernelKey::new(kind, F32, vec![a, q]));
+            }
             for cfg in TILE_CONFIGS {
                 for (a_kcontig, out_vec4) in [(true, true), (false, false)] {
                     let kind = KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig: false, out_vec4, epi: None };

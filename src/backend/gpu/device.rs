@@ -2,7 +2,7 @@
 //! ([`capabilities`]), a pipeline cache keyed by [`KernelKey`], and the device's fault handling (loss, polls, the
 //! GL serial lock).
 
-use super::kernel::KernelKey;
+use super::kernel::{KernelKey, MatVecReduce};
 use super::lower::target::GpuTarget;
 use crate::caps::{BackendKind, Capabilities, DeviceType};
 use crate::gpu::MatmulKernels;
@@ -47,6 +47,10 @@ pub(crate) struct GpuBackend {
     pub coop_frag: Option<u32>,
     /// Cooperative matrices are emulated in plain WGSL (see [`GpuBackend::with_emulated_coop`]).
     pub coop_emulated: bool,
+    /// How one-row matmuls sum each output, where this device prefers a way: serially (one invocation an
+    /// output, no barriers) on adapters that run on CPU cores (device type `Cpu`: SwiftShader, llvmpipe); a
+    /// reduction the testing hook [`GpuBackend::with_matvec_reduce`] pins; else None (the best the adapter has).
+    pub matvec: Option<MatVecReduce>,
 }
 
 /// wgpu's backend set for one of ours.
@@ -242,6 +246,7 @@ impl GpuBackend {
         log::info!("webtensor: using {} ({}, {})", caps.name, caps.backend, caps.device_type);
         #[cfg(not(target_arch = "wasm32"))]
         let serial = (caps.backend == BackendKind::Gl).then(|| parking_lot::ReentrantMutex::new(()));
+        let matvec = (caps.device_type == DeviceType::Cpu).then_some(MatVecReduce::Serial);
         Ok(GpuBackend {
             device,
             queue,
@@ -253,6 +258,7 @@ impl GpuBackend {
             matmul: Mutex::new(None),
             coop_frag,
             coop_emulated: false,
+            matvec,
             #[cfg(not(target_arch = "wasm32"))]
             serial,
         })
@@ -268,6 +274,18 @@ impl GpuBackend {
             self.coop_emulated = true;
             self.caps.name.push_str(" [cooperative matrices emulated]");
         }
+        self
+    }
+
+    /// This device with one-row matmuls on the mat-vec kernel that splits each output's sum over 32 invocations
+    /// (what GPUs run), met through subgroups (where the adapter's fit) or through workgroup memory, so that both
+    /// reductions are tested on software adapters too, which otherwise take the serial kernel.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn with_matvec_reduce(mut self, subgroups: bool) -> GpuBackend {
+        let (reduce, what) =
+            if subgroups { (MatVecReduce::Subgroups, "subgroup") } else { (MatVecReduce::Shared, "workgroup-memory") };
+        self.matvec = Some(reduce);
+        self.caps.name.push_str(&format!(" [mat-vec {what} reduction]"));
         self
     }
 
@@ -366,6 +384,7 @@ impl GpuBackend {
             matmul,
             coop_frag: self.coop_frag,
             coop_emulated: self.coop_emulated,
+            matvec: self.matvec,
             shader_f16: caps.shader_f16,
             max_binding: caps.max_storage_binding_bytes,
             max_buffer: caps.max_buffer_bytes,

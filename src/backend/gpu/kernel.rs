@@ -61,8 +61,8 @@ pub(crate) enum KernelKind {
         /// The cooperative operations written out in plain WGSL (tests on adapters without them).
         emulated: bool,
     },
-    /// `matvec.wgsl`: one-row inputs.
-    MatVec { b_ncontig: bool, subgroups: bool, epi: Option<String> },
+    /// `matvec.wgsl` (`matvec_serial.wgsl` for [`MatVecReduce::Serial`]): one-row inputs.
+    MatVec { b_ncontig: bool, reduce: MatVecReduce, epi: Option<String> },
     /// `rows.wgsl`.
     Rows { op: RowKernel, mask: bool },
     /// `get_rows.wgsl`.
@@ -82,8 +82,21 @@ pub(crate) enum KernelKind {
     AttentionCombine { dv: u32, dyn_len: bool },
 }
 
+/// How the mat-vec kernel's partial sums of one output meet (K contiguous; with N contiguous, `Subgroups` is not
+/// used and `Shared` splits K 16 ways).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum MatVecReduce {
+    /// 32 invocations an output, summed with `subgroupAdd` (adapters with subgroups whose size divides 32).
+    Subgroups,
+    /// 32 invocations an output, summed through workgroup memory.
+    Shared,
+    /// One invocation an output (four with N contiguous) and no partial sums: adapters that run on CPU cores,
+    /// where barriers are expensive (SwiftShader, llvmpipe).
+    Serial,
+}
+
 impl KernelKind {
-    /// A short human-readable name: `elementwise`, `matmul`, `matmul_tiled 128x128x8`, `matvec`, ...
+    /// A short human-readable name: `elementwise`, `matmul`, `matmul_tiled 128x128x8`, `matvec serial`, ...
     pub(crate) fn name(&self) -> String {
         let epi = |e: &Option<String>| if e.is_some() { "+epilogue" } else { "" };
         match self {
@@ -93,8 +106,13 @@ impl KernelKind {
             KernelKind::MatMulCoop { cfg, epi: e, emulated, .. } => {
                 format!("matmul_coop {}{}{}", cfg.name(), if *emulated { " (emulated)" } else { "" }, epi(e))
             }
-            KernelKind::MatVec { subgroups, epi: e, .. } => {
-                format!("matvec{}{}", if *subgroups { " subgroups" } else { "" }, epi(e))
+            KernelKind::MatVec { reduce, epi: e, .. } => {
+                let r = match reduce {
+                    MatVecReduce::Subgroups => " subgroups",
+                    MatVecReduce::Shared => " shared",
+                    MatVecReduce::Serial => " serial",
+                };
+                format!("matvec{r}{}", epi(e))
             }
             KernelKind::Rows { op, .. } => format!("rows {}", op.name()),
             KernelKind::GetRows => "get_rows".into(),
@@ -110,6 +128,19 @@ impl KernelKind {
                 )
             }
             KernelKind::AttentionCombine { .. } => "attention combine".into(),
+        }
+    }
+
+    /// Output columns one workgroup of the mat-vec kernel covers (None for other kernels).
+    pub(crate) fn matvec_columns(&self) -> Option<u64> {
+        match self {
+            KernelKind::MatVec { b_ncontig, reduce, .. } => Some(match (reduce, b_ncontig) {
+                (MatVecReduce::Serial, false) => 64,
+                (MatVecReduce::Serial, true) => 256,
+                (_, false) => 8,
+                (_, true) => 64,
+            }),
+            _ => None,
         }
     }
 

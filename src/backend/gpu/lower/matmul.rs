@@ -7,7 +7,7 @@
 //! adapter with cooperative matrices. Everything else takes the generic strided kernel, which handles any layout.
 
 use super::target::{dispatch, grid, GpuTarget};
-use crate::backend::gpu::kernel::{Dispatch, KernelKey, KernelKind};
+use crate::backend::gpu::kernel::{Dispatch, KernelKey, KernelKind, MatVecReduce};
 use crate::backend::gpu::params::{set_packed, vec4, MatmulParams, Params};
 use crate::backend::gpu::wgsl::elementwise::render_expr;
 use crate::compile::ir::{Expr, Program};
@@ -81,11 +81,17 @@ pub(crate) fn choose(
     let z = s.batches.min(t.max_groups.max(1) as usize) as u32;
     if s.m == 1 && a == Some(true) {
         if let Some(b_ncontig) = b {
-            let per_group = if b_ncontig { 64 } else { 8 };
-            let [x, y, _] = grid("matmul (mat-vec)", s.n.div_ceil(per_group) as u64, t.max_groups)?;
             // subgroupAdd is used when subgroups tile each 32-lane row group exactly
-            let subgroups = t.subgroup_size.filter(|&g| g > 0 && 32 % g == 0 && !b_ncontig);
-            return Ok((KernelKind::MatVec { b_ncontig, subgroups: subgroups.is_some(), epi }, [x, y, z]));
+            let fits = t.subgroup_size.is_some_and(|g| g > 0 && 32 % g == 0) && !b_ncontig;
+            let reduce = match t.matvec {
+                Some(MatVecReduce::Subgroups) | None if fits => MatVecReduce::Subgroups,
+                Some(MatVecReduce::Serial) => MatVecReduce::Serial,
+                _ => MatVecReduce::Shared,
+            };
+            let kind = KernelKind::MatVec { b_ncontig, reduce, epi };
+            let columns = kind.matvec_columns().expect("mat-vec");
+            let [x, y, _] = grid("matmul (mat-vec)", s.n.div_ceil(columns as usize) as u64, t.max_groups)?;
+            return Ok((kind, [x, y, z]));
         }
     }
     if let (Some(cfg), Some(a_kcontig), Some(b_ncontig)) = (coop, a, b) {

@@ -281,8 +281,8 @@ impl Splitter<'_> {
             p.n0 = n0 as u32;
             let cols = n1 - n0;
             let workgroups = match (&self.d.key.kind, self.d.key.kind.matmul_tile()) {
-                (KernelKind::MatVec { b_ncontig, .. }, _) => {
-                    grid("matmul (mat-vec)", cols.div_ceil(if *b_ncontig { 64 } else { 8 }), self.max_groups)?
+                (k @ KernelKind::MatVec { .. }, _) => {
+                    grid("matmul (mat-vec)", cols.div_ceil(k.matvec_columns().expect("mat-vec")), self.max_groups)?
                 }
                 (_, tile) => [cols.div_ceil(tile.expect("a matmul kernel").1) as u32, self.d.workgroups[1], 1],
             };

@@ -1,6 +1,6 @@
 //! What GPU lowering knows about the device ([`GpuTarget`]), and the helpers every family's lowering uses.
 
-use crate::backend::gpu::kernel::{Dispatch, KernelKey};
+use crate::backend::gpu::kernel::{Dispatch, KernelKey, MatVecReduce};
 use crate::backend::gpu::params::Params;
 use crate::gpu::MatmulKernels;
 use crate::graph::NodeId;
@@ -21,6 +21,9 @@ pub(crate) struct GpuTarget {
     pub coop_frag: Option<u32>,
     /// Cooperative matrices are emulated in plain WGSL (`testing::device_with_emulated_coop`).
     pub coop_emulated: bool,
+    /// How the mat-vec kernel sums each output, when the device prefers a way (`GpuBackend::matvec`); else
+    /// through subgroups where they fit, else workgroup memory.
+    pub matvec: Option<MatVecReduce>,
     /// SHADER_F16: without it f16 tensors are stored packed in u32 words.
     pub shader_f16: bool,
     /// Largest storage binding, in bytes.

@@ -1,13 +1,14 @@
 //! WGSL of the generic, tiled and mat-vec matmul kernels, and the epilogue function every matmul kernel calls.
 
 use super::template::render;
-use crate::backend::gpu::kernel::{KernelKey, KernelKind};
+use crate::backend::gpu::kernel::{KernelKey, KernelKind, MatVecReduce};
 
 const GENERIC: &str = include_str!("../../../../shaders/matmul.wgsl");
 const TILED: &str = include_str!("../../../../shaders/matmul_tiled.wgsl");
 const STORE_VEC4: &str = include_str!("../../../../shaders/matmul_store_vec4.wgsl");
 const STORE_SCALAR: &str = include_str!("../../../../shaders/matmul_store_scalar.wgsl");
 const MATVEC: &str = include_str!("../../../../shaders/matvec.wgsl");
+const MATVEC_SERIAL: &str = include_str!("../../../../shaders/matvec_serial.wgsl");
 const REDUCE_SUBGROUPS: &str = include_str!("../../../../shaders/matvec_reduce_subgroups.wgsl");
 const REDUCE_SHARED: &str = include_str!("../../../../shaders/matvec_reduce_shared.wgsl");
 
@@ -97,13 +98,18 @@ pub(super) fn wgsl(key: &KernelKey, bindings: String) -> String {
             );
             text + "\n" + if out_vec4 { STORE_VEC4 } else { STORE_SCALAR }
         }
-        KernelKind::MatVec { b_ncontig, subgroups, ref epi } => {
-            let (args, call, reduce) = if subgroups {
-                let args =
-                    ",\n        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32";
-                (args, ", sg_lane, sg_size", REDUCE_SUBGROUPS)
-            } else {
-                ("", ", 0u, 32u", REDUCE_SHARED)
+        KernelKind::MatVec { b_ncontig, reduce, ref epi } => {
+            let (args, call, reduce) = match reduce {
+                MatVecReduce::Serial => {
+                    let epi = epilogue(key, epi.as_deref());
+                    let vars = [("BINDINGS", bindings), ("EPILOGUE", epi), ("B_NCONTIG", b_ncontig.to_string())];
+                    return render(MATVEC_SERIAL, &vars);
+                }
+                MatVecReduce::Subgroups => {
+                    let args = ",\n        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32";
+                    (args, ", sg_lane, sg_size", REDUCE_SUBGROUPS)
+                }
+                MatVecReduce::Shared => ("", ", 0u, 32u", REDUCE_SHARED),
             };
             let text = render(
                 MATVEC,

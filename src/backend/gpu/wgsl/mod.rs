@@ -12,7 +12,7 @@ mod rows;
 mod storage;
 pub(crate) mod template;
 
-use super::kernel::{KernelKey, KernelKind};
+use super::kernel::{KernelKey, KernelKind, MatVecReduce};
 use super::params::{
     AttentionParams, ConcatParams, CopyParams, ElementwiseParams, GetRowsParams, MatmulParams, RopeParams, RowsParams,
     SetRowsParams,
@@ -48,7 +48,9 @@ impl KernelKey {
             enable.push_str("enable f16;\n");
         }
         // Browsers require the directive; naga (native) rejects it and gates subgroup ops by capability instead.
-        if cfg!(target_arch = "wasm32") && matches!(self.kind, KernelKind::MatVec { subgroups: true, .. }) {
+        if cfg!(target_arch = "wasm32")
+            && matches!(self.kind, KernelKind::MatVec { reduce: MatVecReduce::Subgroups, .. })
+        {
             enable.push_str("enable subgroups;\n");
         }
         if matches!(self.kind, KernelKind::MatMulCoop { emulated: false, .. }) {
