@@ -4,7 +4,8 @@
 //!
 //! Covers asynchronous readback (the main thread stays responsive: the main thread stays responsive, 50 consecutive
 //! readbacks, a readback while another compute is in flight), the seed example on WebGPU and on the wasm CPU
-//! backend, a few ops against values computed here, and the JS bindings (`webtensor::wasm`).
+//! backend, a few ops against values computed here (the CPU backend's f32 matmul kernel among them), and the JS
+//! bindings (`webtensor::wasm`).
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Array, Float32Array, Int32Array, Object, Reflect, Uint16Array};
@@ -420,6 +421,52 @@ fn random_blocks(rows: usize, k: usize, bytes: usize, has_min: bool, seed: u32) 
         out.extend(blk);
     }
     out
+}
+
+/// The wasm CPU backend's f32 matmul (its own simd128 kernel from 16 rows, `gemm`'s below) at the edges of its
+/// blocking (4×8 tiles, 64 rows, 512 columns, 256 K steps), with row-major and transposed (`t()` view) operands,
+/// a batch and a fused bias, outputs NaN-filled before the run, against f64 sums computed here.
+#[wasm_bindgen_test]
+async fn cpu_f32_matmul_matches_f64_sums() {
+    let dev = Device::cpu();
+    let options = CompileOptions { poison: true, ..CompileOptions::default() };
+    let val = |i: usize, seed: usize| (((i * 37 + seed * 11) % 97) as f32 - 48.0) / 31.0;
+    for (m, k, n) in [(15, 9, 7), (16, 5, 9), (17, 257, 33), (65, 300, 513), (128, 64, 8)] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let batch = if m == 17 { 2 } else { 1 };
+            let (a_shape, b_shape) = (if ta { [batch, k, m] } else { [batch, m, k] }, if tb { [n, k] } else { [k, n] });
+            let av: Vec<f32> = (0..batch * m * k).map(|i| val(i, 1)).collect();
+            let bv: Vec<f32> = (0..k * n).map(|i| val(i, 2)).collect();
+            let biasv: Vec<f32> = (0..n).map(|i| val(i, 3)).collect();
+            let mut g = Graph::new();
+            let a = g.input("a", DType::F32, &a_shape).unwrap();
+            let b = g.input("b", DType::F32, &b_shape).unwrap();
+            let bias = g.input("bias", DType::F32, &[n]).unwrap();
+            let at = if ta { g.transpose(a, 1, 2).unwrap() } else { a };
+            let bt = if tb { g.t(b).unwrap() } else { b };
+            let c = g.matmul(at, bt).unwrap();
+            let y = g.add(c, bias).unwrap();
+            let mut plan = dev.compile_async(&g, &[y], &options).await.unwrap();
+            let (ah, bh) =
+                (HostTensor::f32(&a_shape, av.clone()).unwrap(), HostTensor::f32(&b_shape, bv.clone()).unwrap());
+            let biash = HostTensor::f32(&[n], biasv.clone()).unwrap();
+            let got = plan.run_async(&[(a, &ah), (b, &bh), (bias, &biash)]).await.unwrap()[0].data.to_f32();
+            let a_at = |z: usize, i: usize, p: usize| av[z * m * k + if ta { p * m + i } else { i * k + p }] as f64;
+            let b_at = |p: usize, j: usize| bv[if tb { j * k + p } else { p * n + j }] as f64;
+            for z in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k).map(|p| a_at(z, i, p) * b_at(p, j)).sum::<f64>() + biasv[j] as f64;
+                        let v = got[(z * m + i) * n + j] as f64;
+                        assert!(
+                            (v - want).abs() <= 1e-5 * (k as f64).sqrt() * want.abs().max(1.0),
+                            "{m}x{k}x{n} ta={ta} tb={tb}: c[{z}, {i}, {j}] = {v}, want {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The quantized mat-vec of the wasm CPU backend (the simd128 kernels, with activations rounded to 8 bits) and

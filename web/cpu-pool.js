@@ -2,13 +2,13 @@
 // backend is single-threaded in wasm (threads inside one instance need a nightly `-Z build-std` build with
 // atomics), so the page gets several cores by giving each worker a share of C's rows. The workers read A and B
 // from SharedArrayBuffers and write their rows of C into one, which needs a cross-origin isolated page
-// (scripts/serve.sh sends COOP/COEP); without it, one worker does all the work.
-import { gflops, timeRuns } from "./bench.js";
+// (scripts/serve.sh sends COOP/COEP); without it, one worker does all the work. Worker 0 leads: it times the runs
+// and computes its own rows, the others serve theirs on its signal.
 import { WorkerClient, progressEvents } from "./worker-client.js";
 
-/** The slots of the control words (an Int32Array over shared.ctrl) between the page and the row workers: the run
- *  generation (the page bumps it to start a run, or stores STOP), how many workers finished this generation, and
- *  whether one of them failed. */
+/** The slots of the control words (an Int32Array over shared.ctrl) between the leading row worker and the
+ *  helpers: the run generation (the leader bumps it to start a run; the page stores STOP at the end), how many
+ *  helpers finished this generation, and whether one of them failed (set by it, or by the page when one is gone). */
 export const GEN = 0;
 export const DONE = 1;
 export const FAILED = 2;
@@ -20,7 +20,6 @@ const MIN_ROWS = 32;
 export class CpuPool {
   constructor() {
     this.workers = [];
-    this.epoch = 0; // bumped by abort(): a run waiting on workers that were terminated gives up
     this.resize(1);
   }
 
@@ -52,7 +51,6 @@ export class CpuPool {
    *  were asked rejects with "stopped") and restarted. */
   abort() {
     const k = this.size;
-    this.epoch++;
     this.resize(0);
     this.resize(k);
   }
@@ -64,10 +62,10 @@ export class CpuPool {
   }
 
   /**
-   * Times C = A·B for n×n matrices on the workers, as benchMatmul does on one device: each run copies A and B
-   * into shared memory (the upload), each worker multiplies its rows of A by B, and C is copied out (the
-   * readback). The workers wait in Atomics.wait between runs and the page in Atomics.waitAsync: no message per
-   * run. Resolves to { c, ms, reps, compileMs, gflops, workers }.
+   * Times C = A·B for n×n matrices on the workers, as benchMatmul does on one device: worker 0 leads and times the
+   * runs (each copies A and B into shared memory, the upload; every worker multiplies its rows of A by B; C is
+   * copied out, the readback), the others wait in Atomics.wait between runs and the leader waits for them there:
+   * no message and no turn of the page's event loop per run. Resolves to { c, ms, reps, compileMs, gflops, workers }.
    */
   async bench(n, a, b, onProgress, shouldStop) {
     const parts = self.crossOriginIsolated ? this.split(n) : [[0, n]];
@@ -81,45 +79,20 @@ export class CpuPool {
     const t0 = performance.now();
     await Promise.all(parts.map(([r0, r1], i) => this.call(i, { type: "rows-compile", n, r0, r1, shared })));
     const compileMs = performance.now() - t0;
-    const [va, vb, vc] = [new Float32Array(shared.a), new Float32Array(shared.b), new Float32Array(shared.c)];
     const ctrl = new Int32Array(shared.ctrl);
-    const serving = parts.map((_, i) => this.call(i, { type: "rows-serve", gen: Atomics.load(ctrl, GEN) }));
-    const epoch = this.epoch;
-    const run = async () => {
-      va.set(a);
-      vb.set(b);
-      Atomics.store(ctrl, DONE, 0);
-      Atomics.add(ctrl, GEN, 1);
-      Atomics.notify(ctrl, GEN);
-      await this.finished(ctrl, parts.length, epoch);
-      if (Atomics.load(ctrl, FAILED)) throw new Error("a CPU worker's run failed (see the console)");
-      return vc.slice();
-    };
+    const gen = Atomics.load(ctrl, GEN);
+    // a helper that fails (its answer an error, or its worker gone) releases the leader from waiting for it
+    const fail = () => Atomics.store(ctrl, FAILED, 1);
+    const serving = parts.slice(1).map((_, i) => this.call(i + 1, { type: "rows-serve", gen }).catch(fail));
     try {
-      const r = await timeRuns(run, onProgress, shouldStop);
-      return { c: r.out, ms: r.ms, reps: r.reps, compileMs, gflops: gflops(n, r.ms), workers: parts.length };
+      if (shouldStop()) throw new Error("stopped");
+      const r = await this.call(0, { type: "rows-bench", n, a, b, helpers: parts.length - 1 }, onProgress);
+      return { ...r, compileMs, workers: parts.length };
     } finally {
       Atomics.store(ctrl, GEN, STOP);
       Atomics.notify(ctrl, GEN);
-      await Promise.all(serving.map((p) => p.catch(() => {})));
+      await Promise.all(serving);
       await Promise.all(parts.map((_, i) => this.call(i, { type: "rows-free" }).catch(() => {})));
-    }
-  }
-
-  /** Resolves when `k` workers have counted themselves done in ctrl[DONE]; rejects when abort() ran meanwhile
-   *  (its workers are gone) or a worker failed to start. */
-  async finished(ctrl, k, epoch) {
-    for (;;) {
-      const done = Atomics.load(ctrl, DONE);
-      if (done >= k) return;
-      if (this.epoch !== epoch) throw new Error("stopped");
-      if (this.failure) throw this.failure;
-      if (Atomics.waitAsync) {
-        const w = Atomics.waitAsync(ctrl, DONE, done, 100);
-        if (w.async) await w.value;
-      } else {
-        await new Promise((r) => setTimeout(r, 0));
-      }
     }
   }
 }

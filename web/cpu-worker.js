@@ -3,11 +3,13 @@
 //   { id, type: "info" | "seed" }
 //   { id, type: "bench", n, a, b }                  the whole C = A·B, timed here (bench.js)
 //   { id, type: "rows-compile", n, r0, r1, shared }  rows [r0, r1) of C, from SharedArrayBuffers a, b, c
-//   { id, type: "rows-serve", gen }  runs the rows' plan each time the page bumps the generation in shared.ctrl
-//                               (see cpu-pool.js), until it stores STOP there; answers when it stops
+//   { id, type: "rows-serve", gen }  runs the rows' plan each time the leader bumps the generation in shared.ctrl
+//                               (see cpu-pool.js), until the page stores STOP there; answers when it stops
+//   { id, type: "rows-bench", n, a, b, helpers }  the leader: times C = A·B split over itself (its rows, compiled by
+//                               rows-compile) and `helpers` serving workers, as benchMatmul times one device
 //   { id, type: "rows-free" }
 import init, { Device, Graph } from "./pkg/webtensor.js";
-import { benchMatmul, seedExample } from "./bench.js";
+import { benchMatmul, gflops, seedExample, timeRuns } from "./bench.js";
 import { DONE, FAILED, GEN, STOP } from "./cpu-pool.js";
 
 const device = init().then(() => Device.create("cpu"));
@@ -35,12 +37,12 @@ const handlers = {
     };
     return {};
   },
-  // Blocks this worker in Atomics.wait between runs: the page starts a run by bumping ctrl[GEN] and learns it is
-  // done from ctrl[DONE], without a message each way (a round trip of milliseconds on a busy machine).
+  // Blocks this worker (a helper) in Atomics.wait between runs: the leader starts a run by bumping ctrl[GEN] and
+  // learns it is done from ctrl[DONE], without a message each way (a round trip of milliseconds on a busy machine).
   async "rows-serve"(dev, { gen: start }) {
     if (!rows) throw new Error("rows-serve before rows-compile");
     const ctrl = rows.ctrl;
-    let gen = start; // the generation when the page asked: a run it started before this message came still runs
+    let gen = start; // the generation when the page asked: a run started before this message came still runs
     for (;;) {
       Atomics.wait(ctrl, GEN, gen);
       gen = Atomics.load(ctrl, GEN);
@@ -55,6 +57,31 @@ const handlers = {
       Atomics.add(ctrl, DONE, 1);
       Atomics.notify(ctrl, DONE);
     }
+  },
+  // Each run uploads A and B into the shared matrices, starts the helpers' rows, computes this worker's own, waits
+  // for the helpers in Atomics.wait and reads C back: the timing covers what one device's run does, without a
+  // message or an event-loop turn of the page's per run.
+  async "rows-bench"(dev, { id, n, a, b, helpers }) {
+    if (!rows) throw new Error("rows-bench before rows-compile");
+    const { ctrl } = rows;
+    const [va, vb, vc] = [new Float32Array(rows.a.buffer), rows.b, new Float32Array(rows.c.buffer)];
+    const failed = () => Atomics.load(ctrl, FAILED) !== 0;
+    const runOnce = async () => {
+      if (failed()) throw new Error("a CPU worker failed (see the console)");
+      va.set(a);
+      vb.set(b);
+      Atomics.store(ctrl, DONE, 0);
+      Atomics.add(ctrl, GEN, 1);
+      Atomics.notify(ctrl, GEN);
+      const [c] = await rows.plan.run({ a: rows.a, b: rows.b });
+      rows.c.set(c);
+      // the page sets FAILED when a helper is gone (its worker failed): the timeout lets this see it
+      for (let done; (done = Atomics.load(ctrl, DONE)) < helpers && !failed(); ) Atomics.wait(ctrl, DONE, done, 100);
+      if (failed()) throw new Error("a CPU worker's run failed (see the console)");
+      return vc.slice();
+    };
+    const r = await timeRuns(runOnce, (p) => self.postMessage({ id, progress: p }));
+    return [{ c: r.out, ms: r.ms, reps: r.reps, gflops: gflops(n, r.ms) }, [r.out.buffer]];
   },
   async "rows-free"() {
     rows?.plan.free();

@@ -450,6 +450,8 @@ function applyUrl() {
   }
   if (q.has("workers")) $("#workers").value = q.get("workers");
   if (q.get("ort") === "0") $("#use-ort").checked = false;
+  if (q.get("webgpu") === "0") $("#use-webgpu").checked = false;
+  if (q.get("cpu") === "0") $("#use-cpu").checked = false;
   // &kernel=NAME pins the WebGPU matmul kernel (Device.compile's options.matmul), to compare tile shapes
   if (q.has("kernel")) demo.gpuCompileOptions = { matmul: q.get("kernel") };
   return q.get("autorun") === "1";

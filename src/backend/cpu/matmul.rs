@@ -4,6 +4,9 @@
 
 use super::buffer::Memory;
 use super::elementwise::{epilogue, Leaf};
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+use super::sgemm::sgemm;
+use super::sgemm::Operand;
 use crate::compile::ir::Expr;
 use crate::graph::NodeId;
 use crate::resident::{External, ExternalMemory};
@@ -123,6 +126,39 @@ pub(crate) fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
     gemm::Parallelism::None
 }
 
+/// `dst = a · b` (`[m, k] · [k, n]`, dst row-major): on wasm with simd128, [`sgemm`] from 16 rows (below that
+/// `gemm`'s mat-vec paths read B once, where packing it would copy it); else the `gemm` crate.
+///
+/// # Safety
+/// As [`sgemm`]: the operands' strides address only their storage.
+unsafe fn product(m: usize, n: usize, k: usize, a: Operand, b: Operand, dst: &mut [f32]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if m >= 16 {
+        return sgemm(m, n, k, a, b, dst);
+    }
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst.as_mut_ptr(),
+        1,
+        n as isize,
+        false,
+        a.ptr,
+        a.cs,
+        a.rs,
+        b.ptr,
+        b.cs,
+        b.rs,
+        0.0f32,
+        1.0f32,
+        false,
+        false,
+        false,
+        parallelism(m, n, k),
+    );
+}
+
 /// Element offset of batch `bi`'s first element in a layout `[batch.., rows, cols]`.
 fn batch_offset(l: &Layout, bi: usize) -> usize {
     let r = l.rank();
@@ -170,31 +206,15 @@ impl MatmulKernel {
                 None => (unsafe { b.as_ptr().add(ob) }, lb.strides[rb - 1] as isize, lb.strides[rb - 2] as isize),
             };
             let dst = &mut c[bi * m * n..(bi + 1) * m * n];
-            // SAFETY: every index gemm forms is `offset + i*rs + j*cs` for i < rows, j < cols, which is inside the
+            let a = Operand {
+                ptr: unsafe { a.as_ptr().add(oa) },
+                rs: la.strides[ra - 2] as isize,
+                cs: la.strides[ra - 1] as isize,
+            };
+            let b = Operand { ptr: b_ptr, rs: b_rs, cs: b_cs };
+            // SAFETY: every index formed is `offset + i*rs + j*cs` for i < rows, j < cols, which is inside the
             // storage because the layouts were validated against it; dst is an exclusive slice of m*n elements.
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    dst.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    a.as_ptr().add(oa),
-                    la.strides[ra - 1] as isize,
-                    la.strides[ra - 2] as isize,
-                    b_ptr,
-                    b_cs,
-                    b_rs,
-                    0.0f32,
-                    1.0f32,
-                    false,
-                    false,
-                    false,
-                    parallelism(m, n, k),
-                );
-            }
+            unsafe { product(m, n, k, a, b, dst) };
         }
         let acc = if direct.is_some() { None } else { Some(&*c) };
         match (&self.epilogue, acc) {

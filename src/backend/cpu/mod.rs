@@ -12,6 +12,9 @@ mod parallel;
 mod qdot;
 mod quant;
 mod rows;
+// natively the `gemm` crate multiplies (its AVX kernels); sgemm runs there only in its tests
+#[cfg_attr(not(all(target_arch = "wasm32", target_feature = "simd128")), allow(dead_code))]
+mod sgemm;
 
 use super::{
     elapsed_us, fetched, gather as gather_view, now, Backend, CompileOptions, Executable, Inputs, LocalFuture,
