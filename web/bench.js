@@ -36,7 +36,7 @@ export async function seedExample(Graph, device) {
 const LONG_RUN_MS = 1000;
 /** Timed runs stop after this much time (at least one run, at most MAX_REPS). */
 const TARGET_MS = 400;
-const MAX_REPS = 5;
+const MAX_REPS = 25;
 
 /**
  * Times `runOnce()` (an async function resolving to the run's output): one warm-up run, then timed runs until
