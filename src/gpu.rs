@@ -179,6 +179,9 @@ pub(crate) struct MatmulKernels {
     /// [`MatmulChoice::Tiled`] or [`MatmulChoice::Generic`].
     pub tiled: MatmulChoice,
     pub coop: Option<CoopConfig>,
+    /// Pinned (a plan's `CompileOptions::matmul`, `WEBTENSOR_MATMUL`): matmuls of two rows or more take these
+    /// kernels, never the serial mat-vec a row that a few rows take on software adapters otherwise.
+    pub pinned: bool,
 }
 
 impl MatmulKernels {
@@ -186,8 +189,10 @@ impl MatmulKernels {
     /// rest; `Tiled` and `Generic` use no cooperative matrices.
     pub(crate) fn pinned(c: MatmulChoice) -> MatmulKernels {
         match c {
-            MatmulChoice::Coop(cfg) => MatmulKernels { tiled: MatmulChoice::Tiled(DEFAULT_CONFIG), coop: Some(cfg) },
-            c => MatmulKernels { tiled: c, coop: None },
+            MatmulChoice::Coop(cfg) => {
+                MatmulKernels { tiled: MatmulChoice::Tiled(DEFAULT_CONFIG), coop: Some(cfg), pinned: true }
+            }
+            c => MatmulKernels { tiled: c, coop: None, pinned: true },
         }
     }
 }

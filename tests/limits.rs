@@ -136,6 +136,8 @@ fn matmul_with_a_weight_larger_than_one_binding() {
     let w = wv.data.to_f32();
     for (m, choice) in [
         (1usize, None),
+        // a few rows unpinned: on software adapters not one serial mat-vec a row (B exceeds a binding)
+        (5, None),
         (8, Some(webtensor::gpu::MatmulChoice::Tiled(webtensor::gpu::TILE_CONFIGS[0]))),
         (3, Some(webtensor::gpu::MatmulChoice::Generic)),
     ] {

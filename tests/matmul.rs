@@ -279,3 +279,39 @@ fn matvec_reductions() {
         assert_eq!(passed, cases.len(), "every case runs on {}", device.capabilities().name);
     }
 }
+
+/// A few rows (2..=32: a short prefill chunk) on adapters that run on CPU cores take one serial mat-vec a row, the
+/// rows as a batch dim with B broadcast; the tiled kernel elsewhere. Both weight layouts, f16 weights, and fused
+/// epilogues whose operands vary along the rows (a residual [m, n]) and along the columns (a bias).
+#[test]
+fn few_rows() {
+    let software = common::gpu().is_some_and(|g| g.capabilities().device_type == webtensor::DeviceType::Cpu);
+    let expect = |c: Case| if software { c.expect_kernel("matvec serial") } else { c };
+    let mut cases = Vec::new();
+    for (m, k, n) in [(2usize, 8usize, 3usize), (5, 576, 64), (8, 68, 129), (17, 64, 20), (32, 256, 36)] {
+        cases.push(expect(mm_case(format!("{m}x{k}x{n}/nt"), &[m, k], &[k, n], false, true, F32, F32)));
+        cases.push(expect(mm_case(format!("{m}x{k}x{n}/f16w"), &[m, k], &[k, n], false, true, F32, F16)));
+        if n % 4 == 0 {
+            cases.push(expect(mm_case(format!("{m}x{k}x{n}/nn"), &[m, k], &[k, n], false, false, F32, F32)));
+        }
+    }
+    cases.push(expect(Case::new(
+        "5x576x64/nt+bias+silu+residual",
+        vec![inp(F32, &[5, 576], 1), inp(F16, &[64, 576], 2), inp(F32, &[64], 3), inp(F32, &[5, 64], 4)],
+        |g, x| {
+            let w = g.t(x[1])?;
+            let y = g.matmul(x[0], w)?;
+            let y = g.add(y, x[2])?;
+            let y = g.silu(y)?;
+            g.add(y, x[3])
+        },
+        |x| {
+            let y = r::binary(&r::matmul(&x[0], &x[1].transpose(0, 1)), &x[2], |a, b| a + b).map(r::silu);
+            r::binary(&y, &x[3], |a, b| a + b)
+        },
+    )));
+    // 33 rows: the tiled kernel again
+    cases
+        .push(mm_case("33x64x20/nt".into(), &[33, 64], &[64, 20], false, true, F32, F32).expect_kernel("matmul_tiled"));
+    run_suite("few-rows", &cases);
+}

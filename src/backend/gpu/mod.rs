@@ -51,7 +51,7 @@ async fn matmul_choice(gpu: &Arc<GpuBackend>, pinned: Option<MatmulChoice>) -> R
     #[cfg(not(target_arch = "wasm32"))]
     let c = Box::pin(tune::tune(gpu)).await?;
     #[cfg(target_arch = "wasm32")]
-    let c = MatmulKernels::pinned(MatmulChoice::Tiled(crate::gpu::DEFAULT_CONFIG));
+    let c = MatmulKernels { pinned: false, ..MatmulKernels::pinned(MatmulChoice::Tiled(crate::gpu::DEFAULT_CONFIG)) };
     *gpu.matmul.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
     Ok(c)
 }

@@ -313,5 +313,5 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
             }
         },
     };
-    Ok(MatmulKernels { tiled, coop })
+    Ok(MatmulKernels { tiled, coop, pinned: false })
 }

@@ -75,7 +75,7 @@ pub(crate) fn choose(
     f16_operands: bool,
     t: &GpuTarget,
 ) -> Result<(KernelKind, [u32; 3])> {
-    let MatmulKernels { tiled: choice, coop } = t.matmul;
+    let MatmulKernels { tiled: choice, coop, .. } = t.matmul;
     let (a, b) = if scalar_only { (None, None) } else { vec4_layouts(s) };
     // batches past one dispatch's z count are dispatched in groups (see `lower`)
     let z = s.batches.min(t.max_groups.max(1) as usize) as u32;
@@ -118,6 +118,45 @@ pub(crate) fn choose(
     let gx = groups(s, s.n.div_ceil(64) as u64, "N / 64", t.max_groups)?;
     let gy = groups(s, s.m.div_ceil(64) as u64, "M / 64", t.max_groups)?;
     Ok((KernelKind::MatMul { epi }, [gx, gy, z]))
+}
+
+/// Rows up to which a matmul takes one serial mat-vec a row on adapters that run on CPU cores, where a tile of the
+/// tiled kernel (128 rows) would mostly compute padding. SmolLM2's prefill of 5 tokens: 18.0 -> 3.8 s on
+/// SwiftShader, 3.6 -> 1.1 s on lavapipe; of 26 tokens on lavapipe: 3.9 s with 32 here, 6.1 s with 8.
+const SERIAL_ROWS: usize = 32;
+
+/// Whether matmul `s` runs as one serial mat-vec a row (see [`SERIAL_ROWS`]): 2..=32 rows, no batch dims, A with
+/// K contiguous, B in a vec4 layout and within one binding (`b_bytes`: its storage), on a target that takes the
+/// serial mat-vec, unless the plan pins its matmul kernels.
+fn rows_as_batch(s: &MatmulShape, b_bytes: Option<usize>, scalar_only: bool, t: &GpuTarget) -> bool {
+    let (a, b) = vec4_layouts(s);
+    t.matvec == Some(MatVecReduce::Serial)
+        && !t.matmul.pinned
+        && b_bytes.is_some_and(|x| x as u64 <= t.max_binding)
+        && s.batches == 1
+        && (2..=SERIAL_ROWS).contains(&s.m)
+        && !scalar_only
+        && a == Some(true)
+        && b.is_some()
+}
+
+/// Recasts `[m, k] @ [k, n]` as m mat-vecs: the rows become batch dim 1 (A's row stride its stride there, B
+/// broadcast, each epilogue operand's row stride its batch-1 stride; output rows lie `ldc` = n apart as batches of
+/// one row do). Returns the batch count, m.
+fn one_matvec_a_row(s: &mut MatmulShape, p: &mut MatmulParams) -> usize {
+    let rows = s.m;
+    s.sa[1] = s.sa[2];
+    s.sb[1] = 0;
+    s.m = 1;
+    s.batches = rows;
+    p.m = 1;
+    p.batch1 = rows as u32;
+    p.a_strides[1] = p.a_strides[2];
+    p.b_strides[1] = 0;
+    for st in p.epi_strides.iter_mut() {
+        st[1] = st[2];
+    }
+    rows
 }
 
 /// Lowers matmul step `id` (`a @ b`, optionally with a fused epilogue over extra operands) to dispatches: one,
@@ -178,7 +217,10 @@ pub(super) fn lower(
         }
         epi = Some(render_expr(expr));
     }
-    let ms = MatmulShape { m, n, k, batches, sa, sb, oa, ob };
+    let mut ms = MatmulShape { m, n, k, batches, sa, sb, oa, ob };
+    let b_storage = &nodes[nodes[b].storage];
+    let b_bytes = b_storage.dtype.bytes_of(b_storage.layout.numel());
+    let batches = if rows_as_batch(&ms, b_bytes, scalar_only, t) { one_matvec_a_row(&mut ms, &mut p) } else { batches };
     let f16_operands = nodes[a].dtype == DType::F16 && nodes[b].dtype == DType::F16;
     let (kind, workgroups) = choose(&ms, epi, scalar_only, f16_operands, t)?;
     let key = KernelKey::new(kind, nodes[id].dtype, ins);
