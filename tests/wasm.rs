@@ -423,6 +423,14 @@ fn random_blocks(rows: usize, k: usize, bytes: usize, has_min: bool, seed: u32) 
     out
 }
 
+/// The WebGPU device has a name: wgpu's (the adapter info's description) is empty in Chromium, so the browser's
+/// vendor / architecture stand in ("google / swiftshader" in CI).
+#[wasm_bindgen_test]
+async fn webgpu_adapter_has_a_name() {
+    let name = gpu().await.capabilities().name.clone();
+    assert!(!name.trim().is_empty(), "the WebGPU adapter's name is empty");
+}
+
 /// The wasm CPU backend's f32 matmul (its own simd128 kernel from 16 rows, `gemm`'s below) at the edges of its
 /// blocking (4×8 tiles, 64 rows, 512 columns, 256 K steps), with row-major and transposed (`t()` view) operands,
 /// a batch and a fused bias, outputs NaN-filled before the run, against f64 sums computed here.

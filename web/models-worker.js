@@ -23,17 +23,9 @@ async function device(backend) {
   return devices[backend];
 }
 
-/** The browser's own words for the WebGPU adapter (vendor / architecture, e.g. "google / swiftshader"), which
- *  wgpu does not pass on: Chromium leaves the description, wgpu's adapter name, empty. */
-async function browserAdapterText() {
-  const info = (await navigator.gpu?.requestAdapter())?.info;
-  return [info?.vendor, info?.architecture].filter(Boolean).join(" / ");
-}
-
-async function describe(dev) {
+function describe(dev) {
   const info = dev.info();
-  const name = dev.adapterName || (dev.backend === "webgpu" ? await browserAdapterText() : "");
-  const adapter = [name, info.driver].filter(Boolean).join(" / ");
+  const adapter = [dev.adapterName, info.driver].filter(Boolean).join(" / ");
   const software = dev.backend === "webgpu" && (/swiftshader|llvmpipe|lavapipe|software|warp/i.test(adapter) ||
     info.deviceType === "Cpu");
   return { backend: dev.backend, adapter, software };
@@ -52,7 +44,7 @@ const handlers = {
     llm = null;
     llm = await LanguageModel.fromUrl(dev, url, { context: 2048, onProgress });
     console.log(`language model on ${dev.backend} (${dev.adapterName}): ${size} bytes`);
-    return { ...(await describe(dev)), bytes: size, seconds: (performance.now() - t0) / 1e3 };
+    return { ...describe(dev), bytes: size, seconds: (performance.now() - t0) / 1e3 };
   },
   async chat(id, { messages, options }) {
     if (!llm) throw new Error("load the language model first");
@@ -78,7 +70,7 @@ const handlers = {
     embedder = null;
     embedder = await SentenceEmbedder.fromUrl(dev, base, { onProgress: (progress) => self.postMessage({ id, progress }) });
     console.log(`embedder on ${dev.backend} (${dev.adapterName})`);
-    return { ...(await describe(dev)), dimension: embedder.dimension, seconds: (performance.now() - t0) / 1e3 };
+    return { ...describe(dev), dimension: embedder.dimension, seconds: (performance.now() - t0) / 1e3 };
   },
   async embed(id, { texts }) {
     if (!embedder) throw new Error("load the embedder first");

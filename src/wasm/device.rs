@@ -82,7 +82,8 @@ impl WebDevice {
         self.inner.capabilities().backend.name().to_string()
     }
 
-    /// The adapter's name (the browser may report an empty or generic name), or the CPU's description.
+    /// The adapter's name: its description, else the browser's `vendor / architecture` ("google / swiftshader"), or
+    /// the CPU's description.
     #[wasm_bindgen(getter, js_name = adapterName)]
     pub fn adapter_name(&self) -> String {
         self.inner.capabilities().name.clone()

@@ -196,6 +196,10 @@ impl GpuBackend {
             .await
             .map_err(|e| Error::NoDevice(format!("no {kind:?} adapter: {e}")))?;
         let mut caps = capabilities(&adapter);
+        #[cfg(target_arch = "wasm32")]
+        if caps.name.is_empty() {
+            caps.name = browser_adapter_name().await;
+        }
         let mut wanted = wgpu::Features::SUBGROUP;
         if allow_f16 {
             wanted |= wgpu::Features::SHADER_F16;
@@ -435,6 +439,35 @@ impl GpuBackend {
             }
         }
     }
+}
+
+/// The browser's words for its WebGPU adapter, `vendor / architecture` of `GPUAdapterInfo` ("google /
+/// swiftshader"), where wgpu's adapter name (the info's description) is empty, as in Chromium; "" when the browser
+/// says nothing.
+#[cfg(target_arch = "wasm32")]
+async fn browser_adapter_name() -> String {
+    use wasm_bindgen::JsCast;
+    let get = |o: &wasm_bindgen::JsValue, k: &str| {
+        js_sys::Reflect::get(o, &k.into()).ok().filter(|v| !v.is_undefined() && !v.is_null())
+    };
+    let Some(gpu) = get(&js_sys::global().into(), "navigator").and_then(|n| get(&n, "gpu")) else {
+        return String::new();
+    };
+    let request = get(&gpu, "requestAdapter").and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+    let Some(promise) = request.and_then(|f| f.call0(&gpu).ok()).and_then(|p| p.dyn_into::<js_sys::Promise>().ok())
+    else {
+        return String::new();
+    };
+    let Ok(adapter) = wasm_bindgen_futures::JsFuture::from(promise).await else {
+        return String::new();
+    };
+    let info = get(&adapter, "info");
+    let words: Vec<String> = ["vendor", "architecture"]
+        .iter()
+        .filter_map(|k| info.as_ref().and_then(|i| get(i, k)).and_then(|v| v.as_string()))
+        .filter(|s| !s.is_empty())
+        .collect();
+    words.join(" / ")
 }
 
 /// Whether the JS global (a window or a worker) has `navigator.gpu`.
