@@ -401,6 +401,61 @@ async fn bindings_resident_state_and_partial_readback() {
     }
 }
 
+/// `runInto`: every output written into the typed array given for it (NaN-filled before the run) and the same
+/// arrays resolved, `null` leaving an output unread, float16 outputs converted into a `Float32Array`, int32 ones
+/// into an `Int32Array`; wrong counts, types and lengths rejected before the run, naming the output and its shape;
+/// on WebGPU and on the wasm CPU backend.
+#[wasm_bindgen_test]
+async fn bindings_run_into_given_arrays() {
+    for backend in ["webgpu", "cpu"] {
+        let dev = WebDevice::create(Some(backend.into())).await.unwrap();
+        let mut g = WebGraph::new();
+        let x = g.input("x", vec![2, 3], None).unwrap();
+        let w = g.input("w", vec![3, 2], None).unwrap();
+        let y = g.matmul(&x, &w).unwrap(); // [2, 2]
+        let am = g.argmax(&y).unwrap();
+        let yh = g.cast(&y, "float16").unwrap();
+        let outs = Array::of3(&y.into(), &am.into(), &yh.into());
+        let plan = dev.compile(&g, outs, JsValue::UNDEFINED).await.unwrap();
+        let inputs = Array::of2(
+            &Float32Array::from(&[1f32, 2., 3., 4., 5., 6.][..]),
+            &Float32Array::from(&[7f32, 8., 9., 10., 11., -12.][..]),
+        );
+        let nan = || Float32Array::from(&[f32::NAN; 4][..]);
+        let (yv, amv, yhv) = (nan(), Int32Array::from(&[-7, -7][..]), nan());
+        let given = Array::of3(&yv, &amv, &yhv);
+        let got = plan.run_into(inputs.clone().into(), given.clone()).await.unwrap();
+        assert!(got.get(0) == JsValue::from(&yv) && got.get(2) == JsValue::from(&yhv), "{backend}: the arrays given");
+        assert_eq!(yv.to_vec(), [58., -8., 139., 10.], "{backend}");
+        assert_eq!(amv.to_vec(), [0, 0], "{backend}");
+        assert_eq!(yhv.to_vec(), [58., -8., 139., 10.], "{backend}: float16 output");
+
+        // null leaves an output on the device: the array given for another is still written
+        let only = nan();
+        let got = plan.run_into(inputs.clone().into(), Array::of3(&JsValue::NULL, &only, &JsValue::NULL)).await;
+        assert!(got.as_ref().is_err(), "{backend}: an Int32Array is required for the argmax, not a Float32Array");
+        let only = Int32Array::from(&[-7, -7][..]);
+        let got = plan.run_into(inputs.clone().into(), Array::of3(&JsValue::NULL, &only, &JsValue::NULL)).await;
+        let got = got.unwrap();
+        assert!(got.get(0).is_null() && got.get(2).is_null(), "{backend}");
+        assert_eq!(only.to_vec(), [0, 0], "{backend}");
+
+        // errors, before anything runs: count, length, type
+        let e = plan.run_into(inputs.clone().into(), Array::of1(&nan())).await.unwrap_err();
+        let msg = message(e.into());
+        assert!(msg.contains("1 output arrays given for 3 outputs"), "{backend}: {msg}");
+        let short = Float32Array::from(&[f32::NAN; 3][..]);
+        let e = plan.run_into(inputs.clone().into(), Array::of3(&short, &amv, &yhv)).await.unwrap_err();
+        let msg = message(e.into());
+        assert!(msg.contains("outputs[0] has 3 elements, output 0 [2, 2] holds 4"), "{backend}: {msg}");
+        assert!(short.to_vec().iter().all(|v| v.is_nan()), "{backend}: nothing written on an error");
+        let e =
+            plan.run_into(inputs.into(), Array::of3(&yv, &amv, &Uint16Array::new_with_length(4))).await.unwrap_err();
+        let msg = message(e.into());
+        assert!(msg.contains("outputs[2] must be a Float32Array or null (output 2 [2, 2])"), "{backend}: {msg}");
+    }
+}
+
 /// Random blocks of a 32-element block type (`bytes` per block, an f16 scale at 0 and, for Q4_1, a min at 2).
 fn random_blocks(rows: usize, k: usize, bytes: usize, has_min: bool, seed: u32) -> Vec<u8> {
     let mut state = seed.wrapping_mul(2654435761).wrapping_add(1);

@@ -138,3 +138,25 @@ pub(super) fn f32_array(t: &HostTensor) -> Float32Array {
         other => Float32Array::from(other.to_f32().as_slice()),
     }
 }
+
+/// Copies a read-back tensor into `target`: an `Int32Array` for int32, a `Float32Array` otherwise (f16
+/// converted), of the tensor's element count. Its type and length were checked before the run; they are checked
+/// again here, as the page may have transferred (detached) its buffer since.
+pub(super) fn write_output(t: &HostTensor, target: &JsValue, what: &str) -> Result<(), JsError> {
+    let changed = || JsError::new(&format!("{what}: its array was detached or replaced during the run"));
+    match &t.data {
+        Data::I32(v) => {
+            let a = target.dyn_ref::<Int32Array>().filter(|a| a.length() as usize == v.len()).ok_or_else(changed)?;
+            a.copy_from(v);
+        }
+        data => {
+            let a =
+                target.dyn_ref::<Float32Array>().filter(|a| a.length() as usize == t.data.len()).ok_or_else(changed)?;
+            match data {
+                Data::F32(v) => a.copy_from(v),
+                other => a.copy_from(&other.to_f32()),
+            }
+        }
+    }
+    Ok(())
+}

@@ -137,8 +137,9 @@ impl WebDevice {
         let g = &graph.inner;
         let output_shapes = outs.iter().map(|&t| g.shape(t).map(<[usize]>::to_vec)).collect::<Result<_, _>>();
         let output_shapes = output_shapes.map_err(js_err)?;
+        let output_dtypes = outs.iter().map(|&t| g.dtype(t)).collect::<Result<_, _>>().map_err(js_err)?;
         let plan = self.inner.compile_async(g, &outs, &options).await.map_err(js_err)?;
-        Ok(WebPlan::new(plan, g, output_shapes))
+        Ok(WebPlan::new(plan, g, output_shapes, output_dtypes))
     }
 
     /// Places a tensor in this device's memory once, as a resident weight named `name`, for `Graph.resident`

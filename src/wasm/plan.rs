@@ -1,8 +1,8 @@
 //! `Plan`: running a compiled graph from JS, with typed inputs and selective readback.
 
-use super::convert::{f32_array, js_err, output_array, shape_array, values_of};
+use super::convert::{f32_array, js_err, output_array, shape_array, values_of, write_output};
 use crate::{DType, Error, Fetch, HostTensor};
-use js_sys::{Array, Float32Array, Object, Reflect};
+use js_sys::{Array, Float32Array, Int32Array, Object, Reflect};
 use std::cell::RefCell;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -43,10 +43,16 @@ pub struct WebPlan {
     /// The inputs the outputs depend on, in declaration order.
     inputs: Vec<PlanInput>,
     output_shapes: Vec<Vec<usize>>,
+    output_dtypes: Vec<DType>,
 }
 
 impl WebPlan {
-    pub(super) fn new(plan: crate::Plan, g: &crate::Graph, output_shapes: Vec<Vec<usize>>) -> WebPlan {
+    pub(super) fn new(
+        plan: crate::Plan,
+        g: &crate::Graph,
+        output_shapes: Vec<Vec<usize>>,
+        output_dtypes: Vec<DType>,
+    ) -> WebPlan {
         let inputs = plan
             .inputs()
             .into_iter()
@@ -57,7 +63,7 @@ impl WebPlan {
                 shape: g.shape(t).map(<[usize]>::to_vec).unwrap_or_default(),
             })
             .collect();
-        WebPlan { inner: RefCell::new(Some(plan)), inputs, output_shapes }
+        WebPlan { inner: RefCell::new(Some(plan)), inputs, output_shapes, output_dtypes }
     }
 }
 
@@ -131,6 +137,31 @@ impl WebPlan {
         let out = self.run_fetch(&inputs, fetch).await?;
         Ok(out.iter().map(|t| t.as_ref().map_or(JsValue::NULL, output_array)).collect())
     }
+
+    /// Runs the plan and writes each output into the typed array given for it (one entry per output, in the order
+    /// given to `compile`): a `Float32Array` for float32 and float16 outputs, an `Int32Array` for int32 ones, with
+    /// exactly the output's element count (any buffer, a `SharedArrayBuffer` included), or `null` to leave that
+    /// output on the device. Resolves to `outputs`. PyTorch's `out=`, onnxruntime's pre-allocated outputs: a loop
+    /// that runs a plan many times reuses its arrays instead of allocating new ones each run (a fresh JS buffer
+    /// costs its size again in page faults).
+    ///
+    /// Rejects as `run` does, and, before running, when `outputs` has another length than the outputs or an entry
+    /// of the wrong type or length (naming the output and its shape).
+    #[wasm_bindgen(js_name = runInto, unchecked_return_type = "Output[]")]
+    pub async fn run_into(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "PlanInputs")] inputs: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "Output[]")] outputs: Array,
+    ) -> Result<Array, JsError> {
+        let fetch = self.fetch_into(&outputs)?;
+        let out = self.run_fetch(&inputs, fetch).await?;
+        for (i, (t, target)) in out.iter().zip(outputs.iter()).enumerate() {
+            if let Some(t) = t {
+                write_output(t, &target, &format!("runInto: outputs[{i}]"))?;
+            }
+        }
+        Ok(outputs)
+    }
 }
 
 fn busy() -> JsError {
@@ -169,6 +200,41 @@ impl WebPlan {
                     }
                 }
                 _ => Err(JsError::new(&format!("runWith: fetch[{i}] must be \"all\", \"skip\" or [start, end]"))),
+            })
+            .collect()
+    }
+
+    /// The fetch of each output for `runInto`: all of it where `outputs` gives an array of its dtype and length,
+    /// skipped where it gives `null`.
+    fn fetch_into(&self, outputs: &Array) -> Result<Vec<Fetch>, JsError> {
+        let n = self.output_shapes.len();
+        if outputs.length() as usize != n {
+            return Err(JsError::new(&format!("runInto: {} output arrays given for {n} outputs", outputs.length())));
+        }
+        let int_out = |i: usize| self.output_dtypes.get(i) == Some(&DType::I32);
+        outputs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                if v.is_null() || v.is_undefined() {
+                    return Ok(Fetch::Skip);
+                }
+                let shape = &self.output_shapes[i];
+                let (len, want) = if int_out(i) {
+                    (v.dyn_ref::<Int32Array>().map(Int32Array::length), "an Int32Array")
+                } else {
+                    (v.dyn_ref::<Float32Array>().map(Float32Array::length), "a Float32Array")
+                };
+                let elements: usize = shape.iter().product();
+                match len {
+                    Some(len) if len as usize == elements => Ok(Fetch::All),
+                    Some(len) => Err(JsError::new(&format!(
+                        "runInto: outputs[{i}] has {len} elements, output {i} {shape:?} holds {elements}"
+                    ))),
+                    None => Err(JsError::new(&format!(
+                        "runInto: outputs[{i}] must be {want} or null (output {i} {shape:?})"
+                    ))),
+                }
             })
             .collect()
     }
