@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the npm-style ES-module package in pkg/ (gitignored):
 #   pkg/webtensor.js       ES module: `import init, { Device, Graph, matmul } from "./pkg/webtensor.js"`
-#   pkg/webtensor_bg.wasm  the library, release build for wasm32-unknown-unknown (WebGPU through wgpu)
+#   pkg/webtensor_bg.wasm  the library, release build for wasm32-unknown-unknown (WebGPU through wgpu), simd128
+#   pkg/webtensor_relaxed_bg.wasm  the same with relaxed-simd (fused multiply-adds in the CPU backend's matmul);
+#                          init() loads it where WebAssembly.validate accepts relaxed-simd (scripts/wasm-loader.py)
 #   pkg/webtensor.d.ts     TypeScript types
 #   pkg/package.json       name, version (from Cargo.toml), "type": "module", main/module/types, files
 #
@@ -34,9 +36,25 @@ fi
 
 echo "build-wasm: building the library for wasm32 (release; about 2.5 minutes on 2 cores the first time)" >&2
 cargo build --lib --release --target wasm32-unknown-unknown --no-default-features --features models
+# the relaxed-simd build (f32x4.relaxed_madd: one FMA where the CPU has it), in a target dir of its own so that
+# the two sets of flags do not rebuild each other's dependencies
+relaxed_dir="$CARGO_TARGET_DIR/relaxed-simd"
+echo "build-wasm: building it again with relaxed-simd (as long again the first time)" >&2
+CARGO_TARGET_DIR="$relaxed_dir" \
+  CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
+  cargo build --lib --release --target wasm32-unknown-unknown --no-default-features --features models
 rm -rf pkg
 wasm-bindgen --target web --out-dir pkg --out-name webtensor \
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/webtensor.wasm"
+relaxed_pkg="$(mktemp -d)"
+trap 'rm -rf "$relaxed_pkg"' EXIT
+wasm-bindgen --target web --out-dir "$relaxed_pkg" --out-name webtensor \
+    "$relaxed_dir/wasm32-unknown-unknown/release/webtensor.wasm"
+# one JS module loads either wasm: their imports and exports must be the same
+cmp -s pkg/webtensor.js "$relaxed_pkg/webtensor.js" ||
+  { echo "build-wasm: the two builds' JS glue differs (diff pkg/webtensor.js $relaxed_pkg/webtensor.js)" >&2; exit 1; }
+mv "$relaxed_pkg/webtensor_bg.wasm" pkg/webtensor_relaxed_bg.wasm
+python3 scripts/wasm-loader.py pkg/webtensor.js
 
 python3 - <<'PY'
 import json, tomllib
@@ -51,9 +69,9 @@ pkg = {
     "module": "webtensor.js",
     "types": "webtensor.d.ts",
     "exports": {".": {"types": "./webtensor.d.ts", "default": "./webtensor.js"}},
-    "files": ["webtensor.js", "webtensor.d.ts", "webtensor_bg.wasm", "webtensor_bg.wasm.d.ts"],
+    "files": ["webtensor.js", "webtensor.d.ts", "webtensor_bg.wasm", "webtensor_relaxed_bg.wasm", "webtensor_bg.wasm.d.ts"],
 }
 json.dump(pkg, open("pkg/package.json", "w"), indent=2)
 open("pkg/package.json", "a").write("\n")
 PY
-echo "build-wasm: pkg/ ready ($(du -h pkg/webtensor_bg.wasm | cut -f1) wasm, version $(python3 -c 'import json; print(json.load(open("pkg/package.json"))["version"])'))"
+echo "build-wasm: pkg/ ready ($(du -h pkg/webtensor_bg.wasm | cut -f1) wasm, $(du -h pkg/webtensor_relaxed_bg.wasm | cut -f1) relaxed-simd, version $(python3 -c 'import json; print(json.load(open("pkg/package.json"))["version"])'))"

@@ -137,8 +137,8 @@ function checkLoaders(where, got, size, want) {
 }
 
 async function inNode(p, want) {
-  const { default: init, Device, LanguageModel, SentenceEmbedder } = await import(join(root, "pkg/webtensor.js"));
-  await init({ module_or_path: readFileSync(join(root, "pkg/webtensor_bg.wasm")) });
+  const { default: init, Device, LanguageModel, SentenceEmbedder, wasmFile } = await import(join(root, "pkg/webtensor.js"));
+  await init({ module_or_path: readFileSync(join(root, "pkg", wasmFile())) });
   const dev = await Device.create("cpu");
   const model = await LanguageModel.load(dev, readFileSync(p.gguf));
   let streamed = "";

@@ -1,7 +1,7 @@
 // Type-checks the generated pkg/webtensor.d.ts the way a TypeScript user would use it (never run:
 // `npm run typecheck` only compiles it). Build pkg/ first with scripts/build-wasm.sh.
 import init, {
-  Device, DeviceInfo, Graph, LanguageModel, Plan, Resident, SentenceEmbedder, State, Tensor, matmul,
+  Device, DeviceInfo, Graph, LanguageModel, Plan, Resident, SentenceEmbedder, State, Tensor, matmul, wasmFile,
   type BackendName, type ChatMessage, type CompileOptions, type Fetch, type GenerateOptions, type GenerationResult, type ModelFiles,
   type LoadOptions, type LoadProgress, type Output, type PlanInputs,
 } from "../../pkg/webtensor.js";
@@ -30,12 +30,15 @@ export async function example(): Promise<number[]> {
   const inputs: PlanInputs = { a: new Float32Array(8), b: new Float32Array(6) };
   const outs: Float32Array[] = await plan.run(inputs);
   const outs2: Float32Array[] = await plan.run([new Float32Array(8), new Float32Array(6)]);
+  const into: Output[] = await plan.runInto(inputs, [new Float32Array(12), null]);
+  const file: string = wasmFile();
   const stats = plan.stats();
   const prod: Float32Array = await matmul(new Float32Array(6), new Float32Array(6), 2, 3, 2, "cpu");
   const prod2: Float32Array = await matmul(new Float32Array(6), new Float32Array(6), 2, 3, 2);
   plan.free();
   g.free();
-  return [limit, name.length, shape.length, names.length, outs.length, outs2.length, stats.dispatches, prod[0], prod2[0]];
+  return [limit, name.length, shape.length, names.length, outs.length, outs2.length, into.length + file.length,
+    stats.dispatches, prod[0], prod2[0]];
 }
 
 /** Resident weights, states, typed inputs and partial readback. */

@@ -42,6 +42,16 @@ use std::sync::Arc;
 /// Largest tensor the CPU backend holds, in bytes: 2 GiB on wasm32 (4 GiB address space), 16 GiB natively.
 const MAX_TENSOR_BYTES: u64 = if cfg!(target_pointer_width = "32") { 1 << 31 } else { 1 << 34 };
 
+/// The CPU backend's driver string: on wasm it names the build's SIMD (scripts/build-wasm.sh makes a simd128 build
+/// and a relaxed-simd one; the package loads the latter where the engine validates it), so a page can show it.
+const DRIVER: &str = if cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) {
+    "webtensor cpu (wasm simd128, relaxed-simd)"
+} else if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
+    "webtensor cpu (wasm simd128)"
+} else {
+    "webtensor cpu"
+};
+
 pub(crate) struct CpuBackend {
     caps: Capabilities,
     id: u64,
@@ -61,7 +71,7 @@ impl CpuBackend {
                     if threads == 1 { "" } else { "s" }
                 ),
                 device_type: DeviceType::Cpu,
-                driver: "webtensor cpu".into(),
+                driver: DRIVER.into(),
                 max_storage_binding_bytes: MAX_TENSOR_BYTES,
                 max_buffer_bytes: MAX_TENSOR_BYTES,
                 max_workgroup_storage_bytes: 0,

@@ -1,8 +1,14 @@
 //! The wasm CPU backend's f32 matmul: `C = A · B` for A `[m, k]` and B `[k, n]` of any strides, C row-major and
 //! contiguous, blocked in the GotoBLAS way (B packed in panels of 8 columns for a block of 256 rows of K, A in panels
 //! of 4 rows) around a 4×8 register tile of eight simd128 accumulators: 11 of the 16 vector registers V8 has on
-//! x86-64, where the `gemm` crate's 12×4 tile needs 19 and spills. The same code runs natively on `[f32; 4]` lanes
-//! so that its tests run everywhere (`tests` below; the wasm build is tested in Chromium by tests/wasm.rs).
+//! x86-64, where the `gemm` crate's 12×4 tile needs 19 and spills (6×8 and 8×8 tiles measured slower too). The
+//! relaxed-simd build (scripts/build-wasm.sh makes both; the package loads it where the engine validates it)
+//! multiplies and adds in one `f32x4.relaxed_madd`, a fused multiply-add where the CPU has one: half the
+//! arithmetic instructions, which doubles the peak on cores whose FMA units also do the plain multiplies and adds
+//! (Intel's, Apple's); on AMD's Zen, with separate add pipes, it measured 1.0-1.3x in Node.js 20
+//! (`node tests/e2e/bench-node.mjs`). The same code runs natively on `[f32; 4]` lanes so that its tests run
+//! everywhere (`tests` below); the simd128 build is tested in Chromium (tests/wasm.rs), both builds in Node.js
+//! (tests/e2e/node.mjs).
 //! Reference: BLAS `sgemm` with alpha 1 and beta 0 (numpy.matmul of two 2-D operands).
 
 use std::cell::RefCell;
@@ -40,8 +46,13 @@ mod lanes {
     pub unsafe fn store(p: *mut f32, v: V) {
         v128_store(p as *mut v128, v)
     }
+    /// `a · b + c`: one fused multiply-add where the build has relaxed-simd (V8 lowers it to `vfmadd` on x86
+    /// with FMA, `fmla` on Arm; elsewhere it may round twice), else a multiply and an add.
     #[inline(always)]
     pub fn madd(a: V, b: V, c: V) -> V {
+        #[cfg(target_feature = "relaxed-simd")]
+        return f32x4_relaxed_madd(a, b, c);
+        #[cfg(not(target_feature = "relaxed-simd"))]
         f32x4_add(f32x4_mul(a, b), c)
     }
     #[inline(always)]
