@@ -6,7 +6,8 @@
 //                                                      { backend, adapter, software, bytes, seconds }
 //   { id, type: "chat", messages, options }         -> { token: text }*, then { result }
 //   { id, type: "generate", prompt, options }      -> { result } (a plain prompt, the cache reset first)
-//   { type: "stop" }                                 (no answer: the running chat stops after its next token)
+//   { type: "stop" }                                 (no answer: aborts the running generation's signal, which
+//                                                      ends it before another token is computed)
 //   { id, type: "load-embedder", backend, base }    -> { progress }*, then { backend, adapter, software, dimension, seconds }
 //   { id, type: "embed", texts }                    -> { vectors }
 import init, { Device, LanguageModel, SentenceEmbedder } from "./pkg/webtensor.js";
@@ -15,7 +16,8 @@ const ready = init();
 const devices = {};
 let llm = null;
 let embedder = null;
-let stopRequested = false;
+/** The running generation's AbortController (a "stop" message aborts it). */
+let generation = null;
 
 async function device(backend) {
   await ready;
@@ -48,19 +50,19 @@ const handlers = {
   },
   async chat(id, { messages, options }) {
     if (!llm) throw new Error("load the language model first");
-    stopRequested = false;
-    // the whole conversation each turn: its earlier turns are still in the KV cache and are not evaluated again
-    const result = await llm.chat(messages, options, (text) => {
-      if (text) self.postMessage({ id, token: text });
-      return !stopRequested;
+    generation = new AbortController();
+    // the whole conversation each turn: its earlier turns are still in the KV cache and are not evaluated again;
+    // every token is posted, an empty text too (an incomplete character), so that the page can count them
+    const result = await llm.chat(messages, { ...options, signal: generation.signal }, (text) => {
+      self.postMessage({ id, token: text });
     });
     return { result: { ...result, tokens: Array.from(result.tokens) } };
   },
   async generate(id, { prompt, options }) {
     if (!llm) throw new Error("load the language model first");
-    stopRequested = false;
+    generation = new AbortController();
     llm.reset();
-    const result = await llm.generate(prompt, options, () => !stopRequested);
+    const result = await llm.generate(prompt, { ...options, signal: generation.signal });
     return { result: { ...result, tokens: Array.from(result.tokens) } };
   },
   async "load-embedder"(id, { backend, base }) {
@@ -82,7 +84,7 @@ const handlers = {
 self.onmessage = async (e) => {
   const { id, type } = e.data;
   if (type === "stop") {
-    stopRequested = true;
+    generation?.abort();
     return;
   }
   try {

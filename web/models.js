@@ -57,8 +57,12 @@ async function send() {
   $("chat-log").append(Object.assign(document.createElement("div"), { className: "question", textContent: text }), answer);
   try {
     const messages = [...chat.history, { role: "user", content: text }];
+    answer.dataset.streamed = "0"; // tokens shown so far
     const { result } = await request({ type: "chat", messages, options: { maxTokens: Number($("chat-max").value) || 64 } },
-      ({ token }) => (answer.textContent += token));
+      ({ token }) => {
+        answer.textContent += token;
+        answer.dataset.streamed = String(Number(answer.dataset.streamed) + 1);
+      });
     answer.textContent = result.text;
     $("chat-speed").textContent = `prefill ${result.prefillTokens} tokens at ${result.prefillTokensPerS.toFixed(1)} ` +
       `tokens/s, decode ${result.decodeSteps} tokens at ${result.decodeTokensPerS.toFixed(1)} tokens/s ` +

@@ -35,6 +35,9 @@ export interface GenerateOptions {
   seed?: number;
   /** Generation stops when the text contains one of these (the text ends before it). */
   stop?: string[];
+  /** Stops the generation when aborted: checked between tokens, after the page has run, so an abort from a Stop
+   *  button (or a worker's message) ends it before another token is computed; the result says `"cancelled"`. */
+  signal?: AbortSignal;
 }
 /** A chat message. */
 export interface ChatMessage { role: string; content: string }
@@ -107,6 +110,34 @@ fn generate_options(o: &JsValue) -> Result<GenerateOptions, JsError> {
         None => return Err(JsError::new("options.stop must be an array of strings")),
     };
     Ok(GenerateOptions { max_tokens: count(o, "maxTokens")?.unwrap_or(128), sampling, stop })
+}
+
+/// `GenerateOptions` from JS: the sampling and stopping options, and an `AbortSignal`.
+struct RunOptions {
+    generate: GenerateOptions,
+    /// `options.signal`, or undefined.
+    signal: JsValue,
+}
+
+impl RunOptions {
+    fn of(o: &JsValue) -> Result<RunOptions, JsError> {
+        let generate = generate_options(o)?;
+        let signal = if o.is_object() {
+            Reflect::get(o, &"signal".into()).unwrap_or(JsValue::UNDEFINED)
+        } else {
+            JsValue::UNDEFINED
+        };
+        let is_signal = || Reflect::get(&signal, &"aborted".into()).is_ok_and(|a| a.as_bool().is_some());
+        if !signal.is_undefined() && (!signal.is_object() || !is_signal()) {
+            return Err(JsError::new("options.signal must be an AbortSignal"));
+        }
+        Ok(RunOptions { generate, signal })
+    }
+
+    /// Whether `signal` is aborted now.
+    fn aborted(&self) -> bool {
+        !self.signal.is_undefined() && Reflect::get(&self.signal, &"aborted".into()).is_ok_and(|a| a.is_truthy())
+    }
 }
 
 fn stop_name(s: StopReason) -> &'static str {
@@ -309,7 +340,7 @@ impl WebLanguageModel {
         #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions")] options: JsValue,
         #[wasm_bindgen(js_name = onToken, unchecked_optional_param_type = "OnToken")] on_token: JsValue,
     ) -> Result<JsValue, JsError> {
-        let options = generate_options(&options)?;
+        let options = RunOptions::of(&options)?;
         let ids = match prompt.as_string() {
             Some(text) => {
                 self.inner.try_borrow().map_err(|_| busy("model"))?.tokenizer.encode(&text).map_err(js_err)?
@@ -329,7 +360,7 @@ impl WebLanguageModel {
         #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions")] options: JsValue,
         #[wasm_bindgen(js_name = onToken, unchecked_optional_param_type = "OnToken")] on_token: JsValue,
     ) -> Result<JsValue, JsError> {
-        let options = generate_options(&options)?;
+        let options = RunOptions::of(&options)?;
         let ids = self.chat_prompt(messages)?.to_vec();
         self.run(&ids, &options, on_token.dyn_ref::<Function>()).await
     }
@@ -347,14 +378,9 @@ impl WebLanguageModel {
     // The borrow lasts the whole generation on purpose: JS is single-threaded, and a second call meanwhile
     // (reentrant from `onToken` or from the page) gets the "busy" error from `try_borrow_mut`.
     #[allow(clippy::await_holding_refcell_ref)]
-    async fn run(
-        &self,
-        ids: &[u32],
-        options: &GenerateOptions,
-        on_token: Option<&Function>,
-    ) -> Result<JsValue, JsError> {
+    async fn run(&self, ids: &[u32], options: &RunOptions, on_token: Option<&Function>) -> Result<JsValue, JsError> {
         let mut model = self.inner.try_borrow_mut().map_err(|_| busy("model"))?;
-        let mut s: TokenStream = model.start_async(ids, options).await.map_err(js_err)?;
+        let mut s: TokenStream = model.start_async(ids, &options.generate).await.map_err(js_err)?;
         while let Some(t) = model.next_token_async(&mut s).await.map_err(js_err)? {
             if let Some(f) = on_token {
                 let r = f.call2(&JsValue::NULL, &JsValue::from_str(&t.text), &JsValue::from(t.id));
@@ -372,6 +398,9 @@ impl WebLanguageModel {
             }
             if !s.is_finished() {
                 yield_to_event_loop().await;
+                if options.aborted() {
+                    s.cancel();
+                }
             }
         }
         Ok(generation_object(s.generation()))
