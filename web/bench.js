@@ -34,18 +34,33 @@ export async function seedExample(Graph, device) {
 
 /** A single run longer than this is measured once, without a separate warm-up run. */
 const LONG_RUN_MS = 1000;
+/** Runs shorter than LONG_RUN_MS are repeated untimed for this long first (ms). */
+const WARMUP_MS = 200;
 /** Timed runs stop after this much time (at least one run, at most MAX_REPS). */
 const TARGET_MS = 400;
-const MAX_REPS = 25;
+const MAX_REPS = 100;
+/** Progress is reported at most this often (ms). */
+const PROGRESS_MS = 100;
 
 /**
- * Times `runOnce()` (an async function resolving to the run's output): one warm-up run, then timed runs until
- * TARGET_MS have passed (at least one, at most MAX_REPS); a run longer than LONG_RUN_MS is timed once. When
- * `shouldStop()` turns true, no further run starts: the runs so far give the figure (the warm-up run's alone if
- * need be). Resolves to { out (the last output), ms (the median), reps }. Shared by webtensor's backends and the
- * onnxruntime-web peer (ort-peer.js), so that both are timed alike.
+ * Times `runOnce()` (an async function resolving to the run's output): warm-up runs for WARMUP_MS, then timed
+ * runs until TARGET_MS have passed (at least one, at most MAX_REPS); a run longer than LONG_RUN_MS is timed once.
+ * Progress goes to `onProgressEach` at most every PROGRESS_MS. When `shouldStop()` turns true, no further run
+ * starts: the runs so far give the figure (the warm-up run's alone if need be). Resolves to { out (the last
+ * output), ms (the median), reps }. Shared by webtensor's backends and the onnxruntime-web peer (ort-peer.js), so
+ * that both are timed alike.
  */
-export async function timeRuns(runOnce, onProgress = () => {}, shouldStop = () => false) {
+export async function timeRuns(runOnce, onProgressEach = () => {}, shouldStop = () => false) {
+  // at most one report per PROGRESS_MS: a message per run (a thousand a second at n = 256) keeps the page's main
+  // thread busy, taking a core from the runs being timed
+  let reported = -Infinity;
+  const onProgress = (p) => {
+    const now = performance.now();
+    if (now - reported >= PROGRESS_MS) {
+      reported = now;
+      onProgressEach(p);
+    }
+  };
   onProgress("warm-up run");
   const t1 = performance.now();
   let out = await runOnce();
@@ -54,6 +69,12 @@ export async function timeRuns(runOnce, onProgress = () => {}, shouldStop = () =
   if (first >= LONG_RUN_MS || shouldStop()) {
     times.push(first);
   } else {
+    // warm-up runs for WARMUP_MS: wasm engines start a function in a baseline tier and optimize it once it is hot
+    // (in the background), which a single short run does not reach
+    while (performance.now() - t1 < WARMUP_MS && !shouldStop()) {
+      onProgress("warm-up runs");
+      out = await runOnce();
+    }
     const end = performance.now() + TARGET_MS;
     while (times.length < MAX_REPS && (times.length === 0 || (performance.now() < end && !shouldStop()))) {
       onProgress(`timed run ${times.length + 1}`);
@@ -69,9 +90,9 @@ export async function timeRuns(runOnce, onProgress = () => {}, shouldStop = () =
 export const gflops = (n, ms) => (2 * n * n * n) / (ms * 1e6);
 
 /**
- * Times C = A·B for n×n matrices on `device`: compile once, then `timeRuns` of plan.run (upload, dispatch and
- * readback each). `compileOptions` go to Device.compile (e.g. { matmul: "64x64x16" } pins a kernel). Resolves to
- * { c, ms (median per run), reps, compileMs, gflops }.
+ * Times C = A·B for n×n matrices on `device`: compile once, then `timeRuns` of plan.runInto (upload, dispatch
+ * and readback into the same array each). `compileOptions` go to Device.compile (e.g. { matmul: "64x64x16" } pins
+ * a kernel). Resolves to { c, ms (median per run), reps, compileMs, gflops }.
  */
 export async function benchMatmul(Graph, device, n, a, b, onProgress = () => {}, shouldStop = () => false, compileOptions = {}) {
   const g = new Graph();
@@ -83,7 +104,9 @@ export async function benchMatmul(Graph, device, n, a, b, onProgress = () => {},
   const plan = await device.compile(g, [tc], compileOptions);
   const compileMs = performance.now() - t0;
   try {
-    const r = await timeRuns(async () => (await plan.run({ a, b }))[0], onProgress, shouldStop);
+    // C is read back into one array, reused: a loop that runs a plan many times allocates nothing per run
+    const c = new Float32Array(n * n);
+    const r = await timeRuns(async () => (await plan.runInto({ a, b }, [c]))[0], onProgress, shouldStop);
     return { c: r.out, ms: r.ms, reps: r.reps, compileMs, gflops: gflops(n, r.ms) };
   } finally {
     plan.free();

@@ -48,8 +48,7 @@ const handlers = {
       gen = Atomics.load(ctrl, GEN);
       if (gen === STOP) return {};
       try {
-        const [c] = await rows.plan.run({ a: rows.a, b: rows.b });
-        rows.c.set(c);
+        await rows.plan.runInto({ a: rows.a, b: rows.b }, [rows.c]);
       } catch (err) {
         Atomics.store(ctrl, FAILED, 1);
         console.error(`CPU worker rows [${rows.r0}, ${rows.r1}):`, err);
@@ -58,27 +57,32 @@ const handlers = {
       Atomics.notify(ctrl, DONE);
     }
   },
-  // Each run uploads A and B into the shared matrices, starts the helpers' rows, computes this worker's own, waits
-  // for the helpers in Atomics.wait and reads C back: the timing covers what one device's run does, without a
-  // message or an event-loop turn of the page's per run.
+  // Each run uploads what the helpers read (their rows of A, and B) into the shared matrices and starts them;
+  // this worker computes its own rows from the page's A and B, straight into C's readback array (its rows of A and
+  // B stay in this core's cache); it waits for the helpers in Atomics.wait and reads their rows of C back (each
+  // helper's plan writes them into the shared C: runInto). The timing covers what one device's run does (upload,
+  // multiply, readback), without a message or an event-loop turn of the page's per run.
   async "rows-bench"(dev, { id, n, a, b, helpers }) {
     if (!rows) throw new Error("rows-bench before rows-compile");
-    const { ctrl } = rows;
-    const [va, vb, vc] = [new Float32Array(rows.a.buffer), rows.b, new Float32Array(rows.c.buffer)];
+    const { ctrl, r0, r1 } = rows;
+    if (r0 !== 0) throw new Error("rows-bench: the leading worker computes the first rows");
+    const [sa, sb, sc] = [new Float32Array(rows.a.buffer), rows.b, new Float32Array(rows.c.buffer)];
     const failed = () => Atomics.load(ctrl, FAILED) !== 0;
+    const out = new Float32Array(n * n); // C read back here each run (a buffer allocated per run costs page faults)
+    const [own, ownC] = [a.subarray(0, r1 * n), out.subarray(0, r1 * n)];
     const runOnce = async () => {
       if (failed()) throw new Error("a CPU worker failed (see the console)");
-      va.set(a);
-      vb.set(b);
+      sa.set(a.subarray(r1 * n), r1 * n);
+      sb.set(b);
       Atomics.store(ctrl, DONE, 0);
       Atomics.add(ctrl, GEN, 1);
       Atomics.notify(ctrl, GEN);
-      const [c] = await rows.plan.run({ a: rows.a, b: rows.b });
-      rows.c.set(c);
+      await rows.plan.runInto({ a: own, b }, [ownC]);
       // the page sets FAILED when a helper is gone (its worker failed): the timeout lets this see it
       for (let done; (done = Atomics.load(ctrl, DONE)) < helpers && !failed(); ) Atomics.wait(ctrl, DONE, done, 100);
       if (failed()) throw new Error("a CPU worker's run failed (see the console)");
-      return vc.slice();
+      out.set(sc.subarray(r1 * n), r1 * n);
+      return out;
     };
     const r = await timeRuns(runOnce, (p) => self.postMessage({ id, progress: p }));
     return [{ c: r.out, ms: r.ms, reps: r.reps, gflops: gflops(n, r.ms) }, [r.out.buffer]];

@@ -1,7 +1,7 @@
 // onnxruntime-web, the matmul benchmark's peer on the same page: a one-node ONNX model (MatMul, written below,
 // 180 bytes) run by ORT's WebGPU execution provider on the page and by its wasm execution provider in a worker
 // (ort-worker.js, with as many threads as webtensor has CPU workers). Each run creates the input tensors from
-// the Float32Arrays, runs and reads the output back, as webtensor's plan.run does, and is timed by the same
+// the Float32Arrays, runs and reads the output back, as webtensor's plan.runInto does, and is timed by the same
 // timeRuns. ORT comes from web/vendor/ort, which scripts/serve.sh links to tests/e2e/node_modules (npm
 // onnxruntime-web); the page never fetches it from the internet.
 import { gflops, timeRuns } from "./bench.js";
