@@ -424,7 +424,7 @@ async fn bindings_run_into_given_arrays() {
         let nan = || Float32Array::from(&[f32::NAN; 4][..]);
         let (yv, amv, yhv) = (nan(), Int32Array::from(&[-7, -7][..]), nan());
         let given = Array::of3(&yv, &amv, &yhv);
-        let got = plan.run_into(inputs.clone().into(), given.clone()).await.unwrap();
+        let got = plan.run_into(inputs.clone().into(), given.clone().into()).await.unwrap();
         assert!(got.get(0) == JsValue::from(&yv) && got.get(2) == JsValue::from(&yhv), "{backend}: the arrays given");
         assert_eq!(yv.to_vec(), [58., -8., 139., 10.], "{backend}");
         assert_eq!(amv.to_vec(), [0, 0], "{backend}");
@@ -432,25 +432,32 @@ async fn bindings_run_into_given_arrays() {
 
         // null leaves an output on the device: the array given for another is still written
         let only = nan();
-        let got = plan.run_into(inputs.clone().into(), Array::of3(&JsValue::NULL, &only, &JsValue::NULL)).await;
+        let got = plan.run_into(inputs.clone().into(), Array::of3(&JsValue::NULL, &only, &JsValue::NULL).into()).await;
         assert!(got.as_ref().is_err(), "{backend}: an Int32Array is required for the argmax, not a Float32Array");
         let only = Int32Array::from(&[-7, -7][..]);
-        let got = plan.run_into(inputs.clone().into(), Array::of3(&JsValue::NULL, &only, &JsValue::NULL)).await;
+        let got = plan.run_into(inputs.clone().into(), Array::of3(&JsValue::NULL, &only, &JsValue::NULL).into()).await;
         let got = got.unwrap();
         assert!(got.get(0).is_null() && got.get(2).is_null(), "{backend}");
         assert_eq!(only.to_vec(), [0, 0], "{backend}");
 
-        // errors, before anything runs: count, length, type
-        let e = plan.run_into(inputs.clone().into(), Array::of1(&nan())).await.unwrap_err();
+        // errors, before anything runs: not an array, count, length, type
+        for not_array in [JsValue::UNDEFINED, JsValue::NULL, nan().into()] {
+            let e = plan.run_into(inputs.clone().into(), not_array).await.unwrap_err();
+            let msg = message(e.into());
+            assert!(msg.contains("runInto: outputs must be an array"), "{backend}: {msg}");
+        }
+        let e = plan.run_into(inputs.clone().into(), Array::of1(&nan()).into()).await.unwrap_err();
         let msg = message(e.into());
         assert!(msg.contains("1 output arrays given for 3 outputs"), "{backend}: {msg}");
         let short = Float32Array::from(&[f32::NAN; 3][..]);
-        let e = plan.run_into(inputs.clone().into(), Array::of3(&short, &amv, &yhv)).await.unwrap_err();
+        let e = plan.run_into(inputs.clone().into(), Array::of3(&short, &amv, &yhv).into()).await.unwrap_err();
         let msg = message(e.into());
         assert!(msg.contains("outputs[0] has 3 elements, output 0 [2, 2] holds 4"), "{backend}: {msg}");
         assert!(short.to_vec().iter().all(|v| v.is_nan()), "{backend}: nothing written on an error");
-        let e =
-            plan.run_into(inputs.into(), Array::of3(&yv, &amv, &Uint16Array::new_with_length(4))).await.unwrap_err();
+        let e = plan
+            .run_into(inputs.into(), Array::of3(&yv, &amv, &Uint16Array::new_with_length(4)).into())
+            .await
+            .unwrap_err();
         let msg = message(e.into());
         assert!(msg.contains("outputs[2] must be a Float32Array or null (output 2 [2, 2])"), "{backend}: {msg}");
     }

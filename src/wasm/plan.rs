@@ -122,8 +122,8 @@ impl WebPlan {
     }
 
     /// Runs the plan and reads back each output as `fetch` says (one entry per output; all of each when left
-    /// out): `"all"`, `"skip"` (computed, left on the device: `null` here) or `[start, end]`, rows of its first
-    /// axis (the last position's logits: `[T - 1, T]`); only those bytes are copied back. Each output comes in
+    /// out): `"all"`, `"skip"` (computed, left on the device: `null` here) or `[start, end]`, rows `start..end` of
+    /// its first axis, end exclusive (the last position's logits: `[T - 1, T]`); only those bytes are copied back. Each output comes in
     /// its dtype: `Int32Array` for int32 (an argmax is 4 bytes), `Float32Array` for float32 and float16.
     ///
     /// Rejects as `run` does, and when `fetch` has another length than the outputs or asks for rows outside one.
@@ -151,8 +151,11 @@ impl WebPlan {
     pub async fn run_into(
         &self,
         #[wasm_bindgen(unchecked_param_type = "PlanInputs")] inputs: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "Output[]")] outputs: Array,
+        #[wasm_bindgen(unchecked_param_type = "Output[]")] outputs: JsValue,
     ) -> Result<Array, JsError> {
+        let outputs: Array = outputs.dyn_into().map_err(|_| {
+            JsError::new("runInto: outputs must be an array with a typed array or null per output (see outputShapes)")
+        })?;
         let fetch = self.fetch_into(&outputs)?;
         let out = self.run_fetch(&inputs, fetch).await?;
         for (i, (t, target)) in out.iter().zip(outputs.iter()).enumerate() {
