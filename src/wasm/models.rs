@@ -35,9 +35,10 @@ export interface GenerateOptions {
   seed?: number;
   /** Generation stops when the text contains one of these (the text ends before it). */
   stop?: string[];
-  /** Stops the generation when aborted: checked between tokens, after the page has run, so an abort from a Stop
-   *  button (or a worker's message) ends it before another token is computed; the result says `"cancelled"`. */
-  signal?: AbortSignal;
+  /** Stops the generation when aborted: checked before the prefill, after it and between tokens, each time after
+   *  the page has run, so an abort from a Stop button (or a worker's message) ends it before another token is
+   *  computed (a prefill under way finishes first); the result says `"cancelled"`. `null`: no signal. */
+  signal?: AbortSignal | null;
 }
 /** A chat message. */
 export interface ChatMessage { role: string; content: string }
@@ -128,7 +129,7 @@ impl RunOptions {
             JsValue::UNDEFINED
         };
         let is_signal = || Reflect::get(&signal, &"aborted".into()).is_ok_and(|a| a.as_bool().is_some());
-        if !signal.is_undefined() && (!signal.is_object() || !is_signal()) {
+        if !signal.is_undefined() && !signal.is_null() && (!signal.is_object() || !is_signal()) {
             return Err(JsError::new("options.signal must be an AbortSignal"));
         }
         Ok(RunOptions { generate, signal })
@@ -136,7 +137,7 @@ impl RunOptions {
 
     /// Whether `signal` is aborted now.
     fn aborted(&self) -> bool {
-        !self.signal.is_undefined() && Reflect::get(&self.signal, &"aborted".into()).is_ok_and(|a| a.is_truthy())
+        self.signal.is_object() && Reflect::get(&self.signal, &"aborted".into()).is_ok_and(|a| a.is_truthy())
     }
 }
 
@@ -380,7 +381,15 @@ impl WebLanguageModel {
     #[allow(clippy::await_holding_refcell_ref)]
     async fn run(&self, ids: &[u32], options: &RunOptions, on_token: Option<&Function>) -> Result<JsValue, JsError> {
         let mut model = self.inner.try_borrow_mut().map_err(|_| busy("model"))?;
+        if options.aborted() {
+            return Ok(generation_object(&Generation::cancelled(ids)));
+        }
         let mut s: TokenStream = model.start_async(ids, &options.generate).await.map_err(js_err)?;
+        // an abort that came during the prefill (a worker handles its messages only now) ends it before a token
+        yield_to_event_loop().await;
+        if options.aborted() {
+            s.cancel();
+        }
         while let Some(t) = model.next_token_async(&mut s).await.map_err(js_err)? {
             if let Some(f) = on_token {
                 let r = f.call2(&JsValue::NULL, &JsValue::from_str(&t.text), &JsValue::from(t.id));

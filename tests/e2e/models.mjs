@@ -162,6 +162,14 @@ async function inNode(p, want) {
   if (aborted.tokens.length !== 2 || aborted.stop !== "cancelled") {
     fail(`node: a signal aborted at token 2 gave ${aborted.tokens.length} tokens, ${aborted.stop}`);
   }
+  // an already aborted signal: nothing evaluated; null: no signal
+  const before = await model.generate(PROMPT, { maxTokens: TOKENS, signal: AbortSignal.abort() });
+  if (before.tokens.length !== 0 || before.prefillTokens !== 0 || before.stop !== "cancelled") {
+    fail(`node: an aborted signal gave ${before.tokens.length} tokens after ${before.prefillTokens} prefilled, ${before.stop}`);
+  }
+  model.reset();
+  const unsignalled = await model.generate(PROMPT, { maxTokens: 1, signal: null });
+  if (unsignalled.tokens[0] !== r.tokens[0]) fail(`node: signal null gave token ${unsignalled.tokens[0]}`);
   let badSignal = "";
   await model.generate(PROMPT, { signal: "stop" }).catch((e) => (badSignal = e.message));
   if (!/options\.signal must be an AbortSignal/.test(badSignal)) fail(`node: signal "stop" gave: ${badSignal || "no error"}`);

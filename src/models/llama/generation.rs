@@ -66,6 +66,21 @@ impl Generation {
     pub fn decode_tokens_per_s(&self) -> f64 {
         self.decode_steps as f64 / (self.decode_ms / 1e3).max(1e-9)
     }
+
+    /// A generation of `prompt` cancelled before its prefill: nothing evaluated, no tokens.
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    pub(crate) fn cancelled(prompt: &[u32]) -> Generation {
+        Generation {
+            prompt: prompt.to_vec(),
+            prefill_tokens: 0,
+            tokens: vec![],
+            text: String::new(),
+            stop: StopReason::Cancelled,
+            prefill_ms: 0.0,
+            decode_ms: 0.0,
+            decode_steps: 0,
+        }
+    }
 }
 
 /// Milliseconds from an arbitrary start.
