@@ -3,8 +3,8 @@
 
 scripts/build-wasm.sh builds the library twice: `webtensor_bg.wasm` (simd128: every engine with wasm SIMD) and
 `webtensor_relaxed_bg.wasm` (simd128 and relaxed-simd: V8 since Chrome and Edge 114 and Node.js 21; other
-engines get the simd128 build). Their JS glue is the same, so one `webtensor.js` loads either. This script edits wasm-bindgen's glue (the version pinned
-in Cargo.lock) in place:
+engines get the simd128 build). Their JS glue is the same, so one `webtensor.js` loads either. This script edits
+wasm-bindgen's glue (the version pinned in Cargo.lock) in place:
 
 - `init()` with no argument fetches `wasmFile()` instead of `webtensor_bg.wasm`;
 - `wasmFile()` is exported (and declared in webtensor.d.ts): the file name of the build this engine runs, for

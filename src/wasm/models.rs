@@ -116,20 +116,17 @@ fn generate_options(o: &JsValue) -> Result<GenerateOptions, JsError> {
 /// `GenerateOptions` from JS: the sampling and stopping options, and an `AbortSignal`.
 struct RunOptions {
     generate: GenerateOptions,
-    /// `options.signal`, or undefined.
-    signal: JsValue,
+    /// `options.signal` (`None` when left out or null).
+    signal: Option<JsValue>,
 }
 
 impl RunOptions {
     fn of(o: &JsValue) -> Result<RunOptions, JsError> {
         let generate = generate_options(o)?;
-        let signal = if o.is_object() {
-            Reflect::get(o, &"signal".into()).unwrap_or(JsValue::UNDEFINED)
-        } else {
-            JsValue::UNDEFINED
-        };
-        let is_signal = || Reflect::get(&signal, &"aborted".into()).is_ok_and(|a| a.as_bool().is_some());
-        if !signal.is_undefined() && !signal.is_null() && (!signal.is_object() || !is_signal()) {
+        let signal = if o.is_object() { Reflect::get(o, &"signal".into()).ok() } else { None };
+        let signal = signal.filter(|s| !s.is_undefined() && !s.is_null());
+        let aborted_flag = |s: &JsValue| Reflect::get(s, &"aborted".into()).ok().and_then(|a| a.as_bool());
+        if signal.as_ref().is_some_and(|s| !s.is_object() || aborted_flag(s).is_none()) {
             return Err(JsError::new("options.signal must be an AbortSignal"));
         }
         Ok(RunOptions { generate, signal })
@@ -137,7 +134,7 @@ impl RunOptions {
 
     /// Whether `signal` is aborted now.
     fn aborted(&self) -> bool {
-        self.signal.is_object() && Reflect::get(&self.signal, &"aborted".into()).is_ok_and(|a| a.is_truthy())
+        self.signal.as_ref().is_some_and(|s| Reflect::get(s, &"aborted".into()).is_ok_and(|a| a.is_truthy()))
     }
 }
 
@@ -386,9 +383,11 @@ impl WebLanguageModel {
         }
         let mut s: TokenStream = model.start_async(ids, &options.generate).await.map_err(js_err)?;
         // an abort that came during the prefill (a worker handles its messages only now) ends it before a token
-        yield_to_event_loop().await;
-        if options.aborted() {
-            s.cancel();
+        if options.signal.is_some() {
+            yield_to_event_loop().await;
+            if options.aborted() {
+                s.cancel();
+            }
         }
         while let Some(t) = model.next_token_async(&mut s).await.map_err(js_err)? {
             if let Some(f) = on_token {

@@ -123,8 +123,9 @@ impl WebPlan {
 
     /// Runs the plan and reads back each output as `fetch` says (one entry per output; all of each when left
     /// out): `"all"`, `"skip"` (computed, left on the device: `null` here) or `[start, end]`, rows `start..end` of
-    /// its first axis, end exclusive (the last position's logits: `[T - 1, T]`); only those bytes are copied back. Each output comes in
-    /// its dtype: `Int32Array` for int32 (an argmax is 4 bytes), `Float32Array` for float32 and float16.
+    /// its first axis, end exclusive (the last position's logits: `[T - 1, T]`); only those bytes are copied back.
+    /// Each output comes in its dtype: `Int32Array` for int32 (an argmax is 4 bytes), `Float32Array` for float32
+    /// and float16.
     ///
     /// Rejects as `run` does, and when `fetch` has another length than the outputs or asks for rows outside one.
     #[wasm_bindgen(js_name = runWith, unchecked_return_type = "Output[]")]
@@ -214,7 +215,6 @@ impl WebPlan {
         if outputs.length() as usize != n {
             return Err(JsError::new(&format!("runInto: {} output arrays given for {n} outputs", outputs.length())));
         }
-        let int_out = |i: usize| self.output_dtypes.get(i) == Some(&DType::I32);
         outputs
             .iter()
             .enumerate()
@@ -223,7 +223,7 @@ impl WebPlan {
                     return Ok(Fetch::Skip);
                 }
                 let shape = &self.output_shapes[i];
-                let (len, want) = if int_out(i) {
+                let (len, want) = if self.output_dtypes[i] == DType::I32 {
                     (v.dyn_ref::<Int32Array>().map(Int32Array::length), "an Int32Array")
                 } else {
                     (v.dyn_ref::<Float32Array>().map(Float32Array::length), "a Float32Array")

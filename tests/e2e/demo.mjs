@@ -19,7 +19,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { startServer } from "./serve.mjs";
+import { CHROMIUM_FLAGS, startServer } from "./serve.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const size = Number(process.env.E2E_SIZE ?? 256);
@@ -28,16 +28,6 @@ const artifacts = join(root, "artifacts");
 /** The page must never stop handling events for longer than this (page load and wasm compile included). */
 const MAX_STALL_MS = 1000;
 const SEED_ROWS = ["60 55 50 110", "90 54 54 126", "42 29 28 64"];
-const FLAGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
-
 function fail(msg) {
   throw new Error(msg);
 }
@@ -53,7 +43,7 @@ async function visit(url, { webgpu, screenshot }) {
       executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
       headless: true,
       viewport: { width: 1200, height: 900 },
-      args: webgpu ? [...FLAGS, "--enable-unsafe-webgpu"] : FLAGS,
+      args: webgpu ? [...CHROMIUM_FLAGS, "--enable-unsafe-webgpu"] : CHROMIUM_FLAGS,
     });
     const page = context.pages()[0] ?? (await context.newPage());
     page.on("console", (m) => log.push(`console.${m.type()}: ${m.text()}`));
@@ -155,7 +145,7 @@ async function withPage(label, viewport, use) {
       executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
       headless: true,
       viewport,
-      args: [...FLAGS, "--enable-unsafe-webgpu"],
+      args: [...CHROMIUM_FLAGS, "--enable-unsafe-webgpu"],
     });
     const page = context.pages()[0] ?? (await context.newPage());
     await use(page);

@@ -19,7 +19,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, cpSync, mkd
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { startServer } from "./serve.mjs";
+import { copyDemo, startServer } from "./serve.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const PROMPT = "The capital of France is";
@@ -254,8 +254,7 @@ async function inChromium(p, want) {
   mkdirSync(join(site, "minilm/1_Pooling"), { recursive: true });
   for (const f of MINILM_FILES) symlinkSync(join(p.minilm, f), join(site, "minilm", f));
   // the demo, with its models where scripts/serve.sh puts them
-  cpSync(join(root, "web"), join(site, "demo"), { recursive: true, filter: (f) => !/\/web\/(pkg|models|vendor)(\/|$)/.test(f) });
-  cpSync(join(root, "pkg"), join(site, "demo/pkg"), { recursive: true });
+  copyDemo(join(site, "demo"));
   mkdirSync(join(site, "demo/models"));
   symlinkSync(p.gguf, join(site, "demo/models/smollm2-135m-instruct.q4_1.gguf"));
   symlinkSync(p.minilm, join(site, "demo/models/all-minilm-l6-v2"));
