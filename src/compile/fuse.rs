@@ -34,19 +34,22 @@ fn reads_state(p: &Program, id: NodeId) -> bool {
     p.nodes[id].step.srcs().iter().any(|&s| p.is_state(p.nodes[s].storage))
 }
 
+/// Builds one fused expression: operands are expanded depth-first while the expression keeps to
+/// [`MAX_LEAVES`] operands; an operand whose expansion would not leave room for its later siblings stays a leaf
+/// (it then roots a fused kernel of its own), so a chain too long for one kernel is fused in pieces.
 struct Builder<'a> {
     p: &'a Program,
     fusible: &'a [bool],
     absorbed: &'a mut Vec<bool>,
     leaves: Vec<NodeId>,
+    /// The nodes absorbed so far, in order (a trial expansion that does not fit is undone from here).
+    journal: Vec<NodeId>,
+    /// The expression of each node expanded so far: an operand read twice is expanded once.
+    expanded: Vec<(NodeId, Expr)>,
 }
 
 impl Builder<'_> {
-    fn operand(&mut self, s: NodeId) -> Expr {
-        if self.fusible[s] && !self.absorbed[s] {
-            self.absorbed[s] = true;
-            return self.build(s);
-        }
+    fn leaf(&mut self, s: NodeId) -> Expr {
         let k = self.leaves.iter().position(|&l| l == s).unwrap_or_else(|| {
             self.leaves.push(s);
             self.leaves.len() - 1
@@ -54,12 +57,38 @@ impl Builder<'_> {
         Expr::Leaf(k)
     }
 
-    /// The expression of elementwise node `id` with its operands expanded (fusible ones) or made leaves.
-    fn build(&mut self, id: NodeId) -> Expr {
+    /// Operand `s` of an expression that needs room for `reserve` more leaves after it.
+    fn operand(&mut self, s: NodeId, reserve: usize) -> Expr {
+        if let Some((_, e)) = self.expanded.iter().find(|(n, _)| *n == s) {
+            return e.clone();
+        }
+        if self.fusible[s] && !self.absorbed[s] {
+            let (leaves, journal, expanded) = (self.leaves.len(), self.journal.len(), self.expanded.len());
+            self.absorbed[s] = true;
+            self.journal.push(s);
+            let e = self.build(s, reserve);
+            if self.leaves.len() + reserve <= MAX_LEAVES {
+                self.expanded.push((s, e.clone()));
+                return e;
+            }
+            // too many operands: undo the trial, read s as a leaf
+            for n in self.journal.drain(journal..) {
+                self.absorbed[n] = false;
+            }
+            self.leaves.truncate(leaves);
+            self.expanded.truncate(expanded);
+        }
+        self.leaf(s)
+    }
+
+    /// The expression of elementwise node `id` with its operands expanded (fusible ones, while they fit) or made
+    /// leaves, leaving room for `reserve` more leaves.
+    fn build(&mut self, id: NodeId, reserve: usize) -> Expr {
         let Step::Elementwise { expr, srcs } = &self.p.nodes[id].step else {
             unreachable!("only elementwise steps are built into expressions")
         };
-        expr.map_leaves(&mut |k| self.operand(srcs[k]))
+        let n = srcs.len();
+        expr.map_leaves(&mut |k| self.operand(srcs[k], reserve + n - 1 - k))
     }
 }
 
@@ -105,12 +134,16 @@ pub(crate) fn fuse(mut p: Program) -> Program {
             continue;
         }
         let mut trial = absorbed.clone();
-        let mut b = Builder { p: &p, fusible: &fusible, absorbed: &mut trial, leaves: Vec::new() };
-        let mut expr = b.build(root);
+        let mut b = Builder {
+            p: &p,
+            fusible: &fusible,
+            absorbed: &mut trial,
+            leaves: Vec::new(),
+            journal: Vec::new(),
+            expanded: Vec::new(),
+        };
+        let mut expr = b.build(root, 0);
         let mut leaves = b.leaves;
-        if leaves.len() > MAX_LEAVES + 1 {
-            continue; // too many operands for one kernel: leave this root unfused
-        }
         // a matmul leaf of the root's shape with no other consumer hosts the expression
         let shape = &p.nodes[root].layout.shape;
         let host = leaves
