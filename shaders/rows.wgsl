@@ -129,7 +129,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
         let total = row_sum(s, lid);
         if (lid == 0u) {
-            st_out(row + P.out_offset, {{OUT_C}}(select(total, total / f32(N), OP == MEAN)));
+            st_out(row + P.out_offset, {{OUT_C}}(select(total, div_rn(total, f32(N)), OP == MEAN)));
         }
         return;
     }
@@ -172,14 +172,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         for (var j = lid; j < N; j = j + WG) {
             s = s + load_x(xb, j);
         }
-        mean = row_sum(s, lid) / f32(N);
+        mean = div_rn(row_sum(s, lid), f32(N));
     }
     var q = 0.0;
     for (var j = lid; j < N; j = j + WG) {
         let d = load_x(xb, j) - mean;
         q = q + d * d;
     }
-    let inv = inverseSqrt(row_sum(q, lid) / f32(N) + P.eps);
+    let inv = inverseSqrt(div_rn(row_sum(q, lid), f32(N)) + P.eps);
     for (var j = lid; j < N; j = j + WG) {
         st_out(ob + j, {{OUT_C}}((load_x(xb, j) - mean) * inv));
     }

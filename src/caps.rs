@@ -137,6 +137,10 @@ pub struct Capabilities {
     /// (bf16, ggml's block types) as weights that matmul and get_rows read. f16 is listed whether or not the
     /// adapter has `shader_f16`: without it f16 tensors are stored packed and unpacked in the shader.
     pub dtypes: Vec<DType>,
+    /// Why webtensor cannot run on this adapter (`None`: it can): it lacks compute shaders (an OpenGL context
+    /// older than 4.3, GLES older than 3.1) or WebGPU's minimum compute limits. [`Device::best`](crate::Device::best)
+    /// passes such adapters over and asking for one by backend is an error that gives this reason.
+    pub unusable: Option<String>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -144,4 +148,84 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// A fresh identity for a device or an external tensor (unique in the process).
 pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+impl std::str::FromStr for DeviceType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<DeviceType> {
+        [DeviceType::DiscreteGpu, DeviceType::IntegratedGpu, DeviceType::VirtualGpu, DeviceType::Cpu, DeviceType::Other]
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| Error::InvalidArgument {
+                op: "DeviceType::from_str",
+                reason: format!(
+                    "unknown device type '{s}' (expected DiscreteGpu, IntegratedGpu, VirtualGpu, Cpu or Other)"
+                ),
+            })
+    }
+}
+
+impl Capabilities {
+    /// Reads one adapter's capabilities as `webtensor info --json` prints them (an element of its `adapters`
+    /// array): a recorded adapter profile, from which plans can be compiled and checked without the adapter.
+    /// Missing `dtypes` means every dtype; missing `unusable` means usable.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the field when the JSON is malformed or a field is missing or of the
+    /// wrong type.
+    pub fn from_json(json: &str) -> Result<Capabilities> {
+        let bad = |reason: String| Error::InvalidArgument { op: "Capabilities::from_json", reason };
+        let v: serde_json::Value = serde_json::from_str(json).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let field = |k: &str| v.get(k).ok_or_else(|| bad(format!("missing field '{k}'")));
+        let text =
+            |k: &str| field(k)?.as_str().map(str::to_string).ok_or_else(|| bad(format!("'{k}' is not a string")));
+        let num = |k: &str| field(k)?.as_u64().ok_or_else(|| bad(format!("'{k}' is not a non-negative integer")));
+        let num32 = |k: &str| u32::try_from(num(k)?).map_err(|_| bad(format!("'{k}' exceeds u32")));
+        let flag = |k: &str| field(k)?.as_bool().ok_or_else(|| bad(format!("'{k}' is not a boolean")));
+        let strings = |k: &str| -> Result<Vec<String>> {
+            let a = field(k)?.as_array().ok_or_else(|| bad(format!("'{k}' is not an array")))?;
+            a.iter()
+                .map(|s| s.as_str().map(str::to_string).ok_or_else(|| bad(format!("'{k}' holds a non-string"))))
+                .collect()
+        };
+        let sub = field("subgroup_size")?.as_array().filter(|a| a.len() == 2);
+        let sub = sub.and_then(|a| Some((u32::try_from(a[0].as_u64()?).ok()?, u32::try_from(a[1].as_u64()?).ok()?)));
+        let subgroup_size = sub.ok_or_else(|| bad("'subgroup_size' is not a pair of integers".into()))?;
+        let dtypes = match v.get("dtypes") {
+            None => DType::ALL.to_vec(),
+            Some(_) => strings("dtypes")?
+                .iter()
+                .map(|n| {
+                    DType::ALL
+                        .iter()
+                        .copied()
+                        .find(|d| d.name() == n)
+                        .ok_or_else(|| bad(format!("unknown dtype '{n}'")))
+                })
+                .collect::<Result<_>>()?,
+        };
+        let unusable = match v.get("unusable") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(_) => Some(text("unusable")?),
+        };
+        Ok(Capabilities {
+            backend: text("backend")?.parse()?,
+            name: text("name")?,
+            device_type: text("device_type")?.parse()?,
+            driver: text("driver")?,
+            max_storage_binding_bytes: num("max_storage_binding_bytes")?,
+            max_buffer_bytes: num("max_buffer_bytes")?,
+            max_workgroup_storage_bytes: num32("max_workgroup_storage_bytes")?,
+            max_invocations_per_workgroup: num32("max_invocations_per_workgroup")?,
+            max_workgroups_per_dimension: num32("max_workgroups_per_dimension")?,
+            min_storage_offset_alignment: num32("min_storage_offset_alignment")?,
+            min_uniform_offset_alignment: num32("min_uniform_offset_alignment")?,
+            shader_f16: flag("shader_f16")?,
+            subgroups: flag("subgroups")?,
+            subgroup_size,
+            cooperative_matrix: strings("cooperative_matrix")?,
+            dtypes,
+            unusable,
+        })
+    }
 }

@@ -140,6 +140,20 @@ impl Device {
         Ok(Device { backend: Arc::new(Arc::new(gpu)) })
     }
 
+    /// A GPU device taking a profile's decisions (see `testing::device_with_profile`).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn with_profile(
+        kind: BackendKind,
+        profile: &Capabilities,
+        emulate_coop: bool,
+        tune_problem: (usize, usize),
+    ) -> Result<Device> {
+        let gpu =
+            pollster::block_on(GpuBackend::new_with(kind, true))?.with_profile(profile, emulate_coop, tune_problem);
+        #[allow(clippy::arc_with_non_send_sync)]
+        Ok(Device { backend: Arc::new(Arc::new(gpu)) })
+    }
+
     /// A GPU device whose mat-vec kernel splits each output's sum (see `testing::device_with_matvec_reduce`).
     #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn with_matvec_reduce(kind: BackendKind, subgroups: bool) -> Result<Device> {
@@ -314,7 +328,7 @@ impl Plan {
     /// dtype or shape; [`Error::Gpu`] when the device is lost (the message says so, and every later run of
     /// this plan fails the same way at once: create a new [`Device`] and compile again), on an out-of-memory
     /// or validation error, or natively when the GPU does not finish and map the outputs within the bound set
-    /// by [`READBACK_TIMEOUT_ENV`](crate::gpu::READBACK_TIMEOUT_ENV) (60 s by default). Device faults never panic,
+    /// by [`READBACK_TIMEOUT_ENV`](crate::backend::gpu::config::READBACK_TIMEOUT_ENV) (60 s by default). Device faults never panic,
     /// and a run never waits past that bound.
     pub async fn run_async(&mut self, inputs: &[(Tensor, &HostTensor)]) -> Result<Vec<HostTensor>> {
         let values: Vec<(Tensor, Value)> = inputs.iter().map(|&(t, v)| (t, Value::Host(v))).collect();

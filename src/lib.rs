@@ -50,8 +50,16 @@ mod device;
 mod dtype;
 mod error;
 pub mod gguf;
-pub mod gpu;
 mod graph;
+/// GPU tuning vocabulary: the matmul kernels' tile configurations, the choice a plan or the environment can pin,
+/// the environment variables the GPU backend reads, and what the tuner chose for an adapter. Everything else
+/// about a GPU device is in [`Capabilities`].
+pub mod gpu {
+    pub use crate::backend::gpu::config::*;
+    pub use crate::backend::gpu::lower::target::uses_cooperative_matrices;
+    #[cfg(not(target_arch = "wasm32"))]
+    pub use crate::backend::gpu::tune::tuned_kernels;
+}
 pub mod io;
 #[cfg(feature = "models")]
 pub mod models;
@@ -63,7 +71,7 @@ mod tensor;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 
-pub use backend::{CompileOptions, PlanStats};
+pub use backend::{CompileOptions, PlanStats, TransferStats, PROGRESS_LOG};
 pub use caps::{BackendKind, Capabilities, DeviceType, BACKEND_ENV};
 pub use device::{Device, Plan};
 pub use dtype::DType;
@@ -74,12 +82,6 @@ pub use resident::{Bytes, Resident, State};
 pub use run::{Fetch, Value};
 pub use shape::MAX_RANK;
 pub use tensor::{Data, HostTensor};
-
-/// The `log` target of webtensor's announcements of work that can take seconds (tuning the matmul kernels,
-/// building a plan's pipelines, loading a model): one line before each, at info level, saying whether it happens
-/// once and where its result is cached. The CLI shows them by default; `RUST_LOG=webtensor::progress=off` hides
-/// them.
-pub const PROGRESS_LOG: &str = "webtensor::progress";
 
 /// Internals exposed for the test suite (WGSL variants for naga validation, the kernel parameter layouts). Not a
 /// stable API.
@@ -93,6 +95,62 @@ pub mod testing {
     /// each other.
     pub fn params_layouts() -> Vec<ParamsLayout> {
         crate::backend::gpu::params::layouts()
+    }
+
+    /// One dispatch of a plan compiled for an adapter profile: its kernel's name and workgroup grid.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct ProfileDispatch {
+        pub kernel: String,
+        pub workgroups: [u32; 3],
+        /// f16 tensors are stored packed in u32 words (the adapter lacks SHADER_F16).
+        pub packed_f16: bool,
+    }
+
+    /// The dispatches a GPU with capabilities `caps` (a recorded adapter profile, [`crate::Capabilities::from_json`])
+    /// runs for `outputs` of `graph`, compiled without a device: the pass list and lowering, with every decision
+    /// that depends on the adapter (fusion, kernel choice, f16 path, subgroups, cooperative matrices, splitting)
+    /// taken from `caps`. Matmuls take `options.matmul` when pinned, else the default tiled configuration and
+    /// the first cooperative-matrix configuration that fits (as if tuned to those).
+    pub fn plan_for_capabilities(
+        caps: &crate::Capabilities,
+        graph: &crate::Graph,
+        outputs: &[crate::Tensor],
+        options: &crate::CompileOptions,
+    ) -> crate::Result<Vec<ProfileDispatch>> {
+        let ds = crate::backend::gpu::profile::plan_for_capabilities(caps, graph, outputs, options)?;
+        Ok(ds
+            .iter()
+            .map(|d| ProfileDispatch {
+                kernel: d.key.kind.name(),
+                workgroups: d.workgroups,
+                packed_f16: d.key.packed_f16,
+            })
+            .collect())
+    }
+
+    /// The matmul tuner's verdict on `choice` for an adapter with capabilities `caps`, from its problem's plans
+    /// compiled without the adapter: `Ok(Err(why))` when the tuner would pass the candidate over before checking
+    /// its results (its plans do not build, or a matmul dispatch runs another kernel).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn tuner_verdict(
+        caps: &crate::Capabilities,
+        choice: crate::backend::gpu::config::MatmulChoice,
+    ) -> crate::Result<std::result::Result<(), String>> {
+        crate::backend::gpu::tune::verdict_for_capabilities(caps, choice)
+    }
+
+    /// A GPU device of `kind` that takes the decisions an adapter with capabilities `profile` takes, where this
+    /// adapter can carry them out (device type, shader-f16 and subgroups where both have them, cooperative
+    /// matrices emulated where the profile has them and `emulate_coop`, the smaller of each limit); its matmul
+    /// tuner times `tune_problem` = (n, repetitions). For running the suites under a recorded profile on lavapipe.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn device_with_profile(
+        kind: crate::BackendKind,
+        profile: &crate::Capabilities,
+        emulate_coop: bool,
+        tune_problem: (usize, usize),
+    ) -> crate::Result<crate::Device> {
+        crate::Device::with_profile(kind, profile, emulate_coop, tune_problem)
     }
 
     /// A GPU device of `kind` created without SHADER_F16, so f16 tensors are stored packed in u32 words and

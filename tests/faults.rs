@@ -347,9 +347,13 @@ fn oom_child() {
     let limit: u64 = std::env::var("WEBTENSOR_FAULTS_LIMIT_KIB").unwrap().parse().unwrap();
     check_matmul(&device, 64);
     let caps = device.capabilities();
-    // inputs of up to 128 MiB each, in total 2 GiB more than the whole address space the process may use
-    let each = caps.max_storage_binding_bytes.min(caps.max_buffer_bytes).min(128 << 20) / 4 * 4;
-    let count = ((limit << 10) + (2 << 30)).div_ceil(each) as usize;
+    // More than the device can hold: a software adapter's memory is the process's, which the address-space limit
+    // bounds, so 2 GiB more than the limit; a hardware GPU's memory is its own (an H200 has 141 GB), so 4 TiB
+    // more, beyond any GPU's memory and this machine's. Inputs as large as one binding allows (at most 2 GiB).
+    let software = caps.device_type == webtensor::DeviceType::Cpu;
+    let beyond: u64 = if software { 2 << 30 } else { 4 << 40 };
+    let each = caps.max_storage_binding_bytes.min(caps.max_buffer_bytes).min(2 << 30) / 4 * 4;
+    let count = ((limit << 10) + beyond).div_ceil(each) as usize;
     let mut g = Graph::new();
     let xs: Vec<Tensor> =
         (0..count).map(|i| g.input(&format!("x{i}"), DType::F32, &[each as usize / 4]).unwrap()).collect();

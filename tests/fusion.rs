@@ -302,6 +302,32 @@ fn forms() -> Vec<Form> {
     let out = g.cast(y, F32).unwrap();
     let xv = f16_values(&[4, 33], |i| [300.0, 10.0, -256.0, 2049.0][i % 4]);
     v.push(Form { name: "f16 sqr, scale, cast", graph: g, inputs: vec![(x, xv)], out, kernel: "elementwise" });
+    // f32 values through an f16 intermediate and back, fused: every rounding case of f16 (ties to even at every
+    // exponent, subnormals, underflow to zero, the overflow boundary at 65520), bit for bit as the CPU's half
+    let special =
+        [65504.0, 65519.996, 65520.0, -65520.0, 70000.0, 2f32.powi(-25), 3.0 * 2f32.powi(-26), 2f32.powi(-24)];
+    let special = special.into_iter().chain([2f32.powi(-14), 1.000_488_3, 1.000_244_1, -2049.0, 2051.0, 0.0, -0.0]);
+    let mut xs: Vec<f32> = special.collect();
+    let mut state = 0x2545_f491_u32;
+    while xs.len() < 8192 {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        // exponents 2^-28 .. 2^17, any fraction and sign: the whole range f16 rounds into
+        let exp = 99 + (state >> 8) % 46;
+        xs.push(f32::from_bits((state & 0x8000_0000) | (exp << 23) | (state.rotate_left(11) & 0x007f_ffff)));
+    }
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[8192]).unwrap();
+    let h = g.cast(x, webtensor::DType::F16).unwrap();
+    let h = g.scale(h, 1.0).unwrap();
+    let out = g.cast(h, F32).unwrap();
+    let xv = webtensor::HostTensor::f32(&[8192], xs).unwrap();
+    v.push(Form {
+        name: "f32 through f16, every rounding",
+        graph: g,
+        inputs: vec![(x, xv)],
+        out,
+        kernel: "elementwise",
+    });
     // f16 matmuls whose sums pass 65504 (and round: 2049·k is not an f16 for some k), then bias and a cast to f32
     for (name, m, kernel) in [("f16 matmul + bias, cast", 40, "matmul"), ("f16 mat-vec + bias, cast", 1, "matvec")] {
         let (k, n) = (64, 32);

@@ -210,7 +210,7 @@ fn the_cache_carries_a_conversation_and_limits_hold() {
 
 #[test]
 fn other_architectures_are_refused_by_name() {
-    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/quant.gguf")).unwrap();
+    let bytes = std::fs::read(common::repo_file("tests/data/quant.gguf")).unwrap();
     let f = webtensor::gguf::GgufFile::from_bytes("quant.gguf", webtensor::Bytes::from_vec(bytes)).unwrap();
     let e = Llama::from_gguf(&Device::cpu(), &f, LlamaOptions::default()).err().unwrap().to_string();
     assert!(e.contains("architecture") && e.contains("quant.gguf"), "{e}");
@@ -222,7 +222,7 @@ fn other_architectures_are_refused_by_name() {
 /// decoding them gives the text back.
 #[test]
 fn sentencepiece_vocabulary_tokenizes_as_llama_cpp() {
-    let f = webtensor::gguf::GgufFile::open(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/spm_vocab.gguf")).unwrap();
+    let f = webtensor::gguf::GgufFile::open(&common::repo_file("tests/data/spm_vocab.gguf")).unwrap();
     let tok = webtensor::models::Tokenizer::from_gguf(&f).unwrap();
     let reference: Json = serde_json::from_str(include_str!("data/spm_reference.json")).unwrap();
     for case in reference["cases"].as_array().unwrap() {

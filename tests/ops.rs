@@ -9,7 +9,7 @@ mod common;
 use common::reference::{self as r, Arr};
 use common::{inp, inp_given, inp_map, run_suite, Case};
 use webtensor::DType::{self, F16, F32, I32};
-use webtensor::{GluOp, Graph, ReduceOp, Result, RowOp, Tensor, UnaryOp};
+use webtensor::{BinaryOp, GluOp, Graph, ReduceOp, Result, RowOp, Tensor, UnaryOp};
 
 const SHAPES: &[&[usize]] = &[&[1], &[7, 13], &[33, 255], &[2, 3, 257], &[1000], &[2, 2, 3, 5]];
 
@@ -113,14 +113,14 @@ fn glu_ops() {
     run_suite("glu", &cases);
 }
 
-type BinaryBuild = fn(&mut Graph, Tensor, Tensor) -> Result<Tensor>;
-
-fn binary_fn(name: &str) -> (BinaryBuild, fn(f64, f64) -> f64) {
-    match name {
-        "add" => (|g, a, b| g.add(a, b), |a, b| a + b),
-        "sub" => (|g, a, b| g.sub(a, b), |a, b| a - b),
-        "mul" => (|g, a, b| g.mul(a, b), |a, b| a * b),
-        _ => (|g, a, b| g.div(a, b), |a, b| a / b),
+/// The f64 reference of each row of the binary table (`BinaryOp::ALL`); a row without one fails here.
+fn binary_reference(op: BinaryOp) -> fn(f64, f64) -> f64 {
+    match op.name() {
+        "add" => |a, b| a + b,
+        "sub" => |a, b| a - b,
+        "mul" => |a, b| a * b,
+        "div" => |a, b| a / b,
+        other => panic!("no f64 reference for binary op {other}"),
     }
 }
 
@@ -140,8 +140,9 @@ fn binary_ops() {
     ];
     let away_from_zero = |x: f64| if x.abs() < 0.25 { x.signum().max(0.0) * 0.5 + 0.25 } else { x };
     let mut cases = Vec::new();
-    for name in ["add", "sub", "mul", "div"] {
-        let (op, f) = binary_fn(name);
+    for &bop in BinaryOp::ALL {
+        let (name, f) = (bop.name(), binary_reference(bop));
+        let op = move |g: &mut Graph, a: Tensor, b: Tensor| g.binary(bop, a, b);
         for &(sa, sb) in pairs {
             for dtype in [F32, F16] {
                 if dtype == F16 && sa.iter().product::<usize>() > 100_000 {
@@ -191,6 +192,31 @@ fn binary_ops() {
             ));
         }
     }
+    // division correctly rounded to f32 (WGSL's `/` may be 2.5 ULP off: NVIDIA's driver gave 6 / 3 = 1.9999999),
+    // against the f64 quotient of the f32 inputs rounded to f32 (exact: f64 has over 2 × 24 + 2 bits), and exact
+    // quotients exact
+    cases.push(
+        Case::new(
+            "div/f32/correctly-rounded",
+            vec![inp_map(F32, &[64, 257], 1, |x| x * 1e3), inp_map(F32, &[64, 257], 2, |x| x * 7.0 + 7.5)],
+            |g, x| g.div(x[0], x[1]),
+            |x| r::binary(&x[0], &x[1], |a, b| (a / b) as f32 as f64),
+        )
+        .tol(0.0),
+    );
+    let (nums, dens): (Vec<f64>, Vec<f64>) = (1..=1024)
+        .map(|i| (3.0 + (i % 61) as f64, [3.0, 7.0, 0.1f32 as f64, 49.0][i % 4]))
+        .map(|(k, d)| (k * d, d))
+        .unzip();
+    cases.push(
+        Case::new(
+            "div/f32/exact-quotients",
+            vec![inp_given(F32, &[1024], nums), inp_given(F32, &[1024], dens)],
+            |g, x| g.div(x[0], x[1]),
+            |x| r::binary(&x[0], &x[1], |a, b| (a / b) as f32 as f64),
+        )
+        .tol(0.0),
+    );
     // a column-vector broadcast, exact values (the wrong-axis signature would be [[20, 80], [60, 160]])
     cases.push(
         Case::new(

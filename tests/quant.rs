@@ -9,11 +9,9 @@ use common::{inp, inp_given, inp_raw, run_suite, Case};
 use webtensor::gguf::GgufFile;
 use webtensor::DType::{self, F16, F32, I32};
 
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/quant.gguf");
-
 /// Every block type of the fixture: (dtype, w bytes, w decoded), w [9, 512].
 fn weights() -> Vec<(DType, Vec<u8>, Vec<f64>)> {
-    let f = GgufFile::open(FIXTURE).unwrap();
+    let f = GgufFile::open(&common::repo_file("tests/data/quant.gguf")).unwrap();
     ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "bf16", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
         .into_iter()
         .map(|name| {

@@ -337,3 +337,49 @@ fn many_rows_against_a_transposed_weight() {
         assert_eq!(device.resident_bytes(), before, "the copy is freed with the weight: {kind}");
     }
 }
+
+/// A run's transfers: the inputs go up and the fetched outputs come back, each byte copied once on the host
+/// (into the plan's mapped staging memory, out of the mapped readback memory), on every GPU device; runs that
+/// fetch nothing leave the staging busy for the next run, which then takes the queue's path, with the same
+/// answers. Inputs of a length that is no multiple of 4 bytes (3 f16) are padded.
+#[test]
+fn runs_copy_each_byte_once_and_change_inputs_every_run() {
+    for device in common::devices().iter().filter(|d| !d.is_cpu()) {
+        let mut g = Graph::new();
+        let x = g.input("x", F32, &[64, 32]).unwrap();
+        let h = g.input("h", F16, &[3]).unwrap();
+        let hs = g.cast(h, F32).unwrap();
+        let s = g.sum(x).unwrap();
+        let hsum = g.sum(hs).unwrap();
+        let hsum = g.reshape(hsum, &[1, 1]).unwrap();
+        let y = g.add(s, hsum).unwrap();
+        let mut plan = device.compile(&g, &[y]).unwrap();
+        let up = 64 * 32 * 4 + 3 * 2;
+        for run in 0..6u32 {
+            let xv = ramp(&[64, 32], 0.5 + run as f32);
+            let hv = HostTensor::new(&[3], webtensor::Data::F16(vec![half::f16::from_f32(run as f32); 3])).unwrap();
+            let want: Vec<f32> =
+                xv.data.to_f32().chunks(32).map(|r| r.iter().sum::<f32>() + 3.0 * run as f32).collect();
+            let inputs = [(x, Value::Host(&xv)), (h, Value::Host(&hv))];
+            // runs 2 and 3 fetch nothing: nothing waits for the GPU before the next run
+            let fetch = if run == 2 || run == 3 { Fetch::Skip } else { Fetch::All };
+            let out = plan.run_with(&inputs, &[fetch]).unwrap();
+            let t = plan.stats().transfer;
+            assert_eq!(t.upload_bytes, up, "{device:?}");
+            match &out[0] {
+                Some(o) => {
+                    assert_eq!(o.data.to_f32(), want, "run {run} on {device:?}");
+                    assert_eq!(t.readback_bytes, 64 * 4, "{device:?}");
+                }
+                None => assert_eq!(t.readback_bytes, 0, "{device:?}"),
+            }
+            // each byte copied once; the queue's path (after a run that fetched nothing the staging may still be
+            // the GPU's) pads the 6-byte f16 input in one more copy of 8 bytes
+            let once = t.upload_bytes + t.readback_bytes;
+            assert!(
+                t.host_copy_bytes == once || (run >= 3 && t.host_copy_bytes == once + 8),
+                "run {run}: {t:?} on {device:?}"
+            );
+        }
+    }
+}

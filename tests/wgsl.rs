@@ -10,6 +10,15 @@ fn every_variant_parses_and_validates() {
     let mut coop_variants = 0;
     for (name, src) in &variants {
         assert!(!src.contains("{{"), "{name}: unreplaced template token");
+        // an f16 rounding must survive an optimizing shader compiler: never a conversion there and back, which
+        // is an identity to it (NVIDIA's driver folded one); f16_round works on the bits
+        for pair in ["unpack2x16float(pack2x16float(", "f32(f16(", "f32(f16<"] {
+            assert!(!src.contains(pair), "{name}: rounds through `{pair}`, which a compiler may fold");
+        }
+        if let Some(at) = src.find("fn f16_round(") {
+            let body = &src[at..at + src[at..].find("\n}").expect("the function's end")];
+            assert!(!body.contains("pack2x16float") && !body.contains("f16("), "{name}: f16_round converts: {body}");
+        }
         let uses_f16 = src.contains("enable f16;");
         let mentions_f16 = src.contains("f16>") || src.contains("f16(");
         assert_eq!(uses_f16, mentions_f16, "{name}: f16 used without `enable f16;` or enabled needlessly");

@@ -15,6 +15,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+/// The `log` target of webtensor's announcements of work that can take seconds (tuning the matmul kernels,
+/// building a plan's pipelines, loading a model): one line before each, at info level, saying whether it happens
+/// once and where its result is cached. The CLI shows them by default; `RUST_LOG=webtensor::progress=off` hides
+/// them.
+pub const PROGRESS_LOG: &str = "webtensor::progress";
+
 /// `Send + Sync` natively; nothing on wasm, where GPU handles are single-threaded.
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) trait MaybeSendSync: Send + Sync {}
@@ -42,6 +48,21 @@ pub struct PlanStats {
     pub buffers: usize,
     /// The kernel of each dispatch, in schedule order (e.g. `matmul_tiled 128x128x8`, `matvec`, `rows softmax`).
     pub kernels: Vec<String>,
+    /// What the last run moved between the host and the device (zeros before the first run, and on the CPU
+    /// backend, where nothing moves).
+    pub transfer: TransferStats,
+}
+
+/// Bytes one run moved between host and device memory, and the bytes it copied on the host doing so.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Input bytes written to the device.
+    pub upload_bytes: u64,
+    /// Output bytes copied back from the device (only what was fetched).
+    pub readback_bytes: u64,
+    /// Bytes copied by the host: inputs into staging memory, outputs out of it (and any padding or
+    /// intermediate copy). A run that copies each byte once has `upload_bytes + readback_bytes`.
+    pub host_copy_bytes: u64,
 }
 
 /// Options for [`Device::compile_with`](crate::Device::compile_with).
@@ -51,7 +72,7 @@ pub struct CompileOptions {
     /// kernel never writes shows up. For tests; costs one extra write of the plan's memory per run.
     pub poison: bool,
     /// Pins the GPU matmul kernel for this plan (else `WEBTENSOR_MATMUL`, else the device's tuned choice).
-    pub matmul: Option<crate::gpu::MatmulChoice>,
+    pub matmul: Option<crate::backend::gpu::config::MatmulChoice>,
     /// Turn off elementwise fusion and in-place execution (GPU plans): one dispatch per op, as built.
     pub no_fusion: bool,
     /// CPU backend: keep the activations of matmuls with block-quantized weights in f32. By default they are
@@ -145,6 +166,17 @@ pub(crate) fn fetched(layout: &crate::shape::Layout, fetch: &Fetch) -> Result<Op
 
 /// Gathers the elements of `layout` from `storage` into a new row-major tensor (how outputs that are views are
 /// read back).
+/// [`gather`] from storage given as the bytes of `dtype` elements (mapped GPU memory), copying only the elements
+/// `layout` selects, once.
+pub(crate) fn gather_bytes(dtype: crate::DType, bytes: &[u8], layout: &crate::shape::Layout) -> crate::Data {
+    use crate::Data;
+    if layout.is_contiguous() && !dtype.is_storage_format() {
+        let esz = dtype.size_bytes();
+        return Data::from_bytes(dtype, &bytes[layout.offset * esz..(layout.offset + layout.numel()) * esz]);
+    }
+    gather(&Data::from_bytes(dtype, bytes), layout)
+}
+
 pub(crate) fn gather(storage: &crate::Data, layout: &crate::shape::Layout) -> crate::Data {
     use crate::Data;
     let n = layout.numel();

@@ -130,6 +130,8 @@ pub struct Timing {
     /// webtensor only: the plan's kernels (`PlanStats::kernels`) and the chain length Q.
     pub kernels: Vec<String>,
     pub chain: usize,
+    /// webtensor only: what one run of the one-op plan moved and copied on the host.
+    pub transfer: webtensor::TransferStats,
     /// Fastest and slowest sample, seconds per op (webtensor: per-round marginal times), for the JSON.
     pub range: (f64, f64),
 }
@@ -208,7 +210,8 @@ impl Ours {
         }
         let per_round: Vec<f64> = self.chain_s.iter().zip(&self.one_s).map(|(c, o)| (c - o) / self.q as f64).collect();
         let range = per_round.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        Ok(Timing { s, run_s: Some(one), kernels: self.one.plan.stats().kernels, chain: self.q, range })
+        let stats = self.one.plan.stats();
+        Ok(Timing { s, run_s: Some(one), kernels: stats.kernels, chain: self.q, transfer: stats.transfer, range })
     }
 }
 
@@ -428,5 +431,12 @@ fn measure(
 }
 
 fn empty_timing() -> Timing {
-    Timing { s: f64::NAN, run_s: None, kernels: vec![], chain: 0, range: (f64::NAN, f64::NAN) }
+    Timing {
+        s: f64::NAN,
+        run_s: None,
+        kernels: vec![],
+        chain: 0,
+        transfer: Default::default(),
+        range: (f64::NAN, f64::NAN),
+    }
 }

@@ -80,6 +80,30 @@ struct Bench {
     stats: PlanStats,
 }
 
+/// The GPU's own time for one n³ matmul: the median of a plan of [`CHAIN`] matmuls (summed: the adds ride in
+/// their epilogues) less the median of the one-matmul run, over `CHAIN - 1`: uploads and readback cancel.
+const CHAIN: usize = 5;
+
+fn compute_time(device: &Device, a: &HostTensor, b: &HostTensor, one: Duration) -> Result<Duration, CliError> {
+    let mut g = Graph::new();
+    let ta = g.input("a", DType::F32, &a.shape)?;
+    let tb = g.input("b", DType::F32, &b.shape)?;
+    let mut c = g.matmul(ta, tb)?;
+    for _ in 1..CHAIN {
+        let d = g.matmul(ta, tb)?;
+        c = g.add(c, d)?;
+    }
+    let mut plan = device.compile(&g, &[c])?;
+    let inputs = [(ta, a), (tb, b)];
+    plan.run(&inputs)?;
+    let mut samples = Vec::new();
+    for _ in 0..MIN_RUNS.max(3) {
+        samples.push(util::timed(|| plan.run(&inputs)).1);
+    }
+    let chain = util::median(&mut samples);
+    Ok(chain.saturating_sub(one) / (CHAIN as u32 - 1))
+}
+
 /// Compiles `a @ b` for `device`, runs it once to warm up, then `runs` times, timing each run (upload,
 /// dispatch, readback).
 fn bench(device: &Device, a: &HostTensor, b: &HostTensor, runs: u32, label: &str) -> Result<Bench, CliError> {
@@ -170,6 +194,17 @@ fn check(what: &str, err: f64) -> Result<(), CliError> {
     }
 }
 
+/// On a hardware GPU whose matmuls run the generic kernel, says so and why (the tuner found no tiled
+/// configuration correct there).
+fn generic_note(caps: &webtensor::Capabilities, stats: &PlanStats) {
+    if caps.device_type == webtensor::DeviceType::Cpu || !stats.kernels.iter().any(|k| k == "matmul") {
+        return;
+    }
+    let why = webtensor::gpu::tuned_kernels(caps).tiled_why;
+    let why = why.map_or(String::new(), |w| format!(": {w}"));
+    outln!("note: {} runs the generic matmul kernel, the slowest; the tuner found no tiled configuration correct there{why}", caps.name);
+}
+
 pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     let n = args.n as usize;
     let chosen = choose_device(args.backend)?;
@@ -200,6 +235,17 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     let dev_caps = device.capabilities();
     if let Some(d) = &dev_bench {
         outln!("{}", timing_line(&format!("{} [{}]", dev_caps.name, dev_caps.backend), n, d));
+        let compute = compute_time(device, &a, &b, d.median)?.min(d.median);
+        let t = &d.stats.transfer;
+        let moved = util::bytes(t.upload_bytes + t.readback_bytes);
+        let rest = d.median - compute;
+        let rate = (t.upload_bytes + t.readback_bytes) as f64 / rest.as_secs_f64().max(1e-9) / 1e9;
+        let split = if rest.as_secs_f64() < 0.02 * d.median.as_secs_f64() {
+            format!("moving {moved} within the timing noise")
+        } else {
+            format!("moving {moved} and the run's overhead {:.3} ms ({rate:.1} GB/s)", util::ms(rest))
+        };
+        outln!("    of which compute {:.3} ms ({:.2} GFLOP/s), {split}", util::ms(compute), gflops(n, compute));
     }
     let cpu_name = if device.is_cpu() { format!("{cpu_label} (the device itself)") } else { cpu_label.to_string() };
     outln!("{}", timing_line(&cpu_name, n, &cpu_bench));
@@ -236,6 +282,17 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         outln!("  {:<18} {}", "buffers", s.buffers);
         outln!("  {:<18} {}", "memory", util::bytes(s.memory_bytes));
         outln!("  {:<18} {}", "peak live", util::bytes(s.peak_live_bytes));
+        let t = &s.transfer;
+        outln!(
+            "  {:<18} {} up, {} down, {} copied by the host (a run)",
+            "transfers",
+            util::bytes(t.upload_bytes),
+            util::bytes(t.readback_bytes),
+            util::bytes(t.host_copy_bytes)
+        );
+    }
+    if let Some(d) = &dev_bench {
+        generic_note(dev_caps, &d.stats);
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 use super::util::{bytes, outln};
 use super::{choose_device, CliError};
 use serde::Serialize;
+use webtensor::gpu::{tuned_kernels, uses_cooperative_matrices};
 use webtensor::{Capabilities, Device, BACKEND_ENV};
 
 #[derive(clap::Args)]
@@ -13,7 +14,7 @@ pub struct InfoArgs {
     json: bool,
 }
 
-/// [`Capabilities`], field for field, for serde (the library itself does not depend on serde).
+/// [`Capabilities`], field for field, for serde, and the adapter's tuned matmul kernels.
 #[derive(Serialize)]
 struct CapsJson<'a> {
     backend: &'a str,
@@ -33,6 +34,20 @@ struct CapsJson<'a> {
     subgroup_size: (u32, u32),
     cooperative_matrix: &'a [String],
     dtypes: Vec<&'static str>,
+    /// Why webtensor cannot run on the adapter; null when it can.
+    unusable: Option<&'a str>,
+    /// The tuning cache's matmul choices for the adapter (absent for the CPU backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tuned: Option<TunedJson>,
+}
+
+/// [`webtensor::gpu::TunedKernels`] for serde: null where not tuned yet.
+#[derive(Serialize)]
+struct TunedJson {
+    f32: Option<String>,
+    f32_why: Option<String>,
+    f16_coop: Option<String>,
+    f16_coop_why: Option<String>,
 }
 
 impl<'a> From<&'a Capabilities> for CapsJson<'a> {
@@ -54,6 +69,11 @@ impl<'a> From<&'a Capabilities> for CapsJson<'a> {
             subgroup_size: c.subgroup_size,
             cooperative_matrix: &c.cooperative_matrix,
             dtypes: c.dtypes.iter().map(|d| d.name()).collect(),
+            unusable: c.unusable.as_deref(),
+            tuned: (c.backend != webtensor::BackendKind::Cpu).then(|| {
+                let t = tuned_kernels(c);
+                TunedJson { f32: t.tiled, f32_why: t.tiled_why, f16_coop: t.coop, f16_coop_why: t.coop_why }
+            }),
         }
     }
 }
@@ -86,6 +106,25 @@ fn dtypes(c: &Capabilities) -> String {
     c.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
 }
 
+/// The tuning cache's choice for `c`'s f32 matmuls (or f16 ones on cooperative matrices, `coop`), and why the
+/// generic kernel was left where it was.
+fn tuned_line(c: &Capabilities, coop: bool) -> String {
+    if c.unusable.is_some() {
+        return "-".into();
+    }
+    let t = tuned_kernels(c);
+    let (choice, why) = if coop { (t.coop, t.coop_why) } else { (t.tiled, t.tiled_why) };
+    match (choice, why) {
+        (None, _) if coop && !uses_cooperative_matrices(c) => {
+            "the f32 choice (the cooperative-matrix kernel needs 16x16x16 F16->F32, shader-f16, subgroups of 32)".into()
+        }
+        (None, _) => "not tuned yet (the first matmul on this adapter tunes; `webtensor demo` does)".into(),
+        (Some(k), None) if coop => format!("{k} (cooperative matrices)"),
+        (Some(k), None) => k,
+        (Some(k), Some(why)) => format!("{k}, every faster candidate failed: {why}"),
+    }
+}
+
 /// One adapter as an aligned block of `label  value` lines.
 fn block(title: &str, c: &Capabilities) -> String {
     let subgroups = match (c.subgroups, c.subgroup_size) {
@@ -95,7 +134,12 @@ fn block(title: &str, c: &Capabilities) -> String {
         (true, (lo, hi)) => format!("yes (sizes {lo}..{hi})"),
     };
     let coop = if c.cooperative_matrix.is_empty() { "none".to_string() } else { c.cooperative_matrix.join(", ") };
-    let rows: [(&str, String); 14] = [
+    let usable = match &c.unusable {
+        None => "yes".to_string(),
+        Some(why) => format!("no: {why} (Device::best() passes it over)"),
+    };
+    let rows: [(&str, String); 17] = [
+        ("usable", usable),
         ("backend", c.backend.name().to_string()),
         ("device type", c.device_type.name().to_string()),
         ("driver", if c.driver.is_empty() { "(not reported)".into() } else { c.driver.clone() }),
@@ -110,6 +154,8 @@ fn block(title: &str, c: &Capabilities) -> String {
         ("subgroups", subgroups),
         ("cooperative matrix", coop),
         ("dtypes", dtypes(c)),
+        ("matmul f32 (tuned)", tuned_line(c, false)),
+        ("matmul f16 (tuned)", tuned_line(c, true)),
     ];
     let mut s = format!("{title}\n");
     for (label, value) in &rows {

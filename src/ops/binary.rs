@@ -59,6 +59,6 @@ define_binary! {
         "`a − b` (`numpy.subtract`).")
     (Mul, mul, FloatOrInt, |x, y| x * y, |a, b| Some(a.wrapping_mul(b)), "({x} * {y})",
         "`a · b`, elementwise (`numpy.multiply`).")
-    (Div, div, Float, |x, y| x / y, |_, _| None, "({x} / {y})",
+    (Div, div, Float, |x, y| x / y, |_, _| None, "div_rn({x}, {y})",
         "`a / b`, IEEE (x/0 = ±inf; `numpy.divide`); floats only.")
 }

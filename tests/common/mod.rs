@@ -10,6 +10,14 @@ use std::sync::OnceLock;
 use webtensor::gpu::MatmulChoice;
 use webtensor::{BackendKind, CompileOptions, DType, Data, Device, Error, Graph, HostTensor, Result, Tensor};
 
+/// The path of `rel` (e.g. `tests/data/quant.gguf`) in the repository: under `WEBTENSOR_REPO_DIR` when set (test
+/// binaries carried to another machine, where the build's folder does not exist: `scripts/gpu-check.sh` sets
+/// it), else under the folder the tests were built in.
+pub fn repo_file(rel: &str) -> String {
+    let root = std::env::var("WEBTENSOR_REPO_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    format!("{root}/{rel}")
+}
+
 /// The devices every case runs on: the CPU backend, and the GPU adapter (the `WEBTENSOR_BACKEND` override if
 /// set, else the best native adapter). With `REQUIRE_GPU=1`, a missing GPU is a failure.
 pub fn devices() -> &'static [Device] {

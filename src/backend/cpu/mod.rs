@@ -84,6 +84,7 @@ impl CpuBackend {
                 subgroup_size: (0, 0),
                 cooperative_matrix: vec![],
                 dtypes: DType::ALL.to_vec(),
+                unusable: None,
             },
             id: next_id(),
             resident: Arc::new(AtomicU64::new(0)),
@@ -436,6 +437,7 @@ impl Executable for CpuPlan {
             peak_live_bytes: self.memory.peak_live_bytes,
             buffers: self.arenas.len(),
             kernels: self.program.steps.iter().map(|&s| self.program.nodes[s].step.name()).collect(),
+            transfer: Default::default(),
         }
     }
 

@@ -4,8 +4,8 @@
 
 use super::kernel::{KernelKey, KernelKind, MatVecReduce, RowKernel};
 use super::wgsl::elementwise::node;
+use crate::backend::gpu::config::{COOP_CONFIGS, TILE_CONFIGS};
 use crate::compile::ir::ElemOp;
-use crate::gpu::{COOP_CONFIGS, TILE_CONFIGS};
 use crate::ops::{BinaryOp, GluOp, RowOp, UnaryOp};
 use crate::DType::{self, F16, F32, I32};
 

@@ -1,4 +1,4 @@
-//! GPU tuning vocabulary: the matmul kernels' tile configurations, the choice a plan or the environment can pin,
+//! GPU tuning vocabulary (public as `webtensor::gpu`): the matmul kernels' tile configurations, the choice a plan or the environment can pin,
 //! and the environment variables the GPU backend reads. Everything else about a GPU device is in
 //! [`Capabilities`](crate::Capabilities).
 
@@ -31,6 +31,21 @@ pub const READBACK_TIMEOUT_ENV: &str = "WEBTENSOR_READBACK_TIMEOUT_MS";
 /// one line per tuned device, `backend|adapter name|driver = choice` (and `...|f16 coop = choice` for the
 /// cooperative-matrix kernel); the last line for a device wins, and deleting the file re-tunes.
 pub const TUNE_CACHE_ENV: &str = "WEBTENSOR_TUNE_CACHE";
+
+/// What the tuning cache holds for an adapter: the matmul kernel tuned for f32 (and f16 without cooperative
+/// matrices), the cooperative-matrix configuration tuned for f16 (`none` when every one failed), and why the
+/// generic kernel or none was left, when so. `None` fields: not tuned yet (or the cache is off).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TunedKernels {
+    /// The tiled configuration's name, or `generic`.
+    pub tiled: Option<String>,
+    /// Why no tiled configuration was chosen (each candidate and its failure).
+    pub tiled_why: Option<String>,
+    /// The cooperative-matrix configuration's name, or `none`.
+    pub coop: Option<String>,
+    /// Why no cooperative-matrix configuration was chosen.
+    pub coop_why: Option<String>,
+}
 
 /// A tile shape of `matmul_tiled.wgsl`: TM = 64·rm rows, TN = 64·rn columns, K steps of bk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -3,11 +3,11 @@
 //! GL serial lock).
 
 use super::kernel::{KernelKey, MatVecReduce};
-use super::lower::target::GpuTarget;
-use crate::caps::{BackendKind, Capabilities, DeviceType};
-use crate::gpu::MatmulKernels;
+use super::lower::target::{coop_fragment, preferred_matvec, GpuTarget};
+use crate::backend::gpu::config::MatmulKernels;
 #[cfg(not(target_arch = "wasm32"))]
-use crate::gpu::SHADER_CHECKS_ENV;
+use crate::backend::gpu::config::SHADER_CHECKS_ENV;
+use crate::caps::{BackendKind, Capabilities, DeviceType};
 use crate::{DType, Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +51,8 @@ pub(crate) struct GpuBackend {
     /// output, no barriers) on adapters that run on CPU cores (device type `Cpu`: SwiftShader, llvmpipe); a
     /// reduction the testing hook [`GpuBackend::with_matvec_reduce`] pins; else None (the best the adapter has).
     pub matvec: Option<MatVecReduce>,
+    /// The tuner's timed problem (n, repetitions) when a test pins it (see [`GpuBackend::with_profile`]).
+    pub tune_problem: Option<(usize, usize)>,
 }
 
 /// wgpu's backend set for one of ours.
@@ -124,7 +126,37 @@ pub(crate) fn capabilities(adapter: &wgpu::Adapter) -> Capabilities {
         subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
         cooperative_matrix: coop,
         dtypes,
+        unusable: unusable(adapter),
     }
+}
+
+/// Why an adapter cannot run webtensor's kernels, if it cannot: no compute shaders (wgpu's downlevel flags: an
+/// OpenGL context below 4.3 or GLES below 3.1), or compute limits below WebGPU's guaranteed minimums, which the
+/// kernels assume (8 storage buffers per stage, 256 invocations and 16 KiB of workgroup memory per workgroup).
+fn unusable(adapter: &wgpu::Adapter) -> Option<String> {
+    let flags = adapter.get_downlevel_capabilities().flags;
+    let l = adapter.limits();
+    let mut missing = Vec::new();
+    let info = adapter.get_info();
+    let gl_too_old = info.backend == wgpu::Backend::Gl
+        && gl_version(&info.driver_info).is_some_and(|(es, v)| v < if es { (3, 1) } else { (4, 3) });
+    if !flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS) || gl_too_old {
+        // wgpu offers compute on an older GL context with GL_ARB_compute_shader, but its shader translator then
+        // writes GLSL of the context's version, which has no compute shaders: the device fails as it is made
+        missing
+            .push(format!("no compute shaders (OpenGL 4.3 or GLES 3.1 needed; the context is {})", info.driver_info));
+    }
+    let min = [
+        ("max_storage_buffers_per_shader_stage", l.max_storage_buffers_per_shader_stage, 8),
+        ("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup, 256),
+        ("max_compute_workgroup_storage_size", l.max_compute_workgroup_storage_size, 16384),
+    ];
+    for (name, have, need) in min {
+        if have < need {
+            missing.push(format!("{name} {have} (at least {need} needed)"));
+        }
+    }
+    (!missing.is_empty()).then(|| missing.join(", "))
 }
 
 fn instance(backends: wgpu::Backends) -> wgpu::Instance {
@@ -133,25 +165,48 @@ fn instance(backends: wgpu::Backends) -> wgpu::Instance {
     wgpu::Instance::new(desc)
 }
 
-/// 16 when the adapter offers the 16×16×16 f16 × f16 → f32 cooperative-matrix shape (see `COOP_CONFIGS`), when
-/// it has EXPERIMENTAL_COOPERATIVE_MATRIX, SHADER_F16 and subgroups of exactly 32 invocations (which
-/// `matmul_coop.wgsl` assumes).
-#[cfg(not(target_arch = "wasm32"))]
-fn coop_fragment(adapter: &wgpu::Adapter, caps: &Capabilities) -> Option<u32> {
-    use wgpu::CooperativeScalarType as T;
-    let f = adapter.features();
-    let needed =
-        wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
-    if !f.contains(needed) || caps.subgroup_size != (32, 32) {
-        return None;
-    }
-    let props = adapter.cooperative_matrix_properties();
-    let has = |n: u32| {
-        props
-            .iter()
-            .any(|p| p.m_size == n && p.n_size == n && p.k_size == n && p.ab_type == T::F16 && p.cr_type == T::F32)
+/// The version of a GL context from its version string (`4.5 (Core Profile) Mesa 22.3.6`, `3.3.0 NVIDIA
+/// 580.159.04`, `OpenGL ES 3.2 Mesa ...`): whether it is GLES, and (major, minor).
+fn gl_version(version: &str) -> Option<(bool, (u32, u32))> {
+    let (es, rest) = match version.trim().strip_prefix("OpenGL ES ") {
+        Some(r) => (true, r),
+        None => (false, version.trim()),
     };
-    has(16).then_some(16)
+    let mut parts = rest.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((es, (major, minor)))
+}
+
+/// The adapter of `backends` a high-performance request would get, among those webtensor can run on: a discrete
+/// GPU before an integrated one, a virtual one, any other, and a software adapter last.
+///
+/// # Errors
+/// [`Error::NoDevice`] when `kind` has no adapter, or none it has is usable (saying why each is not).
+#[cfg(not(target_arch = "wasm32"))]
+async fn usable_adapter(inst: &wgpu::Instance, backends: wgpu::Backends, kind: BackendKind) -> Result<wgpu::Adapter> {
+    let rank = |t: DeviceType| match t {
+        DeviceType::DiscreteGpu => 0,
+        DeviceType::IntegratedGpu => 1,
+        DeviceType::VirtualGpu => 2,
+        DeviceType::Other => 3,
+        DeviceType::Cpu => 4,
+    };
+    let mut unusable = Vec::new();
+    let mut best: Option<(u32, wgpu::Adapter)> = None;
+    for adapter in inst.enumerate_adapters(backends).await {
+        let caps = capabilities(&adapter);
+        if let Some(why) = caps.unusable {
+            unusable.push(format!("{} ({}) cannot run compute kernels: {why}", caps.name, caps.backend));
+        } else if best.as_ref().is_none_or(|(r, _)| rank(caps.device_type) < *r) {
+            best = Some((rank(caps.device_type), adapter));
+        }
+    }
+    match best {
+        Some((_, adapter)) => Ok(adapter),
+        None if unusable.is_empty() => Err(Error::NoDevice(format!("no {kind} adapter"))),
+        None => Err(Error::NoDevice(format!("no usable {kind} adapter: {}", unusable.join("; ")))),
+    }
 }
 
 /// The message of a caught panic (wgpu's).
@@ -188,13 +243,16 @@ impl GpuBackend {
         }
         let backends = wgpu_backends(kind);
         let inst = instance(backends);
+        #[cfg(not(target_arch = "wasm32"))]
+        let adapter = usable_adapter(&inst, backends, kind).await?;
+        #[cfg(target_arch = "wasm32")]
         let adapter = inst
             .request_adapter(&wgpu::RequestAdapterOptions {
                 power_preference: wgpu::PowerPreference::HighPerformance,
                 ..Default::default()
             })
             .await
-            .map_err(|e| Error::NoDevice(format!("no {kind:?} adapter: {e}")))?;
+            .map_err(|e| Error::NoDevice(format!("no {kind} adapter: {e}")))?;
         let mut caps = capabilities(&adapter);
         #[cfg(target_arch = "wasm32")]
         if caps.name.is_empty() {
@@ -207,10 +265,7 @@ impl GpuBackend {
             caps.shader_f16 = false;
             caps.name.push_str(" [SHADER_F16 off]");
         }
-        #[cfg(not(target_arch = "wasm32"))]
-        let mut coop_frag = if allow_f16 { coop_fragment(&adapter, &caps) } else { None };
-        #[cfg(target_arch = "wasm32")]
-        let mut coop_frag = None;
+        let mut coop_frag = if allow_f16 { coop_fragment(&caps) } else { None };
         let request = |coop: bool| {
             let features = adapter.features()
                 & (wanted
@@ -250,7 +305,7 @@ impl GpuBackend {
         log::info!("webtensor: using {} ({}, {})", caps.name, caps.backend, caps.device_type);
         #[cfg(not(target_arch = "wasm32"))]
         let serial = (caps.backend == BackendKind::Gl).then(|| parking_lot::ReentrantMutex::new(()));
-        let matvec = (caps.device_type == DeviceType::Cpu).then_some(MatVecReduce::Serial);
+        let matvec = preferred_matvec(&caps);
         Ok(GpuBackend {
             device,
             queue,
@@ -263,6 +318,7 @@ impl GpuBackend {
             coop_frag,
             coop_emulated: false,
             matvec,
+            tune_problem: None,
             #[cfg(not(target_arch = "wasm32"))]
             serial,
         })
@@ -277,6 +333,40 @@ impl GpuBackend {
             self.coop_frag = Some(16);
             self.coop_emulated = true;
             self.caps.name.push_str(" [cooperative matrices emulated]");
+        }
+        self
+    }
+
+    /// This device taking the decisions an adapter with capabilities `profile` (a recorded profile) takes, where
+    /// this adapter can carry them out: its device type (how mat-vecs sum, how many rows a matmul needs before
+    /// the tiled kernel, how the tuner's problem looks), shader-f16 and subgroups where both have them (this
+    /// adapter's subgroup size), cooperative matrices emulated where the profile has them and `emulate_coop`,
+    /// and the smaller of each limit. The tuner times `tune_problem` (n, repetitions) instead of the profile's
+    /// own problem. For running the suites' decisions for hardware that is not at hand on lavapipe.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn with_profile(
+        mut self,
+        profile: &Capabilities,
+        emulate_coop: bool,
+        tune_problem: (usize, usize),
+    ) -> GpuBackend {
+        let c = &mut self.caps;
+        c.device_type = profile.device_type;
+        c.shader_f16 &= profile.shader_f16;
+        c.subgroups &= profile.subgroups;
+        c.max_storage_binding_bytes = c.max_storage_binding_bytes.min(profile.max_storage_binding_bytes);
+        c.max_buffer_bytes = c.max_buffer_bytes.min(profile.max_buffer_bytes);
+        c.max_workgroup_storage_bytes = c.max_workgroup_storage_bytes.min(profile.max_workgroup_storage_bytes);
+        c.max_invocations_per_workgroup = c.max_invocations_per_workgroup.min(profile.max_invocations_per_workgroup);
+        c.max_workgroups_per_dimension = c.max_workgroups_per_dimension.min(profile.max_workgroups_per_dimension);
+        c.min_storage_offset_alignment = c.min_storage_offset_alignment.max(profile.min_storage_offset_alignment);
+        c.min_uniform_offset_alignment = c.min_uniform_offset_alignment.max(profile.min_uniform_offset_alignment);
+        c.name.push_str(&format!(" [profile: {}]", profile.name));
+        self.matvec = preferred_matvec(profile);
+        self.tune_problem = Some(tune_problem);
+        self.coop_frag = None;
+        if emulate_coop && coop_fragment(profile).is_some() {
+            return self.with_emulated_coop();
         }
         self
     }
@@ -379,23 +469,11 @@ impl GpuBackend {
 
     /// What lowering needs to know about this device, with the matmul kernels `matmul`.
     pub(crate) fn target(&self, matmul: MatmulKernels, fusion: bool) -> GpuTarget {
-        let (lo, hi) = self.caps.subgroup_size;
-        let caps = &self.caps;
-        GpuTarget {
-            max_groups: caps.max_workgroups_per_dimension,
-            max_shared: caps.max_workgroup_storage_bytes,
-            subgroup_size: (caps.subgroups && lo == hi && lo > 0).then_some(lo),
-            matmul,
-            coop_frag: self.coop_frag,
-            coop_emulated: self.coop_emulated,
-            matvec: self.matvec,
-            shader_f16: caps.shader_f16,
-            max_binding: caps.max_storage_binding_bytes,
-            max_buffer: caps.max_buffer_bytes,
-            align: (caps.min_storage_offset_alignment as u64).max(256),
-            fusion,
-            device: self.id,
-        }
+        let mut t = GpuTarget::new(&self.caps, matmul, fusion, self.id);
+        t.coop_frag = self.coop_frag;
+        t.coop_emulated = self.coop_emulated;
+        t.matvec = self.matvec;
+        t
     }
 
     /// `Err(`[`Error::Gpu`]`)` saying that the device was lost, once wgpu has reported the loss. Natively the

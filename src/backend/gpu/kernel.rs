@@ -3,7 +3,7 @@
 //! (`wgsl/`) and the plan read them.
 
 use super::params::Params;
-use crate::gpu::{CoopConfig, TileConfig};
+use crate::backend::gpu::config::{CoopConfig, TileConfig};
 use crate::graph::NodeId;
 use crate::ops::{ReduceOp, RowOp};
 use crate::DType;
@@ -158,6 +158,12 @@ impl KernelKind {
             _ => None,
         }
     }
+}
+
+/// The names of the matmul kernels (generic, tiled, cooperative-matrix, mat-vec) among `dispatches`, one per
+/// dispatch.
+pub(crate) fn matmul_kernel_names<'a>(dispatches: impl IntoIterator<Item = &'a Dispatch>) -> Vec<String> {
+    dispatches.into_iter().filter(|d| d.key.kind.is_matmul()).map(|d| d.key.kind.name()).collect()
 }
 
 /// Everything that makes one WGSL variant: cached pipelines are keyed by it.

@@ -2,13 +2,15 @@
 //! WGSL generation ([`wgsl`]), the variant catalogue, plans ([`plan`]) and per-device tuning (`tune`, native).
 
 pub(crate) mod catalogue;
+pub(crate) mod config;
 pub(crate) mod device;
 pub(crate) mod kernel;
 pub(crate) mod lower;
 pub(crate) mod params;
 pub(crate) mod plan;
+pub(crate) mod profile;
 #[cfg(not(target_arch = "wasm32"))]
-mod tune;
+pub(crate) mod tune;
 pub(crate) mod wgsl;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -16,10 +18,10 @@ pub(crate) use device::enumerate;
 pub(crate) use device::GpuBackend;
 
 use super::{Backend, CompileOptions, Executable, LocalFuture};
-use crate::caps::Capabilities;
 #[cfg(not(target_arch = "wasm32"))]
-use crate::gpu::MATMUL_ENV;
-use crate::gpu::{MatmulChoice, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
+use crate::backend::gpu::config::MATMUL_ENV;
+use crate::backend::gpu::config::{MatmulChoice, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
+use crate::caps::Capabilities;
 use crate::graph::Op;
 use crate::resident::{Bytes, External, ExternalMemory};
 use crate::{DType, Error, Graph, Result, Tensor};
@@ -51,7 +53,10 @@ async fn matmul_choice(gpu: &Arc<GpuBackend>, pinned: Option<MatmulChoice>) -> R
     #[cfg(not(target_arch = "wasm32"))]
     let c = Box::pin(tune::tune(gpu)).await?;
     #[cfg(target_arch = "wasm32")]
-    let c = MatmulKernels { pinned: false, ..MatmulKernels::pinned(MatmulChoice::Tiled(crate::gpu::DEFAULT_CONFIG)) };
+    let c = MatmulKernels {
+        pinned: false,
+        ..MatmulKernels::pinned(MatmulChoice::Tiled(crate::backend::gpu::config::DEFAULT_CONFIG))
+    };
     *gpu.matmul.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
     Ok(c)
 }

@@ -5,17 +5,19 @@
 
 use super::device::GpuBackend;
 use super::kernel::{Dispatch, DynamicGrid, SCRATCH};
-use crate::backend::{fetched, gather, CompileOptions, Executable, Inputs, LocalFuture, PlanStats};
+use crate::backend::gpu::config::MatmulKernels;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::backend::gpu::config::READBACK_TIMEOUT_ENV;
+use crate::backend::{
+    fetched, gather_bytes, CompileOptions, Executable, Inputs, LocalFuture, PlanStats, TransferStats,
+};
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
 use crate::compile::Compiled;
-use crate::gpu::MatmulKernels;
-#[cfg(not(target_arch = "wasm32"))]
-use crate::gpu::READBACK_TIMEOUT_ENV;
 use crate::graph::NodeId;
 use crate::resident::ExternalMemory;
 use crate::run::Fetch;
-use crate::{Data, Error, Graph, HostTensor, Result, Tensor};
+use crate::{Error, Graph, HostTensor, Result, Tensor};
 use std::collections::HashSet;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -53,8 +55,12 @@ pub(crate) struct GpuPlan {
     pipelines: usize,
     buffers: usize,
     kernels: Vec<String>,
+    /// The kernel of each matmul dispatch (what the tuner judges a candidate configuration by).
+    matmul_kernels: Vec<String>,
     /// Host time of the last run until submit, in microseconds.
     last_us: f64,
+    /// What the last run moved and copied.
+    transfer: TransferStats,
 }
 
 /// The wgpu objects a plan owns. Releasing them takes the GL context on GL (buffers are deleted at once), so
@@ -65,6 +71,8 @@ type Step = (Arc<wgpu::ComputePipeline>, wgpu::BindGroup, [u32; 3], Option<Dynam
 
 struct Resources {
     arenas: Vec<wgpu::Buffer>,
+    /// The inputs' staging memory, written while mapped (see [`Upload`]).
+    upload: Option<Upload>,
     /// Pipeline (shared with the device's cache), bind group (which keeps the uniforms buffer alive) and
     /// workgroups of each dispatch.
     steps: Vec<Step>,
@@ -84,6 +92,90 @@ impl Drop for GpuPlan {
 
 fn round4(n: u64) -> u64 {
     n.div_ceil(4) * 4
+}
+
+/// A plan's persistent upload staging: a MAP_WRITE buffer with a slot for each input, written while mapped and
+/// copied into the arenas by the run's own command buffer; mapped again for the next run once the GPU has
+/// read it (the run's readback wait completes that map). A run that finds it still mapped by the GPU (no
+/// readback waited since) writes through the queue instead.
+struct Upload {
+    buffer: wgpu::Buffer,
+    /// Each arena input's slot: node, byte offset in `buffer`, bytes (a multiple of 4).
+    slots: Vec<(NodeId, u64, u64)>,
+    /// [`UNMAPPED`] (the GPU may be reading it), [`MAP_PENDING`] or [`MAPPED`] (written by the map callback).
+    state: Arc<std::sync::atomic::AtomicU8>,
+}
+
+const UNMAPPED: u8 = 0;
+const MAP_PENDING: u8 = 1;
+const MAPPED: u8 = 2;
+
+impl Upload {
+    /// The staging for `program`'s inputs that live in the arenas (None when there are none), created mapped.
+    fn new(gpu: &GpuBackend, program: &Program, mem: &MemoryPlan) -> Option<Upload> {
+        let mut slots = Vec::new();
+        let mut at = 0u64;
+        for &id in &program.inputs {
+            let size = round4(mem.blocks[&id].size);
+            slots.push((id, at, size));
+            at += size.div_ceil(wgpu::MAP_ALIGNMENT) * wgpu::MAP_ALIGNMENT;
+        }
+        if at == 0 || at > gpu.caps.max_buffer_bytes {
+            return None; // nothing to stage, or more than one buffer: the queue's own staging takes the inputs
+        }
+        let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("webtensor upload"),
+            size: at,
+            usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        Some(Upload { buffer, slots, state: Arc::new(std::sync::atomic::AtomicU8::new(MAPPED)) })
+    }
+
+    /// Writes `inputs` into their slots (one host copy of their bytes) and encodes their copies into the arenas;
+    /// false (nothing done) when the buffer is not mapped yet.
+    fn stage<'b>(
+        &self,
+        inputs: &Inputs<'_>,
+        enc: &mut wgpu::CommandEncoder,
+        dst: impl Fn(NodeId) -> (&'b wgpu::Buffer, u64),
+    ) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.state.load(Ordering::Acquire) != MAPPED {
+            return false;
+        }
+        {
+            let Ok(mut view) = self.buffer.get_mapped_range_mut(..) else { return false };
+            for &(id, bytes) in inputs {
+                let Some(&(_, at, size)) = self.slots.iter().find(|s| s.0 == id) else { continue };
+                let at = at as usize;
+                view.slice(at..at + bytes.len()).copy_from_slice(bytes);
+                view.slice(at + bytes.len()..at + size as usize).fill(0);
+            }
+        }
+        self.buffer.unmap();
+        self.state.store(UNMAPPED, Ordering::Release);
+        for &(id, _) in inputs {
+            if let Some(&(_, at, size)) = self.slots.iter().find(|s| s.0 == id) {
+                let (buffer, offset) = dst(id);
+                enc.copy_buffer_to_buffer(&self.buffer, at, buffer, offset, size);
+            }
+        }
+        true
+    }
+
+    /// Asks for the buffer mapped again once the GPU has read it (after the run's submit), unless a map is
+    /// pending or done already. A failed map leaves it unmapped, to be asked for again after the next run.
+    fn remap(&self) {
+        use std::sync::atomic::Ordering;
+        if self.state.compare_exchange(UNMAPPED, MAP_PENDING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return;
+        }
+        let state = self.state.clone();
+        self.buffer.map_async(wgpu::MapMode::Write, .., move |r| {
+            state.store(if r.is_ok() { MAPPED } else { UNMAPPED }, Ordering::Release);
+        });
+    }
 }
 
 /// The staging buffer's size in bytes: room for every output read back whole.
@@ -177,7 +269,7 @@ async fn bind(
     if new.len() >= 8 {
         // a software adapter can take seconds per pipeline: say what the wait is
         log::info!(
-            target: crate::PROGRESS_LOG,
+            target: crate::backend::PROGRESS_LOG,
             "webtensor: building {} compute pipelines on {} (once per process: later plans reuse them)",
             new.len(),
             gpu.caps.name
@@ -262,19 +354,28 @@ impl GpuPlan {
         // wgpu reports no errors for work on a lost device: a device lost during compile shows up only here
         gpu.check_alive("compile")?;
         let Buffers { arenas, staging, scratch, .. } = buffers;
-        let n_buffers = arenas.len() + 2 + scratch.is_some() as usize;
+        let upload = Upload::new(&gpu, &program, &mem);
+        let n_buffers = arenas.len() + 2 + scratch.is_some() as usize + upload.is_some() as usize;
+        let matmul_kernels = super::kernel::matmul_kernel_names(dispatches.iter().copied());
         let kernels = kernels.iter().filter_map(|k| k.first()).map(|k| k.key.kind.name()).collect();
         Ok(GpuPlan {
             gpu,
             program,
             mem,
-            res: ManuallyDrop::new(Resources { arenas, steps, staging, scratch }),
+            res: ManuallyDrop::new(Resources { arenas, upload, steps, staging, scratch }),
             poison: options.poison,
             pipelines,
             buffers: n_buffers,
             kernels,
+            matmul_kernels,
             last_us: 0.0,
+            transfer: TransferStats::default(),
         })
+    }
+
+    /// The kernel of each matmul dispatch, in schedule order.
+    pub(crate) fn matmul_kernels(&self) -> &[String] {
+        &self.matmul_kernels
     }
 
     /// The buffer holding block `blk`: an arena, or an external tensor's own buffer.
@@ -295,18 +396,30 @@ impl GpuPlan {
                 gpu.queue.write_buffer(a, 0, &vec![0xFF; a.size() as usize]);
             }
         }
-        for &(id, bytes) in inputs {
-            let blk = self.mem.blocks[&id];
-            if bytes.len() % 4 == 0 {
-                gpu.queue.write_buffer(self.buffer(blk.arena), blk.offset, bytes);
-            } else {
-                let mut padded = bytes.to_vec();
-                padded.resize(round4(bytes.len() as u64) as usize, 0);
-                gpu.queue.write_buffer(self.buffer(blk.arena), blk.offset, &padded);
-            }
-        }
         let mut enc =
             gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("webtensor run") });
+        let up: u64 = inputs.iter().map(|(_, b)| b.len() as u64).sum();
+        let mut transfer = TransferStats { upload_bytes: up, host_copy_bytes: up, ..Default::default() };
+        let dst = |id: NodeId| {
+            let blk = self.mem.blocks[&id];
+            (self.buffer(blk.arena), blk.offset)
+        };
+        let staged = self.res.upload.as_ref().is_some_and(|u| u.stage(inputs, &mut enc, dst));
+        if !staged {
+            // through the queue's own staging: one host copy too, plus a padded one for a length that is no
+            // multiple of 4 bytes
+            for &(id, bytes) in inputs {
+                let (buffer, offset) = dst(id);
+                if bytes.len() % 4 == 0 {
+                    gpu.queue.write_buffer(buffer, offset, bytes);
+                } else {
+                    let mut padded = bytes.to_vec();
+                    padded.resize(round4(bytes.len() as u64) as usize, 0);
+                    transfer.host_copy_bytes += padded.len() as u64;
+                    gpu.queue.write_buffer(buffer, offset, &padded);
+                }
+            }
+        }
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
             for (pipeline, bg, [x, y, z], dynamic) in &self.res.steps {
@@ -325,6 +438,9 @@ impl GpuPlan {
             enc.copy_buffer_to_buffer(self.buffer(blk.arena), blk.offset + c.from, &self.res.staging, c.to, c.len);
         }
         gpu.queue.submit([enc.finish()]);
+        if let Some(u) = &self.res.upload {
+            u.remap();
+        }
         self.last_us = crate::backend::elapsed_us(start);
         let oom = oom.pop();
         let validation = validation.pop();
@@ -335,20 +451,22 @@ impl GpuPlan {
             return Err(Error::Gpu { context: "run".into(), message: e.to_string() });
         }
         let total = copies.iter().flatten().map(|c| c.to + c.len).max().unwrap_or(0);
-        let bytes = if total > 0 { read_staging(&gpu, &self.res.staging, total).await? } else { Vec::new() };
-        Ok(copies
-            .into_iter()
-            .map(|c| {
-                let c = c?;
-                let n = &self.program.nodes[c.output];
-                let esz = n.dtype.size_bytes();
-                let chunk = &bytes[c.to as usize..(c.to + c.len) as usize];
-                let storage = Data::from_bytes(n.dtype, &chunk[..chunk.len() / esz * esz]);
-                let mut layout = c.layout;
-                layout.offset -= (c.from / esz as u64) as usize;
-                Some(HostTensor { shape: layout.shape.clone(), data: gather(&storage, &layout) })
+        let nodes = &self.program.nodes;
+        // each output is built straight from the mapped staging memory: one host copy of what was fetched
+        let outputs: Vec<Option<HostTensor>> = if total > 0 {
+            read_staging(&gpu, &self.res.staging, total, |bytes| {
+                copies.iter().map(|c| c.as_ref().map(|c| c.output_from(nodes, bytes))).collect()
             })
-            .collect())
+            .await?
+        } else {
+            // nothing to read (empty outputs, or none fetched)
+            copies.iter().map(|c| c.as_ref().map(|c| c.output_from(nodes, &[]))).collect()
+        };
+        transfer.readback_bytes = copies.iter().flatten().map(|c| c.len).sum();
+        transfer.host_copy_bytes +=
+            outputs.iter().flatten().map(|t: &HostTensor| t.data.as_bytes().len() as u64).sum::<u64>();
+        self.transfer = transfer;
+        Ok(outputs)
     }
 
     /// For each output, what this run copies back (`None`: nothing): the bytes its fetched layout spans, packed
@@ -383,6 +501,21 @@ struct Copy {
     len: u64,
 }
 
+impl Copy {
+    /// The output's values from the staging bytes `staged` (its fetched layout gathered from them).
+    fn output_from(&self, nodes: &[crate::compile::ir::Node], staged: &[u8]) -> HostTensor {
+        let n = &nodes[self.output];
+        let esz = n.dtype.size_bytes();
+        let chunk = &staged[self.to as usize..(self.to + self.len) as usize];
+        let mut layout = self.layout.clone();
+        layout.offset -= (self.from / esz as u64) as usize;
+        HostTensor {
+            shape: layout.shape.clone(),
+            data: gather_bytes(n.dtype, &chunk[..chunk.len() / esz * esz], &layout),
+        }
+    }
+}
+
 /// The buffer of block arena index `arena`: one of the plan's arenas, or an external tensor's own buffer.
 fn buffer_of<'a>(arenas: &'a [wgpu::Buffer], program: &'a Program, mem: &MemoryPlan, arena: usize) -> &'a wgpu::Buffer {
     if arena < arenas.len() {
@@ -410,20 +543,24 @@ pub(crate) async fn read_buffer(gpu: &GpuBackend, buffer: &wgpu::Buffer, len: u6
     let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
     enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, round4(len).min(buffer.size()));
     gpu.queue.submit([enc.finish()]);
-    let mut bytes = read_staging(gpu, &staging, len).await?;
-    bytes.truncate(len as usize);
-    Ok(bytes)
+    read_staging(gpu, &staging, len, |bytes| bytes[..len as usize].to_vec()).await
 }
 
-/// Maps the first `len` bytes of `staging` for reading and returns them. Natively the device is polled until the GPU is done, for
-/// at most [`READBACK_TIMEOUT_ENV`] (60 s by default), and the map has then completed or failed: this never
-/// blocks longer. On wasm the browser completes (or, when the device is lost, fails) the map and this future
-/// awaits its callback.
+/// Maps the first `len` bytes of `staging` for reading and returns what `take` makes of them (read in place,
+/// before the buffer is unmapped). Natively the device is polled until the GPU is done, for at most
+/// [`READBACK_TIMEOUT_ENV`] (60 s by default), and the map has then completed or failed: this never blocks
+/// longer. On wasm the browser completes (or, when the device is lost, fails) the map and this future awaits its
+/// callback.
 ///
 /// # Errors
 /// [`Error::Gpu`] when the device is lost, the wait times out, or the map fails. The buffer is left unmapped
 /// in every case, so a later run can map it again.
-async fn read_staging(gpu: &GpuBackend, staging: &wgpu::Buffer, len: u64) -> Result<Vec<u8>> {
+async fn read_staging<T>(
+    gpu: &GpuBackend,
+    staging: &wgpu::Buffer,
+    len: u64,
+    take: impl FnOnce(&[u8]) -> T,
+) -> Result<T> {
     let (tx, rx) = futures_channel::oneshot::channel();
     // map offsets and sizes are multiples of 8 bytes (wgpu::MAP_ALIGNMENT); the staging buffer is large enough
     let len = len.div_ceil(8) * 8;
@@ -433,9 +570,9 @@ async fn read_staging(gpu: &GpuBackend, staging: &wgpu::Buffer, len: u64) -> Res
     });
     match wait_for_map(gpu, rx).await {
         Ok(()) => {
-            let bytes = staging.get_mapped_range(range).map(|view| view.to_vec());
+            let taken = staging.get_mapped_range(range).map(|view| take(&view));
             staging.unmap();
-            bytes.map_err(|e| Error::Gpu { context: "readback".into(), message: e.to_string() })
+            taken.map_err(|e| Error::Gpu { context: "readback".into(), message: e.to_string() })
         }
         Err(e) => {
             // Forget the failed or still pending map, else every later map of this buffer fails at once. (On a
@@ -511,6 +648,7 @@ impl Executable for GpuPlan {
             peak_live_bytes: self.mem.peak_live_bytes,
             buffers: self.buffers,
             kernels: self.kernels.clone(),
+            transfer: self.transfer,
         }
     }
 

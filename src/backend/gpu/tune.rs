@@ -6,14 +6,16 @@
 //! The fastest wins. The result is cached
 //! in memory per device and on disk per adapter and driver, in `$XDG_CACHE_HOME/webtensor/matmul-tuning.txt`
 //! (or `~/.cache/...`); `WEBTENSOR_TUNE_CACHE=off` disables the file, `WEBTENSOR_TUNE_CACHE=PATH` puts it
-//! elsewhere (see [`crate::gpu::TUNE_CACHE_ENV`] for the format), `WEBTENSOR_MATMUL` skips tuning.
+//! elsewhere (see [`crate::backend::gpu::config::TUNE_CACHE_ENV`] for the format), `WEBTENSOR_MATMUL` skips tuning.
 
 use super::device::GpuBackend;
 use super::plan::GpuPlan;
+use crate::backend::gpu::config::MatmulChoice::{self, Coop, Generic, Tiled};
+use crate::backend::gpu::config::{
+    CoopConfig, MatmulKernels, TunedKernels, COOP_CONFIGS, TILE_CONFIGS, TUNE_CACHE_ENV,
+};
 use crate::backend::{CompileOptions, Executable};
-use crate::caps::DeviceType;
-use crate::gpu::MatmulChoice::{self, Coop, Generic, Tiled};
-use crate::gpu::{CoopConfig, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS, TUNE_CACHE_ENV};
+use crate::caps::{Capabilities, DeviceType};
 use crate::run::Fetch;
 use crate::{DType, Graph, HostTensor, Result};
 use std::path::PathBuf;
@@ -33,7 +35,11 @@ fn cache_file() -> Option<PathBuf> {
 }
 
 fn device_key(gpu: &GpuBackend) -> String {
-    let c = &gpu.caps;
+    caps_key(&gpu.caps)
+}
+
+/// The tuning cache's key for an adapter: `backend|name|driver`.
+fn caps_key(c: &Capabilities) -> String {
     format!("{}|{}|{}", c.backend, c.name, c.driver).replace(['\n', '='], " ")
 }
 
@@ -49,7 +55,9 @@ fn cached(key: &str) -> Option<MatmulChoice> {
 
 fn store(key: &str, choice: &str) {
     let Some(path) = cache_file() else { return };
-    let _ = std::fs::create_dir_all(path.parent().expect("a file in a folder"));
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
     let mut text = std::fs::read_to_string(&path).unwrap_or_default();
     text.push_str(&format!("{key} = {choice}\n"));
     // replaced whole: a process reading the cache meanwhile sees the old text or the new, never a part
@@ -106,31 +114,25 @@ impl Check {
         Ok(Check { graph: g, out: c, inputs: vec![(a_in.index(), av), (b_in.index(), bv)], want })
     }
 
-    /// The plan pinned to `choice`, if it builds and uses a kernel named `kernel…` (outputs NaN-filled before
-    /// each run when `poison`, for checking; not for timing).
+    /// The plan pinned to `choice`, if it builds and its matmuls run the kernel named `kernel…` (outputs
+    /// NaN-filled before each run when `poison`, for checking; not for timing); else why not.
     async fn plan(
         &self,
         gpu: &Arc<GpuBackend>,
         choice: MatmulChoice,
         kernel: &str,
         poison: bool,
-    ) -> Result<Option<GpuPlan>> {
-        let key = device_key(gpu);
+    ) -> Result<Verdict<GpuPlan>> {
         let options = CompileOptions { poison, matmul: Some(choice), ..Default::default() };
         let pinned = MatmulKernels::pinned(choice);
         let plan = match GpuPlan::compile(gpu, &self.graph, &[self.out], &options, pinned).await {
             Ok(p) => p,
             Err(e) => {
                 gpu.check_alive("matmul tuning")?; // a lost device is not a verdict on the configuration
-                log::warn!("webtensor: matmul config {} does not build on {key}: {e}", choice.name());
-                return Ok(None);
+                return Ok(Err(format!("does not build: {e}")));
             }
         };
-        if !plan.stats().kernels.iter().all(|k| k.starts_with(kernel)) {
-            log::warn!("webtensor: matmul config {} is not used on {key}: {:?}", choice.name(), plan.stats().kernels);
-            return Ok(None);
-        }
-        Ok(Some(plan))
+        Ok(judge(plan.matmul_kernels(), kernel).map(|()| plan))
     }
 
     /// Runs `plan` once; whether its answer matches the CPU backend's (NMSE ≤ `tolerance`, and no NaN).
@@ -156,6 +158,29 @@ impl Check {
     }
 }
 
+/// The kernel name a plan pinned to `choice` runs its matmuls on (`matmul_tiled 128x128x16`, ...).
+pub(crate) fn kernel_name(choice: MatmulChoice) -> String {
+    match choice {
+        Generic => "matmul".into(),
+        Tiled(c) => format!("matmul_tiled {}", c.name()),
+        Coop(c) => format!("matmul_coop {}", c.name()),
+    }
+}
+
+/// Whether a plan whose matmul dispatches run `matmuls` uses the candidate kernel `kernel` (a name prefix such
+/// as `matmul_tiled 128x128x16`): every matmul dispatch must, and there must be one. The plan's other dispatches
+/// (the adds of the repeated problem, fused or not) are not the candidate's business.
+pub(crate) fn judge(matmuls: &[String], kernel: &str) -> std::result::Result<(), String> {
+    match matmuls.iter().find(|k| !k.starts_with(kernel)) {
+        _ if matmuls.is_empty() => Err("the plan has no matmul dispatch".into()),
+        Some(other) => Err(format!("a matmul dispatch runs {other} (matmul dispatches: {matmuls:?})")),
+        None => Ok(()),
+    }
+}
+
+/// A candidate's result, or why it is passed over.
+type Verdict<T> = std::result::Result<T, String>;
+
 /// What each candidate must get right, and the problem it is timed on.
 struct Problem {
     /// `a @ b` in all four operand layouts at a size that is no multiple of any tile (132 × 100 × 136).
@@ -168,40 +193,48 @@ struct Problem {
 }
 
 impl Problem {
-    fn new(dtype: DType, size: usize, reps: usize) -> Result<Problem> {
+    /// The problem for `dtype` timed on `reps` matmuls of `size`³; with `checked`, the CPU backend's answers too.
+    fn new(dtype: DType, size: usize, reps: usize, checked: bool) -> Result<Problem> {
         let layouts = [(false, false), (false, true), (true, false), (true, true)]
             .into_iter()
-            .map(|(ta, tb)| Check::new(dtype, 132, 100, 136, ta, tb, 1, true))
+            .map(|(ta, tb)| Check::new(dtype, 132, 100, 136, ta, tb, 1, checked))
             .collect::<Result<_>>()?;
-        let single = Check::new(dtype, size, size, size, false, false, 1, true)?;
+        let single = Check::new(dtype, size, size, size, false, false, 1, checked)?;
         let repeated =
             if reps > 1 { Some((Check::new(dtype, size, size, size, false, false, reps, false)?, reps)) } else { None };
         Ok(Problem { layouts, single, repeated })
     }
 
     /// Checks `choice` (it must build, be used, and match the CPU backend on every check, NMSE ≤ `tolerance`)
-    /// and times it. `Ok(None)`: the candidate fails somewhere, and is never used.
+    /// and times it. `Ok(Err(why))`: the candidate fails somewhere, and is never used.
     async fn time(
         &self,
         gpu: &Arc<GpuBackend>,
         choice: MatmulChoice,
         kernel: &str,
         tolerance: f64,
-    ) -> Result<Option<Duration>> {
-        let key = device_key(gpu);
+    ) -> Result<Verdict<Duration>> {
         for (i, check) in self.layouts.iter().chain([&self.single]).enumerate() {
-            let Some(mut plan) = check.plan(gpu, choice, kernel, true).await? else { return Ok(None) };
+            let mut plan = match check.plan(gpu, choice, kernel, true).await? {
+                Ok(p) => p,
+                Err(why) => return Ok(Err(why)),
+            };
             if !check.passes(&mut plan, tolerance).await? {
-                log::warn!("webtensor: matmul config {} is wrong on {key} (check {i}); never used", choice.name());
-                return Ok(None);
+                return Ok(Err(format!("wrong results (check {i}: NMSE over {tolerance:e} against the CPU backend)")));
             }
         }
-        let Some(mut plan) = self.single.plan(gpu, choice, kernel, false).await? else { return Ok(None) };
+        let mut plan = match self.single.plan(gpu, choice, kernel, false).await? {
+            Ok(p) => p,
+            Err(why) => return Ok(Err(why)),
+        };
         let single = self.single.time(&mut plan).await?;
         let t = match &self.repeated {
             None => single,
             Some((check, reps)) => {
-                let Some(mut plan) = check.plan(gpu, choice, kernel, false).await? else { return Ok(None) };
+                let mut plan = match check.plan(gpu, choice, kernel, false).await? {
+                    Ok(p) => p,
+                    Err(why) => return Ok(Err(why)),
+                };
                 let all = check.time(&mut plan).await?;
                 let per = all.saturating_sub(single) / (*reps as u32 - 1);
                 if per.is_zero() {
@@ -212,34 +245,60 @@ impl Problem {
             }
         };
         let n = self.single.inputs[0].1.shape[0];
+        let key = device_key(gpu);
         log::debug!("webtensor: matmul config {} on {key}: {:.3} ms for {n}³", choice.name(), t.as_secs_f64() * 1e3);
-        Ok(Some(t))
+        Ok(Ok(t))
     }
 }
 
-/// The fastest candidate that passes (see [`Problem::time`]).
+/// The tuner's verdict on `choice` for an adapter with capabilities `caps` (a recorded profile), from its
+/// problem's plans compiled without a device: `Err` says why the candidate would be passed over before it is
+/// even checked (a plan that does not build, or a matmul dispatch that does not run the candidate).
+pub(crate) fn verdict_for_capabilities(caps: &Capabilities, choice: MatmulChoice) -> Result<Verdict<()>> {
+    let dtype = if matches!(choice, Coop(_)) { DType::F16 } else { DType::F32 };
+    let (size, reps) = problem_size(caps);
+    let problem = Problem::new(dtype, size, reps, false)?;
+    let options = CompileOptions { matmul: Some(choice), ..Default::default() };
+    let repeated = problem.repeated.iter().map(|(c, _)| c);
+    for check in problem.layouts.iter().chain([&problem.single]).chain(repeated) {
+        let dispatches = match super::profile::plan_for_capabilities(caps, &check.graph, &[check.out], &options) {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(format!("does not build: {e}"))),
+        };
+        if let Err(why) = judge(&super::kernel::matmul_kernel_names(&dispatches), &kernel_name(choice)) {
+            return Ok(Err(why));
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// The fastest candidate that passes (see [`Problem::time`]), and why each other one was passed over.
 async fn fastest(
     gpu: &Arc<GpuBackend>,
     problem: &Problem,
     candidates: impl Iterator<Item = MatmulChoice>,
-    kernel: &str,
     tolerance: f64,
-) -> Result<Option<MatmulChoice>> {
+) -> Result<(Option<MatmulChoice>, Vec<String>)> {
+    let key = device_key(gpu);
     let mut best: Option<(Duration, MatmulChoice)> = None;
+    let mut rejected = Vec::new();
     for choice in candidates {
-        if let Some(t) = problem.time(gpu, choice, kernel, tolerance).await? {
-            if best.is_none_or(|(bt, _)| t < bt) {
-                best = Some((t, choice));
+        match problem.time(gpu, choice, &kernel_name(choice), tolerance).await? {
+            Ok(t) if best.is_none_or(|(bt, _)| t < bt) => best = Some((t, choice)),
+            Ok(_) => {}
+            Err(why) => {
+                log::warn!("webtensor: matmul config {} is not used on {key}: {why}", choice.name());
+                rejected.push(format!("{}: {why}", choice.name()));
             }
         }
     }
-    Ok(best.map(|(_, c)| c))
+    Ok((best.map(|(_, c)| c), rejected))
 }
 
 /// The timed problem's size n (n³) and repetitions: 1024 × 8 on a GPU, 256 × 1 on a software adapter (where
 /// the choice hardly matters and time does).
-fn problem_size(gpu: &GpuBackend) -> (usize, usize) {
-    if gpu.caps.device_type == DeviceType::Cpu {
+fn problem_size(caps: &Capabilities) -> (usize, usize) {
+    if caps.device_type == DeviceType::Cpu {
         (256, 1)
     } else {
         (1024, 8)
@@ -259,9 +318,32 @@ fn announce(key: &str, what: &str) {
     let cache =
         cache_file().map_or("not cached: WEBTENSOR_TUNE_CACHE=off".into(), |p| format!("cached in {}", p.display()));
     log::info!(
-        target: crate::PROGRESS_LOG,
+        target: crate::backend::PROGRESS_LOG,
         "webtensor: tuning the {what} for {key} (seconds, up to minutes on a software adapter; once per adapter and driver, {cache})"
     );
+}
+
+/// Stores why no candidate was chosen for `key` (`none_chosen`), as the line `key|why = ...` that `webtensor
+/// info` prints; an empty reason when one was.
+fn store_why(key: &str, none_chosen: bool, rejected: &[String]) {
+    let why = if none_chosen { rejected.join("; ") } else { String::new() };
+    if none_chosen || cached_line(&format!("{key}|why")).is_some_and(|w| !w.is_empty()) {
+        store(&format!("{key}|why"), &why.replace('\n', " "));
+    }
+}
+
+/// What the tuning cache (see [`TUNE_CACHE_ENV`]) holds for the adapter with capabilities `caps`: what `webtensor
+/// info` prints. Native only; nothing is tuned here (the first matmul plan on a device tunes).
+pub fn tuned_kernels(caps: &Capabilities) -> TunedKernels {
+    let key = caps_key(caps);
+    let coop_key = format!("{key}|f16 coop");
+    let why = |k: &str| cached_line(&format!("{k}|why")).filter(|w| !w.is_empty());
+    TunedKernels {
+        tiled: cached_line(&key),
+        tiled_why: why(&key),
+        coop: cached_line(&coop_key),
+        coop_why: why(&coop_key),
+    }
 }
 
 /// Chooses the matmul kernels for `gpu` (see the module docs).
@@ -278,10 +360,12 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
             let start = Instant::now();
             let max_shared = gpu.caps.max_workgroup_storage_bytes;
             let candidates = TILE_CONFIGS.iter().filter(|c| c.shared_bytes() <= max_shared).map(|&c| Tiled(c));
-            let (size, reps) = problem_size(gpu);
-            let problem = Problem::new(DType::F32, size, reps)?;
-            let c = fastest(gpu, &problem, candidates, "matmul_tiled", 1e-7).await?.unwrap_or(Generic);
-            log::info!(target: crate::PROGRESS_LOG, "webtensor: tuned in {:.1} s: {}", start.elapsed().as_secs_f64(), c.name());
+            let (size, reps) = gpu.tune_problem.unwrap_or_else(|| problem_size(&gpu.caps));
+            let problem = Problem::new(DType::F32, size, reps, true)?;
+            let (best, rejected) = fastest(gpu, &problem, candidates, 1e-7).await?;
+            let c = best.unwrap_or(Generic);
+            log::info!(target: crate::backend::PROGRESS_LOG, "webtensor: tuned in {:.1} s: {}", start.elapsed().as_secs_f64(), c.name());
+            store_why(&key, best.is_none(), &rejected);
             store(&key, &c.name());
             c
         }
@@ -303,11 +387,16 @@ pub(crate) async fn tune(gpu: &Arc<GpuBackend>) -> Result<MatmulKernels> {
                     .take(tried)
                     .map(|&c| Coop(c));
                 // f16 inputs and output, f32 accumulation on both sides: the answers differ by f16 roundings.
-                let (size, reps) = if gpu.coop_emulated { (128, 1) } else { problem_size(gpu) };
-                let problem = Problem::new(DType::F16, size, reps)?;
-                let c = fastest(gpu, &problem, candidates, "matmul_coop", 1e-5).await?;
+                let (size, reps) = match gpu.tune_problem {
+                    Some(p) => p,
+                    None if gpu.coop_emulated => (128, 1),
+                    None => problem_size(&gpu.caps),
+                };
+                let problem = Problem::new(DType::F16, size, reps, true)?;
+                let (c, rejected) = fastest(gpu, &problem, candidates, 1e-5).await?;
                 let name = c.map_or("none".to_string(), |c| c.name());
-                log::info!(target: crate::PROGRESS_LOG, "webtensor: tuned in {:.1} s: {name}", start.elapsed().as_secs_f64());
+                log::info!(target: crate::backend::PROGRESS_LOG, "webtensor: tuned in {:.1} s: {name}", start.elapsed().as_secs_f64());
+                store_why(&coop_key, c.is_none(), &rejected);
                 store(&coop_key, &name);
                 c.and_then(coop_config)
             }

@@ -49,9 +49,14 @@ pub fn run(args: &EmbedBenchArgs) -> Result<(), CliError> {
     let texts = sentences(args.sentences.max(1));
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let mut peer = Helper::start(&args.python, SCRIPT);
+    // on a hardware GPU the peer runs on CUDA where torch has it (on the CPU otherwise, and it says so)
+    let caps = chosen.device.capabilities();
+    let want = if !chosen.device.is_cpu() && caps.device_type != webtensor::DeviceType::Cpu { "cuda" } else { "cpu" };
+    let mut peer_device = "cpu".to_string();
     if let Ok(p) = &mut peer {
-        if let Err(err) = p.ask(json!({"cmd": "load", "path": args.model, "threads": threads})) {
-            peer = Err(format!("sentence_transformers could not load the model: {err}"));
+        match p.ask(json!({"cmd": "load", "path": args.model, "threads": threads, "device": want})) {
+            Ok(r) => peer_device = r["device"].as_str().unwrap_or("cpu").to_string(),
+            Err(err) => peer = Err(format!("sentence_transformers could not load the model: {err}")),
         }
     }
     if let Err(why) = &peer {
@@ -93,7 +98,7 @@ pub fn run(args: &EmbedBenchArgs) -> Result<(), CliError> {
     match &peer {
         Ok(p) => {
             let name = format!(
-                "{} (torch {})",
+                "{} (torch {}, {peer_device})",
                 p.hello["version"].as_str().unwrap_or("?"),
                 p.hello["torch"].as_str().unwrap_or("?")
             );

@@ -313,10 +313,7 @@ impl<'a> Doc<'a> {
                 }
             }
             for l in &gpu_kernels {
-                let mut k: Vec<String> =
-                    get(l).and_then(|e| e.outcome.as_ref().ok()).map(|t| t.kernels.clone()).unwrap_or_default();
-                k.dedup();
-                cells.push(if k.is_empty() { "—".into() } else { k.join(", ") });
+                cells.push(kernel_cell(get(l).and_then(|e| e.outcome.as_ref().ok())));
             }
             for (o, p) in &pairs {
                 let r = get(&o.label).zip(get(&p.label)).and_then(|(o, p)| ratio(o, p));
@@ -364,6 +361,9 @@ impl<'a> Doc<'a> {
                         v["run_gbps"] = json!(w.bytes() / r / 1e9);
                         v["chain_q"] = json!(t.chain);
                         v["kernels"] = json!(t.kernels);
+                        v["run_upload_bytes"] = json!(t.transfer.upload_bytes);
+                        v["run_readback_bytes"] = json!(t.transfer.readback_bytes);
+                        v["run_host_copy_bytes"] = json!(t.transfer.host_copy_bytes);
                     }
                 }
                 Err(why) => v["status"] = json!(why),
@@ -525,6 +525,17 @@ fn decade_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
     let steps: &[f64] = if b - a < 3 { &[1.0, 2.0, 5.0] } else { &[1.0] };
     (a..=b).flat_map(|e| steps.iter().map(move |&m| m * 10f64.powi(e))).filter(|&v| v >= lo && v <= hi).collect()
+}
+
+/// The kernels of a webtensor timing, and what one run of its one-op plan moved and copied on the host.
+fn kernel_cell(t: Option<&super::Timing>) -> String {
+    let Some(t) = t.filter(|t| !t.kernels.is_empty()) else { return "—".into() };
+    let mut k = t.kernels.clone();
+    k.dedup();
+    let x = &t.transfer;
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let moved = mib(x.upload_bytes + x.readback_bytes);
+    format!("{} (a run moves {moved:.1} MiB; host copies {:.1} MiB)", k.join(", "), mib(x.host_copy_bytes))
 }
 
 /// The webtensor environment variables that change which kernels run, where set.

@@ -7,11 +7,11 @@
 //! adapter with cooperative matrices. Everything else takes the generic strided kernel, which handles any layout.
 
 use super::target::{dispatch, grid, GpuTarget};
+use crate::backend::gpu::config::{MatmulChoice, MatmulKernels, DEFAULT_CONFIG};
 use crate::backend::gpu::kernel::{Dispatch, KernelKey, KernelKind, MatVecReduce};
 use crate::backend::gpu::params::{set_packed, vec4, MatmulParams, Params};
 use crate::backend::gpu::wgsl::elementwise::render_expr;
 use crate::compile::ir::{Expr, Program};
-use crate::gpu::{MatmulChoice, MatmulKernels, DEFAULT_CONFIG};
 use crate::graph::NodeId;
 use crate::{DType, Error, Result};
 

@@ -1,8 +1,9 @@
 //! What GPU lowering knows about the device ([`GpuTarget`]), and the helpers every family's lowering uses.
 
+use crate::backend::gpu::config::MatmulKernels;
 use crate::backend::gpu::kernel::{Dispatch, KernelKey, MatVecReduce};
 use crate::backend::gpu::params::Params;
-use crate::gpu::MatmulKernels;
+use crate::caps::{Capabilities, DeviceType};
 use crate::graph::NodeId;
 use crate::{Error, Result};
 
@@ -36,6 +37,50 @@ pub(crate) struct GpuTarget {
     pub fusion: bool,
     /// The device's identity.
     pub device: u64,
+}
+
+/// 16 when an adapter with capabilities `caps` offers the 16×16×16 f16 × f16 → f32 cooperative-matrix shape
+/// (see `COOP_CONFIGS`) with SHADER_F16 and subgroups of exactly 32 invocations (which `matmul_coop.wgsl`
+/// assumes); `caps.cooperative_matrix` is only filled where the adapter has EXPERIMENTAL_COOPERATIVE_MATRIX.
+pub(crate) fn coop_fragment(caps: &Capabilities) -> Option<u32> {
+    let has = caps.cooperative_matrix.iter().any(|s| s.eq_ignore_ascii_case("16x16x16 F16->F32"));
+    (has && caps.shader_f16 && caps.subgroups && caps.subgroup_size == (32, 32)).then_some(16)
+}
+
+/// How one-row matmuls sum each output where an adapter prefers a way: serially (one invocation an output, no
+/// barriers) on adapters that run on CPU cores (device type `Cpu`: SwiftShader, llvmpipe); else None (the best
+/// the adapter has).
+pub(crate) fn preferred_matvec(caps: &Capabilities) -> Option<MatVecReduce> {
+    (caps.device_type == DeviceType::Cpu).then_some(MatVecReduce::Serial)
+}
+
+/// Whether an adapter with capabilities `caps` runs f16 × f16 matmuls on webtensor's cooperative-matrix kernel:
+/// it needs the 16×16×16 f16 × f16 → f32 shape, SHADER_F16 and subgroups of exactly 32 invocations.
+pub fn uses_cooperative_matrices(caps: &Capabilities) -> bool {
+    coop_fragment(caps).is_some()
+}
+
+impl GpuTarget {
+    /// What lowering knows about a device with capabilities `caps` (a real adapter's, or a recorded profile's):
+    /// every decision that depends on the adapter is derived here from its capabilities.
+    pub(crate) fn new(caps: &Capabilities, matmul: MatmulKernels, fusion: bool, device: u64) -> GpuTarget {
+        let (lo, hi) = caps.subgroup_size;
+        GpuTarget {
+            max_groups: caps.max_workgroups_per_dimension,
+            max_shared: caps.max_workgroup_storage_bytes,
+            subgroup_size: (caps.subgroups && lo == hi && lo > 0).then_some(lo),
+            matmul,
+            coop_frag: coop_fragment(caps),
+            coop_emulated: false,
+            matvec: preferred_matvec(caps),
+            shader_f16: caps.shader_f16,
+            max_binding: caps.max_storage_binding_bytes,
+            max_buffer: caps.max_buffer_bytes,
+            align: (caps.min_storage_offset_alignment as u64).max(256),
+            fusion,
+            device,
+        }
+    }
 }
 
 /// Workgroup grid for `groups` workgroups: 1-D when it fits `max_per_dim`, else split over x and y.

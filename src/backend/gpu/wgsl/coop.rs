@@ -1,12 +1,12 @@
 //! WGSL of the cooperative-matrix matmul (`shaders/matmul_coop.wgsl`): the per-fragment code of a
-//! [`CoopConfig`](crate::gpu::CoopConfig) unrolled into the template's tokens. Chosen by lowering for f16 × f16
+//! [`CoopConfig`](crate::backend::gpu::config::CoopConfig) unrolled into the template's tokens. Chosen by lowering for f16 × f16
 //! matmuls on adapters with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, an F×F×F f16 → f32 tile shape and a subgroup
 //! size of 32; each configuration is checked against the CPU backend on the device before it is used (`tune.rs`).
 
 use super::matmul::epilogue;
 use super::template::render;
+use crate::backend::gpu::config::CoopConfig;
 use crate::backend::gpu::kernel::{KernelKey, KernelKind};
-use crate::gpu::CoopConfig;
 
 const COOP: &str = include_str!("../../../../shaders/matmul_coop.wgsl");
 const EMULATION: &str = include_str!("../../../../shaders/matmul_coop_emulation.wgsl");

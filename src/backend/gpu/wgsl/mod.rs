@@ -19,7 +19,12 @@ use super::params::{
 };
 
 const COMMON: &str = include_str!("../../../../shaders/common.wgsl");
-const F16_ROUND: &str = include_str!("../../../../shaders/f16_round.wgsl");
+/// Helper functions appended to a kernel only where its body calls them: the f16 rounding of fused f16
+/// intermediates, and the correctly rounded division.
+const HELPERS: [(&str, &str); 2] = [
+    ("f16_round(", include_str!("../../../../shaders/f16_round.wgsl")),
+    ("div_rn(", include_str!("../../../../shaders/div_rn.wgsl")),
+];
 
 /// The family's `struct Params` and its uniform binding.
 fn params_decl(kind: &KernelKind) -> String {
@@ -71,8 +76,7 @@ impl KernelKey {
                 attention::wgsl(self, bindings)
             }
         };
-        // an f16 intermediate of a fused expression is rounded by `f16_round` (only where used: it needs packing)
-        let round = if body.contains("f16_round(") { F16_ROUND } else { "" };
-        format!("{enable}{}{COMMON}\n{round}{body}", params_decl(&self.kind))
+        let helpers: String = HELPERS.iter().filter(|(call, _)| body.contains(call)).map(|(_, text)| *text).collect();
+        format!("{enable}{}{COMMON}\n{helpers}{body}", params_decl(&self.kind))
     }
 }
