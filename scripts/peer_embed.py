@@ -1,7 +1,8 @@
 """sentence-transformers' side of `webtensor bench embed`, in JSON lines on stdin/stdout (one request, one
 reply). A missing module is reported as {"absent": why}, never an error.
 
-Requests: {"cmd": "load", "path", "threads"} · {"cmd": "embed", "texts", "batch"} (reply: {"ms"}).
+Requests: {"cmd": "load", "path", "threads", "device"} (reply: {"ok", "device"}; device "cuda" falls back to
+"cpu" where torch has no CUDA) · {"cmd": "embed", "texts", "batch"} (reply: {"ms"}).
 """
 import json
 import sys
@@ -28,8 +29,11 @@ def main():
         req = json.loads(line)
         if req["cmd"] == "load":
             torch.set_num_threads(req["threads"])
-            model = SentenceTransformer(req["path"], device="cpu")
-            reply({"ok": True})
+            device = req.get("device", "cpu")
+            if device == "cuda" and not torch.cuda.is_available():
+                device = "cpu"
+            model = SentenceTransformer(req["path"], device=device)
+            reply({"ok": True, "device": device})
         elif req["cmd"] == "embed":
             t = time.perf_counter()
             model.encode(req["texts"], batch_size=req["batch"], convert_to_numpy=True)
