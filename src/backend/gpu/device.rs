@@ -52,6 +52,7 @@ pub(crate) struct GpuBackend {
     /// reduction the testing hook [`GpuBackend::with_matvec_reduce`] pins; else None (the best the adapter has).
     pub matvec: Option<MatVecReduce>,
     /// The tuner's timed problem (n, repetitions) when a test pins it (see [`GpuBackend::with_profile`]).
+    #[cfg(not(target_arch = "wasm32"))]
     pub tune_problem: Option<(usize, usize)>,
 }
 
@@ -318,6 +319,7 @@ impl GpuBackend {
             coop_frag,
             coop_emulated: false,
             matvec,
+            #[cfg(not(target_arch = "wasm32"))]
             tune_problem: None,
             #[cfg(not(target_arch = "wasm32"))]
             serial,

@@ -55,7 +55,8 @@ pub(crate) struct GpuPlan {
     pipelines: usize,
     buffers: usize,
     kernels: Vec<String>,
-    /// The kernel of each matmul dispatch (what the tuner judges a candidate configuration by).
+    /// The kernel of each matmul dispatch (what the tuner judges a candidate configuration by; natively).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     matmul_kernels: Vec<String>,
     /// Host time of the last run until submit, in microseconds.
     last_us: f64,
@@ -374,6 +375,7 @@ impl GpuPlan {
     }
 
     /// The kernel of each matmul dispatch, in schedule order.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub(crate) fn matmul_kernels(&self) -> &[String] {
         &self.matmul_kernels
     }
