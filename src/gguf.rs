@@ -3,8 +3,9 @@
 //! never copied into the heap; on wasm it is read from bytes.
 //!
 //! The reader trusts nothing: every count and length is checked against the bytes left in the file before anything
-//! is allocated, arrays nest at most 8 deep, dimensions may not overflow, keys and tensor names are unique, the
-//! alignment is a power of two no larger than 1 MiB, and every tensor's data lies inside the file. A malformed
+//! is allocated, arrays nest at most 8 deep and are stored by element type (memory within a small factor of the
+//! file's bytes), dimensions may not overflow, keys and tensor names are unique, the alignment is a power of two no
+//! larger than 1 MiB, and every tensor's data lies inside the file, apart from every other tensor's. A malformed
 //! file is an [`Error::Format`] naming the problem and its byte offset.
 //!
 //! Shapes are numpy order (outermost first): GGUF stores ggml's `ne` (innermost first), reversed here and
@@ -30,7 +31,123 @@ pub enum MetaValue {
     Bool(bool),
     String(String),
     /// Values of one type (GGUF arrays are homogeneous), possibly arrays themselves.
-    Array(Vec<MetaValue>),
+    Array(MetaArray),
+}
+
+/// A metadata array, stored by its element type (a file's array costs a small constant factor of its bytes in
+/// memory: numbers as they are, strings as `String`s).
+#[derive(Clone, Debug, PartialEq)]
+pub enum MetaArray {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    U16(Vec<u16>),
+    I16(Vec<i16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    Bool(Vec<bool>),
+    String(Vec<String>),
+    Array(Vec<MetaArray>),
+}
+
+impl MetaArray {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        match self {
+            MetaArray::U8(v) => v.len(),
+            MetaArray::I8(v) => v.len(),
+            MetaArray::U16(v) => v.len(),
+            MetaArray::I16(v) => v.len(),
+            MetaArray::U32(v) => v.len(),
+            MetaArray::I32(v) => v.len(),
+            MetaArray::U64(v) => v.len(),
+            MetaArray::I64(v) => v.len(),
+            MetaArray::F32(v) => v.len(),
+            MetaArray::F64(v) => v.len(),
+            MetaArray::Bool(v) => v.len(),
+            MetaArray::String(v) => v.len(),
+            MetaArray::Array(v) => v.len(),
+        }
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i` as a value (a copy; `None` past the end).
+    pub fn get(&self, i: usize) -> Option<MetaValue> {
+        Some(match self {
+            MetaArray::U8(v) => MetaValue::U8(*v.get(i)?),
+            MetaArray::I8(v) => MetaValue::I8(*v.get(i)?),
+            MetaArray::U16(v) => MetaValue::U16(*v.get(i)?),
+            MetaArray::I16(v) => MetaValue::I16(*v.get(i)?),
+            MetaArray::U32(v) => MetaValue::U32(*v.get(i)?),
+            MetaArray::I32(v) => MetaValue::I32(*v.get(i)?),
+            MetaArray::U64(v) => MetaValue::U64(*v.get(i)?),
+            MetaArray::I64(v) => MetaValue::I64(*v.get(i)?),
+            MetaArray::F32(v) => MetaValue::F32(*v.get(i)?),
+            MetaArray::F64(v) => MetaValue::F64(*v.get(i)?),
+            MetaArray::Bool(v) => MetaValue::Bool(*v.get(i)?),
+            MetaArray::String(v) => MetaValue::String(v.get(i)?.clone()),
+            MetaArray::Array(v) => MetaValue::Array(v.get(i)?.clone()),
+        })
+    }
+
+    /// The elements as values (copies).
+    pub fn iter(&self) -> impl Iterator<Item = MetaValue> + '_ {
+        (0..self.len()).map(|i| self.get(i).expect("in range"))
+    }
+
+    /// The strings, when the elements are strings.
+    pub fn as_strings(&self) -> Option<&[String]> {
+        match self {
+            MetaArray::String(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The elements as f64, when they are numbers.
+    pub fn to_f64s(&self) -> Option<Vec<f64>> {
+        fn all<T: Copy + Into<f64>>(v: &[T]) -> Vec<f64> {
+            v.iter().map(|&x| x.into()).collect()
+        }
+        Some(match self {
+            MetaArray::U8(v) => all(v),
+            MetaArray::I8(v) => all(v),
+            MetaArray::U16(v) => all(v),
+            MetaArray::I16(v) => all(v),
+            MetaArray::U32(v) => all(v),
+            MetaArray::I32(v) => all(v),
+            MetaArray::U64(v) => v.iter().map(|&x| x as f64).collect(),
+            MetaArray::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            MetaArray::F32(v) => all(v),
+            MetaArray::F64(v) => v.clone(),
+            _ => return None,
+        })
+    }
+
+    /// GGUF's name of the element type (`u32`, `string`, `array`).
+    pub fn element_type_name(&self) -> &'static str {
+        match self {
+            MetaArray::U8(_) => "u8",
+            MetaArray::I8(_) => "i8",
+            MetaArray::U16(_) => "u16",
+            MetaArray::I16(_) => "i16",
+            MetaArray::U32(_) => "u32",
+            MetaArray::I32(_) => "i32",
+            MetaArray::U64(_) => "u64",
+            MetaArray::I64(_) => "i64",
+            MetaArray::F32(_) => "f32",
+            MetaArray::F64(_) => "f64",
+            MetaArray::Bool(_) => "bool",
+            MetaArray::String(_) => "string",
+            MetaArray::Array(_) => "array",
+        }
+    }
 }
 
 impl MetaValue {
@@ -71,7 +188,7 @@ impl MetaValue {
     }
 
     /// The elements, when it is an array.
-    pub fn as_array(&self) -> Option<&[MetaValue]> {
+    pub fn as_array(&self) -> Option<&MetaArray> {
         match self {
             MetaValue::Array(v) => Some(v),
             _ => None,
@@ -225,29 +342,68 @@ impl<'a> Reader<'a> {
                 v => return Err(self.err(at, format!("a bool of value {v}"))),
             },
             8 => MetaValue::String(self.string("a string's length")?),
-            9 => {
-                if depth >= MAX_DEPTH {
-                    return Err(self.err(at, format!("arrays nested deeper than {MAX_DEPTH}")));
-                }
-                let et = self.u32("an array's element type")?;
-                let min = match et {
-                    0 | 1 | 7 => 1,
-                    2 | 3 => 2,
-                    4..=6 => 4,
-                    8..=12 => 8,
-                    _ => return Err(self.err(at, format!("an array of unknown element type {et}"))),
-                };
-                let n = self.count("an array's length", min)?;
-                let mut v = Vec::with_capacity(n);
-                for _ in 0..n {
-                    v.push(self.value(et, depth + 1)?);
-                }
-                MetaValue::Array(v)
-            }
+            9 => MetaValue::Array(self.array(depth)?),
             10 => MetaValue::U64(self.u64("a u64")?),
             11 => MetaValue::I64(self.u64("an i64")? as i64),
             12 => MetaValue::F64(f64::from_bits(self.u64("an f64")?)),
             _ => return Err(self.err(at, format!("unknown metadata value type {t}"))),
+        })
+    }
+}
+
+impl Reader<'_> {
+    /// An array's element type, count and elements, stored by type (see [`MetaArray`]).
+    fn array(&mut self, depth: usize) -> Result<MetaArray> {
+        let at = self.pos;
+        if depth >= MAX_DEPTH {
+            return Err(self.err(at, format!("arrays nested deeper than {MAX_DEPTH}")));
+        }
+        let et = self.u32("an array's element type")?;
+        let min = match et {
+            0 | 1 | 7 => 1,
+            2 | 3 => 2,
+            4..=6 => 4,
+            8..=12 => 8,
+            _ => return Err(self.err(at, format!("an array of unknown element type {et}"))),
+        };
+        let n = self.count("an array's length", min)?;
+        fn nums<T, const N: usize>(r: &mut Reader, n: usize, f: fn([u8; N]) -> T) -> Result<Vec<T>> {
+            let b = r.take(n * N, "an array's elements")?;
+            Ok(b.chunks_exact(N).map(|c| f(c.try_into().expect("N bytes"))).collect())
+        }
+        Ok(match et {
+            0 => MetaArray::U8(nums(self, n, |b: [u8; 1]| b[0])?),
+            1 => MetaArray::I8(nums(self, n, |b: [u8; 1]| b[0] as i8)?),
+            2 => MetaArray::U16(nums(self, n, u16::from_le_bytes)?),
+            3 => MetaArray::I16(nums(self, n, i16::from_le_bytes)?),
+            4 => MetaArray::U32(nums(self, n, u32::from_le_bytes)?),
+            5 => MetaArray::I32(nums(self, n, i32::from_le_bytes)?),
+            6 => MetaArray::F32(nums(self, n, f32::from_le_bytes)?),
+            7 => {
+                let b = self.take(n, "an array's bools")?;
+                match b.iter().position(|&v| v > 1) {
+                    Some(i) => return Err(self.err(at, format!("a bool of value {} in an array", b[i]))),
+                    None => MetaArray::Bool(b.iter().map(|&v| v == 1).collect()),
+                }
+            }
+            // n was checked against the bytes left (8 or more an element): the vectors are sized once
+            8 => {
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.string("a string's length")?);
+                }
+                MetaArray::String(v)
+            }
+            9 => {
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.array(depth + 1)?);
+                }
+                MetaArray::Array(v)
+            }
+            10 => MetaArray::U64(nums(self, n, u64::from_le_bytes)?),
+            11 => MetaArray::I64(nums(self, n, i64::from_le_bytes)?),
+            _ => MetaArray::F64(nums(self, n, f64::from_le_bytes)?),
         })
     }
 }
@@ -367,6 +523,23 @@ fn parse(source: &str, b: &[u8]) -> Result<Parsed> {
         .into_iter()
         .map(|(name, shape, dtype, rel, at)| place(&r, name, shape, dtype, rel, at, data_start, alignment))
         .collect::<Result<Vec<_>>>()?;
+    // no two tensors share bytes: a writer that points two names at one region is not llama.cpp's
+    let mut order: Vec<&TensorInfo> = tensors.iter().collect();
+    order.sort_by_key(|t| t.offset);
+    if let Some(w) = order.windows(2).find(|w| w[0].offset + w[0].bytes > w[1].offset) {
+        let (a, b) = (w[0], w[1]);
+        return Err(r.err(
+            0,
+            format!(
+                "tensors '{}' (bytes {}..{}) and '{}' (from byte {}) overlap",
+                a.name,
+                a.offset,
+                a.offset + a.bytes,
+                b.name,
+                b.offset
+            ),
+        ));
+    }
     Ok((version, alignment, metadata, tensors))
 }
 

@@ -26,11 +26,11 @@ fn metadata_of_every_type_reads_back() {
     assert_eq!(get("test.i8"), &MetaValue::I8(-100));
     assert_eq!(get("test.u16"), &MetaValue::U16(60000));
     assert_eq!(get("test.i16"), &MetaValue::I16(-30000));
-    let s: Vec<&str> = get("test.strings").as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let s = get("test.strings").as_array().unwrap().as_strings().unwrap();
     assert_eq!(s, ["a", "bc", ""]);
     let nested = get("test.nested").as_array().unwrap();
     assert_eq!(nested.len(), 2);
-    assert_eq!(nested[0].as_array().unwrap().len(), 2);
+    assert_eq!(nested.get(0).unwrap().as_array().unwrap().len(), 2);
 }
 
 /// Every block type decodes bit for bit as gguf-py (ggml's reference) decodes it; shapes come out in numpy order.

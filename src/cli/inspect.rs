@@ -1,7 +1,7 @@
 //! `webtensor inspect FILE`: a .gguf file's metadata (long arrays summarized) and tensors, as gguf-py's
 //! `gguf-dump` prints them; a .safetensors file's tensors and metadata; a .npy file's shape and dtype.
 
-use super::util::{bytes, emit};
+use super::util::{bytes, emit, escape_control};
 use super::CliError;
 use webtensor::gguf::{GgufFile, MetaValue};
 
@@ -23,8 +23,8 @@ fn show(v: &MetaValue) -> String {
             }
         }
         MetaValue::Array(a) => {
-            let kind = a.first().map_or("empty", MetaValue::type_name);
-            let head: Vec<String> = a.iter().take(if a.len() > 8 { 4 } else { 8 }).map(show).collect();
+            let kind = if a.is_empty() { "empty" } else { a.element_type_name() };
+            let head: Vec<String> = a.iter().take(if a.len() > 8 { 4 } else { 8 }).map(|v| show(&v)).collect();
             let more = if a.len() > 8 { ", ..." } else { "" };
             format!("[{}{more}] ({} × {kind})", head.join(", "), a.len())
         }
@@ -33,27 +33,43 @@ fn show(v: &MetaValue) -> String {
     }
 }
 
+/// The width of a column holding `cells`: the longest, at most `max` characters.
+fn width<'a>(cells: impl Iterator<Item = &'a str>, max: usize) -> usize {
+    cells.map(|c| c.chars().count()).max().unwrap_or(0).min(max)
+}
+
 fn gguf(path: &str) -> Result<String, CliError> {
     let f = GgufFile::open(path)?;
     let mut out = format!(
-        "{path}: GGUF version {}, alignment {} bytes, {} metadata keys, {} tensors\n",
+        "{}: GGUF version {}, alignment {} bytes, {} metadata keys, {} tensors\n",
+        escape_control(path),
         f.version,
         f.alignment,
         f.metadata.len(),
         f.tensors.len()
     );
-    for (k, v) in &f.metadata {
-        out += &format!("  {k:<44} {:<7} {}\n", v.type_name(), show(v));
+    let keys: Vec<String> = f.metadata.iter().map(|(k, _)| escape_control(k)).collect();
+    let kw = width(keys.iter().map(String::as_str), 60);
+    for (k, (_, v)) in keys.iter().zip(&f.metadata) {
+        out += &format!("  {k:<kw$} {:<7} {}\n", v.type_name(), show(v));
     }
     let total: u64 = f.tensors.iter().map(|t| t.bytes).sum();
     out += &format!("tensors ({} in all; shapes in numpy order, outermost first):\n", bytes(total));
-    for t in &f.tensors {
+    let names: Vec<String> = f.tensors.iter().map(|t| escape_control(&t.name)).collect();
+    let shapes: Vec<String> = f.tensors.iter().map(|t| format!("{:?}", t.shape)).collect();
+    let sizes: Vec<String> = f.tensors.iter().map(|t| bytes(t.bytes)).collect();
+    let (nw, sw, bw) = (
+        width(names.iter().map(String::as_str), 60),
+        width(shapes.iter().map(String::as_str), 40),
+        width(sizes.iter().map(String::as_str), 40),
+    );
+    for (i, t) in f.tensors.iter().enumerate() {
         out += &format!(
-            "  {:<36} {:<6} {:<18} {:>10} at {}\n",
-            t.name,
+            "  {:<nw$} {:<6} {:<sw$} {:>bw$} at {}\n",
+            names[i],
             t.dtype.name(),
-            format!("{:?}", t.shape),
-            bytes(t.bytes),
+            shapes[i],
+            sizes[i],
             t.offset
         );
     }
@@ -64,18 +80,20 @@ fn safetensors(path: &str) -> Result<String, CliError> {
     let f = webtensor::io::SafetensorsFile::open(path)?;
     let mut entries: Vec<_> = f.tensors().iter().collect();
     entries.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut out = format!("{path}: safetensors, {} tensors\n", entries.len());
+    let mut out = format!("{}: safetensors, {} tensors\n", escape_control(path), entries.len());
     for (k, v) in f.metadata() {
-        out += &format!("  {k}: {v}\n");
+        out += &format!("  {}: {}\n", escape_control(k), escape_control(v));
     }
-    for t in entries {
-        out += &format!(
-            "  {:<48} {:<5} {:<18} {:>10}\n",
-            t.name,
-            t.dtype,
-            format!("{:?}", t.shape),
-            bytes(t.range.len() as u64)
-        );
+    let names: Vec<String> = entries.iter().map(|t| escape_control(&t.name)).collect();
+    let shapes: Vec<String> = entries.iter().map(|t| format!("{:?}", t.shape)).collect();
+    let sizes: Vec<String> = entries.iter().map(|t| bytes(t.range.len() as u64)).collect();
+    let (nw, sw, bw) = (
+        width(names.iter().map(String::as_str), 60),
+        width(shapes.iter().map(String::as_str), 40),
+        width(sizes.iter().map(String::as_str), 40),
+    );
+    for (i, t) in entries.iter().enumerate() {
+        out += &format!("  {:<nw$} {:<5} {:<sw$} {:>bw$}\n", names[i], escape_control(&t.dtype), shapes[i], sizes[i]);
     }
     Ok(out)
 }
@@ -88,9 +106,9 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
         safetensors(p)?
     } else if p.ends_with(".npy") {
         let t = webtensor::io::read_npy(p)?;
-        format!("{p}: npy, {} {:?}, {}\n", t.dtype(), t.shape, bytes(t.data.as_bytes().len() as u64))
+        format!("{}: npy, {} {:?}, {}\n", escape_control(p), t.dtype(), t.shape, bytes(t.data.as_bytes().len() as u64))
     } else {
-        return Err(CliError::Msg(format!("{p}: not a .gguf, .safetensors or .npy file")));
+        return Err(CliError::Msg(format!("{p}: not a .gguf, .safetensors or .npy file (named by its extension)")));
     };
     emit(&out);
     Ok(())
