@@ -82,7 +82,14 @@ impl Device {
         match Device::first_gpu(false).await {
             Ok(d) => d,
             Err(reasons) => {
-                log::warn!("webtensor: no GPU adapter, falling back to the CPU backend ({})", reasons.join("; "));
+                // only software adapters, or none at all: the expected path, said at info level (details at
+                // debug); a GPU that is there but failed to open is worth one warning line
+                let expected = |r: &&String| r.contains("is a software adapter") || r.starts_with("no device: no ");
+                match reasons.iter().find(|r| !expected(r)) {
+                    Some(failed) => log::warn!("webtensor: running on the CPU backend: {failed}"),
+                    None => log::info!("webtensor: no hardware GPU adapter; running on the CPU backend"),
+                }
+                log::debug!("webtensor: why each backend was passed over: {}", reasons.join("; "));
                 Device::cpu()
             }
         }
@@ -253,8 +260,25 @@ impl Device {
             shape: shape.to_vec(),
             reason: "the size in bytes overflows".into(),
         })?;
-        let zeros = Bytes::from_vec(vec![0u8; bytes]);
-        Ok(State { inner: self.backend.upload(name, dtype, shape, zeros, true)? })
+        let caps = self.capabilities();
+        if caps.backend != BackendKind::Cpu && bytes as u64 > caps.max_buffer_bytes {
+            let (what, limit) = (format!("state {name} ({dtype} {shape:?})"), caps.max_buffer_bytes);
+            return Err(Error::LimitExceeded {
+                what,
+                size: bytes as u64,
+                unit: "bytes",
+                limit_name: "max_buffer_size",
+                limit,
+            });
+        }
+        // a size the caller chose (a context length): refused, not aborted on, when memory runs out
+        let mut zeros = Vec::new();
+        zeros.try_reserve_exact(bytes).map_err(|_| Error::OutOfMemory {
+            what: format!("state {name} ({dtype} {shape:?})"),
+            bytes: bytes as u64,
+        })?;
+        zeros.resize(bytes, 0);
+        Ok(State { inner: self.backend.upload(name, dtype, shape, Bytes::from_vec(zeros), true)? })
     }
 
     /// Bytes of the resident and state tensors alive on this device (each counted once, however many plans use

@@ -39,6 +39,9 @@ pub enum Error {
     /// A size exceeds a device limit that cannot be worked around.
     #[error("{what}: {size} {unit} exceeds the device limit {limit_name} = {limit} {unit}")]
     LimitExceeded { what: String, size: u64, unit: &'static str, limit_name: &'static str, limit: u64 },
+    /// Host memory for `what` could not be allocated: `bytes` were asked for.
+    #[error("{what}: {bytes} bytes ({gib:.1} GiB) could not be allocated (out of memory)", gib = *bytes as f64 / (1u64 << 30) as f64)]
+    OutOfMemory { what: String, bytes: u64 },
     /// No adapter or device could be created for the requested backend.
     #[error("no device: {0}")]
     NoDevice(String),

@@ -4,6 +4,7 @@
 
 pub mod bert;
 pub mod chat;
+mod hparams;
 pub mod llama;
 pub mod sampling;
 pub mod tokenizer;

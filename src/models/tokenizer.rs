@@ -22,6 +22,9 @@ const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 /// Llama 3's (`llama-bpe`).
 const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Longest SentencePiece piece (bytes) derived from merges (SentencePiece's own limit is 16 characters).
+const MAX_MERGED_PIECE: usize = 256;
+
 /// A tokenizer with the special ids generation needs.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
@@ -32,6 +35,8 @@ pub struct Tokenizer {
     /// The text of `bos` and of the end-of-sequence token, for chat templates.
     pub bos_text: String,
     pub eos_text: String,
+    /// Control bytes the byte-level vocabulary has no token for (text with one is refused, not cut).
+    missing_bytes: Vec<u8>,
 }
 
 fn fmt_err(f: &GgufFile, message: String) -> Error {
@@ -45,7 +50,10 @@ fn tk_err(what: &str, e: impl std::fmt::Display) -> Error {
 fn strings<'a>(f: &'a GgufFile, key: &str) -> Result<Vec<&'a str>> {
     let arr =
         f.get(key).and_then(MetaValue::as_array).ok_or_else(|| fmt_err(f, format!("metadata {key} is missing")))?;
-    arr.iter().map(|v| v.as_str().ok_or_else(|| fmt_err(f, format!("{key} holds a non-string")))).collect()
+    let strings = arr
+        .as_strings()
+        .ok_or_else(|| fmt_err(f, format!("{key} is an array of {}, not of strings", arr.element_type_name())))?;
+    Ok(strings.iter().map(String::as_str).collect())
 }
 
 fn numbers(f: &GgufFile, key: &str, n: usize) -> Result<Option<Vec<f64>>> {
@@ -53,8 +61,9 @@ fn numbers(f: &GgufFile, key: &str, n: usize) -> Result<Option<Vec<f64>>> {
     if arr.len() != n {
         return Err(fmt_err(f, format!("{key} has {} entries for {n} tokens", arr.len())));
     }
-    let v: Option<Vec<f64>> = arr.iter().map(MetaValue::as_f64).collect();
-    v.map(Some).ok_or_else(|| fmt_err(f, format!("{key} holds a non-number")))
+    let v =
+        arr.to_f64s().ok_or_else(|| fmt_err(f, format!("{key} holds {}s, not numbers", arr.element_type_name())))?;
+    Ok(Some(v))
 }
 
 impl Tokenizer {
@@ -67,9 +76,9 @@ impl Tokenizer {
         let tokens = strings(f, "tokenizer.ggml.tokens")?;
         let types = numbers(f, "tokenizer.ggml.token_type", tokens.len())?.unwrap_or_default();
         let kind = f.get("tokenizer.ggml.model").and_then(MetaValue::as_str).unwrap_or("(none)");
-        let mut inner = match kind {
+        let (mut inner, missing_bytes) = match kind {
             "gpt2" => byte_level_bpe(f, &tokens)?,
-            "llama" => sentencepiece_bpe(f, &tokens, &types)?,
+            "llama" => (sentencepiece_bpe(f, &tokens, &types)?, vec![]),
             other => return Err(fmt_err(f, format!("tokenizer model '{other}' is not supported (gpt2, llama)"))),
         };
         let added: Vec<AddedToken> = (0..tokens.len())
@@ -77,6 +86,15 @@ impl Tokenizer {
             .map(|i| AddedToken::from(tokens[i].to_string(), types[i] as i64 == 3))
             .collect();
         inner.add_special_tokens(added).map_err(|e| tk_err("special tokens", e))?;
+        for key in ["bos", "eos", "eot", "unknown", "padding"].map(|k| format!("tokenizer.ggml.{k}_token_id")) {
+            match f.get(&key).map(|v| v.as_u64()) {
+                Some(Some(i)) if i as usize >= tokens.len() => {
+                    return Err(fmt_err(f, format!("{key} {i} is outside the vocabulary of {} tokens", tokens.len())))
+                }
+                Some(None) => return Err(fmt_err(f, format!("{key} is not a token id"))),
+                _ => {}
+            }
+        }
         let id = |key: &str| f.get(key).and_then(MetaValue::as_u64).filter(|&i| (i as usize) < tokens.len());
         let default_bos = kind == "llama";
         let add_bos = f.get("tokenizer.ggml.add_bos_token").and_then(MetaValue::as_bool).unwrap_or(default_bos);
@@ -93,15 +111,27 @@ impl Tokenizer {
             }
         }
         let text = |i: Option<u32>| i.map(|i| tokens[i as usize].to_string()).unwrap_or_default();
-        Ok(Tokenizer { inner, bos: bos.filter(|_| add_bos), bos_text: text(bos), eos_text: text(eos), eog })
+        Ok(Tokenizer {
+            inner,
+            bos: bos.filter(|_| add_bos),
+            bos_text: text(bos),
+            eos_text: text(eos),
+            eog,
+            missing_bytes,
+        })
     }
 
     /// The ids of `text`, with the BOS id first when the model wants one. Special tokens written in the text
     /// (`<|im_start|>`) are matched as such.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the tokenizer fails (it does not on UTF-8 text).
+    /// [`Error::InvalidArgument`] for text with a control byte the vocabulary has no token for (it would be
+    /// dropped), or if the tokenizer fails (it does not on UTF-8 text).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        if let Some(b) = text.bytes().find(|b| self.missing_bytes.contains(b)) {
+            let reason = format!("the text has byte 0x{b:02X}, for which the model's vocabulary has no token");
+            return Err(Error::InvalidArgument { op: "tokenizer", reason });
+        }
         let enc = self.inner.encode(text, false).map_err(|e| tk_err("encode", e))?;
         Ok(self.bos.into_iter().chain(enc.get_ids().iter().copied()).collect())
     }
@@ -130,9 +160,38 @@ impl Tokenizer {
     }
 }
 
-fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<tokenizers::Tokenizer> {
+/// GPT-2's byte-level alphabet: the character byte `b` is written as (printable bytes as themselves, the others
+/// shifted past U+00FF), as `tokenizers`' ByteLevel pre-tokenizer maps them.
+fn byte_level_char(b: u8) -> char {
+    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    if printable(b) {
+        return char::from(b);
+    }
+    let shift = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + shift).expect("below U+0200")
+}
+
+/// The byte-level BPE tokenizer, and the bytes its vocabulary has no token for.
+fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenizer, Vec<u8>)> {
     let vocab: tokenizers::models::bpe::Vocab =
         tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)).collect();
+    // a byte without its token would be dropped from the text without a word (by `tokenizers` and llama.cpp
+    // alike): a vocabulary without one that printable text needs is refused; one without some control bytes (as
+    // SmolLM2's lacks 0x04), bytes UTF-8 never has (0xC0, 0xC1, 0xF5..) or that lead only to planes 4-16 (0xF1..0xF4) is kept, and text with a missing
+    // control byte is refused when encoded
+    let mut utf8 = [0u8; 4];
+    let missing: Vec<u8> =
+        (0..=255u8).filter(|&b| !vocab.contains_key(&*byte_level_char(b).encode_utf8(&mut utf8))).collect();
+    let needed = |b: u8| matches!(b, 0x20..=0x7E | 0x80..=0xBF | 0xC2..=0xF0) || b == b'\n' || b == b'\t';
+    if let Some(&b) = missing.iter().find(|&&b| needed(b)) {
+        return Err(fmt_err(
+            f,
+            format!(
+                "the byte-level vocabulary (tokenizer.ggml.tokens) has no token for byte 0x{b:02X} ('{}')",
+                byte_level_char(b)
+            ),
+        ));
+    }
     let merges = strings(f, "tokenizer.ggml.merges")?
         .into_iter()
         .map(|m| {
@@ -167,7 +226,7 @@ fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<tokenizers::Tokenizer
     let mut t = tokenizers::Tokenizer::new(bpe);
     t.with_pre_tokenizer(Some(Sequence::new(steps)));
     t.with_decoder(Some(ByteLevel::default()));
-    Ok(t)
+    Ok((t, missing))
 }
 
 /// SentencePiece's BPE from a vocabulary with scores: a merge of two pieces ranks by the score of the piece it
@@ -177,10 +236,33 @@ fn sentencepiece_bpe(f: &GgufFile, tokens: &[&str], types: &[f64]) -> Result<tok
         .ok_or_else(|| fmt_err(f, "metadata tokenizer.ggml.scores is missing".into()))?;
     let vocab: tokenizers::models::bpe::Vocab =
         tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)).collect();
+    // without every <0xNN> byte token, bytes must fall back to the unknown token (as llama.cpp's SPM does)
+    let unk = f.get("tokenizer.ggml.unknown_token_id").and_then(MetaValue::as_u64);
+    if let Some(unk) = unk.filter(|&u| u as usize >= tokens.len()) {
+        return Err(fmt_err(
+            f,
+            format!("tokenizer.ggml.unknown_token_id {unk} is outside the {} tokens", tokens.len()),
+        ));
+    }
+    if unk.is_none() {
+        if let Some(b) = (0..=255u8).find(|b| !vocab.contains_key(&format!("<0x{b:02X}>"))) {
+            return Err(fmt_err(
+                f,
+                format!(
+                    "the SentencePiece vocabulary has no byte token <0x{b:02X}> and no unknown token to fall back to"
+                ),
+            ));
+        }
+    }
     let mut ranked: Vec<(f64, u32, String, String)> = Vec::new();
     for (i, piece) in tokens.iter().enumerate() {
         if types.get(i).is_some_and(|&t| t as i64 != 1) {
             continue; // only normal pieces come from merges
+        }
+        // a piece is made by merging two; trying every split of a long one costs the square of its length, and
+        // SentencePiece's pieces are at most 16 characters (its max_piece_length): longer ones are never merged to
+        if piece.len() > MAX_MERGED_PIECE {
+            continue;
         }
         for (at, _) in piece.char_indices().skip(1) {
             let (a, b) = piece.split_at(at);
@@ -191,7 +273,7 @@ fn sentencepiece_bpe(f: &GgufFile, tokens: &[&str], types: &[f64]) -> Result<tok
     }
     ranked.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
     let merges = ranked.into_iter().map(|(_, _, a, b)| (a, b)).collect();
-    let unk = f.get("tokenizer.ggml.unknown_token_id").and_then(MetaValue::as_u64).and_then(|i| tokens.get(i as usize));
+    let unk = unk.and_then(|i| tokens.get(i as usize));
     let mut builder = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true);
     if let Some(u) = unk {
         builder = builder.unk_token(u.to_string());

@@ -3,7 +3,10 @@
 //! normalized mean squared error. Unsupported means skipped (and said so), never passed.
 #![allow(dead_code)]
 
+#[cfg(all(feature = "cli", not(target_arch = "wasm32")))]
+pub mod cli;
 pub mod reference;
+pub mod tiny_gguf;
 
 use reference::{nmse, u, Arr};
 use std::sync::OnceLock;
@@ -352,4 +355,12 @@ pub fn guarded_matmul(name: String, dtype: DType, m: usize, k: usize, n: usize) 
         },
     )
     .tol(if dtype == DType::F16 { 5e-6 } else { 1e-7 })
+}
+
+/// The process's peak resident memory so far (`VmHWM`), in KiB; 0 where /proc is not there.
+pub fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }

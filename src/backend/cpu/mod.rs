@@ -319,6 +319,15 @@ impl CpuKernel {
     }
 }
 
+/// 8-byte-aligned bytes: an aligned copy of a tensor whose bytes were not.
+struct AlignedWords(Vec<u64>);
+
+impl AsRef<[u8]> for AlignedWords {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
 impl Backend for CpuBackend {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
@@ -336,12 +345,21 @@ impl Backend for CpuBackend {
                 limit: MAX_TENSOR_BYTES,
             });
         }
+        // the bytes are used where they lie (a mapped file) when they are aligned for their element type; a file
+        // that places a tensor at an odd offset (safetensors does not require alignment) gets an aligned copy
+        let align = if dtype.is_storage_format() { 1 } else { dtype.size_bytes() };
+        let aligned = (bytes.as_slice().as_ptr() as usize).is_multiple_of(align);
         let memory = if writable {
             let mut words = vec![0u64; bytes.len().div_ceil(8)];
             bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes.as_slice());
             ExternalMemory::CpuState { words: std::cell::UnsafeCell::new(words), lock: std::sync::Mutex::new(()) }
-        } else {
+        } else if aligned {
             ExternalMemory::CpuBytes(bytes, Default::default())
+        } else {
+            let mut words = vec![0u64; bytes.len().div_ceil(8)];
+            bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes.as_slice());
+            let copy = Bytes::from_owner(std::sync::Arc::new(AlignedWords(words)), 0..bytes.len())?;
+            ExternalMemory::CpuBytes(copy, Default::default())
         };
         self.resident.fetch_add(size, Ordering::Relaxed);
         // Send + Sync natively; on wasm32 (one thread) wgpu's handles are neither, as for Device

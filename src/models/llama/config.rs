@@ -2,6 +2,7 @@
 //! for `LLM_ARCH_LLAMA`).
 
 use crate::gguf::{GgufFile, MetaValue};
+use crate::models::hparams::Hparams;
 use crate::{Error, Result, RopeMode};
 
 /// A llama-architecture model's shape. Widths in elements.
@@ -37,79 +38,101 @@ pub struct LlamaConfig {
     pub tied_output: bool,
 }
 
-fn get_u(f: &GgufFile, key: &str) -> Result<Option<usize>> {
-    match f.get(key) {
-        None => Ok(None),
-        Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| bad(f, key, v, "an unsigned integer")),
-    }
-}
-
-fn get_f(f: &GgufFile, key: &str) -> Result<Option<f32>> {
-    match f.get(key) {
-        None => Ok(None),
-        Some(v) => v.as_f64().map(|x| Some(x as f32)).ok_or_else(|| bad(f, key, v, "a number")),
-    }
-}
-
-fn bad(f: &GgufFile, key: &str, v: &MetaValue, want: &str) -> Error {
-    Error::Format { path: f.source().into(), message: format!("metadata {key} is {}, not {want}", v.type_name()) }
-}
-
-fn need(f: &GgufFile, key: &str) -> Result<usize> {
-    get_u(f, key)?
-        .ok_or_else(|| Error::Format { path: f.source().into(), message: format!("metadata {key} is missing") })
-}
+/// Largest values a hostile file may claim (no real model comes near): widths, heads, layers, positions.
+const MAX_WIDTH: usize = 1 << 20;
+const MAX_HEADS: usize = 1 << 14;
+const MAX_LAYERS: usize = 1 << 12;
+const MAX_CONTEXT: usize = 1 << 24;
 
 impl LlamaConfig {
-    /// The configuration of the model in `f`.
+    /// The configuration of the model in `f`, checked: every count an integer from 1 to a bound, epsilons and
+    /// rope bases finite and positive, widths that fit together without overflow, the tensors of the shapes
+    /// and dtypes the metadata implies (checked again as they are uploaded), and no setting this runner would
+    /// ignore (mixtures of experts, a separate value width, an EOS appended to prompts).
     ///
     /// # Errors
-    /// [`Error::Format`] naming the architecture when `general.architecture` is not `llama`, naming the key when a
-    /// required value is missing or of the wrong type, and when the widths do not fit together (H not a multiple
-    /// of Hkv, rope dims above D, a token embedding that is not `[V, E]`); [`Error::Unsupported`] for rope scaling
-    /// other than linear and for rope frequency factors (`rope_freqs.weight`, Llama 3.1's long-context scaling).
+    /// [`Error::Format`] naming the file and the key or tensor: `general.architecture` is not `llama`, a required
+    /// value is missing, of the wrong type or out of range, or the widths do not fit together (H not a multiple
+    /// of Hkv, rope dims above D, a token embedding that is not `[V, E]`, a vocabulary whose token list has
+    /// another length), and for what this runner does not implement, saying so: rope scaling other than linear,
+    /// rope frequency factors (`rope_freqs.weight`, Llama 3.1's long-context scaling), experts, a value width other
+    /// than the key width, an EOS appended to prompts.
     pub fn from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
-        let fmt = |message: String| Error::Format { path: f.source().into(), message };
         let arch = f.get("general.architecture").and_then(MetaValue::as_str).unwrap_or("(none)");
+        let h = Hparams { f, arch: "llama" };
         if arch != "llama" {
-            return Err(fmt(format!("architecture '{arch}' is not supported (webtensor::models::llama runs 'llama')")));
+            return Err(
+                h.error(format!("architecture '{arch}' is not supported (webtensor::models::llama runs 'llama')"))
+            );
         }
-        let n_embd = need(f, "llama.embedding_length")?;
-        let n_heads = need(f, "llama.attention.head_count")?;
-        let n_kv_heads = get_u(f, "llama.attention.head_count_kv")?.unwrap_or(n_heads);
-        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || n_embd % n_heads != 0 {
-            return Err(fmt(format!("{n_heads} query heads, {n_kv_heads} KV heads and width {n_embd} do not fit")));
+        let n_embd = h.count("embedding_length", None, MAX_WIDTH)?;
+        let n_heads = h.count("attention.head_count", None, MAX_HEADS)?;
+        let n_kv_heads = h.count("attention.head_count_kv", Some(n_heads), MAX_HEADS)?;
+        if n_heads % n_kv_heads != 0 {
+            return Err(h.error(format!("{n_heads} query heads are no multiple of {n_kv_heads} KV heads")));
         }
-        let head_dim = get_u(f, "llama.attention.key_length")?.unwrap_or(n_embd / n_heads);
-        let rope_dims = get_u(f, "llama.rope.dimension_count")?.unwrap_or(head_dim);
-        if rope_dims > head_dim || rope_dims % 2 != 0 || head_dim == 0 {
-            return Err(fmt(format!("rope over {rope_dims} dims does not fit heads of {head_dim}")));
+        let head_dim = match f.get("llama.attention.key_length") {
+            Some(_) => h.count("attention.key_length", None, MAX_WIDTH)?,
+            None if n_embd % n_heads == 0 => n_embd / n_heads,
+            None => return Err(h.error(format!("width {n_embd} is no multiple of {n_heads} heads"))),
+        };
+        let value_dim = h.count("attention.value_length", Some(head_dim), MAX_WIDTH)?;
+        if value_dim != head_dim {
+            return Err(unsupported(&h, format!("values of {value_dim} dims with keys of {head_dim}")));
         }
-        let scaling = f.get("llama.rope.scaling.type").and_then(MetaValue::as_str).unwrap_or("none");
-        let factor = get_f(f, "llama.rope.scaling.factor")?.unwrap_or(1.0);
+        h.product("query width (heads × head dims)", n_heads, head_dim)?;
+        let rope_dims = h.count("rope.dimension_count", Some(head_dim), MAX_WIDTH)?;
+        if rope_dims > head_dim || rope_dims % 2 != 0 {
+            return Err(
+                h.error(format!("rope over {rope_dims} dims does not fit heads of {head_dim} (even, at most D)"))
+            );
+        }
+        let scaling = h.text("rope.scaling.type")?.unwrap_or("none");
+        let factor = h.number("rope.scaling.factor", 1.0, |x| x > 0.0, "above 0")?;
         let rope_scale = match scaling {
             "none" => 1.0,
-            "linear" if factor > 0.0 => 1.0 / factor,
-            other => return Err(unsupported(format!("rope scaling '{other}' (factor {factor})"))),
+            "linear" => 1.0 / factor,
+            other => return Err(unsupported(&h, format!("rope scaling '{other}' (factor {factor})"))),
         };
         if f.tensor("rope_freqs.weight").is_some() {
-            return Err(unsupported("rope frequency factors (rope_freqs.weight, Llama 3.1 scaling)".into()));
+            return Err(unsupported(&h, "rope frequency factors (rope_freqs.weight, Llama 3.1 scaling)".into()));
         }
-        let embd = f.tensor("token_embd.weight").ok_or_else(|| fmt("no tensor token_embd.weight".into()))?;
+        if f.get("llama.expert_count").and_then(MetaValue::as_u64).is_some_and(|n| n > 0) {
+            return Err(unsupported(&h, "a mixture of experts (llama.expert_count)".into()));
+        }
+        if f.get("tokenizer.ggml.add_eos_token").and_then(MetaValue::as_bool) == Some(true) {
+            return Err(unsupported(
+                &h,
+                "a tokenizer that appends EOS to prompts (tokenizer.ggml.add_eos_token)".into(),
+            ));
+        }
+        let embd = f.tensor("token_embd.weight").ok_or_else(|| h.error("no tensor token_embd.weight".into()))?;
         if embd.shape.len() != 2 || embd.shape[1] != n_embd {
-            return Err(fmt(format!("token_embd.weight is {:?}, not [vocab, {n_embd}]", embd.shape)));
+            return Err(h.error(format!("token_embd.weight is {:?}, not [vocab, {n_embd}]", embd.shape)));
+        }
+        let n_vocab = embd.shape[0];
+        if let Some(tokens) = f.get("tokenizer.ggml.tokens").and_then(MetaValue::as_array) {
+            if tokens.len() != n_vocab {
+                let n = tokens.len();
+                return Err(
+                    h.error(format!("tokenizer.ggml.tokens has {n} entries but token_embd.weight has {n_vocab} rows"))
+                );
+            }
+        }
+        if let Some(v) = h.count("vocab_size", Some(n_vocab), usize::MAX).ok().filter(|&v| v != n_vocab) {
+            return Err(h.error(format!("llama.vocab_size is {v} but token_embd.weight has {n_vocab} rows")));
         }
         Ok(LlamaConfig {
-            n_layers: need(f, "llama.block_count")?,
+            n_layers: h.count("block_count", None, MAX_LAYERS)?,
             n_embd,
             n_heads,
             n_kv_heads,
             head_dim,
-            n_ff: need(f, "llama.feed_forward_length")?,
-            n_vocab: embd.shape[0],
-            n_ctx_train: get_u(f, "llama.context_length")?.unwrap_or(2048),
-            rms_eps: get_f(f, "llama.attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
-            rope_base: get_f(f, "llama.rope.freq_base")?.unwrap_or(10000.0),
+            n_ff: h.count("feed_forward_length", None, MAX_WIDTH << 4)?,
+            n_vocab,
+            n_ctx_train: h.count("context_length", Some(2048), MAX_CONTEXT)?,
+            rms_eps: h.number("attention.layer_norm_rms_epsilon", 1e-5, |x| x > 0.0 && x < 1.0, "above 0, below 1")?,
+            rope_base: h.number("rope.freq_base", 10000.0, |x| x > 0.0, "above 0")?,
             rope_scale,
             rope_dims,
             rope_mode: RopeMode::Normal,
@@ -118,10 +141,7 @@ impl LlamaConfig {
     }
 }
 
-fn unsupported(what: String) -> Error {
-    Error::Unsupported {
-        op: "llama".into(),
-        backend: "webtensor::models::llama".into(),
-        reason: format!("{what} is not supported"),
-    }
+/// A setting of the file this runner does not implement, named with the file.
+fn unsupported(h: &Hparams, what: String) -> Error {
+    h.error(format!("{what} is not supported by webtensor::models::llama"))
 }

@@ -31,6 +31,7 @@ pub use generation::{GenerateOptions, Generation, StopReason, Token, TokenStream
 use self::generation::StepOut;
 use self::graph::{build_step, Block, KvCache, StepGraph, Weights};
 use super::chat::ChatTemplate;
+use super::hparams::{vector_dtype, weight_dtype};
 use super::tokenizer::Tokenizer;
 use crate::gguf::{GgufFile, MetaValue};
 use crate::{CompileOptions, DType, Device, Error, Fetch, Plan, Resident, Result, Value};
@@ -66,7 +67,8 @@ struct StepPlan {
 pub struct Llama {
     pub config: LlamaConfig,
     pub tokenizer: std::sync::Arc<Tokenizer>,
-    template: Option<ChatTemplate>,
+    /// The file's chat template, or why it does not compile.
+    template: Option<std::result::Result<ChatTemplate, String>>,
     device: Device,
     weights: Weights,
     cache: KvCache,
@@ -97,10 +99,11 @@ impl Llama {
     pub fn from_gguf(device: &Device, file: &GgufFile, options: LlamaOptions) -> Result<Llama> {
         let config = LlamaConfig::from_gguf(file)?;
         let tokenizer = std::sync::Arc::new(Tokenizer::from_gguf(file)?);
-        let template = match file.get("tokenizer.chat_template").and_then(MetaValue::as_str) {
-            Some(src) => Some(ChatTemplate::new(src)?),
-            None => None,
-        };
+        // a template that does not compile fails chat only: plain generation still works
+        let template = file.get("tokenizer.chat_template").and_then(MetaValue::as_str).map(|src| {
+            ChatTemplate::new(src)
+                .map_err(|e| format!("the model's chat template (tokenizer.chat_template) does not compile: {e}"))
+        });
         let weights = upload_weights(device, file, &config)?;
         let context = match options.context {
             0 => config.n_ctx_train.min(4096),
@@ -108,6 +111,7 @@ impl Llama {
         };
         let dtype = if options.f32_cache { DType::F32 } else { DType::F16 };
         let row = config.n_kv_heads * config.head_dim;
+        check_cache_size(device, &config, context, row, dtype)?;
         let state = |kind: &str, l: usize| device.state(&format!("cache_{kind}.{l}"), dtype, &[context, row]);
         let cache = KvCache {
             k: (0..config.n_layers).map(|l| state("k", l)).collect::<Result<_>>()?,
@@ -148,9 +152,18 @@ impl Llama {
         self.cached.clear();
     }
 
-    /// The chat template from the file's `tokenizer.chat_template`, if it has one.
+    /// The chat template from the file's `tokenizer.chat_template`, if it has one that compiles.
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
-        self.template.as_ref()
+        self.template.as_ref().and_then(|t| t.as_ref().ok())
+    }
+
+    /// Why the file's chat template cannot be used: it has none, or it does not compile (`None` when it can).
+    pub fn chat_template_error(&self) -> Option<String> {
+        match &self.template {
+            None => Some("the model file has no chat template (tokenizer.chat_template)".into()),
+            Some(Err(e)) => Some(e.clone()),
+            Some(Ok(_)) => None,
+        }
     }
 
     /// The logits (f32 `[V]`) after `tokens`, run at the positions after the cached ones (which they join).
@@ -245,6 +258,60 @@ impl Llama {
     }
 }
 
+/// Checks, before anything is allocated, that a KV cache of `context` positions (keys and values of `row` elements
+/// of `dtype` per layer and position) can exist on `device`: its size computed without overflow, each layer's
+/// state within a GPU buffer, and the whole within the memory the machine has available (natively, Linux's
+/// `MemAvailable`, for the CPU backend and for software adapters, whose memory is the host's).
+fn check_cache_size(device: &Device, config: &LlamaConfig, context: usize, row: usize, dtype: DType) -> Result<()> {
+    let per_state = context.checked_mul(row).and_then(|n| n.checked_mul(dtype.size_bytes()));
+    let total = per_state.and_then(|b| b.checked_mul(2 * config.n_layers));
+    let what = |bytes: String| {
+        format!(
+            "a KV cache of {context} positions ({bytes}: 2 × {} layers × {context} × {row} × {} bytes)",
+            config.n_layers,
+            dtype.size_bytes()
+        )
+    };
+    let (Some(per_state), Some(total)) = (per_state, total) else {
+        return Err(Error::InvalidArgument { op: "llama", reason: format!("{} overflows", what("its size".into())) });
+    };
+    let caps = device.capabilities();
+    if !device.is_cpu() && per_state as u64 > caps.max_buffer_bytes {
+        let what = what(format!("{per_state} bytes a layer's keys"));
+        return Err(Error::LimitExceeded {
+            what,
+            size: per_state as u64,
+            unit: "bytes",
+            limit_name: "max_buffer_size",
+            limit: caps.max_buffer_bytes,
+        });
+    }
+    let host = device.is_cpu() || caps.device_type == crate::DeviceType::Cpu;
+    if let Some(avail) = available_memory().filter(|&a| host && total as u64 > a) {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let reason = format!(
+            "{} exceeds the {:.1} GiB of memory available; pass a smaller context",
+            what(format!("{:.1} GiB", gib(total as u64))),
+            gib(avail)
+        );
+        return Err(Error::InvalidArgument { op: "llama", reason });
+    }
+    Ok(())
+}
+
+/// The memory available to new allocations, in bytes (Linux's `MemAvailable`), where the platform says.
+fn available_memory() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kib: u64 =
+            info.lines().find(|l| l.starts_with("MemAvailable:"))?.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
 /// The largest power of two not above `x` (≥ 1).
 fn pow2_floor(x: usize) -> usize {
     1usize << (usize::BITS - 1 - x.max(1).leading_zeros())
@@ -257,6 +324,16 @@ fn upload_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig) -> Result<We
             .ok_or_else(|| Error::Format { path: f.source().into(), message: format!("no tensor {name}") })?;
         if t.shape != shape {
             let message = format!("tensor {name} is {:?}, expected {shape:?}", t.shape);
+            return Err(Error::Format { path: f.source().into(), message });
+        }
+        // a norm's weight scales elementwise (f32, f16); a matrix is a matmul weight or the embedding table
+        let (ok, want) = if shape.len() == 1 {
+            (vector_dtype(t.dtype), "f32 or f16")
+        } else {
+            (weight_dtype(t.dtype), "a float or block type")
+        };
+        if !ok {
+            let message = format!("tensor {name} is {}, which no kernel takes here ({want})", t.dtype);
             return Err(Error::Format { path: f.source().into(), message });
         }
         device.upload_bytes(name, t.dtype, &t.shape, f.data(t))

@@ -1,0 +1,190 @@
+//! A tiny llama-architecture GGUF file written in the test (2 layers, width 8, a byte-level vocabulary of the 256
+//! bytes plus 4 merges), whose metadata and tensors a test can change before writing: the valid file loads and
+//! generates; a hostile change must give one clean error.
+
+use std::collections::BTreeMap;
+
+/// A metadata value as GGUF stores it.
+#[derive(Clone, Debug)]
+pub enum Meta {
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    F32(f32),
+    Bool(bool),
+    Str(String),
+    Strs(Vec<String>),
+    F32s(Vec<f32>),
+    I32s(Vec<i32>),
+}
+
+/// A tensor: ggml type id, dims in numpy order, data (f32 values written as the type's bytes; f32 or i32 only).
+#[derive(Clone, Debug)]
+pub struct TensorSpec {
+    pub ggml_type: u32,
+    pub shape: Vec<usize>,
+    /// The bytes; None: f32 values from a seed.
+    pub bytes: Option<Vec<u8>>,
+    /// Written at this offset (relative to the data section) instead of after the previous tensor.
+    pub offset: Option<u64>,
+}
+
+pub struct TinyLlama {
+    pub meta: BTreeMap<String, Meta>,
+    /// In file order.
+    pub tensors: Vec<(String, TensorSpec)>,
+}
+
+/// GPT-2's byte-level character for byte `b`.
+fn byte_char(b: u8) -> char {
+    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    if printable(b) {
+        return char::from(b);
+    }
+    char::from_u32(256 + (0..b).filter(|&x| !printable(x)).count() as u32).unwrap()
+}
+
+impl TinyLlama {
+    pub const WIDTH: usize = 8;
+    pub const LAYERS: usize = 2;
+
+    pub fn new() -> TinyLlama {
+        let (e, ff) = (Self::WIDTH, 16);
+        let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
+        let merges = ["h e", "l l", "Ġ t", "he ll"];
+        tokens.extend(["he", "ll", "Ġt", "hell"].map(String::from));
+        tokens.push("<|end|>".into());
+        let n = tokens.len();
+        let mut types = vec![1i32; n];
+        types[n - 1] = 3;
+        let mut meta = BTreeMap::new();
+        let mut set = |k: &str, v: Meta| {
+            meta.insert(k.to_string(), v);
+        };
+        set("general.architecture", Meta::Str("llama".into()));
+        set("llama.block_count", Meta::U32(Self::LAYERS as u32));
+        set("llama.context_length", Meta::U32(64));
+        set("llama.embedding_length", Meta::U32(e as u32));
+        set("llama.feed_forward_length", Meta::U32(ff as u32));
+        set("llama.attention.head_count", Meta::U32(2));
+        set("llama.attention.head_count_kv", Meta::U32(1));
+        set("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5));
+        set("llama.rope.freq_base", Meta::F32(10000.0));
+        set("tokenizer.ggml.model", Meta::Str("gpt2".into()));
+        set("tokenizer.ggml.pre", Meta::Str("gpt2".into()));
+        set("tokenizer.ggml.tokens", Meta::Strs(tokens));
+        set("tokenizer.ggml.token_type", Meta::I32s(types));
+        set("tokenizer.ggml.merges", Meta::Strs(merges.map(String::from).to_vec()));
+        set("tokenizer.ggml.eos_token_id", Meta::U32((n - 1) as u32));
+        set("tokenizer.chat_template", Meta::Str("{% for m in messages %}{{ m.content }}\n{% endfor %}".into()));
+        let (kv, hd) = (e / 2, e);
+        let f32t = |shape: &[usize]| TensorSpec { ggml_type: 0, shape: shape.to_vec(), bytes: None, offset: None };
+        let mut tensors = vec![("token_embd.weight".to_string(), f32t(&[n, e]))];
+        for l in 0..Self::LAYERS {
+            for (name, shape) in [
+                ("attn_norm", vec![e]),
+                ("attn_q", vec![hd, e]),
+                ("attn_k", vec![kv, e]),
+                ("attn_v", vec![kv, e]),
+                ("attn_output", vec![e, hd]),
+                ("ffn_norm", vec![e]),
+                ("ffn_gate", vec![ff, e]),
+                ("ffn_up", vec![ff, e]),
+                ("ffn_down", vec![e, ff]),
+            ] {
+                tensors.push((format!("blk.{l}.{name}.weight"), f32t(&shape)));
+            }
+        }
+        tensors.push(("output_norm.weight".to_string(), f32t(&[e])));
+        TinyLlama { meta, tensors }
+    }
+
+    pub fn set(mut self, key: &str, v: Meta) -> TinyLlama {
+        self.meta.insert(key.to_string(), v);
+        self
+    }
+
+    pub fn remove(mut self, key: &str) -> TinyLlama {
+        self.meta.remove(key);
+        self
+    }
+
+    pub fn tensor(&mut self, name: &str) -> &mut TensorSpec {
+        &mut self.tensors.iter_mut().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no tensor {name}")).1
+    }
+
+    /// The file's bytes (GGUF v3, alignment 32).
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend((self.tensors.len() as u64).to_le_bytes());
+        b.extend((self.meta.len() as u64).to_le_bytes());
+        let s = |b: &mut Vec<u8>, x: &str| {
+            b.extend((x.len() as u64).to_le_bytes());
+            b.extend(x.as_bytes());
+        };
+        for (k, v) in &self.meta {
+            s(&mut b, k);
+            match v {
+                Meta::U32(x) => b.extend(4u32.to_le_bytes().into_iter().chain(x.to_le_bytes())),
+                Meta::I32(x) => b.extend(5u32.to_le_bytes().into_iter().chain(x.to_le_bytes())),
+                Meta::F32(x) => b.extend(6u32.to_le_bytes().into_iter().chain(x.to_le_bytes())),
+                Meta::U64(x) => b.extend(10u32.to_le_bytes().into_iter().chain(x.to_le_bytes())),
+                Meta::Bool(x) => b.extend(7u32.to_le_bytes().into_iter().chain([*x as u8])),
+                Meta::Str(x) => {
+                    b.extend(8u32.to_le_bytes());
+                    s(&mut b, x);
+                }
+                Meta::Strs(xs) => {
+                    b.extend(9u32.to_le_bytes().into_iter().chain(8u32.to_le_bytes()));
+                    b.extend((xs.len() as u64).to_le_bytes());
+                    xs.iter().for_each(|x| s(&mut b, x));
+                }
+                Meta::F32s(xs) => {
+                    b.extend(9u32.to_le_bytes().into_iter().chain(6u32.to_le_bytes()));
+                    b.extend((xs.len() as u64).to_le_bytes());
+                    xs.iter().for_each(|x| b.extend(x.to_le_bytes()));
+                }
+                Meta::I32s(xs) => {
+                    b.extend(9u32.to_le_bytes().into_iter().chain(5u32.to_le_bytes()));
+                    b.extend((xs.len() as u64).to_le_bytes());
+                    xs.iter().for_each(|x| b.extend(x.to_le_bytes()));
+                }
+            }
+        }
+        let datas: Vec<Vec<u8>> = self
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, (_, t))| {
+                t.bytes.clone().unwrap_or_else(|| {
+                    let n: usize = t.shape.iter().product();
+                    (0..n).flat_map(|j| (((j * 7 + i * 13) % 17) as f32 * 0.02 - 0.15).to_le_bytes()).collect()
+                })
+            })
+            .collect();
+        let mut at = 0u64;
+        for ((name, t), data) in self.tensors.iter().zip(&datas) {
+            s(&mut b, name);
+            b.extend((t.shape.len() as u32).to_le_bytes());
+            t.shape.iter().rev().for_each(|&d| b.extend((d as u64).to_le_bytes()));
+            b.extend(t.ggml_type.to_le_bytes());
+            b.extend(t.offset.unwrap_or(at).to_le_bytes());
+            at += (data.len() as u64).div_ceil(32) * 32;
+        }
+        b.resize(b.len().div_ceil(32) * 32, 0);
+        let start = b.len();
+        let mut at = 0usize;
+        for data in &datas {
+            b.resize(start + at, 0);
+            b.extend(data);
+            at += data.len().div_ceil(32) * 32;
+        }
+        b.resize(start + at, 0);
+        b
+    }
+
+    pub fn file(&self) -> webtensor::gguf::GgufFile {
+        webtensor::gguf::GgufFile::from_bytes("tiny.gguf", webtensor::Bytes::from_vec(self.bytes())).unwrap()
+    }
+}

@@ -1,0 +1,266 @@
+//! Model files a careless converter or a hostile author could write: every hyperparameter out of range, products
+//! that overflow, tables that disagree, tensors that overlap or have a dtype no kernel takes, vocabularies that
+//! would drop bytes or cost the square of a piece. Each must give one error naming the key or tensor and the file;
+//! the valid file must load and generate. On the CPU backend (the checks come before any device work).
+
+mod common;
+
+use common::tiny_gguf::{Meta, TinyLlama};
+use webtensor::models::{GenerateOptions, Llama, LlamaOptions};
+use webtensor::{Device, Error};
+
+fn load(t: &TinyLlama) -> webtensor::Result<Llama> {
+    let bytes = webtensor::Bytes::from_vec(t.bytes());
+    let f = webtensor::gguf::GgufFile::from_bytes("tiny.gguf", bytes)?;
+    Llama::from_gguf(&Device::cpu(), &f, LlamaOptions::default())
+}
+
+/// `t` fails to load with an error whose text has every one of `needles`.
+fn refused(what: &str, t: TinyLlama, needles: &[&str]) {
+    match load(&t) {
+        Ok(_) => panic!("{what}: loaded"),
+        Err(e) => {
+            let m = e.to_string();
+            println!("{what}: {m}");
+            assert!(!m.contains('\n'), "{what}: one line: {m}");
+            for n in needles {
+                assert!(m.contains(n), "{what}: {m:?} lacks {n:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_tiny_model_loads_and_generates() {
+    let mut m = load(&TinyLlama::new()).unwrap();
+    let prompt = m.tokenizer.encode("hello the").unwrap();
+    let out = m.generate(&prompt, &GenerateOptions { max_tokens: 5, ..Default::default() }, |_, _| true).unwrap();
+    assert!(!out.tokens.is_empty() || out.stop == webtensor::models::StopReason::EndOfGeneration);
+    assert!(m.chat_template().is_some());
+}
+
+#[test]
+fn hyperparameters_out_of_range_are_refused_by_key() {
+    let key = |k: &str| format!("llama.{k}");
+    for (k, v, needle) in [
+        ("block_count", Meta::U32(0), "from 1 to"),
+        ("block_count", Meta::I32(-3), "at least 1"),
+        ("block_count", Meta::U64(1 << 40), "from 1 to"),
+        ("embedding_length", Meta::U32(0), "from 1 to"),
+        ("attention.head_count", Meta::U32(0), "from 1 to"),
+        ("attention.head_count_kv", Meta::U32(3), "no multiple"),
+        ("attention.key_length", Meta::U64(u64::MAX), "from 1 to"),
+        ("feed_forward_length", Meta::F32(16.0), "not an integer"),
+        ("context_length", Meta::U32(0), "from 1 to"),
+        ("attention.layer_norm_rms_epsilon", Meta::F32(f32::NAN), "finite"),
+        ("attention.layer_norm_rms_epsilon", Meta::F32(-1e-5), "above 0"),
+        ("attention.layer_norm_rms_epsilon", Meta::Str("1e-5".into()), "not a number"),
+        ("rope.freq_base", Meta::F32(0.0), "above 0"),
+        ("rope.freq_base", Meta::F32(f32::INFINITY), "finite"),
+        ("rope.scaling.factor", Meta::F32(f32::NAN), "finite"),
+        ("rope.dimension_count", Meta::U32(5), "rope over 5"),
+        ("attention.value_length", Meta::U32(2), "not supported"),
+        ("expert_count", Meta::U32(8), "experts"),
+    ] {
+        let name = key(k);
+        let needles: Vec<&str> =
+            if needle == "rope over 5" || needle == "no multiple" || needle == "not supported" || needle == "experts" {
+                vec![needle]
+            } else {
+                vec![needle, name.as_str(), "tiny.gguf"]
+            };
+        refused(&format!("{name} = {v:?}"), TinyLlama::new().set(&name, v.clone()), &needles);
+    }
+    refused("no block count", TinyLlama::new().remove("llama.block_count"), &["llama.block_count is missing"]);
+    refused(
+        "another architecture",
+        TinyLlama::new().set("general.architecture", Meta::Str("qwen9".into())),
+        &["'qwen9'"],
+    );
+}
+
+#[test]
+fn tables_and_tensors_that_disagree_are_refused() {
+    let n = 256 + 5;
+    refused(
+        "token list shorter than the embedding",
+        TinyLlama::new()
+            .set("tokenizer.ggml.token_type", Meta::I32s(vec![1; n]))
+            .set("tokenizer.ggml.tokens", Meta::Strs((0..n - 1).map(|i| format!("t{i}")).collect())),
+        &["tokenizer.ggml.tokens has 260 entries", "261 rows"],
+    );
+    refused(
+        "eos past the vocabulary",
+        TinyLlama::new().set("tokenizer.ggml.eos_token_id", Meta::U32(9999)),
+        &["eos_token_id 9999"],
+    );
+    refused(
+        "scores of another length",
+        TinyLlama::new().set("tokenizer.ggml.token_type", Meta::I32s(vec![1; 3])),
+        &["token_type has 3"],
+    );
+    let mut t = TinyLlama::new();
+    t.tensor("blk.0.attn_q.weight").shape = vec![8, 9];
+    refused("a weight of the wrong shape", t, &["blk.0.attn_q.weight", "expected [8, 8]"]);
+    let mut t = TinyLlama::new();
+    let norm = t.tensor("blk.1.ffn_norm.weight");
+    norm.ggml_type = 26; // i32
+    norm.bytes = Some(vec![0; 32]);
+    refused("a norm of i32", t, &["blk.1.ffn_norm.weight", "int32", "no kernel"]);
+    let mut t = TinyLlama::new();
+    t.tensor("blk.0.attn_k.weight").offset = Some(0); // over token_embd.weight's bytes
+    match t.file_result() {
+        Err(Error::Format { message, .. }) => assert!(message.contains("overlap"), "{message}"),
+        other => panic!("overlapping tensors: {other:?}"),
+    }
+}
+
+#[test]
+fn vocabularies_that_would_drop_bytes_or_take_quadratic_time_are_handled() {
+    // a byte-level vocabulary without 'A' would drop every A: refused
+    let mut tokens: Vec<String> = match &TinyLlama::new().meta["tokenizer.ggml.tokens"] {
+        Meta::Strs(v) => v.clone(),
+        _ => unreachable!(),
+    };
+    tokens[b'A' as usize] = "not-A".into();
+    refused(
+        "no token for A",
+        TinyLlama::new().set("tokenizer.ggml.tokens", Meta::Strs(tokens.clone())),
+        &["byte 0x41"],
+    );
+    // without a control byte: loads, and text with that byte is an error instead of losing it
+    tokens[b'A' as usize] = "A".into();
+    tokens[4] = "not-4".into();
+    let m = load(&TinyLlama::new().set("tokenizer.ggml.tokens", Meta::Strs(tokens))).unwrap();
+    assert!(m.tokenizer.encode("a\u{4}b").unwrap_err().to_string().contains("0x04"));
+    assert!(m.tokenizer.encode("ab").is_ok());
+    // a SentencePiece vocabulary of long pieces: load time stays linear (pieces past 256 bytes are not split)
+    let n = 300;
+    let long: Vec<String> = (0..n).map(|i| format!("▁{}", "x".repeat(20_000 + i))).collect();
+    let mut pieces: Vec<String> = (0..=255u8).map(|b| format!("<0x{b:02X}>")).collect();
+    pieces.extend(long);
+    let k = pieces.len();
+    let t = TinyLlama::new()
+        .set("tokenizer.ggml.model", Meta::Str("llama".into()))
+        .set("tokenizer.ggml.tokens", Meta::Strs(pieces))
+        .set("tokenizer.ggml.scores", Meta::F32s(vec![0.0; k]))
+        .set("tokenizer.ggml.token_type", Meta::I32s(vec![1; k]))
+        .set("tokenizer.ggml.eos_token_id", Meta::U32(0));
+    let f = t.file_result().unwrap();
+    let start = std::time::Instant::now();
+    let _ = webtensor::models::Tokenizer::from_gguf(&f);
+    assert!(start.elapsed() < std::time::Duration::from_secs(2), "{:?} for {n} pieces of 20000 bytes", start.elapsed());
+}
+
+#[test]
+fn a_template_that_does_not_compile_leaves_plain_generation_working() {
+    let t = TinyLlama::new().set("tokenizer.chat_template", Meta::Str("{% for m in messages %}".into()));
+    let mut m = load(&t).unwrap();
+    assert!(m.chat_template().is_none());
+    let e = m.chat_prompt(&[webtensor::models::Message::new("user", "hi")]).unwrap_err().to_string();
+    assert!(e.contains("does not compile"), "{e}");
+    let prompt = m.tokenizer.encode("hello").unwrap();
+    m.generate(&prompt, &GenerateOptions { max_tokens: 2, ..Default::default() }, |_, _| true).unwrap();
+}
+
+#[test]
+fn a_context_larger_than_memory_is_refused_before_allocating() {
+    let f = TinyLlama::new().file_result().unwrap();
+    for ctx in [usize::MAX / 2, 1 << 40] {
+        let options = LlamaOptions { context: ctx, ..Default::default() };
+        let e = Llama::from_gguf(&Device::cpu(), &f, options).err().expect("a huge context");
+        let m = e.to_string();
+        println!("context {ctx}: {m}");
+        assert!(m.contains("KV cache") && (m.contains("overflows") || m.contains("GiB")), "{m}");
+    }
+}
+
+#[test]
+fn metadata_costs_a_small_factor_of_the_file() {
+    // a file of 1,000,000 one-byte array elements (u8) and as many empty strings
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    b.extend(2u64.to_le_bytes());
+    let key = |b: &mut Vec<u8>, k: &str| {
+        b.extend((k.len() as u64).to_le_bytes());
+        b.extend(k.as_bytes());
+    };
+    key(&mut b, "a.bytes");
+    b.extend(9u32.to_le_bytes().into_iter().chain(0u32.to_le_bytes()).chain(1_000_000u64.to_le_bytes()));
+    b.extend(std::iter::repeat_n(7u8, 1_000_000));
+    key(&mut b, "a.strings");
+    b.extend(9u32.to_le_bytes().into_iter().chain(8u32.to_le_bytes()).chain(1_000_000u64.to_le_bytes()));
+    b.extend(std::iter::repeat_n(0u8, 8_000_000));
+    let file_len = b.len();
+    let f = webtensor::gguf::GgufFile::from_bytes("big.gguf", webtensor::Bytes::from_vec(b)).unwrap();
+    // the heap the parsed arrays hold (RSS would count the other tests running in this process)
+    let held: usize = f
+        .metadata
+        .iter()
+        .map(|(_, v)| match v.as_array() {
+            Some(a) => match a.as_strings() {
+                Some(s) => std::mem::size_of_val(s) + s.iter().map(String::capacity).sum::<usize>(),
+                None => {
+                    a.len() * std::mem::size_of_val(&a.get(0).and_then(|x| x.as_u64()).map(|x| x as u8).unwrap_or(0))
+                }
+            },
+            None => 0,
+        })
+        .sum();
+    assert_eq!(f.get("a.bytes").unwrap().as_array().unwrap().len(), 1_000_000);
+    println!("metadata of a {file_len}-byte file holds {held} bytes");
+    assert!(held < 4 * file_len, "{held} bytes for a {file_len}-byte file");
+}
+
+trait FileResult {
+    fn file_result(&self) -> webtensor::Result<webtensor::gguf::GgufFile>;
+}
+
+impl FileResult for TinyLlama {
+    fn file_result(&self) -> webtensor::Result<webtensor::gguf::GgufFile> {
+        webtensor::gguf::GgufFile::from_bytes("tiny.gguf", webtensor::Bytes::from_vec(self.bytes()))
+    }
+}
+
+/// Text that is part of a stop string never reaches the stream, even across tokens: the streamed pieces always
+/// add up to the final text (llama-server's rule of holding back a possible prefix).
+#[test]
+fn stop_strings_never_leak_into_the_stream() {
+    let mut m = load(&TinyLlama::new()).unwrap();
+    let prompt = m.tokenizer.encode("hello the").unwrap();
+    let opts = GenerateOptions { max_tokens: 12, ..Default::default() };
+    let mut pieces = Vec::new();
+    let free = m.generate(&prompt, &opts, |p, _| {
+        pieces.push(p.to_string());
+        true
+    });
+    let free = free.unwrap();
+    assert_eq!(pieces.concat(), free.text);
+    // stop strings spanning each boundary between two pieces, and one that never completes
+    let mut at = 0;
+    let mut stops: Vec<String> = Vec::new();
+    for w in pieces.windows(2) {
+        at += w[0].len();
+        if let (Some(a), Some(b)) = (w[0].chars().last(), w[1].chars().next()) {
+            stops.push(format!("{a}{b}"));
+        }
+    }
+    stops.push(format!("{}\u{1}never", free.text.chars().last().unwrap_or('x')));
+    assert!(!stops.is_empty(), "the tiny model's text: {:?} in {} pieces (at {at})", free.text, pieces.len());
+    for stop in stops {
+        m.reset();
+        let opts = GenerateOptions { max_tokens: 12, stop: vec![stop.clone()], ..Default::default() };
+        let mut streamed = String::new();
+        let out = m.generate(&prompt, &opts, |p, _| {
+            streamed.push_str(p);
+            true
+        });
+        let out = out.unwrap();
+        assert_eq!(streamed, out.text, "stop {stop:?}");
+        assert!(!out.text.contains(&stop), "stop {stop:?} in {:?}", out.text);
+        if out.stop == webtensor::models::StopReason::StopString {
+            assert!(free.text.starts_with(&out.text), "{:?} vs {:?}", out.text, free.text);
+        }
+    }
+}
