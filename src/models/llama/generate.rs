@@ -18,9 +18,10 @@ impl Llama {
     /// evaluated again) and returns the stream to pull tokens from.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty prompt, one longer than the context (naming both lengths) or an id
-    /// outside the vocabulary; device errors from the run.
+    /// [`Error::InvalidArgument`] for options out of range ([`GenerateOptions::validate`]), an empty prompt, one
+    /// longer than the context (naming both lengths) or an id outside the vocabulary; device errors from the run.
     pub async fn start_async(&mut self, prompt: &[u32], options: &GenerateOptions) -> Result<TokenStream> {
+        options.validate()?;
         let cap = self.context();
         if prompt.is_empty() || prompt.len() >= cap {
             let reason = format!("the prompt has {} tokens; the context holds {cap} (prompt + output)", prompt.len());
@@ -51,6 +52,7 @@ impl Llama {
             text: TextStream::default(),
             out,
             finished: options.max_tokens == 0,
+            emitted: 0,
         })
     }
 
@@ -78,12 +80,10 @@ impl Llama {
     async fn advance(&mut self, s: &mut TokenStream) -> Result<Option<Token>> {
         if let Some(prev) = s.pending.take() {
             if s.out.tokens.len() >= s.options.max_tokens {
-                s.finish(StopReason::MaxTokens);
-                return Ok(None);
+                return Ok(s.end(StopReason::MaxTokens, prev));
             }
             if self.cached.len() >= self.context() {
-                s.finish(StopReason::ContextFull);
-                return Ok(None);
+                return Ok(s.end(StopReason::ContextFull, prev));
             }
             s.step = Some(self.eval(&[prev], !s.options.sampling.is_greedy()).await?);
             s.out.decode_steps += 1;
@@ -94,23 +94,26 @@ impl Llama {
             None => step.argmax,
         };
         if self.tokenizer.is_eog(next) {
-            s.finish(StopReason::EndOfGeneration);
-            return Ok(None);
+            return Ok(s.end(StopReason::EndOfGeneration, next));
         }
         s.out.tokens.push(next);
         s.history.push(next);
         let piece = s.text.step(&self.tokenizer, next)?;
         s.out.text.push_str(&piece);
         if let Some(at) = s.options.stop.iter().filter_map(|x| s.out.text.find(x.as_str())).min() {
-            s.out.text.truncate(at);
+            // what comes before the stop string and was held back goes out with this token
+            s.out.text.truncate(at.max(s.emitted));
+            let text = s.release(true);
             s.finish(StopReason::StopString);
-            return Ok(None);
+            return Ok(Some(Token { id: next, text }));
         }
         s.pending = Some(next);
-        if s.out.tokens.len() >= s.options.max_tokens {
+        let last = s.out.tokens.len() >= s.options.max_tokens;
+        let text = s.release(last);
+        if last {
             s.finish(StopReason::MaxTokens);
         }
-        Ok(Some(Token { id: next, text: piece }))
+        Ok(Some(Token { id: next, text }))
     }
 
     /// Generates a continuation of `prompt` (token ids), calling `on_token(text, id)` for each token as it is
@@ -152,11 +155,12 @@ impl Llama {
     /// assistant's turn opened, as ids.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the file has no chat template or rendering fails.
+    /// [`Error::InvalidArgument`] when the file has no chat template, it does not compile (the message says why;
+    /// plain generation works all the same), or rendering fails.
     pub fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>> {
         let t = self.chat_template().ok_or_else(|| Error::InvalidArgument {
             op: "chat",
-            reason: "the model file has no chat template (tokenizer.chat_template)".into(),
+            reason: self.chat_template_error().unwrap_or_default(),
         })?;
         let text = t.render(messages, true, &self.tokenizer.bos_text, &self.tokenizer.eos_text)?;
         let mut ids = self.tokenizer.encode(&text)?;
