@@ -46,6 +46,9 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 pub fn run(args: &EmbedArgs) -> Result<(), CliError> {
     let mut texts = args.texts.clone();
     if let Some(f) = &args.file {
+        if !std::path::Path::new(f).is_file() {
+            return Err(CliError::Msg(format!("{f}: not a regular file (--file takes a text file, one text a line)")));
+        }
         let body = std::fs::read_to_string(f).map_err(|e| CliError::Msg(format!("{f}: {e}")))?;
         texts.extend(body.lines().map(str::to_string));
     }

@@ -17,19 +17,19 @@ pub struct ModelArgs {
     #[arg(short = 'n', long, default_value_t = 128)]
     max_tokens: usize,
     /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     temperature: f32,
     /// Keep the K most likely tokens (0: all).
     #[arg(long, default_value_t = 40)]
     top_k: usize,
     /// Keep the most likely tokens up to this total probability.
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
     top_p: f32,
     /// Drop tokens less likely than this fraction of the most likely one.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     min_p: f32,
     /// Penalize tokens among the last 64 (1: off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     repeat_penalty: f32,
     /// Seed of the sampler: the same seed gives the same text.
     #[arg(long, default_value_t = 0)]
@@ -83,7 +83,29 @@ impl ModelArgs {
         GenerateOptions { max_tokens: self.max_tokens, sampling, stop: self.stop.clone() }
     }
 
+    /// The options, checked: a value out of range is an error naming the flag and its range.
+    fn checked_options(&self) -> Result<GenerateOptions, CliError> {
+        let options = self.options();
+        options.validate().map_err(|e| {
+            let reason = match e {
+                webtensor::Error::InvalidArgument { reason, .. } => reason,
+                e => return CliError::Lib(e),
+            };
+            let flags = [
+                ("temperature", "--temperature"),
+                ("top_p", "--top-p"),
+                ("min_p", "--min-p"),
+                ("repetition_penalty", "--repeat-penalty"),
+                ("a stop string", "--stop"),
+            ];
+            let named = flags.iter().find_map(|(field, flag)| Some(format!("{flag}{}", reason.strip_prefix(field)?)));
+            CliError::Msg(named.unwrap_or(reason))
+        })?;
+        Ok(options)
+    }
+
     fn load(&self) -> Result<(Llama, String), CliError> {
+        self.checked_options()?;
         // the file first: a bad file or another architecture fails before any device is opened
         let file = webtensor::gguf::GgufFile::open(&self.model)?;
         webtensor::models::llama::LlamaConfig::from_gguf(&file)?;
@@ -119,8 +141,16 @@ fn timings(g: &Generation) -> String {
     )
 }
 
-fn stop_note(g: &Generation, context: usize) -> Option<String> {
-    (g.stop == StopReason::ContextFull).then(|| format!("stopped: the context of {context} positions is full"))
+/// Why generation stopped, as the page says it: "stopped: max tokens (-n 128)".
+fn stop_note(g: &Generation, context: usize, max_tokens: usize) -> String {
+    let why = match g.stop {
+        StopReason::EndOfGeneration => "end of the answer (the model's end-of-generation token)".to_string(),
+        StopReason::MaxTokens => format!("max tokens (-n {max_tokens})"),
+        StopReason::StopString => "a stop string (--stop)".to_string(),
+        StopReason::ContextFull => format!("the context of {context} positions is full (--ctx)"),
+        StopReason::Cancelled => "interrupted".to_string(),
+    };
+    format!("stopped: {why}")
 }
 
 pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
@@ -148,9 +178,7 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
     } else {
         emit("\n");
     }
-    if let Some(n) = stop_note(&out, model.context()) {
-        eprintln!("{n}");
-    }
+    eprintln!("{}", stop_note(&out, model.context(), args.model.max_tokens));
     eprintln!("{}", timings(&out));
     Ok(())
 }
@@ -160,8 +188,11 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
     let (mut model, _) = args.model.load()?;
-    if model.chat_template().is_none() {
-        return Err(CliError::Msg(format!("{} has no chat template (tokenizer.chat_template)", args.model.model)));
+    if let Some(why) = model.chat_template_error() {
+        return Err(CliError::Msg(format!(
+            "{}: {why}; plain generation (webtensor generate without --chat) works",
+            args.model.model
+        )));
     }
     ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst))
         .map_err(|e| CliError::Msg(format!("cannot catch Ctrl-C: {e}")))?;
@@ -169,10 +200,15 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
     let mut messages = system.clone();
     eprintln!("chat: type a message; /reset starts over, Ctrl-D ends, Ctrl-C stops an answer");
     let stdin = std::io::stdin();
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
     loop {
         eprint!("> ");
+        super::util::MID_LINE.store(true, Ordering::Relaxed);
         let mut line = String::new();
-        if stdin.lock().read_line(&mut line).map_err(|e| CliError::Msg(format!("reading stdin: {e}")))? == 0 {
+        let read = stdin.lock().read_line(&mut line).map_err(|e| CliError::Msg(format!("reading stdin: {e}")))?;
+        // a terminal echoes the user's Enter; piped input leaves the prompt's line open
+        super::util::MID_LINE.store(!interactive || read == 0, Ordering::Relaxed);
+        if read == 0 {
             eprintln!();
             return Ok(());
         }
@@ -187,25 +223,31 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
             continue;
         }
         messages.push(Message::new("user", line));
-        let prompt = model.chat_prompt(&messages)?;
-        if prompt.len() >= model.context() {
-            eprintln!("the conversation has {} tokens, the context {}: /reset to go on", prompt.len(), model.context());
-            messages.pop();
-            continue;
+        match answer(&mut model, &messages, &args.model) {
+            Ok(text) => messages.push(Message::new("assistant", &text)),
+            Err(e) => {
+                // one turn failed (a template that cannot render this conversation, a device error): said on a
+                // line of its own, and the conversation goes on without that message
+                super::report(&e.to_string());
+                messages.pop();
+            }
         }
-        INTERRUPTED.store(false, Ordering::SeqCst);
-        let out = model.generate(&prompt, &args.model.options(), |piece, _| {
-            emit(piece);
-            !INTERRUPTED.load(Ordering::SeqCst)
-        })?;
-        emit("\n");
-        if out.stop == StopReason::Cancelled {
-            eprintln!("(stopped)");
-        }
-        if let Some(n) = stop_note(&out, model.context()) {
-            eprintln!("{n}");
-        }
-        eprintln!("[{}]", timings(&out));
-        messages.push(Message::new("assistant", &out.text));
     }
+}
+
+/// One chat turn: the model's answer to `messages`, streamed; its text.
+fn answer(model: &mut Llama, messages: &[Message], args: &ModelArgs) -> Result<String, CliError> {
+    let prompt = model.chat_prompt(messages)?;
+    if prompt.len() >= model.context() {
+        let (n, c) = (prompt.len(), model.context());
+        return Err(CliError::Msg(format!("the conversation has {n} tokens, the context {c}: /reset to go on")));
+    }
+    INTERRUPTED.store(false, Ordering::SeqCst);
+    let out = model.generate(&prompt, &args.options(), |piece, _| {
+        emit(piece);
+        !INTERRUPTED.load(Ordering::SeqCst)
+    })?;
+    emit("\n");
+    eprintln!("[{}; {}]", stop_note(&out, model.context(), args.max_tokens), timings(&out));
+    Ok(out.text)
 }

@@ -124,9 +124,13 @@ fn one_line(msg: &str) -> String {
     msg.split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
-fn report(msg: &str) {
-    let msg = one_line(msg);
+/// Prints `error: msg` on one line of its own, with anything a file could have put in it escaped.
+pub(crate) fn report(msg: &str) {
+    let msg = util::escape_control(&one_line(msg));
     let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+    if util::MID_LINE.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!();
+    }
     eprintln!("error: {msg}");
 }
 
@@ -144,10 +148,16 @@ fn install_panic_hook() {
     }));
 }
 
+/// What is logged unless RUST_LOG says otherwise: warnings, webtensor's progress lines; not wgpu's and naga's own
+/// messages, which adapter probing produces on every machine without that driver (EGL's "failed to load
+/// driver") and which webtensor reports as errors of its own where they matter (`RUST_LOG=wgpu_hal=warn` shows
+/// them).
+const DEFAULT_LOG: &str = "warn,webtensor::progress=info,wgpu_hal=off,wgpu_core=off,naga=off";
+
 /// The CLI's entry point: parse, run, report.
 pub fn main() -> ExitCode {
     install_panic_hook();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,webtensor::progress=info"))
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(DEFAULT_LOG))
         .format_timestamp(None)
         .init();
     let cli = match Cli::try_parse() {

@@ -6,7 +6,25 @@ use std::time::{Duration, Instant};
 
 /// Writes `text` to stdout. A closed pipe (`webtensor info | head -3`) ends the program quietly with
 /// success instead of panicking like `println!`.
+/// Whether the terminal's current line was left open (text written to stdout without a newline, or the chat's
+/// `> ` prompt on stderr): an error then starts on a line of its own.
+pub static MID_LINE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `s` with the characters that would act on a terminal written as escapes (`\u{1b}`): control characters
+/// (newlines included) and Unicode's bidirectional overrides. For text that comes from a file (keys, tensor
+/// names) before it is printed.
+pub fn escape_control(s: &str) -> String {
+    let acts = |c: char| c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+    if !s.chars().any(acts) {
+        return s.to_string();
+    }
+    s.chars().map(|c| if acts(c) { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
 pub fn emit(text: &str) {
+    if !text.is_empty() {
+        MID_LINE.store(!text.ends_with('\n'), std::sync::atomic::Ordering::Relaxed);
+    }
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {

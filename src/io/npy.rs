@@ -6,7 +6,7 @@
 //! and 2.0 headers are latin-1 and 3.0 headers UTF-8, as numpy writes them. The writer writes byte for byte what
 //! `numpy.save` writes.
 
-use super::common::{fmt_err, io_err, write_atomic};
+use super::common::{fmt_err, write_atomic};
 use crate::{DType, Data, HostTensor, Result};
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -24,8 +24,12 @@ const ALIGN: usize = 64;
 /// [`crate::Error::Io`] when the file cannot be read; [`crate::Error::Format`] when it is not a valid `.npy`
 /// (naming what is wrong and its byte offset), is truncated, Fortran-ordered, or of another dtype or rank.
 pub fn read_npy(path: &str) -> Result<HostTensor> {
-    let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
-    read_npy_bytes(path, &bytes)
+    // mapped natively: a regular file is required (a device such as /dev/zero would be read forever)
+    #[cfg(not(target_arch = "wasm32"))]
+    let bytes = super::common::map_file(path)?;
+    #[cfg(target_arch = "wasm32")]
+    let bytes = std::fs::read(path).map_err(|e| super::common::io_err(path, e))?;
+    read_npy_bytes(path, bytes.as_ref())
 }
 
 /// The header's byte range in `bytes` and its format version, checked against the file's length and numpy's cap.

@@ -5,7 +5,7 @@
 /// How to pick tokens. The default is greedy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingOptions {
-    /// Softmax temperature; 0 (or below) picks the most likely token.
+    /// Softmax temperature, finite and ≥ 0; 0 picks the most likely token.
     pub temperature: f32,
     /// Keep the `top_k` most likely tokens (0: all).
     pub top_k: usize,
@@ -37,6 +37,35 @@ impl Default for SamplingOptions {
 }
 
 impl SamplingOptions {
+    /// Checks every option against its valid range, as llama.cpp's `common/arg.cpp` would want them:
+    /// `temperature` finite and ≥ 0 (0 is greedy), `top_p` finite in (0, 1], `min_p` finite in [0, 1],
+    /// `repetition_penalty` finite and > 0 (1 is off). `top_k` 0 means all tokens.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the option, its value and its range.
+    pub fn validate(&self) -> crate::Result<()> {
+        let checks: [(&str, f32, bool, &str); 4] = [
+            ("temperature", self.temperature, self.temperature >= 0.0, "finite and at least 0 (0 is greedy)"),
+            ("top_p", self.top_p, self.top_p > 0.0 && self.top_p <= 1.0, "above 0 and at most 1 (1 keeps all)"),
+            ("min_p", self.min_p, (0.0..=1.0).contains(&self.min_p), "from 0 to 1 (0 drops none)"),
+            (
+                "repetition_penalty",
+                self.repetition_penalty,
+                self.repetition_penalty > 0.0,
+                "finite and above 0 (1 is off)",
+            ),
+        ];
+        for (name, value, ok, range) in checks {
+            if !value.is_finite() || !ok {
+                return Err(crate::Error::InvalidArgument {
+                    op: "sampling",
+                    reason: format!("{name} is {value}: it must be {range}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// True when the choice is the argmax of the raw logits (computed on the device; no logits read back).
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 0.0 && self.repetition_penalty == 1.0

@@ -15,6 +15,22 @@ pub struct GenerateOptions {
     pub stop: Vec<String>,
 }
 
+impl GenerateOptions {
+    /// Checks the options: the sampling ranges ([`SamplingOptions::validate`]) and no empty stop string (which
+    /// would stop before the first token).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the option and its valid range.
+    pub fn validate(&self) -> Result<()> {
+        self.sampling.validate()?;
+        if self.stop.iter().any(String::is_empty) {
+            let reason = "a stop string is empty: each must have at least one character".into();
+            return Err(crate::Error::InvalidArgument { op: "generate", reason });
+        }
+        Ok(())
+    }
+}
+
 impl Default for GenerateOptions {
     fn default() -> Self {
         GenerateOptions { max_tokens: 128, sampling: SamplingOptions::default(), stop: vec![] }
@@ -102,7 +118,10 @@ pub(crate) struct StepOut {
     pub argmax: u32,
 }
 
-/// One generated token: its id and the UTF-8 text it completes (empty while a character's bytes are incomplete).
+/// One generated token: its id and the UTF-8 text it releases (empty while a character's bytes are incomplete, or
+/// while the text could be the start of a stop string; the concatenated texts always equal the final text). The
+/// stream's last token may be the end-of-generation token carrying text held back for a stop string that never
+/// came; it is not in [`Generation::tokens`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Token {
     pub id: u32,
@@ -125,6 +144,9 @@ pub struct TokenStream {
     pub(super) text: TextStream,
     pub(super) out: Generation,
     pub(super) finished: bool,
+    /// Bytes of `out.text` returned in tokens so far: text that could be the start of a stop string is held back
+    /// until it cannot (llama-server's rule), so streamed text always equals the final text.
+    pub(super) emitted: usize,
 }
 
 impl TokenStream {
@@ -138,9 +160,43 @@ impl TokenStream {
         self.finished
     }
 
-    /// Ends the stream (stop reason [`StopReason::Cancelled`]); the tokens returned so far stay in the cache.
+    /// Ends the stream (stop reason [`StopReason::Cancelled`]); the tokens returned so far stay in the cache, and
+    /// the final text is what was returned (text held back for a possible stop string is dropped).
     pub fn cancel(&mut self) {
+        if !self.finished {
+            self.out.text.truncate(self.emitted);
+        }
         self.finish(StopReason::Cancelled);
+    }
+
+    /// The text of `out.text` not returned yet that can be returned now: all of it when `all` (the stream ends
+    /// without a stop string), else up to the longest tail that could begin one of the stop strings.
+    pub(super) fn release(&mut self, all: bool) -> String {
+        let text = &self.out.text[self.emitted..];
+        let held = if all {
+            0
+        } else {
+            self.options
+                .stop
+                .iter()
+                .flat_map(|st| st.char_indices().skip(1).map(move |(k, _)| &st[..k]))
+                .filter(|prefix| text.ends_with(prefix))
+                .map(str::len)
+                .max()
+                .unwrap_or(0)
+        };
+        let end = self.out.text.len() - held;
+        let piece = self.out.text[self.emitted..end].to_string();
+        self.emitted = end;
+        piece
+    }
+
+    /// Ends the stream for `stop` (not a stop string); the held-back text, if any, comes back as a last token
+    /// `id` (the token that ended it, or the last one generated).
+    pub(super) fn end(&mut self, stop: StopReason, id: u32) -> Option<Token> {
+        let tail = self.release(true);
+        self.finish(stop);
+        (!tail.is_empty()).then_some(Token { id, text: tail })
     }
 
     /// The finished generation.
