@@ -1,4 +1,5 @@
-//! Fuzzes the file readers (`.npy`, `.safetensors`, GGUF) on stable Rust: a mutation loop over a committed corpus
+//! Fuzzes the file readers (`.npy`, `.safetensors`, GGUF), the tokenizer rebuilt from GGUF metadata and the
+//! chat-template renderer on stable Rust: a mutation loop over a committed corpus
 //! (`fuzz/corpus/<reader>/`), every input run under `catch_unwind`, timed, and under an allocation cap.
 //!
 //! ```text
@@ -60,7 +61,7 @@ static ALLOC: Counting = Counting;
 #[derive(Parser)]
 #[command(about = "Fuzz webtensor's .npy, .safetensors and GGUF readers")]
 struct Args {
-    /// npy, safetensors, gguf or all.
+    /// npy, safetensors, gguf, tokenizer, template or all.
     #[arg(default_value = "all")]
     reader: String,
     /// Inputs per reader.
@@ -89,11 +90,30 @@ fn read(reader: &str, b: &[u8]) -> Result<(), String> {
             let f = io::SafetensorsFile::from_bytes("fuzz.safetensors", Bytes::from_vec(b.to_vec())).map_err(e)?;
             f.tensors().iter().try_for_each(|t| f.host_tensor(&t.name).map(drop)).map_err(e)
         }
+        "tokenizer" => {
+            let f = GgufFile::from_bytes("fuzz.gguf", Bytes::from_vec(b.to_vec())).map_err(e)?;
+            let t = webtensor::models::Tokenizer::from_gguf(&f).map_err(e)?;
+            let ids = t.encode("Hello wörld 12345 <|end|> \u{1F600}  tabs\t").map_err(e)?;
+            t.decode(&ids, false).map(drop).map_err(e)
+        }
+        "template" => {
+            let source = String::from_utf8_lossy(b);
+            let t = webtensor::models::ChatTemplate::new(&source).map_err(e)?;
+            let m = |r: &str, c: &str| webtensor::models::Message::new(r, c);
+            let conversation = [m("system", "Be brief."), m("user", "Hi"), m("assistant", "Hello!"), m("user", "2+2?")];
+            t.render(&conversation, true, "<s>", "</s>").map(drop).map_err(e)
+        }
         _ => {
             let f = GgufFile::from_bytes("fuzz.gguf", Bytes::from_vec(b.to_vec())).map_err(e)?;
             f.tensors.iter().try_for_each(|t| f.host_tensor(t).map(drop)).map_err(e)
         }
     }
+}
+
+/// The largest single allocation an input may cause: 64× its size plus 1 MiB for the readers (no count from a file
+/// sizes memory); a template may build up to the renderer's text budget (16 MiB) on top.
+fn allocation_cap(reader: &str, input: usize) -> usize {
+    64 * input + (1 << 20) + if reader == "template" { 20 << 20 } else { 0 }
 }
 
 /// xorshift64: the mutation generator.
@@ -226,7 +246,7 @@ fn fuzz(root: &Path, reader: &str, args: &Args) -> bool {
         if peak > cap {
             return crash(root, reader, n, &input, &format!("used {peak} bytes of heap, over the cap of {cap}"));
         }
-        if largest > 64 * input.len() + (1 << 20) {
+        if largest > allocation_cap(reader, input.len()) {
             return crash(root, reader, n, &input, &format!("made a {largest}-byte allocation"));
         }
         if largest > largest_seen.0 {
@@ -258,10 +278,10 @@ fn main() {
     let args = Args::parse();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let readers: Vec<&str> = match args.reader.as_str() {
-        "all" => vec!["npy", "safetensors", "gguf"],
-        r @ ("npy" | "safetensors" | "gguf") => vec![r],
+        "all" => vec!["npy", "safetensors", "gguf", "tokenizer", "template"],
+        r @ ("npy" | "safetensors" | "gguf" | "tokenizer" | "template") => vec![r],
         other => {
-            eprintln!("error: unknown reader '{other}' (npy, safetensors, gguf or all)");
+            eprintln!("error: unknown reader '{other}' (npy, safetensors, gguf, tokenizer, template or all)");
             std::process::exit(2);
         }
     };

@@ -61,3 +61,52 @@ gguf_file("small.gguf", [("f", rng.standard_normal((2, 4)).astype(np.float32), N
                          ("q8", q8, gguf.GGMLQuantizationType.Q8_0)])
 gguf_file("q4k.gguf", [("k", q4k, gguf.GGMLQuantizationType.Q4_K)])
 gguf_file("meta-only.gguf", [])
+
+# ---- the tokenizer rebuilt from GGUF metadata: small vocabularies of both kinds (no tensors needed) ----------
+os.makedirs(os.path.join(root, "tokenizer"), exist_ok=True)
+
+
+def byte_level_chars():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(bs, cs))]
+
+
+def vocab_file(name, model, tokens, merges=None, scores=None, pre="gpt2", extra=()):
+    w = gguf.GGUFWriter(os.path.join(root, "tokenizer", name), "llama")
+    w.add_tokenizer_model(model)
+    if model == "gpt2":
+        w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t.startswith("<|") else 1 for t in tokens])
+    if merges:
+        w.add_token_merges(merges)
+    if scores:
+        w.add_token_scores(scores)
+    w.add_eos_token_id(len(tokens) - 1)
+    for k, v in extra:
+        w.add_string(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+
+
+chars = byte_level_chars()
+vocab_file("bpe-gpt2.gguf", "gpt2", chars + ["he", "ll", "Ġt", "hell", "<|end|>"], ["h e", "l l", "Ġ t", "he ll"])
+vocab_file("bpe-llama3.gguf", "gpt2", chars + ["12", "Ġa", "<|eot_id|>"], ["1 2", "Ġ a"], pre="llama-bpe")
+vocab_file("bpe-smollm.gguf", "gpt2", chars + ["ab", "<|im_end|>"], ["a b"], pre="smollm")
+spm = [f"<0x{b:02X}>" for b in range(256)] + ["▁", "▁a", "b", "ab", "▁ab", "</s>"]
+vocab_file("spm.gguf", "llama", spm, scores=[0.0] * 256 + [-1.0, -2.0, -3.0, -4.0, -5.0, 0.0])
+
+# ---- chat templates: the real ones the tests check (tests/data/chat_templates/) ---------------------------
+import shutil
+os.makedirs(os.path.join(root, "template"), exist_ok=True)
+src = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "chat_templates")
+for f in sorted(os.listdir(src)):
+    if f.endswith(".jinja") and os.path.getsize(os.path.join(src, f)) < 6000:
+        shutil.copy(os.path.join(src, f), os.path.join(root, "template", f))

@@ -220,6 +220,40 @@ def forward(model, ids, mask):
     return l2_normalize(mean_pool(h, mask))
 
 
+def token_states(model, ids, mask):
+    """The last layer's states [B, T, 384], before pooling."""
+    h = embeddings(model, ids)
+    for i in range(model.layers):
+        h = encoder_layer(model, h, mask, i)
+    return h
+
+
+def pool_modes(h, mask):
+    """Every pooling mode of sentence-transformers' Pooling module, unnormalized: name -> [B, 384]."""
+    n = mask.sum(axis=1)
+    w = np.arange(1, mask.shape[1] + 1)[None, :] * mask
+    last = (n - 1).astype(int)
+    return {
+        "mean": mean_pool(h, mask),
+        "cls": h[:, 0],
+        "max": np.where(mask[:, :, None] > 0, h, -1e9).max(axis=1),
+        "mean_sqrt_len": (h * mask[:, :, None]).sum(axis=1) / np.sqrt(n)[:, None],
+        "weightedmean": (h * w[:, :, None]).sum(axis=1) / w.sum(axis=1, keepdims=True),
+        "lasttoken": h[np.arange(h.shape[0]), last],
+    }
+
+
+def write_pooling_json(path, model, sentences, id_lists, digits):
+    """Each pooling mode's vectors (unnormalized) for each sentence, run singly."""
+    cases = []
+    for text, ids in zip(sentences, id_lists):
+        arr, mask = pad_batch([ids])
+        modes = pool_modes(token_states(model, arr, mask), mask)
+        cases.append({"text": text, "modes": {k: [round_sig(x, digits) for x in v[0]] for k, v in modes.items()}})
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"reference": "scripts/minilm_reference.py --pooling-json (numpy float64)", "cases": cases}, f)
+
+
 def encode(model, id_lists, batch_size=1):
     """Embeddings [N, 384] of N token-id lists, batch_size sentences at a time (in order)."""
     out = []
@@ -286,6 +320,7 @@ def main():
                         help="also encode in padded batches of N and report the worst cosine")
     parser.add_argument("--json", help="write sentences, token ids and embeddings here")
     parser.add_argument("--digits", type=int, default=7, help="significant digits in the JSON (default 7)")
+    parser.add_argument("--pooling-json", help="write every pooling mode's vectors for the sentences here")
     parser.add_argument("--show", type=int, default=4, help="embedding values printed per sentence")
     args = parser.parse_args()
 
@@ -320,6 +355,9 @@ def main():
     if args.json:
         write_json(args.json, sentences, id_lists, result, model, args.digits)
         print(f"# wrote {args.json}")
+    if args.pooling_json:
+        write_pooling_json(args.pooling_json, model, sentences, id_lists, args.digits)
+        print(f"# wrote {args.pooling_json}")
 
 
 if __name__ == "__main__":

@@ -25,12 +25,22 @@ pub(crate) struct Layer {
     pub out_norm: Norm,
 }
 
+/// sentence-transformers' `Dense` module after pooling: `act(p · wᵀ + b)`.
+pub(crate) struct Dense {
+    pub linear: Linear,
+    /// `tanh` (the module's default, `torch.nn.Tanh`) or the identity.
+    pub tanh: bool,
+    /// Output width.
+    pub out: usize,
+}
+
 pub(crate) struct Weights {
     pub word: Resident,
     pub position: Resident,
     pub token_type: Resident,
     pub embd_norm: Norm,
     pub layers: Vec<Layer>,
+    pub dense: Option<Dense>,
 }
 
 /// The encoder's shape.
@@ -61,9 +71,10 @@ pub(crate) struct BatchGraph {
     pub pos: Tensor,
     /// f32 `[B, 1, 1, T]`: 0 for a real token, −inf for padding.
     pub mask: Tensor,
-    /// f32 `[B, 1, T]`: the pooling weights (1/n on a sentence's n real tokens for mean pooling).
+    /// f32 `[B, 1, T]`: the pooling weights (1/n on a sentence's n real tokens for mean pooling); with `max`
+    /// pooling f32 `[B, T, 1]`: 0 for a real token, −inf for padding.
     pub pool: Tensor,
-    /// f32 `[B, E]`.
+    /// f32 `[B, E]` (`[B, out]` after a Dense module).
     pub out: Tensor,
 }
 
@@ -83,8 +94,9 @@ fn norm(g: &mut Graph, x: Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
     g.add(y, b)
 }
 
-/// The encoder over `b` sentences padded to `t` tokens.
-pub(crate) fn build_batch(cfg: &BertConfig, w: &Weights, b: usize, t: usize) -> Result<BatchGraph> {
+/// The encoder over `b` sentences padded to `t` tokens; `max` pools the largest value of each dimension over the
+/// real tokens instead of a weighted sum.
+pub(crate) fn build_batch(cfg: &BertConfig, w: &Weights, b: usize, t: usize, max: bool) -> Result<BatchGraph> {
     let mut g = Graph::new();
     let (e, h) = (cfg.hidden, cfg.heads);
     let d = e / h;
@@ -92,7 +104,8 @@ pub(crate) fn build_batch(cfg: &BertConfig, w: &Weights, b: usize, t: usize) -> 
     let types = g.input("types", DType::I32, &[b * t])?;
     let pos = g.input("pos", DType::I32, &[b * t])?;
     let mask = g.input("mask", DType::F32, &[b, 1, 1, t])?;
-    let pool = g.input("pool", DType::F32, &[b, 1, t])?;
+    let pool_shape = if max { [b, t, 1] } else { [b, 1, t] };
+    let pool = g.input("pool", DType::F32, &pool_shape)?;
     let tables = [(&w.word, ids), (&w.position, pos), (&w.token_type, types)];
     let mut x: Option<Tensor> = None;
     for (table, idx) in tables {
@@ -128,7 +141,19 @@ pub(crate) fn build_batch(cfg: &BertConfig, w: &Weights, b: usize, t: usize) -> 
         x = norm(&mut g, r, &l.out_norm, cfg.eps)?;
     }
     let x = g.reshape(x, &[b, t, e])?;
-    let pooled = g.matmul(pool, x)?; // [B, 1, E]
-    let out = g.reshape(pooled, &[b, e])?;
+    let pooled = if max {
+        let masked = g.add(x, pool)?; // padding at −inf
+        let by_dim = g.permute(masked, &[0, 2, 1])?; // [B, E, T]
+        g.max(by_dim)? // [B, E, 1]
+    } else {
+        g.matmul(pool, x)? // [B, 1, E]
+    };
+    let mut out = g.reshape(pooled, &[b, e])?;
+    if let Some(d) = &w.dense {
+        out = linear(&mut g, out, &d.linear)?;
+        if d.tanh {
+            out = g.tanh(out)?;
+        }
+    }
     Ok(BatchGraph { graph: g, ids, types, pos, mask, pool, out })
 }

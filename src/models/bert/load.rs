@@ -3,7 +3,8 @@
 //! prefix of some checkpoints accepted). The files come as bytes (natively memory-mapped or read from the
 //! directory; in the browser, given by the page).
 
-use super::graph::{BertConfig, Layer, Linear, Norm, Weights};
+use super::graph::{BertConfig, Dense, Layer, Linear, Norm, Weights};
+use super::Pooling;
 use crate::io::SafetensorsFile;
 use crate::{DType, Data, Device, Error, HostTensor, Resident, Result};
 use serde_json::Value as Json;
@@ -14,23 +15,37 @@ pub(super) fn parse_json(path: &str, bytes: &[u8]) -> Result<Json> {
 }
 
 pub(super) fn config(p: &str, j: &Json) -> Result<BertConfig> {
-    let p = p.to_string();
-    let num = |k: &str| -> Result<usize> {
-        j[k].as_u64()
-            .map(|x| x as usize)
-            .ok_or_else(|| Error::Format { path: p.clone(), message: format!("{k} is missing") })
+    let bad = |message: String| Error::Format { path: p.to_string(), message };
+    // a count from 1 to `max`: a number no real model comes near sizes nothing
+    let num = |k: &str, max: u64| -> Result<usize> {
+        match j[k].as_u64() {
+            Some(n) if (1..=max).contains(&n) => Ok(n as usize),
+            Some(n) => Err(bad(format!("{k} is {n}: it must be from 1 to {max}"))),
+            None if j[k].is_null() => Err(bad(format!("{k} is missing"))),
+            None => Err(bad(format!("{k} is {}, not a positive integer", j[k]))),
+        }
+    };
+    let eps = match &j["layer_norm_eps"] {
+        Json::Null => 1e-12,
+        v => match v.as_f64() {
+            Some(x) if x.is_finite() && x > 0.0 && x < 1.0 => x as f32,
+            _ => return Err(bad(format!("layer_norm_eps is {v}: it must be finite, above 0 and below 1"))),
+        },
     };
     let c = BertConfig {
-        hidden: num("hidden_size")?,
-        heads: num("num_attention_heads")?,
-        layers: num("num_hidden_layers")?,
-        intermediate: num("intermediate_size")?,
-        eps: j["layer_norm_eps"].as_f64().unwrap_or(1e-12) as f32,
-        max_positions: num("max_position_embeddings")?,
-        vocab: num("vocab_size")?,
+        hidden: num("hidden_size", 1 << 16)?,
+        heads: num("num_attention_heads", 1 << 10)?,
+        layers: num("num_hidden_layers", 1 << 10)?,
+        intermediate: num("intermediate_size", 1 << 18)?,
+        eps,
+        max_positions: num("max_position_embeddings", 1 << 20)?,
+        vocab: num("vocab_size", 1 << 24)?,
     };
-    if c.heads == 0 || !c.hidden.is_multiple_of(c.heads) {
-        return Err(Error::Format { path: p, message: format!("{} heads do not divide width {}", c.heads, c.hidden) });
+    if c.max_positions < 2 {
+        return Err(bad(format!("max_position_embeddings is {}: a sentence needs [CLS] and [SEP]", c.max_positions)));
+    }
+    if !c.hidden.is_multiple_of(c.heads) {
+        return Err(bad(format!("{} heads do not divide width {}", c.heads, c.hidden)));
     }
     let act = j["hidden_act"].as_str().unwrap_or("gelu");
     if act != "gelu" {
@@ -38,6 +53,139 @@ pub(super) fn config(p: &str, j: &Json) -> Result<BertConfig> {
         return Err(Error::Unsupported { op: "bert".into(), backend: "webtensor::models::bert".into(), reason });
     }
     Ok(c)
+}
+
+/// The pooling mode of `1_Pooling/config.json` (mean when there is no such file).
+///
+/// # Errors
+/// [`Error::Unsupported`] for several modes at once (sentence-transformers concatenates them) or none, and for
+/// `include_prompt: false`.
+pub(super) fn pooling(p: &str, j: Option<&Json>) -> Result<Pooling> {
+    let Some(j) = j else { return Ok(Pooling::Mean) };
+    let modes = [
+        ("pooling_mode_cls_token", Pooling::Cls),
+        ("pooling_mode_mean_tokens", Pooling::Mean),
+        ("pooling_mode_max_tokens", Pooling::Max),
+        ("pooling_mode_mean_sqrt_len_tokens", Pooling::MeanSqrtLen),
+        ("pooling_mode_weightedmean_tokens", Pooling::WeightedMean),
+        ("pooling_mode_lasttoken", Pooling::LastToken),
+    ];
+    let on: Vec<&(&str, Pooling)> = modes.iter().filter(|(k, _)| j[*k].as_bool() == Some(true)).collect();
+    let unsupported = |reason: String| Error::Unsupported {
+        op: format!("pooling ({p})"),
+        backend: "webtensor::models::bert".into(),
+        reason,
+    };
+    if j["include_prompt"].as_bool() == Some(false) {
+        return Err(unsupported(
+            "include_prompt: false (pooling without the instruction's tokens) is not supported".into(),
+        ));
+    }
+    match on.as_slice() {
+        [(_, mode)] => Ok(*mode),
+        [] => Err(unsupported("no pooling mode is set".into())),
+        several => {
+            let names: Vec<&str> = several.iter().map(|(k, _)| *k).collect();
+            Err(unsupported(format!("several pooling modes at once ({}: concatenated vectors)", names.join(", "))))
+        }
+    }
+}
+
+/// What `modules.json` asks for after pooling.
+pub(super) struct Modules {
+    /// The folder of a `Dense` module.
+    pub dense: Option<String>,
+    /// Whether a `Normalize` module comes last.
+    pub normalize: bool,
+}
+
+/// The modules of `modules.json` (Transformer, Pooling, then Dense and Normalize, in that order; none: the
+/// transformer and mean pooling alone, without normalization).
+///
+/// # Errors
+/// [`Error::Unsupported`] naming a module of another type, or an order this runner cannot follow.
+pub(super) fn modules(p: &str, j: Option<&Json>) -> Result<Modules> {
+    let mut m = Modules { dense: None, normalize: false };
+    let Some(list) = j else { return Ok(m) };
+    let list =
+        list.as_array().ok_or_else(|| Error::Format { path: p.into(), message: "not a list of modules".into() })?;
+    let unsupported = |reason: String| Error::Unsupported {
+        op: format!("modules ({p})"),
+        backend: "webtensor::models::bert".into(),
+        reason,
+    };
+    let mut stage = 0;
+    for module in list {
+        let kind = module["type"].as_str().unwrap_or("(no type)");
+        let name = kind.rsplit('.').next().unwrap_or(kind);
+        let at = match name {
+            "Transformer" => 0,
+            "Pooling" => 1,
+            "Dense" => 2,
+            "Normalize" => 3,
+            _ => {
+                return Err(unsupported(format!(
+                    "module {kind} is not supported (Transformer, Pooling, Dense, Normalize)"
+                )))
+            }
+        };
+        if at < stage || (at == stage && at > 0) {
+            return Err(unsupported(format!(
+                "module {kind} where this runner cannot apply it (order: Transformer, Pooling, Dense, Normalize)"
+            )));
+        }
+        stage = at;
+        match name {
+            "Dense" => m.dense = Some(module["path"].as_str().unwrap_or("2_Dense").to_string()),
+            "Normalize" => m.normalize = true,
+            _ => {}
+        }
+    }
+    Ok(m)
+}
+
+/// The `Dense` module in folder `dir` (`config.json`, `model.safetensors`), taking `hidden` values.
+pub(super) fn dense(
+    device: &Device,
+    dir: &str,
+    read: &dyn Fn(&str) -> Result<Option<crate::Bytes>>,
+    hidden: usize,
+) -> Result<Dense> {
+    let need = |name: &str| {
+        read(name)?.ok_or_else(|| Error::Io {
+            path: format!("{dir}/{name}"),
+            message: "no such file (a Dense module needs config.json and model.safetensors)".into(),
+        })
+    };
+    let c = parse_json(&format!("{dir}/config.json"), need("config.json")?.as_slice())?;
+    let bad = |message: String| Error::Format { path: format!("{dir}/config.json"), message };
+    let (inp, out) = (c["in_features"].as_u64(), c["out_features"].as_u64());
+    let (Some(inp), Some(out)) = (inp, out) else {
+        return Err(bad("in_features and out_features are required".into()));
+    };
+    if inp as usize != hidden || out == 0 || out > 1 << 16 {
+        return Err(bad(format!("a Dense module of {inp} -> {out} after pooled vectors of {hidden}")));
+    }
+    let act = c["activation_function"].as_str().unwrap_or("torch.nn.modules.activation.Tanh");
+    let tanh = match act.rsplit('.').next() {
+        Some("Tanh") => true,
+        Some("Identity") => false,
+        _ => {
+            return Err(Error::Unsupported {
+                op: "Dense".into(),
+                backend: "webtensor::models::bert".into(),
+                reason: format!("activation {act} (Tanh, Identity)"),
+            })
+        }
+    };
+    let path = format!("{dir}/model.safetensors");
+    let t = Tensors { path: path.clone(), file: SafetensorsFile::from_bytes(&path, need("model.safetensors")?)? };
+    let w = t.upload(device, "linear.weight", &[out as usize, inp as usize], false)?;
+    let b = match c["bias"].as_bool() {
+        Some(false) => device.upload("linear.bias", HostTensor::f32(&[out as usize], vec![0.0; out as usize])?)?,
+        _ => t.upload(device, "linear.bias", &[out as usize], false)?,
+    };
+    Ok(Dense { linear: Linear { w, b }, tanh, out: out as usize })
 }
 
 /// The safetensors file with a lookup that uploads one tensor.
@@ -49,9 +197,8 @@ pub(super) struct Tensors {
 impl Tensors {
     fn upload(&self, device: &Device, name: &str, shape: &[usize], f16: bool) -> Result<Resident> {
         let found = self.file.entry(name).or_else(|| self.file.entry(&format!("bert.{name}")));
-        let entry = found
-            .filter(|e| e.dtype == "F32")
-            .ok_or_else(|| Error::Format { path: self.path.clone(), message: format!("no F32 tensor {name}") })?;
+        let entry =
+            found.ok_or_else(|| Error::Format { path: self.path.clone(), message: format!("no tensor {name}") })?;
         let got = &entry.shape;
         if got != shape {
             return Err(Error::Format {
@@ -60,12 +207,25 @@ impl Tensors {
             });
         }
         let bytes = self.file.data(entry)?;
-        if f16 && shape.len() == 2 {
-            let halves =
-                Data::from_bytes(DType::F32, bytes.as_slice()).to_f32().into_iter().map(half::f16::from_f32).collect();
-            return device.upload(name, HostTensor::new(shape, Data::F16(halves))?);
-        }
-        device.upload_bytes(name, DType::F32, shape, bytes)
+        // f32 as it lies; f16 and bf16 (checkpoints saved in half precision) widened to f32
+        let values = match entry.dtype.as_str() {
+            "F32" if !(f16 && shape.len() == 2) => return device.upload_bytes(name, DType::F32, shape, bytes),
+            "F32" => Data::from_bytes(DType::F32, bytes.as_slice()).to_f32(),
+            "F16" => Data::from_bytes(DType::F16, bytes.as_slice()).to_f32(),
+            "BF16" => {
+                bytes.as_slice().chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+            }
+            other => {
+                let message = format!("tensor {name} is {other}, not a float (F32, F16 or BF16)");
+                return Err(Error::Format { path: self.path.clone(), message });
+            }
+        };
+        let data = if f16 && shape.len() == 2 {
+            Data::F16(values.into_iter().map(half::f16::from_f32).collect())
+        } else {
+            Data::F32(values)
+        };
+        device.upload(name, HostTensor::new(shape, data)?)
     }
 }
 
@@ -109,5 +269,6 @@ pub(super) fn weights(device: &Device, t: &Tensors, c: &BertConfig, f16: bool) -
         token_type: t.upload(device, "embeddings.token_type_embeddings.weight", &[n_types, e], false)?,
         embd_norm: norm("embeddings.LayerNorm")?,
         layers,
+        dense: None,
     })
 }

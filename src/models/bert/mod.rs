@@ -2,8 +2,9 @@
 //! kin), as `SentenceTransformer.encode` computes them: the text stripped, tokenized by the model's
 //! `tokenizer.json` (through Hugging Face's `tokenizers` crate) without padding and truncated at
 //! `max_seq_length`; a batch padded to its longest sentence, with a padding mask; the encoder
-//! (`BertModel`, post-LayerNorm, exact erf GELU); mean pooling over the real tokens (CLS pooling when
-//! `1_Pooling/config.json` says so); L2 normalization when `modules.json` lists it.
+//! (`BertModel`, post-LayerNorm, exact erf GELU); pooling over the real tokens as `1_Pooling/config.json` says
+//! (mean, CLS, max, last token, mean over √n, position-weighted mean; one mode); the modules `modules.json`
+//! lists after pooling (`Dense`, `Normalize`) applied in order, any other module refused.
 //!
 //! ```no_run
 //! # fn main() -> webtensor::Result<()> {
@@ -31,13 +32,36 @@ pub struct EmbedderOptions {
     pub compile: CompileOptions,
 }
 
-/// How token vectors become one sentence vector.
+/// How token vectors become one sentence vector: the modes of sentence-transformers' `Pooling` module
+/// (`1_Pooling/config.json`), over the sentence's real tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pooling {
-    /// The mean over the sentence's real tokens.
+    /// The mean (`pooling_mode_mean_tokens`; the default).
     Mean,
-    /// The first token's (`[CLS]`).
+    /// The first token's (`[CLS]`; `pooling_mode_cls_token`).
     Cls,
+    /// The largest value of each dimension (`pooling_mode_max_tokens`).
+    Max,
+    /// The last real token's (`pooling_mode_lasttoken`).
+    LastToken,
+    /// The sum divided by √n (`pooling_mode_mean_sqrt_len_tokens`).
+    MeanSqrtLen,
+    /// The mean weighted by position, 1 to n (`pooling_mode_weightedmean_tokens`).
+    WeightedMean,
+}
+
+impl Pooling {
+    /// The weight of token `j` of a sentence of `n` real tokens (the weighted-sum modes).
+    fn weight(self, j: usize, n: usize) -> f32 {
+        match self {
+            Pooling::Mean => 1.0 / n as f32,
+            Pooling::Cls => (j == 0) as u8 as f32,
+            Pooling::LastToken => (j + 1 == n) as u8 as f32,
+            Pooling::MeanSqrtLen => 1.0 / (n as f32).sqrt(),
+            Pooling::WeightedMean => (j + 1) as f32 / (n * (n + 1) / 2) as f32,
+            Pooling::Max => 0.0,
+        }
+    }
 }
 
 /// A loaded sentence embedder.
@@ -81,6 +105,13 @@ impl SentenceEmbedder {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn load(device: &Device, dir: &str, options: EmbedderOptions) -> Result<SentenceEmbedder> {
         let root = std::path::Path::new(dir);
+        if !root.is_dir() {
+            let what = if root.exists() { "not a directory" } else { "no such directory" };
+            let message = format!(
+                "{what}; expected a sentence-transformers directory (config.json, tokenizer.json, model.safetensors)"
+            );
+            return Err(Error::Io { path: dir.into(), message });
+        }
         let read = |name: &str| -> Result<Option<Bytes>> {
             let path = root.join(name);
             if !path.is_file() {
@@ -181,23 +212,30 @@ impl SentenceEmbedder {
         let cpu = self.device.capabilities().backend == crate::BackendKind::Cpu;
         let t = padded_len(longest, cpu);
         let t = t.min(self.config.max_positions).max(longest);
+        // an id the tokenizer gives past the embedding table (a sloppy tokenizer.json) is an error on every
+        // backend, before anything runs
+        if let Some(&bad) = ids.iter().flatten().find(|&&id| id as usize >= self.config.vocab) {
+            let reason = format!(
+                "token id {bad} (from tokenizer.json) is outside the vocabulary of {} (vocab_size)",
+                self.config.vocab
+            );
+            return Err(Error::InvalidArgument { op: "embed", reason });
+        }
+        let max = self.pooling == Pooling::Max;
         if !self.plans.contains_key(&(b, t)) {
-            let g = build_batch(&self.config, &self.weights, b, t)?;
+            let g = build_batch(&self.config, &self.weights, b, t, max)?;
             let plan = self.device.compile_async(&g.graph, &[g.out], &self.options.compile).await?;
             self.plans.insert((b, t), (plan, g));
         }
         let (plan, g) = self.plans.get_mut(&(b, t)).expect("inserted above");
         let mut tok = vec![0i32; b * t];
         let mut mask = vec![f32::NEG_INFINITY; b * t];
-        let mut pool = vec![0f32; b * t];
+        let mut pool = vec![if max { f32::NEG_INFINITY } else { 0.0 }; b * t];
         for (i, s) in ids.iter().enumerate() {
             for (j, &id) in s.iter().enumerate() {
                 tok[i * t + j] = id as i32;
                 mask[i * t + j] = 0.0;
-            }
-            match self.pooling {
-                Pooling::Mean => (0..s.len()).for_each(|j| pool[i * t + j] = 1.0 / s.len() as f32),
-                Pooling::Cls => pool[i * t] = 1.0,
+                pool[i * t + j] = if max { 0.0 } else { self.pooling.weight(j, s.len()) };
             }
         }
         let types = vec![0i32; b * t];
@@ -210,7 +248,7 @@ impl SentenceEmbedder {
             (g.pool, Value::F32(&pool)),
         ];
         let out = plan.run_with_async(&inputs, &[]).await?.swap_remove(0).expect("fetched").data.to_f32();
-        let e = self.config.hidden;
+        let e = self.weights.dense.as_ref().map_or(self.config.hidden, |d| d.out);
         Ok(out
             .chunks_exact(e)
             .map(|v| {
@@ -251,15 +289,16 @@ fn from_files(
     let max_seq_length = json("sentence_bert_config.json")?.and_then(|j| j["max_seq_length"].as_u64());
     let max_seq_length =
         (max_seq_length.unwrap_or(config.max_positions as u64) as usize).clamp(2, config.max_positions);
-    let cls = json("1_Pooling/config.json")?.is_some_and(|j| j["pooling_mode_cls_token"].as_bool() == Some(true));
-    let pooling = if cls { Pooling::Cls } else { Pooling::Mean };
-    let normalize = json("modules.json")?.is_some_and(|m| {
-        m.as_array().is_some_and(|m| m.iter().any(|x| x["type"].as_str().is_some_and(|t| t.ends_with("Normalize"))))
-    });
+    let pooling = load::pooling(&path("1_Pooling/config.json"), json("1_Pooling/config.json")?.as_ref())?;
+    let modules = load::modules(&path("modules.json"), json("modules.json")?.as_ref())?;
     let st_path = path("model.safetensors");
     let file = crate::io::SafetensorsFile::from_bytes(&st_path, required("model.safetensors")?)?;
     let tensors = load::Tensors { path: st_path, file };
-    let weights = load::weights(device, &tensors, &config, options.f16_weights)?;
+    let mut weights = load::weights(device, &tensors, &config, options.f16_weights)?;
+    if let Some(dir) = &modules.dense {
+        weights.dense = Some(load::dense(device, &path(dir), &|name| read(&format!("{dir}/{name}")), config.hidden)?);
+    }
+    let normalize = modules.normalize;
     Ok(SentenceEmbedder {
         config,
         pooling,
