@@ -77,7 +77,7 @@ pub use device::{Device, Plan};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use graph::{Attention, Graph, Tensor};
-pub use ops::{Accepts, BinaryOp, GluOp, ReduceOp, Rope, RopeMode, RowOp, UnaryOp};
+pub use ops::{Accepts, BinaryOp, GluOp, MatmulPrecision, ReduceOp, Rope, RopeMode, RowOp, UnaryOp};
 pub use resident::{Bytes, Resident, State};
 pub use run::{Fetch, Value};
 pub use shape::MAX_RANK;

@@ -80,6 +80,19 @@ fn quantized_matmul_get_rows_and_cast() {
             },
             |x| r::matmul(&x[0], &x[1].slice(0, 2, 7).transpose(0, 1)),
         ));
+        // the matmul's precision set to f32 (ggml_mul_mat_set_prec), through an epilogue that fusion moves into
+        // it: the reference's tolerance on every backend, with the CPU's default options
+        cases.push(Case::new(
+            format!("{dtype}/matmul/precision-f32+bias"),
+            vec![inp(F32, &[3, 512], 1), w(), inp(F32, &[9], 3)],
+            |g, x| {
+                let wt = g.t(x[1])?;
+                let y = g.matmul(x[0], wt)?;
+                g.set_matmul_precision(y, webtensor::MatmulPrecision::F32)?;
+                g.add(y, x[2])
+            },
+            |x| r::binary(&r::matmul(&x[0], &x[1].transpose(0, 1)), &x[2], |a, b| a + b),
+        ));
         // each matmul case with f32 activations (the reference's tolerance), and as the CPU runs it by default:
         // activations rounded to 8-bit blocks for the integer kernels, NMSE up to 3e-5 measured (GPUs: f32)
         for c in matmul_cases {
@@ -150,6 +163,8 @@ fn storage_formats_are_refused_where_they_do_not_apply() {
     let wt = g.t(w).unwrap();
     assert!(msg(g.cast(wt, F32)).contains("q4_1"), "a strided view of blocks");
     assert!(webtensor::Device::cpu().compile(&g, &[w]).is_err(), "an output in a storage format");
+    let e = g.set_matmul_precision(x, webtensor::MatmulPrecision::F32).unwrap_err().to_string();
+    assert!(e.contains("set_matmul_precision") && e.contains("not a matmul"), "{e}");
     let e = webtensor::HostTensor::new(&[2, 48], webtensor::Data::Raw { dtype: DType::Q8_0, bytes: vec![0; 102] });
     assert!(e.is_err(), "rows of 48 values are not whole Q8_0 blocks");
 }

@@ -160,7 +160,7 @@ pub(crate) fn fuse(mut p: Program) -> Program {
             .map(|(k, &l)| (k, l));
         match host {
             Some((k, l)) if leaves.len() - 1 <= MAX_EPILOGUE_LEAVES => {
-                let Step::MatMul { a, b, .. } = p.nodes[l].step else { unreachable!() };
+                let Step::MatMul { a, b, prec, .. } = p.nodes[l].step else { unreachable!() };
                 // the product keeps the matmul's dtype: an f16 matmul's sum rounds (and overflows) to f16 first
                 let acc = match p.nodes[l].dtype {
                     DType::F16 => Expr::Node { op: ElemOp::Cast, args: vec![Expr::Acc], dtype: DType::F16 },
@@ -173,7 +173,7 @@ pub(crate) fn fuse(mut p: Program) -> Program {
                 });
                 leaves.remove(k);
                 trial[l] = true;
-                p.nodes[root].step = Step::MatMul { a, b, epilogue: Some((expr, leaves)) };
+                p.nodes[root].step = Step::MatMul { a, b, epilogue: Some((expr, leaves)), prec };
             }
             _ if leaves.len() <= MAX_LEAVES => p.nodes[root].step = Step::Elementwise { expr, srcs: leaves },
             _ => continue,

@@ -3,7 +3,7 @@
 //! merges; a matmul may carry an elementwise epilogue. Every backend lowers these steps.
 
 use crate::graph::{Node as GraphNode, NodeId, Op};
-use crate::ops::{BinaryOp, GluOp, ReduceOp, Rope, RowOp, RowParams, UnaryOp};
+use crate::ops::{BinaryOp, GluOp, MatmulPrecision, ReduceOp, Rope, RowOp, RowParams, UnaryOp};
 use crate::resident::ExternalRef;
 use crate::shape::Layout;
 use crate::{DType, Error, Graph, Result, Tensor};
@@ -120,6 +120,7 @@ pub(crate) enum Step {
         a: NodeId,
         b: NodeId,
         epilogue: Option<(Expr, Vec<NodeId>)>,
+        prec: MatmulPrecision,
     },
     /// A row op over the last axis of `x` (its own layout); the mask broadcasts to x.
     Row {
@@ -157,7 +158,7 @@ impl Step {
             }
             Step::View { src } => vec![*src],
             Step::Elementwise { srcs, .. } => srcs.clone(),
-            Step::MatMul { a, b, epilogue } => {
+            Step::MatMul { a, b, epilogue, .. } => {
                 [*a, *b].into_iter().chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
             }
             Step::Row { x, mask, .. } => std::iter::once(*x).chain(*mask).collect(),
@@ -245,7 +246,7 @@ fn step_of(op: &Op, dtype: DType) -> Step {
         Op::Binary { op, a, b } => node(ElemOp::Binary(op), vec![a, b]),
         Op::Glu { op, a, b } => node(ElemOp::Glu(op), vec![a, b]),
         Op::Cast { x } => node(ElemOp::Cast, vec![x]),
-        Op::MatMul { a, b } => Step::MatMul { a, b, epilogue: None },
+        Op::MatMul { a, b, prec } => Step::MatMul { a, b, epilogue: None, prec },
         Op::Row { op, x, mask, scale, eps } => Step::Row { op, x, mask, params: RowParams { scale, eps } },
         Op::Reduce { op, x } => Step::Reduce { op, x },
         Op::GetRows { table, idx } => Step::GetRows { table, idx },

@@ -3,7 +3,7 @@
 use super::elementwise::promote;
 use super::{Graph, Op, Tensor};
 use crate::shape::broadcast_shapes;
-use crate::{Error, Result};
+use crate::{Error, MatmulPrecision, Result};
 
 impl Graph {
     /// Matrix product with `numpy.matmul` semantics: `C[..., m, n] = Σ_k A[..., m, k] · B[..., k, n]`.
@@ -77,7 +77,7 @@ impl Graph {
             return Err(Error::ShapeMismatch { op: "matmul", lhs: sa, rhs: sb, reason });
         }
         let dtype = promote("matmul", (da, &sa), (db, &sb))?;
-        self.push(Op::MatMul { a: a.id as usize, b: b.id as usize }, dtype, &shape)
+        self.push(Op::MatMul { a: a.id as usize, b: b.id as usize, prec: MatmulPrecision::Default }, dtype, &shape)
     }
 }
 
@@ -103,9 +103,35 @@ impl Graph {
         *shape.last_mut().expect("rank >= 1") = n;
         if sa.len() == 1 {
             let a2 = self.reshape(a, &[1, k])?;
-            let c = self.push(Op::MatMul { a: a2.index(), b: ib }, da, &[1, n])?;
+            let c = self.push(Op::MatMul { a: a2.index(), b: ib, prec: MatmulPrecision::Default }, da, &[1, n])?;
             return self.reshape(c, &[n]);
         }
-        self.push(Op::MatMul { a: a.id as usize, b: ib }, da, &shape)
+        self.push(Op::MatMul { a: a.id as usize, b: ib, prec: MatmulPrecision::Default }, da, &shape)
+    }
+
+    /// Sets the precision of the matmul that computes `t` (through any views of it), as ggml's
+    /// `ggml_mul_mat_set_prec` does: [`MatmulPrecision::F32`] keeps its activations in f32 on the CPU backend,
+    /// where the default rounds them to 8-bit blocks for the integer kernels of block-quantized weights (GPU
+    /// backends compute every matmul in f32 already). For the matmuls a model's answer hangs on, such as the
+    /// output head (llama.cpp keeps some of its own in higher precision).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `t` is not a matmul's result; [`Error::ForeignTensor`] for another graph's
+    /// tensor.
+    pub fn set_matmul_precision(&mut self, t: Tensor, precision: MatmulPrecision) -> Result<()> {
+        let (mut id, _, _) = self.info("set_matmul_precision", t)?;
+        loop {
+            match &mut self.nodes[id].op {
+                Op::MatMul { prec, .. } => {
+                    *prec = precision;
+                    return Ok(());
+                }
+                Op::View { src } => id = *src,
+                _ => {
+                    let reason = "the tensor is not a matmul's result (or a view of one)".to_string();
+                    return Err(Error::InvalidArgument { op: "set_matmul_precision", reason });
+                }
+            }
+        }
     }
 }

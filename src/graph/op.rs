@@ -1,7 +1,7 @@
 //! What a graph node computes: only what users build. The compiler's own step type (fused expressions, matmuls
 //! with epilogues) lives in `compile::ir`.
 
-use crate::ops::{BinaryOp, GluOp, ReduceOp, RowOp, UnaryOp};
+use crate::ops::{BinaryOp, GluOp, MatmulPrecision, ReduceOp, RowOp, UnaryOp};
 
 /// Index of a node in its graph's arena.
 pub(crate) type NodeId = usize;
@@ -73,6 +73,7 @@ pub(crate) enum Op {
     MatMul {
         a: NodeId,
         b: NodeId,
+        prec: MatmulPrecision,
     },
     /// A row op over the last axis; `mask` and `scale` are softmax's, `eps` the norms'.
     Row {
@@ -108,7 +109,7 @@ impl Op {
             Op::Attention { q, k, v, mask, kv_len, .. } => [q, k, v].into_iter().chain(mask).chain(kv_len).collect(),
             Op::View { src } => vec![src],
             Op::Unary { x, .. } | Op::Cast { x } | Op::Reduce { x, .. } => vec![x],
-            Op::Binary { a, b, .. } | Op::Glu { a, b, .. } | Op::MatMul { a, b } | Op::Concat { a, b, .. } => {
+            Op::Binary { a, b, .. } | Op::Glu { a, b, .. } | Op::MatMul { a, b, .. } | Op::Concat { a, b, .. } => {
                 vec![a, b]
             }
             Op::Row { x, mask, .. } => std::iter::once(x).chain(mask).collect(),

@@ -6,6 +6,7 @@
 mod binary;
 mod common;
 mod glu;
+mod precision;
 mod reduce;
 mod rope;
 mod rows;
@@ -14,6 +15,7 @@ mod unary;
 pub use binary::BinaryOp;
 pub use common::Accepts;
 pub use glu::GluOp;
+pub use precision::MatmulPrecision;
 pub use reduce::ReduceOp;
 pub use rope::{Rope, RopeMode};
 pub use rows::RowOp;

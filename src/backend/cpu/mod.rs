@@ -28,7 +28,7 @@ use crate::compile::{Compiled, Target};
 use crate::graph::NodeId;
 use crate::resident::{Bytes, External, ExternalMemory};
 use crate::run::Fetch;
-use crate::{DType, Data, Error, Graph, HostTensor, Result, Tensor};
+use crate::{DType, Data, Error, Graph, HostTensor, MatmulPrecision, Result, Tensor};
 use attention::{AttentionKernel, RopeKernel};
 use buffer::Memory;
 use elementwise::{ElementwiseKernel, Leaf};
@@ -52,6 +52,41 @@ const DRIVER: &str = if cfg!(all(target_arch = "wasm32", target_feature = "relax
     "webtensor cpu"
 };
 
+/// The SIMD the CPU backend's kernels run on this machine (figures differ by it: README's were measured with
+/// AVX-512 on some days and AVX2 on others): the matmuls' (`gemm` picks at run time) and the quantized dot
+/// products' (AVX2 + FMA, simd128, else scalar).
+fn simd_path() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        match (std::arch::is_x86_feature_detected!("avx512f"), avx2) {
+            (true, true) => "AVX-512 matmuls, AVX2 quantized dots",
+            (false, true) => "AVX2+FMA",
+            _ => "SSE2 (no AVX2: slower)",
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        "NEON matmuls, scalar quantized dots"
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    {
+        "wasm simd128 + relaxed-simd"
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128", not(target_feature = "relaxed-simd")))]
+    {
+        "wasm simd128"
+    }
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        all(target_arch = "wasm32", target_feature = "simd128")
+    )))]
+    {
+        "scalar"
+    }
+}
+
 pub(crate) struct CpuBackend {
     caps: Capabilities,
     id: u64,
@@ -66,9 +101,10 @@ impl CpuBackend {
             caps: Capabilities {
                 backend: BackendKind::Cpu,
                 name: format!(
-                    "{} CPU, {threads} thread{}",
+                    "{} CPU, {threads} thread{}, {}",
                     std::env::consts::ARCH,
-                    if threads == 1 { "" } else { "s" }
+                    if threads == 1 { "" } else { "s" },
+                    simd_path()
                 ),
                 device_type: DeviceType::Cpu,
                 driver: DRIVER.into(),
@@ -216,12 +252,14 @@ impl CpuTarget {
                 expr: expr.clone(),
                 leaves: srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect(),
             }),
-            Step::MatMul { a, b, epilogue } if p.nodes[*b].dtype.is_storage_format() || half_mat_vec(p, *a, *b) => {
+            Step::MatMul { a, b, epilogue, prec }
+                if p.nodes[*b].dtype.is_storage_format() || half_mat_vec(p, *a, *b) =>
+            {
                 let (w, n) = weight_of_transposed(p, *b);
                 let epilogue = epilogue
                     .as_ref()
                     .map(|(e, srcs)| (e.clone(), srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect()));
-                let f32_activations = self.f32_activations;
+                let f32_activations = self.f32_activations || *prec == MatmulPrecision::F32;
                 CpuKernel::QMatmul(QMatmulKernel {
                     out,
                     out_dtype,
@@ -232,7 +270,7 @@ impl CpuTarget {
                     f32_activations,
                 })
             }
-            Step::MatMul { a, b, epilogue } => CpuKernel::MatMul(matmul_kernel(p, id, *a, *b, epilogue.as_ref())),
+            Step::MatMul { a, b, epilogue, .. } => CpuKernel::MatMul(matmul_kernel(p, id, *a, *b, epilogue.as_ref())),
             Step::GetRows { table, idx } if p.nodes[*table].dtype.is_storage_format() => {
                 let (w, rows) = weight_of_rows(p, *table);
                 CpuKernel::GetRowsQ(GetRowsQKernel { out, table: w, rows, idx: leaf(p, *idx, None) })

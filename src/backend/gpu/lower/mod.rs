@@ -74,7 +74,7 @@ impl Target for GpuTarget {
                 return Ok(ds);
             }
             Step::Elementwise { expr, srcs } => elementwise::lower(program, id, expr, srcs, self)?,
-            Step::MatMul { a, b, epilogue } => {
+            Step::MatMul { a, b, epilogue, .. } => {
                 let mut ds = matmul::lower(program, id, *a, *b, epilogue.as_ref(), self)?;
                 ds.iter_mut().for_each(|d| self.finish(d, memory));
                 return Ok(ds);
