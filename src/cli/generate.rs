@@ -1,7 +1,7 @@
 //! `webtensor generate` and `webtensor chat`: text from a llama-architecture GGUF model, streamed to stdout,
 //! timings on stderr.
 
-use super::util::emit;
+use super::util::{emit, escape_control};
 use super::{choose_device, describe, CliError};
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,24 +16,25 @@ pub struct ModelArgs {
     /// Most tokens to generate (per answer, for chat).
     #[arg(short = 'n', long, default_value_t = 128)]
     max_tokens: usize,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    temperature: f32,
+    /// Sampling temperature; 0 is greedy. Default: greedy for plain generation; for chat (`chat`, `--chat`) 0.7
+    /// with the other chat defaults (top-k 40, top-p 0.9, min-p 0.05, repetition penalty 1.1, as Ollama's).
+    #[arg(long, allow_negative_numbers = true)]
+    temperature: Option<f32>,
     /// Keep the K most likely tokens (0: all).
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
+    #[arg(long)]
+    top_k: Option<usize>,
     /// Keep the most likely tokens up to this total probability.
-    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
-    top_p: f32,
+    #[arg(long, allow_negative_numbers = true)]
+    top_p: Option<f32>,
     /// Drop tokens less likely than this fraction of the most likely one.
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
-    min_p: f32,
+    #[arg(long, allow_negative_numbers = true)]
+    min_p: Option<f32>,
     /// Penalize tokens among the last 64 (1: off).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    repeat_penalty: f32,
-    /// Seed of the sampler: the same seed gives the same text.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[arg(long, allow_negative_numbers = true)]
+    repeat_penalty: Option<f32>,
+    /// Seed of the sampler: the same seed gives the same text (default: a new one each run, printed).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Stop when the text contains this (repeatable).
     #[arg(long)]
     stop: Vec<String>,
@@ -70,22 +71,30 @@ pub struct ChatArgs {
 }
 
 impl ModelArgs {
-    fn options(&self) -> GenerateOptions {
+    /// The seed: `--seed`, else one from the clock (said with the settings, so the answer can be repeated).
+    fn seed(&self) -> u64 {
+        self.seed.unwrap_or_else(|| {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            t.as_nanos() as u64 % 1_000_000
+        })
+    }
+
+    /// The options: `base` (the chat defaults, or greedy decoding) with every flag given taking precedence.
+    fn options(&self, base: SamplingOptions) -> GenerateOptions {
         let sampling = SamplingOptions {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
-            repetition_penalty: self.repeat_penalty,
-            seed: self.seed,
-            ..Default::default()
+            temperature: self.temperature.unwrap_or(base.temperature),
+            top_k: self.top_k.unwrap_or(base.top_k),
+            top_p: self.top_p.unwrap_or(base.top_p),
+            min_p: self.min_p.unwrap_or(base.min_p),
+            repetition_penalty: self.repeat_penalty.unwrap_or(base.repetition_penalty),
+            ..base
         };
         GenerateOptions { max_tokens: self.max_tokens, sampling, stop: self.stop.clone() }
     }
 
     /// The options, checked: a value out of range is an error naming the flag and its range.
-    fn checked_options(&self) -> Result<GenerateOptions, CliError> {
-        let options = self.options();
+    fn checked_options(&self, base: SamplingOptions) -> Result<GenerateOptions, CliError> {
+        let options = self.options(base);
         options.validate().map_err(|e| {
             let reason = match e {
                 webtensor::Error::InvalidArgument { reason, .. } => reason,
@@ -105,7 +114,6 @@ impl ModelArgs {
     }
 
     fn load(&self) -> Result<(Llama, String), CliError> {
-        self.checked_options()?;
         // the file first: a bad file or another architecture fails before any device is opened
         let file = webtensor::gguf::GgufFile::open(&self.model)?;
         webtensor::models::llama::LlamaConfig::from_gguf(&file)?;
@@ -153,15 +161,37 @@ fn stop_note(g: &Generation, context: usize, max_tokens: usize) -> String {
     format!("stopped: {why}")
 }
 
+/// The sampler settings of a run: the flags over the defaults (`chat`: the model's chat defaults, else greedy),
+/// with one line saying them, where the model file's recommendations came in and which of them were unusable.
+fn sampling_for(model: &Llama, args: &ModelArgs, chat: bool, seed: u64) -> Result<GenerateOptions, CliError> {
+    let rec = model.recommended_sampling();
+    for bad in &rec.ignored {
+        log::warn!("the model file's {} is out of range: ignored", escape_control(bad));
+    }
+    let base = if chat { model.chat_sampling(seed) } else { SamplingOptions { seed, ..Default::default() } };
+    let options = args.checked_options(base)?;
+    let from_file =
+        if chat && !rec.is_empty() { format!("; the model file recommends {}", rec.describe()) } else { String::new() };
+    if !options.sampling.is_greedy() {
+        eprintln!("sampling: {} (--seed {} repeats it{from_file})", options.sampling.describe(), options.sampling.seed);
+    }
+    Ok(options)
+}
+
 pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
+    let seed = args.model.seed();
+    // the flags are checked before the file is read
+    let generic = if args.chat { SamplingOptions::chat(seed) } else { SamplingOptions { seed, ..Default::default() } };
+    args.model.checked_options(generic)?;
     let (mut model, device) = args.model.load()?;
+    let options = sampling_for(&model, &args.model, args.chat, seed)?;
     let prompt = if args.chat {
         model.chat_prompt(&[Message::new("user", &args.prompt)])?
     } else {
         model.tokenizer.encode(&args.prompt)?
     };
     let json = args.json;
-    let out = model.generate(&prompt, &args.model.options(), |piece, _| {
+    let out = model.generate(&prompt, &options, |piece, _| {
         if !json {
             emit(piece);
         }
@@ -173,12 +203,13 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
             "prefill_tokens": out.prefill_tokens, "prefill_ms": out.prefill_ms,
             "prefill_tokens_per_s": out.prefill_tokens_per_s(), "decode_steps": out.decode_steps,
             "decode_ms": out.decode_ms, "decode_tokens_per_s": out.decode_tokens_per_s(), "device": device,
+            "sampling": options.sampling.describe(),
         });
         emit(&format!("{doc}\n"));
     } else {
         emit("\n");
     }
-    eprintln!("{}", stop_note(&out, model.context(), args.model.max_tokens));
+    eprintln!("{}", stop_note(&out, model.context(), options.max_tokens));
     eprintln!("{}", timings(&out));
     Ok(())
 }
@@ -187,6 +218,8 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
+    let seed = args.model.seed();
+    args.model.checked_options(SamplingOptions::chat(seed))?;
     let (mut model, _) = args.model.load()?;
     if let Some(why) = model.chat_template_error() {
         return Err(CliError::Msg(format!(
@@ -199,6 +232,7 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
     let system: Vec<Message> = args.system.iter().map(|s| Message::new("system", s)).collect();
     let mut messages = system.clone();
     eprintln!("chat: type a message; /reset starts over, Ctrl-D ends, Ctrl-C stops an answer");
+    let options = sampling_for(&model, &args.model, true, seed)?;
     let stdin = std::io::stdin();
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
     loop {
@@ -223,7 +257,7 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
             continue;
         }
         messages.push(Message::new("user", line));
-        match answer(&mut model, &messages, &args.model) {
+        match answer(&mut model, &messages, &options) {
             Ok(text) => messages.push(Message::new("assistant", &text)),
             Err(e) => {
                 // one turn failed (a template that cannot render this conversation, a device error): said on a
@@ -236,18 +270,18 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
 }
 
 /// One chat turn: the model's answer to `messages`, streamed; its text.
-fn answer(model: &mut Llama, messages: &[Message], args: &ModelArgs) -> Result<String, CliError> {
+fn answer(model: &mut Llama, messages: &[Message], options: &GenerateOptions) -> Result<String, CliError> {
     let prompt = model.chat_prompt(messages)?;
     if prompt.len() >= model.context() {
         let (n, c) = (prompt.len(), model.context());
         return Err(CliError::Msg(format!("the conversation has {n} tokens, the context {c}: /reset to go on")));
     }
     INTERRUPTED.store(false, Ordering::SeqCst);
-    let out = model.generate(&prompt, &args.options(), |piece, _| {
+    let out = model.generate(&prompt, options, |piece, _| {
         emit(piece);
         !INTERRUPTED.load(Ordering::SeqCst)
     })?;
     emit("\n");
-    eprintln!("[{}; {}]", stop_note(&out, model.context(), args.max_tokens), timings(&out));
+    eprintln!("[{}; {}]", stop_note(&out, model.context(), options.max_tokens), timings(&out));
     Ok(out.text)
 }

