@@ -3,12 +3,13 @@
 // them in the Cache API ("webtensor-models"): a reload reads them from there. Messages (each answered { id, ok, ... } or
 // { id, ok: false, error }):
 //   { id, type: "load-llm", backend, url }          -> { progress: { file, loaded, total, cached } }*, then
-//                                                      { backend, adapter, software, bytes, seconds }
-//   { id, type: "chat", messages, options }         -> { token: text }*, then { result }
+//                                                      { backend, adapter, software, why, bytes, seconds }
+//                                                      (backend "auto": see device(); `why` says why the CPU)
+//   { id, type: "chat", messages, options }         -> { prefill: { done, total } }*, { token: text }*, then { result }
 //   { id, type: "generate", prompt, options }      -> { result } (a plain prompt, the cache reset first)
 //   { type: "stop" }                                 (no answer: aborts the running generation's signal, which
 //                                                      ends it before another token is computed)
-//   { id, type: "load-embedder", backend, base }    -> { progress }*, then { backend, adapter, software, dimension, seconds }
+//   { id, type: "load-embedder", backend, base }    -> { progress }*, then { backend, adapter, software, why, dimension, seconds }
 //   { id, type: "embed", texts }                    -> { vectors }
 import init, { Device, LanguageModel, SentenceEmbedder } from "./pkg/webtensor.js";
 
@@ -19,10 +20,28 @@ let embedder = null;
 /** The running generation's AbortController (a "stop" message aborts it). */
 let generation = null;
 
-async function device(backend) {
+async function create(backend) {
   await ready;
   devices[backend] ??= Device.create(backend);
   return devices[backend];
+}
+
+/** The device for `backend` ("webgpu", "cpu" or "auto") and, for "auto", why it is the CPU. "auto" ranks as the
+ *  native Device::best() does: WebGPU on a hardware adapter, else the wasm CPU backend, which is many times faster
+ *  than a software adapter (SwiftShader: a chat answer in ~46 s against ~5 s on the CPU, a search ~13 s against
+ *  ~0.13 s). The matmul demo above still shows the software adapter: there it is what is being measured. */
+async function device(backend) {
+  if (backend !== "auto") return { dev: await create(backend) };
+  if (!("gpu" in navigator)) return { dev: await create("cpu"), why: "this browser has no WebGPU" };
+  let gpu;
+  try {
+    gpu = await create("webgpu");
+  } catch (e) {
+    return { dev: await create("cpu"), why: `no WebGPU device (${e.message})` };
+  }
+  const d = describe(gpu);
+  if (!d.software) return { dev: gpu };
+  return { dev: await create("cpu"), why: `WebGPU here is a software adapter (${d.adapter}), slower than the CPU` };
 }
 
 function describe(dev) {
@@ -36,7 +55,7 @@ function describe(dev) {
 const handlers = {
   async "load-llm"(id, { backend, url }) {
     const t0 = performance.now();
-    const dev = await device(backend);
+    const { dev, why } = await device(backend);
     let size = 0;
     const onProgress = (progress) => {
       size = progress.loaded;
@@ -46,14 +65,15 @@ const handlers = {
     llm = null;
     llm = await LanguageModel.fromUrl(dev, url, { context: 2048, onProgress });
     console.log(`language model on ${dev.backend} (${dev.adapterName}): ${size} bytes`);
-    return { ...describe(dev), bytes: size, seconds: (performance.now() - t0) / 1e3 };
+    return { ...describe(dev), why, bytes: size, seconds: (performance.now() - t0) / 1e3 };
   },
   async chat(id, { messages, options }) {
     if (!llm) throw new Error("load the language model first");
     generation = new AbortController();
     // the whole conversation each turn: its earlier turns are still in the KV cache and are not evaluated again;
     // every token is posted, an empty text too (an incomplete character), so that the page can count them
-    const result = await llm.chat(messages, { ...options, signal: generation.signal }, (text) => {
+    const onPrefill = (done, total) => self.postMessage({ id, prefill: { done, total } });
+    const result = await llm.chat(messages, { ...options, signal: generation.signal, onPrefill }, (text) => {
       self.postMessage({ id, token: text });
     });
     return { result: { ...result, tokens: Array.from(result.tokens) } };
@@ -67,12 +87,12 @@ const handlers = {
   },
   async "load-embedder"(id, { backend, base }) {
     const t0 = performance.now();
-    const dev = await device(backend);
+    const { dev, why } = await device(backend);
     embedder?.free();
     embedder = null;
     embedder = await SentenceEmbedder.fromUrl(dev, base, { onProgress: (progress) => self.postMessage({ id, progress }) });
     console.log(`embedder on ${dev.backend} (${dev.adapterName})`);
-    return { ...describe(dev), dimension: embedder.dimension, seconds: (performance.now() - t0) / 1e3 };
+    return { ...describe(dev), why, dimension: embedder.dimension, seconds: (performance.now() - t0) / 1e3 };
   },
   async embed(id, { texts }) {
     if (!embedder) throw new Error("load the embedder first");

@@ -1,8 +1,10 @@
 // The Chat (SmolLM2-135M-Instruct) and Semantic search (all-MiniLM-L6-v2) sections of the demo. The models run
 // in web/models-worker.js; the files come from the same server (scripts/serve.sh serves them under models/ from
-// the installed PyPI packages), never from the internet. ?backend=webgpu|cpu picks the backend (default: WebGPU
-// when the browser has it, else the CPU); ?autorun=models loads both, chats once and searches once (the e2e test),
-// with ?question=... and ?max=N (tokens) for the question.
+// the installed PyPI packages), never from the internet. The "Run the models on" choice (?backend=auto|webgpu|cpu)
+// picks the device: auto takes WebGPU unless its adapter is a software one, which is slower than the wasm CPU
+// backend (as the native Device::best() ranks them). Chat answers are sampled with the model's chat defaults and
+// a new seed each time (said under the answer); ?temperature=0 makes them greedy. ?autorun=models loads both,
+// chats once and searches once (the e2e test), with ?question=... and ?max=N (tokens) for the question.
 import { WorkerClient } from "./worker-client.js";
 
 const q = new URLSearchParams(location.search);
@@ -14,12 +16,21 @@ const worker = new WorkerClient(new URL("./models-worker.js", import.meta.url), 
 /** Sends `msg` to the models worker; `onEvent` gets its progress and token messages. */
 const request = (msg, onEvent) => worker.call(msg, onEvent);
 
-const backend = q.get("backend") ?? ("gpu" in navigator ? "auto" : "cpu");
+if (["auto", "webgpu", "cpu"].includes(q.get("backend"))) $("models-backend").value = q.get("backend");
+const backend = () => $("models-backend").value;
 const mib = (b) => `${(b / 2 ** 20).toFixed(1)} MiB`;
 function deviceLine(r) {
   const name = r.backend === "webgpu" ? `WebGPU${r.adapter ? ` (${r.adapter})` : ""}` : "CPU (wasm, Web Worker)";
+  if (r.why) return `${name}: ${r.why} (the choice above switches)`;
   return r.software ? `${name}: a software adapter, so speeds are the CPU's, not a GPU's` : name;
 }
+// a new choice of device applies when a model is loaded (again)
+$("models-backend").onchange = () => {
+  for (const [button, loaded] of [["chat-load", chat.loaded], ["search-load", embedding.loaded]]) {
+    $(button).disabled = chat.busy;
+    if (loaded) $(button).textContent = "Load again on the new choice";
+  }
+};
 
 // ---- chat ----------------------------------------------------------------------------------------------------
 
@@ -29,13 +40,15 @@ async function loadLlm() {
   $("chat-load").disabled = true;
   $("chat-status").textContent = "Loading SmolLM2-135M-Instruct…";
   try {
-    const r = await request({ type: "load-llm", backend, url: LLM_URL }, ({ progress: p }) => {
+    const r = await request({ type: "load-llm", backend: backend(), url: LLM_URL }, ({ progress: p }) => {
       $("chat-progress").max = p.total || p.loaded;
       $("chat-progress").value = p.loaded;
       $("chat-status").textContent = `${p.cached ? "Reading from the browser cache" : "Downloading"}: ` +
         `${mib(p.loaded)}${p.total ? ` of ${mib(p.total)}` : ""}`;
     });
     chat.loaded = true;
+    chat.history = [];
+    $("chat-load").textContent = "Load model (94 MiB)";
     $("chat-device").textContent = deviceLine(r);
     $("chat-status").textContent = `Loaded ${mib(r.bytes)} in ${r.seconds.toFixed(1)} s.`;
     $("chat-send").disabled = false;
@@ -55,23 +68,41 @@ async function send() {
   const answer = document.createElement("div");
   answer.className = "answer";
   $("chat-log").append(Object.assign(document.createElement("div"), { className: "question", textContent: text }), answer);
+  // until the first token: how much of the prompt is read, and for how long (a prefill can take seconds)
+  const t0 = performance.now();
+  let prefill = null;
+  const showPrefill = () => {
+    if (prefill) $("chat-speed").textContent = `reading the prompt: ${prefill.done} of ${prefill.total} tokens ` +
+      `(${((performance.now() - t0) / 1e3).toFixed(1)} s)`;
+  };
+  const ticker = setInterval(showPrefill, 200);
   try {
     const messages = [...chat.history, { role: "user", content: text }];
     answer.dataset.streamed = "0"; // tokens shown so far
-    const { result } = await request({ type: "chat", messages, options: { maxTokens: Number($("chat-max").value) || 64 } },
-      ({ token }) => {
-        answer.textContent += token;
-        answer.dataset.streamed = String(Number(answer.dataset.streamed) + 1);
-      });
+    const options = { maxTokens: Number($("chat-max").value) || 64 };
+    if (q.has("temperature")) options.temperature = Number(q.get("temperature"));
+    const { result } = await request({ type: "chat", messages, options }, (e) => {
+      if (e.prefill) {
+        prefill = e.prefill;
+        answer.dataset.prefill = `${prefill.done}/${prefill.total}`;
+        showPrefill();
+        return;
+      }
+      if (prefill) clearInterval(ticker);
+      answer.textContent += e.token;
+      answer.dataset.streamed = String(Number(answer.dataset.streamed) + 1);
+    });
     answer.textContent = result.text;
     $("chat-speed").textContent = `prefill ${result.prefillTokens} tokens at ${result.prefillTokensPerS.toFixed(1)} ` +
       `tokens/s, decode ${result.decodeSteps} tokens at ${result.decodeTokensPerS.toFixed(1)} tokens/s ` +
-      `(stopped: ${result.stop.replace("_", " ")})`;
+      `(stopped: ${result.stop.replace("_", " ")}); sampling: ${result.sampling}`;
     answer.dataset.tokens = result.tokens.join(" ");
+    answer.dataset.seed = String(result.seed);
     chat.history = [...messages, { role: "assistant", content: result.text }];
   } catch (e) {
     answer.textContent = `error: ${e.message}`;
   } finally {
+    clearInterval(ticker);
     chat.busy = false;
     $("chat-send").disabled = false;
     $("chat-stop").disabled = true;
@@ -80,11 +111,15 @@ async function send() {
 
 // ---- semantic search -----------------------------------------------------------------------------------------
 
+const embedding = { loaded: false };
+
 async function loadEmbedder() {
   $("search-load").disabled = true;
   $("search-status").textContent = "Loading all-MiniLM-L6-v2…";
   try {
-    const r = await request({ type: "load-embedder", backend, base: MINILM_BASE });
+    const r = await request({ type: "load-embedder", backend: backend(), base: MINILM_BASE });
+    embedding.loaded = true;
+    $("search-load").textContent = "Load model (87 MiB)";
     $("search-device").textContent = deviceLine(r);
     $("search-status").textContent = `Loaded (${r.dimension} dimensions) in ${r.seconds.toFixed(1)} s.`;
     $("search-run").disabled = false;
@@ -112,8 +147,8 @@ async function search() {
         `<span class="score">${r.score.toFixed(3)}</span> <span class="text"></span></div>`)
       .join("");
     [...$("search-results").querySelectorAll(".text")].forEach((el, i) => (el.textContent = ranked[i].text));
-    $("search-status").textContent = `${vectors.length} sentences embedded in ${ms.toFixed(0)} ms ` +
-      `(${(vectors.length / (ms / 1e3)).toFixed(1)} sentences/s).`;
+    $("search-status").textContent = `${sentences.length} sentences and the query embedded in ${ms.toFixed(0)} ms ` +
+      `(${(vectors.length / (ms / 1e3)).toFixed(1)} texts/s).`;
     return ranked;
   } finally {
     $("search-run").disabled = false;

@@ -16,23 +16,29 @@ use wasm_bindgen_futures::JsFuture;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_MODELS: &'static str = r#"
-/** How `LanguageModel.generate` and `chat` pick tokens; every field optional. The defaults are greedy decoding
- *  of up to 128 tokens, with llama.cpp's sampler defaults once `temperature` is above 0. */
+/** How `LanguageModel.generate` and `chat` pick tokens; every field optional, at most 128 tokens by default.
+ *  `generate` defaults to greedy decoding (with llama.cpp's sampler defaults once `temperature` is above 0);
+ *  `chat` to the chat defaults: temperature 0.7, top-k 40, top-p 0.9, min-p 0.05, repetition penalty 1.1 over
+ *  the last 64 tokens, with the model file's own recommendations (`general.sampling.*`) in their place, and a new
+ *  seed each call (the result says it; pass it back as `seed` to repeat the answer). */
 export interface GenerateOptions {
   /** Most tokens to generate (default 128). */
   maxTokens?: number;
-  /** Softmax temperature; 0 (default) is greedy. */
+  /** Softmax temperature; 0 is greedy (`generate`'s default). */
   temperature?: number;
   /** Keep the K most likely tokens (default 40; 0: all). */
   topK?: number;
-  /** Nucleus sampling threshold (default 0.95; 1: off). */
+  /** Nucleus sampling threshold (default 0.95, chat 0.9; 1: off). */
   topP?: number;
   /** Drop tokens less likely than minP times the most likely (default 0.05; 0: off). */
   minP?: number;
-  /** Repetition penalty (default 1: off) over the last 64 tokens. */
+  /** Repetition penalty over the last 64 tokens (default 1: off; chat 1.1). */
   repeatPenalty?: number;
-  /** Seed of the draws (default 0): the same seed and prompt give the same text. */
+  /** Seed of the draws (default 0; chat: a new one each call): the same seed and prompt give the same text. */
   seed?: number;
+  /** Called as the prompt is evaluated: `(0, total)` first, then after each chunk (tokens done of those not
+   *  already in the KV cache), for a "reading the prompt" line where a prefill takes seconds. */
+  onPrefill?: (done: number, total: number) => void;
   /** Generation stops when the text contains one of these (the text ends before it). */
   stop?: string[];
   /** Stops the generation when aborted: checked before the prefill, after it and between tokens, each time after
@@ -60,6 +66,10 @@ export interface GenerationResult {
   decodeTokensPerS: number;
   /** `"eog"` (end-of-generation token), `"max_tokens"`, `"stop_string"`, `"context_full"` or `"cancelled"`. */
   stop: "eog" | "max_tokens" | "stop_string" | "context_full" | "cancelled";
+  /** The settings the tokens were picked with, in words ("greedy", "temperature 0.7, top-k 40, ..."). */
+  sampling: string;
+  /** The seed the draws used: `seed` in the options repeats the generation. */
+  seed: number;
 }
 /** The files of a sentence-transformers directory by their path in it (`config.json`, `tokenizer.json`,
  *  `model.safetensors`, and optionally `modules.json`, `sentence_bert_config.json`, `1_Pooling/config.json`). */
@@ -89,16 +99,16 @@ fn count(obj: &JsValue, key: &str) -> Result<Option<usize>, JsError> {
     }
 }
 
-fn generate_options(o: &JsValue) -> Result<GenerateOptions, JsError> {
-    let d = SamplingOptions::default();
+/// The options in `o`, each one left out taken from `d` (the greedy defaults, or the model's chat defaults).
+fn generate_options(o: &JsValue, d: SamplingOptions) -> Result<GenerateOptions, JsError> {
     let sampling = SamplingOptions {
         temperature: num(o, "temperature")?.map_or(d.temperature, |x| x as f32),
         top_k: count(o, "topK")?.unwrap_or(d.top_k),
         top_p: num(o, "topP")?.map_or(d.top_p, |x| x as f32),
         min_p: num(o, "minP")?.map_or(d.min_p, |x| x as f32),
         repetition_penalty: num(o, "repeatPenalty")?.map_or(d.repetition_penalty, |x| x as f32),
-        repeat_last_n: d.repeat_last_n,
         seed: count(o, "seed")?.map_or(d.seed, |x| x as u64),
+        ..d
     };
     let stop =
         if o.is_object() { Reflect::get(o, &"stop".into()).unwrap_or(JsValue::UNDEFINED) } else { JsValue::UNDEFINED };
@@ -118,18 +128,27 @@ struct RunOptions {
     generate: GenerateOptions,
     /// `options.signal` (`None` when left out or null).
     signal: Option<JsValue>,
+    /// `options.onPrefill`.
+    on_prefill: Option<Function>,
 }
 
 impl RunOptions {
-    fn of(o: &JsValue) -> Result<RunOptions, JsError> {
-        let generate = generate_options(o)?;
+    fn of(o: &JsValue, defaults: SamplingOptions) -> Result<RunOptions, JsError> {
+        let generate = generate_options(o, defaults)?;
         let signal = if o.is_object() { Reflect::get(o, &"signal".into()).ok() } else { None };
         let signal = signal.filter(|s| !s.is_undefined() && !s.is_null());
         let aborted_flag = |s: &JsValue| Reflect::get(s, &"aborted".into()).ok().and_then(|a| a.as_bool());
         if signal.as_ref().is_some_and(|s| !s.is_object() || aborted_flag(s).is_none()) {
             return Err(JsError::new("options.signal must be an AbortSignal"));
         }
-        Ok(RunOptions { generate, signal })
+        let on_prefill = if o.is_object() { Reflect::get(o, &"onPrefill".into()).ok() } else { None };
+        let on_prefill = match on_prefill.filter(|f| !f.is_undefined() && !f.is_null()) {
+            Some(f) => {
+                Some(f.dyn_into::<Function>().map_err(|_| JsError::new("options.onPrefill must be a function"))?)
+            }
+            None => None,
+        };
+        Ok(RunOptions { generate, signal, on_prefill })
     }
 
     /// Whether `signal` is aborted now.
@@ -148,7 +167,7 @@ fn stop_name(s: StopReason) -> &'static str {
     }
 }
 
-fn generation_object(g: &Generation) -> JsValue {
+fn generation_object(g: &Generation, sampling: &SamplingOptions) -> JsValue {
     let o = Object::new();
     let set = |k: &str, v: JsValue| {
         let _ = Reflect::set(&o, &JsValue::from_str(k), &v);
@@ -162,6 +181,8 @@ fn generation_object(g: &Generation) -> JsValue {
     set("prefillTokensPerS", g.prefill_tokens_per_s().into());
     set("decodeTokensPerS", g.decode_tokens_per_s().into());
     set("stop", stop_name(g.stop).into());
+    set("sampling", sampling.describe().into());
+    set("seed", (sampling.seed as f64).into());
     o.into()
 }
 
@@ -338,7 +359,7 @@ impl WebLanguageModel {
         #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions")] options: JsValue,
         #[wasm_bindgen(js_name = onToken, unchecked_optional_param_type = "OnToken")] on_token: JsValue,
     ) -> Result<JsValue, JsError> {
-        let options = RunOptions::of(&options)?;
+        let options = RunOptions::of(&options, SamplingOptions::default())?;
         let ids = match prompt.as_string() {
             Some(text) => {
                 self.inner.try_borrow().map_err(|_| busy("model"))?.tokenizer.encode(&text).map_err(js_err)?
@@ -358,7 +379,10 @@ impl WebLanguageModel {
         #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions")] options: JsValue,
         #[wasm_bindgen(js_name = onToken, unchecked_optional_param_type = "OnToken")] on_token: JsValue,
     ) -> Result<JsValue, JsError> {
-        let options = RunOptions::of(&options)?;
+        // a new seed each answer unless the options give one (the result says it)
+        let seed = (js_sys::Math::random() * 1e6) as u64;
+        let defaults = self.inner.try_borrow().map_err(|_| busy("model"))?.chat_sampling(seed);
+        let options = RunOptions::of(&options, defaults)?;
         let ids = self.chat_prompt(messages)?.to_vec();
         self.run(&ids, &options, on_token.dyn_ref::<Function>()).await
     }
@@ -379,9 +403,18 @@ impl WebLanguageModel {
     async fn run(&self, ids: &[u32], options: &RunOptions, on_token: Option<&Function>) -> Result<JsValue, JsError> {
         let mut model = self.inner.try_borrow_mut().map_err(|_| busy("model"))?;
         if options.aborted() {
-            return Ok(generation_object(&Generation::cancelled(ids)));
+            return Ok(generation_object(&Generation::cancelled(ids), &options.generate.sampling));
         }
-        let mut s: TokenStream = model.start_async(ids, &options.generate).await.map_err(js_err)?;
+        // a throwing onPrefill is the page's bug, not the generation's: logged, and the prefill goes on
+        let mut progress = |done: usize, total: usize| {
+            if let Some(f) = &options.on_prefill {
+                if let Err(e) = f.call2(&JsValue::NULL, &JsValue::from(done as f64), &JsValue::from(total as f64)) {
+                    web_sys::console::warn_2(&"webtensor: onPrefill threw".into(), &e);
+                }
+            }
+        };
+        let start = model.start_with_progress_async(ids, &options.generate, &mut progress);
+        let mut s: TokenStream = start.await.map_err(js_err)?;
         // an abort that came during the prefill (a worker handles its messages only now) ends it before a token
         if options.signal.is_some() {
             yield_to_event_loop().await;
@@ -411,7 +444,7 @@ impl WebLanguageModel {
                 }
             }
         }
-        Ok(generation_object(s.generation()))
+        Ok(generation_object(s.generation(), &options.generate.sampling))
     }
 }
 

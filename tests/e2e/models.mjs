@@ -66,7 +66,7 @@ function native({ gguf, minilm, bin }) {
     JSON.parse(execFileSync(bin, ["generate", "--model", gguf, "-n", String(TOKENS), "--temperature", "0", "--json",
       "--backend", "cpu", ...extra], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })).ids;
   const prompt = gen(["--prompt", PROMPT]);
-  const chat = gen(["--prompt", CHAT, "--chat"]);
+  const chat = gen(["--prompt", CHAT, "--chat"]); // greedy, with the chat defaults' repetition penalty
   const embedNative = (texts) => JSON.parse(execFileSync(bin, ["embed", "--model", minilm, "--json", "--backend", "cpu",
     "--", ...texts], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }));
   const embed = embedNative(SENTENCES);
@@ -147,7 +147,22 @@ async function inNode(p, want) {
   });
   if (streamed !== r.text) fail(`node: streamed text ${JSON.stringify(streamed)} != result ${JSON.stringify(r.text)}`);
   model.reset();
-  const c = await model.chat([{ role: "user", content: CHAT }], { maxTokens: TOKENS });
+  const prefill = [];
+  const c = await model.chat([{ role: "user", content: CHAT }],
+    { maxTokens: TOKENS, temperature: 0, onPrefill: (done, total) => prefill.push([done, total]) });
+  const n = c.prefillTokens;
+  if (prefill[0]?.join() !== `0,${n}` || prefill.at(-1)?.join() !== `${n},${n}`) {
+    fail(`node: onPrefill saw ${JSON.stringify(prefill)} for a prefill of ${n} tokens`);
+  }
+  // chat's defaults sample, with a new seed each call that the result says and that repeats the answer
+  model.reset();
+  const sampled = await model.chat([{ role: "user", content: CHAT }], { maxTokens: 6 });
+  model.reset();
+  const again = await model.chat([{ role: "user", content: CHAT }], { maxTokens: 6, seed: sampled.seed });
+  if (!/^temperature 0\.7, .*repetition penalty 1\.1.*seed \d+$/.test(sampled.sampling) ||
+      again.tokens.join() !== sampled.tokens.join()) {
+    fail(`node: chat sampled "${sampled.sampling}": ${sampled.tokens}; again with seed ${sampled.seed}: ${again.tokens}`);
+  }
   // stopping from the callback ends the generation after that token
   model.reset();
   const stopped = await model.generate(PROMPT, { maxTokens: TOKENS }, () => false);
@@ -201,13 +216,15 @@ async function demoSections(browser, url, want, timeout) {
   mkdirSync(join(root, "artifacts"), { recursive: true });
   for (const backend of process.env.E2E_QUICK ? ["cpu"] : ["webgpu", "cpu"]) {
     const page = await browser.newPage({ viewport: { width: 1100, height: 1500 } });
-    const q = new URLSearchParams({ autorun: "models", backend, max: String(TOKENS), question: CHAT });
+    const q = new URLSearchParams({ autorun: "models", backend, max: String(TOKENS), question: CHAT, temperature: "0" });
     await page.goto(`${url}demo/index.html?${q}`);
     await page.waitForFunction(() => document.body.dataset.models, null, { timeout, polling: 500 });
     const state = await page.evaluate(() => document.body.dataset.models);
     if (state !== "done") fail(`demo ${backend}: ${state}`);
     const tokens = (await page.getAttribute("#chat-log .answer", "data-tokens") ?? "").split(" ").map(Number);
     if (tokens.join(" ") !== want.chat.join(" ")) fail(`demo ${backend}: chat tokens ${tokens} != native ${want.chat}`);
+    const prefilled = await page.getAttribute("#chat-log .answer", "data-prefill");
+    if (!/^(\d+)\/\1$/.test(prefilled ?? "")) fail(`demo ${backend}: the prefill's progress ended at "${prefilled}"`);
     const device = await page.textContent("#chat-device");
     if (!device.includes(backend === "webgpu" ? "WebGPU" : "CPU")) fail(`demo ${backend}: device line "${device}"`);
     const speed = await page.textContent("#chat-speed");
@@ -243,6 +260,22 @@ async function demoSections(browser, url, want, timeout) {
       `artifacts/demo-models-${backend}.png`);
     await page.close();
   }
+  // "auto" ranks as the native Device::best(): a software WebGPU adapter (CI's SwiftShader) below the wasm CPU
+  const page = await browser.newPage();
+  await page.goto(`${url}demo/index.html?backend=auto`);
+  await page.click("#search-load");
+  await page.waitForFunction(() => document.getElementById("search-device").textContent, null, { timeout });
+  const line = await page.textContent("#search-device");
+  const adapter = await page.evaluate(async () => {
+    const a = await navigator.gpu?.requestAdapter();
+    return a ? `${a.info?.vendor} ${a.info?.architecture} ${a.info?.description} ${a.isFallbackAdapter}` : "";
+  });
+  const software = /swiftshader|llvmpipe|lavapipe|true$/i.test(adapter);
+  if (software ? !/^CPU .*software adapter/.test(line) : !/^WebGPU/.test(line)) {
+    fail(`demo auto: adapter "${adapter}" gave the device line "${line}"`);
+  }
+  console.log(`models: demo auto: "${line}"`);
+  await page.close();
 }
 
 async function inChromium(p, want) {

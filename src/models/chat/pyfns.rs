@@ -304,6 +304,10 @@ fn python_float(x: f64) -> String {
 
 /// Today's date and seconds since midnight, UTC.
 fn now_utc() -> (i64, u32, u32, u64) {
+    // std's clock is not there on wasm32-unknown-unknown: the page's is
+    #[cfg(target_arch = "wasm32")]
+    let secs = (js_sys::Date::now() / 1e3).max(0.0) as u64;
+    #[cfg(not(target_arch = "wasm32"))]
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
     (y, m, d, secs % 86_400)
