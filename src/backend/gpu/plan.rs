@@ -422,9 +422,27 @@ impl GpuPlan {
                 }
             }
         }
-        {
+        // On an adapter that runs on CPU cores a large plan is submitted in pieces, each waited for: the readback
+        // bound then catches a stuck GPU, not a slow one (a batch of long sentences on lavapipe takes minutes).
+        let piece = if cfg!(target_arch = "wasm32") || gpu.caps.device_type != crate::caps::DeviceType::Cpu {
+            usize::MAX
+        } else {
+            SOFTWARE_PIECE
+        };
+        for (i, steps) in self.res.steps.chunks(piece).enumerate() {
+            if i > 0 {
+                let done = std::mem::replace(
+                    &mut enc,
+                    gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("webtensor run") }),
+                );
+                let index = gpu.queue.submit([done.finish()]);
+                #[cfg(not(target_arch = "wasm32"))]
+                wait_for_submission(&gpu, index)?;
+                #[cfg(target_arch = "wasm32")]
+                let _ = index;
+            }
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
-            for (pipeline, bg, [x, y, z], dynamic) in &self.res.steps {
+            for (pipeline, bg, [x, y, z], dynamic) in steps {
                 let x = dynamic.map_or(*x, |d| d.x(inputs, *x));
                 if x == 0 {
                     continue;
@@ -491,6 +509,26 @@ impl GpuPlan {
         }
         Ok(out)
     }
+}
+
+/// Dispatches a submission holds on an adapter that runs on CPU cores (see `run_async`).
+const SOFTWARE_PIECE: usize = 24;
+
+/// Waits, for at most the readback bound, until the GPU has done submission `index`.
+#[cfg(not(target_arch = "wasm32"))]
+fn wait_for_submission(gpu: &GpuBackend, index: wgpu::SubmissionIndex) -> Result<()> {
+    let timeout = readback_timeout();
+    gpu.poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: Some(timeout) }).map(drop).map_err(|e| {
+        let why = match e {
+            Error::Gpu { message, .. } => message,
+            e => e.to_string(),
+        };
+        Error::Gpu {
+            context: "run".into(),
+            message: format!("the GPU did not finish a part of the plan within {timeout:?} ({why}); {READBACK_TIMEOUT_ENV} sets this bound"),
+        }
+    })?;
+    gpu.check_alive("run")
 }
 
 /// One output's readback in a run: `len` bytes from byte `from` of its storage's block to byte `to` of staging.

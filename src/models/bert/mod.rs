@@ -96,6 +96,22 @@ fn padded_len(longest: usize, cpu: bool) -> usize {
     longest.div_ceil(step) * step
 }
 
+/// Tokens (sentences × padded length) a batch holds at most on an adapter that runs on CPU cores, so that no run
+/// takes minutes there.
+const SOFTWARE_TOKENS: usize = 2048;
+
+/// How many of `sorted` (longest first) go in the next batch: at most `batch`, within `budget` tokens once padded
+/// to the first's length, and not a sentence under half that length (it starts a batch of its own length instead
+/// of being padded to twice its size).
+fn batch_len(sorted: &[Vec<u32>], batch: usize, budget: usize) -> usize {
+    let longest = sorted[0].len().max(1);
+    let mut n = 1;
+    while n < sorted.len() && n < batch && (n + 1) * longest <= budget && 2 * sorted[n].len() >= longest {
+        n += 1;
+    }
+    n
+}
+
 impl SentenceEmbedder {
     /// Loads the sentence-transformers directory `dir` onto `device`.
     ///
@@ -180,10 +196,11 @@ impl SentenceEmbedder {
         pollster::block_on(self.embed_async(texts, batch))
     }
 
-    /// Embeds every text in batches of `batch` sentences, each padded to its longest: one vector of
-    /// `config.hidden` f32 per text, in the order given (unit length when `normalize`). As sentence-transformers
-    /// does, the texts are batched longest first, so that a batch holds sentences of similar lengths and little
-    /// padding. An empty list gives an empty result; an empty string is embedded as `[CLS] [SEP]`.
+    /// Embeds every text in batches of up to `batch` sentences, each padded to its longest: one vector of
+    /// `config.hidden` f32 per text (the Dense module's width where there is one), in the order given (unit
+    /// length when `normalize`). As sentence-transformers does, the texts are batched longest first, so that a
+    /// batch holds sentences of similar lengths; a sentence under half its batch's longest starts a new batch
+    /// rather than be padded, and on an adapter that runs on CPU cores a batch holds at most 2048 tokens. An empty list gives an empty result; an empty string is embedded as `[CLS] [SEP]`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a batch of 0; device errors from the runs.
@@ -198,10 +215,16 @@ impl SentenceEmbedder {
         let sorted: Vec<Vec<u32>> = order.iter().map(|&i| std::mem::take(&mut ids[i])).collect();
         let mut out = vec![Vec::new(); texts.len()];
         let mut next = order.iter();
-        for chunk in sorted.chunks(batch) {
-            for v in self.run_batch(chunk).await? {
+        let caps = self.device.capabilities();
+        let software = !self.device.is_cpu() && caps.device_type == crate::DeviceType::Cpu;
+        let budget = if software { SOFTWARE_TOKENS } else { usize::MAX };
+        let mut rest = &sorted[..];
+        while !rest.is_empty() {
+            let n = batch_len(rest, batch, budget);
+            for v in self.run_batch(&rest[..n]).await? {
                 out[*next.next().expect("one vector per text")] = v;
             }
+            rest = &rest[n..];
         }
         Ok(out)
     }
@@ -314,6 +337,15 @@ fn from_files(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn batches_keep_to_their_budget_and_similar_lengths() {
+        let s = |lens: &[usize]| lens.iter().map(|&n| vec![1u32; n]).collect::<Vec<_>>();
+        assert_eq!(super::batch_len(&s(&[256, 10, 10, 10]), 32, usize::MAX), 1);
+        assert_eq!(super::batch_len(&s(&[20, 18, 12, 9]), 32, usize::MAX), 3);
+        assert_eq!(super::batch_len(&s(&[20, 18, 12]), 2, usize::MAX), 2);
+        assert_eq!(super::batch_len(&s(&[256, 256, 256, 256, 256, 256, 256, 256, 256]), 32, 2048), 8);
+    }
+
     #[test]
     fn padding_wastes_at_most_a_quarter_on_the_cpu() {
         let cpu: Vec<usize> = [1, 7, 16, 17, 40, 100, 256].iter().map(|&t| super::padded_len(t, true)).collect();
