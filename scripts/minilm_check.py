@@ -78,6 +78,9 @@ def main():
     model = find_model(args.safetensors)
     if not model.is_file():
         sys.exit(f"error: {model}: no such file")
+    if not args.webtensor:
+        sys.exit("error: --webtensor is empty (`command -v webtensor` found nothing: run `cargo install --path .`, "
+                 "or leave --webtensor out to use target/release/webtensor after `cargo build --release`)")
     if not Path(args.webtensor).is_file():
         sys.exit(f"error: {args.webtensor}: no such file (run `cargo build --release` first)")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="minilm_check_"))

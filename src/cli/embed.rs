@@ -76,11 +76,11 @@ pub fn run(args: &EmbedArgs) -> Result<(), CliError> {
         let mut scored: Vec<(f32, &str)> = vecs.iter().zip(&refs).map(|(v, t)| (cosine(&qv, v), *t)).collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
         for (s, t) in scored {
-            outln!("{s:.4}  {t}");
+            outln!("{s:>7.4}  {t}");
         }
     }
     if let Some(p) = &args.npy {
-        let dim = e.config.hidden;
+        let dim = vecs.first().map_or(e.config.hidden, Vec::len);
         let t = HostTensor::f32(&[vecs.len(), dim], vecs.iter().flatten().copied().collect())?;
         io::write_npy(p, &t)?;
         eprintln!("wrote {p}: [{}, {dim}] f32", vecs.len());
