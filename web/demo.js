@@ -205,6 +205,7 @@ function renderRow(r) {
   tr.dataset.ortAgree = r.ortAgree === undefined ? "" : String(r.ortAgree);
   const cell = (key, col, value) => `<td class="${key.startsWith("ort") ? "peer" : key}" data-col="${col}">${value}</td>`;
   tr.innerHTML = `<td>${r.n}</td>
+    <td data-col="agree" class="${r.cmp ? (r.cmp.agree && r.ortAgree !== false ? "agree-yes" : "agree-no") : ""}">${agree}</td>
     <td class="gpu" data-col="webgpu-ms" title="${runsTitle(r.webgpu)}">${r.webgpu ? fmt(r.webgpu.ms, 2) : r.webgpuError ?? "—"}</td>
     <td class="gpu" data-col="webgpu-gflops">${fmt(r.webgpu?.gflops, 2)}</td>
     <td class="cpu" data-col="cpu-ms" title="${runsTitle(r.cpu)}${r.cpu ? `; ${r.cpu.workers} worker(s)` : ""}">${r.cpu ? fmt(r.cpu.ms, 2) : r.cpuError ?? "—"}</td>
@@ -214,21 +215,30 @@ function renderRow(r) {
     ${cell("gpu", "webgpu-vs-ort", ratio(r.webgpu, r.ortWebgpu))}
     ${cell("cpu", "cpu-vs-ort", ratio(r.cpu, r.ortWasm))}
     <td data-col="max-abs">${fmtErr(r.cmp?.maxAbs)}</td>
-    <td data-col="max-rel">${fmtErr(r.cmp?.maxRel)}</td>
-    <td data-col="agree" class="${r.cmp ? (r.cmp.agree && r.ortAgree !== false ? "agree-yes" : "agree-no") : ""}">${agree}</td>`;
+    <td data-col="max-rel">${fmtErr(r.cmp?.maxRel)}</td>`;
+  showScrollHint();
+}
+
+/** The hint under a table wider than its box (a phone): the columns past the edge are there, sideways. */
+function showScrollHint() {
+  const wrap = $("#results").parentElement;
+  $("#table-hint").hidden = wrap.scrollWidth <= wrap.clientWidth + 1;
 }
 
 let stopRequested = false;
 /** The step in flight: { backend, n, started }, for Stop's message and the ticking status. */
 let current = null;
-/** Seconds each backend took for its last size, to estimate the next (a matmul's time grows as n³). */
-const lastTime = {};
+/** Each backend's median run at its last size (ms), to estimate the next step (a run grows as n³). */
+const lastRun = {};
 
+/** The step's expected length, said when it is 2 s or more: a run past LONG_RUN_MS (1 s) is timed once, a
+ *  shorter one is repeated for 0.2 s of warm-up and about 0.4 s of timed runs (bench.js's timeRuns). */
 function estimate(backend, n) {
-  const prev = lastTime[backend];
+  const prev = lastRun[backend];
   if (!prev) return "";
-  const s = prev.s * (n / prev.n) ** 3;
-  return s >= 1 ? `, about ${s < 10 ? s.toFixed(1) : s.toFixed(0)} s expected` : "";
+  const run = (prev.ms * (n / prev.n) ** 3) / 1000;
+  const s = run >= 1 ? run : 0.6 + 2 * run;
+  return s >= 2 ? `, about ${s < 10 ? s.toFixed(1) : s.toFixed(0)} s expected` : "";
 }
 
 /** What a finished or stopped run compared: sizes where both ran and agree, and sizes one backend skipped. */
@@ -258,9 +268,10 @@ async function runStep(key, n, a, b, step) {
   current = { backend: key, n, started: performance.now() };
   try {
     step(label, "starting");
-    return await run(n, a, b, (p) => step(label, p), () => stopRequested);
+    const r = await run(n, a, b, (p) => step(label, p), () => stopRequested);
+    if (r?.ms > 0) lastRun[key] = { n, ms: r.ms };
+    return r;
   } finally {
-    lastTime[key] = { n, s: (performance.now() - current.started) / 1000 };
     current = null;
   }
 }
@@ -373,22 +384,54 @@ async function runBenchmark() {
 
 // ---- chart (plain SVG) --------------------------------------------------------------------------------
 
-function drawChart() {
-  const svg = $("#chart");
-  const W = 720, H = 320, L = 60, R = 20, T = 30, B = 50;
-  const pts = demo.results.filter((r) => r.webgpu || r.cpu);
-  const series = [
+/** The series drawn: each one's line, marker and legend swatch share its colour and dash. */
+function chartSeries(pts) {
+  return [
     { key: "webgpu", label: demo.gpuSoftware ? "WebGPU (software adapter)" : "WebGPU", color: "var(--gpu)" },
     { key: "cpu", label: "CPU (wasm)", color: "var(--cpu)" },
     { key: "ortWebgpu", label: "ORT WebGPU", color: "var(--gpu)", dash: true },
     { key: "ortWasm", label: "ORT wasm", color: "var(--cpu)", dash: true },
   ].filter((s) => (s.key !== "webgpu" || demo.gpu) && (!s.dash || pts.some((r) => r[s.key])));
+}
+
+/** A series' marker at (x, y): a circle for webtensor, a square for the ORT peer. */
+const marker = (s, x, y) => s.dash
+  ? `<rect x="${x - 4}" y="${y - 4}" width="8" height="8" fill="${s.color}"/>`
+  : `<circle cx="${x}" cy="${y}" r="4" fill="${s.color}"/>`;
+
+/** The legend, in HTML so that it wraps on a narrow screen: each swatch is the series' own line and marker. */
+function drawLegend(series, log) {
+  $("#chart-legend").innerHTML = series.map((s) => `<span class="item" data-series="${s.key}">` +
+    `<svg width="30" height="12" viewBox="0 0 30 12"><line x1="1" x2="29" y1="6" y2="6" stroke="${s.color}" ` +
+    `stroke-width="2"${s.dash ? ` stroke-dasharray="6 4"` : ""}/>${marker(s, 15, 6)}</svg>${s.label}</span>`).join("") +
+    (log ? `<span class="item">log scale</span>` : "");
+}
+
+/** Value labels beside their markers, moved apart vertically where two would overlap (labels: {x, y}). */
+function spreadLabels(labels, gap = 13) {
+  const byX = new Map();
+  for (const l of labels) byX.set(l.x, [...(byX.get(l.x) ?? []), l]);
+  for (const col of byX.values()) {
+    col.sort((a, b) => a.y - b.y);
+    for (let i = 1; i < col.length; i++) col[i].y = Math.max(col[i].y, col[i - 1].y + gap);
+  }
+}
+
+/** Draws the chart at the size it is shown (1 unit = 1 CSS pixel), so its text stays readable on a phone. */
+function drawChart() {
+  const svg = $("#chart");
+  const W = Math.round(Math.min(900, Math.max(300, svg.clientWidth || 720)));
+  const H = W < 500 ? 260 : 320, L = 52, R = 52, T = 16, B = 44;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  const pts = demo.results.filter((r) => r.webgpu || r.cpu);
+  const series = chartSeries(pts);
   const vals = pts.flatMap((r) => series.map((s) => r[s.key]?.gflops)).filter((v) => v > 0);
   const maxG = Math.max(0, ...vals);
   const minG = Math.min(...vals);
   // A log axis when the backends differ by more than 20x (a software GPU next to a fast CPU, or the reverse).
   const log = vals.length > 1 && maxG / minG > 20;
-  const P = 30; // keeps the first and last points clear of the axes
+  drawLegend(series, log);
+  const P = 24; // keeps the first and last points clear of the axes
   // sizes on a log axis: 256, 300 and 1000 stand where their ratios put them
   const ns = pts.map((r) => Math.log(r.n));
   const [n0, n1] = [Math.min(...ns), Math.max(...ns)];
@@ -409,23 +452,31 @@ function drawChart() {
     out.push(`<line x1="${L}" x2="${W - R}" y1="${y(v)}" y2="${y(v)}" stroke="#e5e7eb"/>`);
     out.push(`<text x="${L - 6}" y="${y(v) + 4}" text-anchor="end" font-size="11" fill="#6b7280">${+v.toPrecision(3)}</text>`);
   }
-  if (log) out.push(`<text x="${W - R}" y="18" text-anchor="end" font-size="11" fill="#6b7280">log scale</text>`);
+  // size labels, every one that fits beside the last one drawn
+  let lastX = -Infinity;
   pts.forEach((r, i) => {
-    out.push(`<text x="${x(i)}" y="${H - B + 18}" text-anchor="middle" font-size="11" fill="#374151">${r.n}</text>`);
+    if (x(i) - lastX < 30) return;
+    lastX = x(i);
+    out.push(`<text x="${x(i)}" y="${H - B + 16}" text-anchor="middle" font-size="11" fill="#374151">${r.n}</text>`);
   });
-  out.push(`<text x="${(L + W - R) / 2}" y="${H - 10}" text-anchor="middle" font-size="12" fill="#374151">matrix size n (n×n · n×n, log scale)</text>`);
+  out.push(`<text x="${(L + W - R) / 2}" y="${H - 8}" text-anchor="middle" font-size="12" fill="#374151">matrix size n (n×n · n×n, log scale)</text>`);
   out.push(`<text x="14" y="${(T + H - B) / 2}" text-anchor="middle" font-size="12" fill="#374151" transform="rotate(-90 14 ${(T + H - B) / 2})">GFLOP/s${log ? " (log)" : ""}</text>`);
-  series.forEach((s, si) => {
+  const labels = [];
+  for (const s of series) {
     const p = pts.map((r, i) => (r[s.key] ? [x(i), y(r[s.key].gflops), r[s.key].gflops] : null)).filter(Boolean);
     const dash = s.dash ? ` stroke-dasharray="6 4"` : "";
-    if (p.length > 1) out.push(`<polyline fill="none" stroke="${s.color}" stroke-width="2"${dash} points="${p.map(([a, b]) => `${a},${b}`).join(" ")}"/>`);
+    if (p.length > 1) out.push(`<polyline fill="none" stroke="${s.color}" stroke-width="2"${dash} points="${p.map(([a, b]) => `${a},${b}`).join(" ")}" data-series="${s.key}"/>`);
     for (const [a, b, v] of p) {
-      out.push(s.dash ? `<rect x="${a - 4}" y="${b - 4}" width="8" height="8" fill="${s.color}"/>` : `<circle cx="${a}" cy="${b}" r="4" fill="${s.color}"/>`);
-      out.push(`<text x="${a}" y="${b - 8}" text-anchor="middle" font-size="10" fill="${s.color}">${v.toFixed(v < 10 ? 2 : 1)}</text>`);
+      out.push(marker(s, a, b));
+      labels.push({ x: a, y: b + 4, text: v.toFixed(v < 10 ? 2 : 1), color: s.color });
     }
-    out.push(`<rect x="${L + 10 + si * 160}" y="8" width="12" height="12" fill="${s.color}"${s.dash ? ` opacity="0.5"` : ""}/>`);
-    out.push(`<text x="${L + 28 + si * 160}" y="18" font-size="12" fill="#374151">${s.label}</text>`);
-  });
+  }
+  spreadLabels(labels);
+  for (const l of labels) {
+    // a white halo keeps a label readable where a line passes behind it
+    out.push(`<text x="${l.x + 7}" y="${l.y}" font-size="10" fill="${l.color}" stroke="#fff" stroke-width="3" ` +
+      `paint-order="stroke" class="value">${l.text}</text>`);
+  }
   if (!pts.length) out.push(`<text x="${W / 2}" y="${H / 2}" text-anchor="middle" fill="#6b7280">Run a benchmark to draw the chart.</text>`);
   svg.innerHTML = out.join("");
 }
@@ -473,6 +524,14 @@ $("#stop").addEventListener("click", () => {
   }
 });
 drawChart();
+// redrawn at its new size when the window (a phone turned, a window resized) changes the chart's width
+let shownWidth = $("#chart").clientWidth;
+new ResizeObserver(() => {
+  if ($("#chart").clientWidth === shownWidth) return;
+  shownWidth = $("#chart").clientWidth;
+  drawChart();
+  showScrollHint();
+}).observe($("#chart"));
 const autorun = applyUrl();
 demo.ready = setup()
   .then(() => {

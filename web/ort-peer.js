@@ -45,9 +45,13 @@ export function matmulModel() {
 
 // ---- WebGPU on the page --------------------------------------------------------------------------------
 
-/** Whether scripts/serve.sh linked ORT into vendor/ (cd tests/e2e && npm ci). */
+/** Whether scripts/serve.sh linked ORT into vendor/ (cd tests/e2e && npm ci): from the vendor/peers.json it
+ *  writes, so that a page served without ORT asks for nothing that is not there (no 404 in the console); a
+ *  server that wrote no peers.json is asked for ORT's file itself. */
 export async function ortServed() {
   try {
+    const peers = await fetch(new URL("./vendor/peers.json", import.meta.url));
+    if (peers.ok) return Boolean((await peers.json()).ort);
     return (await fetch(`${ORT_DIR}ort.webgpu.min.mjs`, { method: "HEAD" })).ok;
   } catch {
     return false;
