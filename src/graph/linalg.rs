@@ -115,6 +115,12 @@ impl Graph {
     /// backends compute every matmul in f32 already). For the matmuls a model's answer hangs on, such as the
     /// output head (llama.cpp keeps some of its own in higher precision).
     ///
+    /// # Shapes
+    /// Any: `t` keeps its shape; only how its matmul is computed changes.
+    /// # DTypes
+    /// Any matmul; the setting matters only where B is block-quantized and the backend is the CPU.
+    /// # Reference
+    /// ggml's `ggml_mul_mat_set_prec(t, GGML_PREC_F32)`.
     /// # Errors
     /// [`Error::InvalidArgument`] when `t` is not a matmul's result; [`Error::ForeignTensor`] for another graph's
     /// tensor.

@@ -255,20 +255,8 @@ impl CpuTarget {
             Step::MatMul { a, b, epilogue, prec }
                 if p.nodes[*b].dtype.is_storage_format() || half_mat_vec(p, *a, *b) =>
             {
-                let (w, n) = weight_of_transposed(p, *b);
-                let epilogue = epilogue
-                    .as_ref()
-                    .map(|(e, srcs)| (e.clone(), srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect()));
                 let f32_activations = self.f32_activations || *prec == MatmulPrecision::F32;
-                CpuKernel::QMatmul(QMatmulKernel {
-                    out,
-                    out_dtype,
-                    a: leaf(p, *a, None),
-                    w,
-                    n,
-                    epilogue,
-                    f32_activations,
-                })
+                CpuKernel::QMatmul(qmatmul_kernel(p, id, (*a, *b), epilogue.as_ref(), f32_activations))
             }
             Step::MatMul { a, b, epilogue, .. } => CpuKernel::MatMul(matmul_kernel(p, id, *a, *b, epilogue.as_ref())),
             Step::GetRows { table, idx } if p.nodes[*table].dtype.is_storage_format() => {
@@ -335,6 +323,21 @@ impl CpuTarget {
             }
         })
     }
+}
+
+/// The kernel of a matmul whose weight `b` is stored in a block or half format (or a half mat-vec).
+fn qmatmul_kernel(
+    p: &Program,
+    out: NodeId,
+    (a, b): (NodeId, NodeId),
+    epilogue: Option<&(crate::compile::ir::Expr, Vec<NodeId>)>,
+    f32_activations: bool,
+) -> QMatmulKernel {
+    let node = &p.nodes[out];
+    let (w, n) = weight_of_transposed(p, b);
+    let epilogue =
+        epilogue.map(|(e, srcs)| (e.clone(), srcs.iter().map(|&s| leaf(p, s, Some(&node.layout.shape))).collect()));
+    QMatmulKernel { out, out_dtype: node.dtype, a: leaf(p, a, None), w, n, epilogue, f32_activations }
 }
 
 impl CpuKernel {

@@ -385,6 +385,34 @@ impl GpuPlan {
         buffer_of(&self.res.arenas, &self.program, &self.mem, arena)
     }
 
+    /// Writes the run's inputs into their blocks: through the persistent upload buffer when the plan has one,
+    /// else through the queue's own staging. Returns the transfer counts so far.
+    fn upload(&self, inputs: &Inputs<'_>, enc: &mut wgpu::CommandEncoder) -> TransferStats {
+        let up: u64 = inputs.iter().map(|(_, b)| b.len() as u64).sum();
+        let mut transfer = TransferStats { upload_bytes: up, host_copy_bytes: up, ..Default::default() };
+        let dst = |id: NodeId| {
+            let blk = self.mem.blocks[&id];
+            (self.buffer(blk.arena), blk.offset)
+        };
+        let staged = self.res.upload.as_ref().is_some_and(|u| u.stage(inputs, enc, dst));
+        if !staged {
+            // through the queue's own staging: one host copy too, plus a padded one for a length that is no
+            // multiple of 4 bytes
+            for &(id, bytes) in inputs {
+                let (buffer, offset) = dst(id);
+                if bytes.len() % 4 == 0 {
+                    self.gpu.queue.write_buffer(buffer, offset, bytes);
+                } else {
+                    let mut padded = bytes.to_vec();
+                    padded.resize(round4(bytes.len() as u64) as usize, 0);
+                    transfer.host_copy_bytes += padded.len() as u64;
+                    self.gpu.queue.write_buffer(buffer, offset, &padded);
+                }
+            }
+        }
+        transfer
+    }
+
     async fn run_async(&mut self, inputs: &Inputs<'_>, fetch: &[Fetch]) -> Result<Vec<Option<HostTensor>>> {
         let start = crate::backend::now();
         let gpu = self.gpu.clone();
@@ -400,28 +428,7 @@ impl GpuPlan {
         }
         let mut enc =
             gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("webtensor run") });
-        let up: u64 = inputs.iter().map(|(_, b)| b.len() as u64).sum();
-        let mut transfer = TransferStats { upload_bytes: up, host_copy_bytes: up, ..Default::default() };
-        let dst = |id: NodeId| {
-            let blk = self.mem.blocks[&id];
-            (self.buffer(blk.arena), blk.offset)
-        };
-        let staged = self.res.upload.as_ref().is_some_and(|u| u.stage(inputs, &mut enc, dst));
-        if !staged {
-            // through the queue's own staging: one host copy too, plus a padded one for a length that is no
-            // multiple of 4 bytes
-            for &(id, bytes) in inputs {
-                let (buffer, offset) = dst(id);
-                if bytes.len() % 4 == 0 {
-                    gpu.queue.write_buffer(buffer, offset, bytes);
-                } else {
-                    let mut padded = bytes.to_vec();
-                    padded.resize(round4(bytes.len() as u64) as usize, 0);
-                    transfer.host_copy_bytes += padded.len() as u64;
-                    gpu.queue.write_buffer(buffer, offset, &padded);
-                }
-            }
-        }
+        let mut transfer = self.upload(inputs, &mut enc);
         // On an adapter that runs on CPU cores a large plan is submitted in pieces, each waited for: the readback
         // bound then catches a stuck GPU, not a slow one (a batch of long sentences on lavapipe takes minutes).
         let piece = if cfg!(target_arch = "wasm32") || gpu.caps.device_type != crate::caps::DeviceType::Cpu {

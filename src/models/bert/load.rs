@@ -4,7 +4,7 @@
 //! directory; in the browser, given by the page).
 
 use super::graph::{BertConfig, Dense, Layer, Linear, Norm, Weights};
-use super::Pooling;
+use super::pooling::Pooling;
 use crate::io::SafetensorsFile;
 use crate::{DType, Data, Device, Error, HostTensor, Resident, Result};
 use serde_json::Value as Json;

@@ -1,6 +1,7 @@
 //! Chat templates: a model's `tokenizer.chat_template` (Jinja, as Hugging Face's `apply_chat_template` renders it)
 //! rendered with the `minijinja` crate, within bounds (`sandbox.rs`).
 
+mod budget;
 mod pyfns;
 mod sandbox;
 

@@ -1,9 +1,9 @@
 //! What Hugging Face's chat-template renderer adds to Jinja, for minijinja: `raise_exception`, `strftime_now`,
 //! `tojson` as Python's `json.dumps` writes it (no HTML escaping, `", "` and `": "` separators, non-ASCII kept,
 //! keys in insertion order), and the filters and methods that can multiply a string's size checked against the
-//! render's budget before they build anything (see [`super::sandbox`]).
+//! render's budget before they build anything (see [`super::budget`]).
 
-use super::sandbox::charge_ahead;
+use super::budget::{charge as charge_ahead, BUDGET_BYTES};
 use minijinja::value::{Kwargs, Rest, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 
@@ -197,7 +197,7 @@ struct JsonStyle {
 }
 
 fn write_json(out: &mut String, v: &Value, st: &JsonStyle, depth: usize) -> Result<(), Error> {
-    if depth > 64 || out.len() > super::sandbox::BUDGET_BYTES {
+    if depth > 64 || out.len() > BUDGET_BYTES {
         return Err(invalid("tojson: a value nested too deep or too large"));
     }
     let newline = |out: &mut String, d: usize| {

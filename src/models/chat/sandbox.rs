@@ -1,5 +1,5 @@
 //! Rendering a chat template from a model file, which nobody reviewed, within fixed bounds: every string the
-//! template builds or emits is charged to a budget of [`BUDGET_BYTES`] per render, instructions to minijinja's fuel,
+//! template builds or emits is charged to a budget of [`super::budget::BUDGET_BYTES`] per render, instructions to minijinja's fuel,
 //! recursion to a depth, so a template that loops forever, doubles a string or floods the output stops with an
 //! error in well under a second and a bounded memory.
 //!
@@ -14,11 +14,10 @@
 use minijinja::machinery::{CompiledTemplate, Instruction, TemplateConfig, WhitespaceConfig};
 use minijinja::value::{Rest, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
-use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::budget::{charge, charge_value};
 use std::sync::Arc;
 
-/// Bytes of strings a render may build and emit in all (a prompt is at most a model's context, tens of KiB).
-pub(crate) const BUDGET_BYTES: usize = 16 << 20;
 /// Instructions a render may execute (real templates take thousands for a conversation).
 const FUEL: u64 = 2_000_000;
 /// Bytes that literal text may add to the output in all (see the module docs).
@@ -81,34 +80,6 @@ const FILTERS: &[&str] = &[
     "chain",
     "zip",
 ];
-
-/// The budget of one render, shared by its macro calls.
-#[derive(Debug, Default)]
-struct Budget(AtomicUsize);
-
-impl minijinja::value::Object for Budget {}
-
-/// Charges `bytes` to the render's budget.
-fn charge(state: &State, bytes: usize) -> Result<(), Error> {
-    let budget = state.get_or_set_temp_object("webtensor.budget", Budget::default);
-    let used = budget.0.fetch_add(bytes, Ordering::Relaxed).saturating_add(bytes);
-    if used > BUDGET_BYTES {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!("the template built more than {BUDGET_BYTES} bytes of text (webtensor's bound for a prompt)"),
-        ));
-    }
-    Ok(())
-}
-
-/// Charges a value's size when it is a string (or a sequence: 16 bytes an item).
-fn charge_value(state: &State, v: &Value) -> Result<(), Error> {
-    match v.kind() {
-        ValueKind::String => charge(state, v.as_str().map_or(0, str::len)),
-        ValueKind::Seq => charge(state, v.len().unwrap_or(0) * 16),
-        _ => Ok(()),
-    }
-}
 
 fn invalid(msg: String) -> Error {
     Error::new(ErrorKind::InvalidOperation, msg)
@@ -316,9 +287,4 @@ pub(crate) fn environment(today: Option<(i64, u32, u32)>) -> Environment<'static
         minijinja::escape_formatter(out, state, value)
     });
     env
-}
-
-/// Charges `bytes` for a Python-style function or filter that is about to build a string of that size.
-pub(crate) fn charge_ahead(state: &State, bytes: usize) -> Result<(), Error> {
-    charge(state, bytes)
 }
