@@ -31,7 +31,7 @@ step "demo end to end (tests/e2e/demo.mjs)"
 node tests/e2e/demo.mjs 2>&1 | tee artifacts/e2e.log
 
 step "model runners against the native CLI, in Node.js and headless Chromium (tests/e2e/models.mjs)"
-if [ ! -x "$native_target/debug/webtensor" ]; then
-  CARGO_TARGET_DIR="$native_target" cargo build --bin webtensor
+if [ ! -x "$native_target/release/webtensor" ]; then
+  CARGO_TARGET_DIR="$native_target" cargo build --release --bin webtensor
 fi
-WEBTENSOR_BIN="$native_target/debug/webtensor" node tests/e2e/models.mjs 2>&1 | tee artifacts/models.log
+WEBTENSOR_BIN="$native_target/release/webtensor" node tests/e2e/models.mjs 2>&1 | tee artifacts/models.log

@@ -11,8 +11,8 @@
 #   scripts/gpu-check.sh --ci        # here, on lavapipe: the same run with quick settings and no peers that need
 #                                    # CUDA, so that the script cannot rot (CI runs --prepare, then this)
 #
-# GPU_CHECK_BINARY=PATH makes --prepare take that webtensor binary instead of building the release one (CI uses
-# the test profile's); GPU_CHECK_BUNDLE=DIR and OUT=DIR move the bundle and the output.
+# GPU_CHECK_BINARY=PATH makes --prepare take that webtensor binary instead of building the release one;
+# GPU_CHECK_BUNDLE=DIR and OUT=DIR move the bundle and the output.
 #
 # What the run does: sets up the Vulkan loader (unpacked from the bundle where the system has none) and NVIDIA's
 # ICD; starts building llama.cpp with CUDA in the background (cmake, ninja and nvcc there); runs every GPU test
@@ -36,7 +36,7 @@ prepare() {
     command -v cargo >/dev/null || { say "--prepare needs cargo (run it where the project builds)"; exit 1; }
     rm -rf "$BUNDLE" && mkdir -p "$BUNDLE"/{bin,debs,models}
     if [ -n "${GPU_CHECK_BINARY:-}" ]; then
-        say "the binary: $GPU_CHECK_BINARY (GPU_CHECK_BINARY; CI passes the test profile's, built already)"
+        say "the binary: $GPU_CHECK_BINARY (GPU_CHECK_BINARY)"
         cp "$GPU_CHECK_BINARY" "$BUNDLE/bin/webtensor"
     else
         say "building the release binary"
@@ -44,9 +44,9 @@ prepare() {
         cp target/release/webtensor "$BUNDLE/bin/"
     fi
     strip "$BUNDLE/bin/webtensor"
-    say "building the test binaries (the test profile: cargo test --no-run)"
+    say "building the test binaries (README's test command's: cargo test --release --no-run)"
     local list
-    list=$(cargo test --no-run --message-format=json 2>/dev/null | python3 -c '
+    list=$(cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 wanted = set(sys.argv[1].split())
 for line in sys.stdin:

@@ -211,7 +211,8 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     let device = &chosen.device;
     outln!("device: {} (chosen by {})", describe(device), chosen.how);
     if chosen.fell_back {
-        outln!("note: no usable GPU adapter, so Device::best() fell back to the CPU backend; the GPU path is not exercised");
+        let why = super::fallback_reason(&Device::adapters());
+        outln!("note: running on the CPU backend: {why}; the GPU path is not exercised");
     }
     outln!();
     seed(device)?;

@@ -196,7 +196,8 @@ pub fn run(args: &InfoArgs) -> Result<(), CliError> {
             None => format!("{} ({})", bc.name, bc.backend),
         }
     };
-    let note = if best.fell_back { " — no usable GPU adapter, fell back to the CPU" } else { "" };
+    let note =
+        if best.fell_back { format!(" — the CPU: {}", super::fallback_reason(&adapters)) } else { String::new() };
     outln!("best device:  {what}, chosen by {}{note}", best.how);
     let cc = cpu.capabilities();
     outln!("CPU backend:  {} (dtypes {}; always available)", cc.name, dtypes(cc));

@@ -72,7 +72,11 @@ pub fn run(args: &MatmulArgs) -> Result<(), CliError> {
     let (out, run) = util::timed(|| plan.run(&inputs));
     let c = out?.swap_remove(0);
     io::write_npy(&args.output, &c)?;
-    let fallback = if chosen.fell_back { ", fell back to the CPU: no usable GPU adapter" } else { "" };
+    let fallback = if chosen.fell_back {
+        format!(", the CPU: {}", super::fallback_reason(&webtensor::Device::adapters()))
+    } else {
+        String::new()
+    };
     eprintln!(
         "matmul: A {} @ {}B {}{} -> C {} written to {} | {}{fallback} | run {:.1} ms (compile {:.1} ms)",
         desc(&a),

@@ -85,6 +85,37 @@ pub fn choose_device(backend: Option<BackendKind>) -> Result<Chosen, CliError> {
     Ok(Chosen { device, how, fell_back })
 }
 
+/// Why an automatic choice fell back to the CPU, in words: no adapter at all, only software ones (which the CPU
+/// backend outruns; `--backend` still runs on one), or adapters that cannot run compute shaders, each with its
+/// reason.
+pub fn fallback_reason(adapters: &[webtensor::Capabilities]) -> String {
+    let software: Vec<String> = adapters
+        .iter()
+        .filter(|a| a.unusable.is_none() && a.device_type == webtensor::DeviceType::Cpu)
+        .map(|a| format!("{} on {}", a.name, a.backend))
+        .collect();
+    let unusable: Vec<String> = adapters
+        .iter()
+        .filter_map(|a| Some(format!("{} on {}: {}", a.name, a.backend, a.unusable.as_ref()?)))
+        .collect();
+    let mut parts = vec![];
+    if !software.is_empty() {
+        let backend = adapters.iter().find(|a| a.device_type == webtensor::DeviceType::Cpu).map(|a| a.backend);
+        parts.push(format!(
+            "only software adapters were found ({}), which the CPU backend outruns (--backend {} runs on one)",
+            software.join(", "),
+            backend.map_or("vulkan".to_string(), |b| b.to_string())
+        ));
+    }
+    if !unusable.is_empty() {
+        parts.push(format!("the adapters found cannot compute ({})", unusable.join("; ")));
+    }
+    if parts.is_empty() {
+        return "no GPU adapter was found".into();
+    }
+    parts.join("; ")
+}
+
 /// `name [backend, type]` of a device, for one-line messages.
 pub fn describe(device: &Device) -> String {
     let c = device.capabilities();
