@@ -1,7 +1,7 @@
 // blocks.wgsl — readers of ggml's block formats for a storage binding {{N}} bound as u32 words (blocks may start at
 // any even byte: Q8_0's are 34 bytes long): byte, 16-bit and 32-bit reads at byte offsets, and dq_{{N}}(blk, e), the
 // value of element e of the block starting at byte blk, as ggml's dequantize_row_* computes it (CPU reference:
-// src/blocks.rs). A section may also give dq4_{{N}}(blk, e), elements e..e+3 (e a multiple of 4) in fewer word
+// src/quant/decode.rs). A section may also give dq4_{{N}}(blk, e), elements e..e+3 (e a multiple of 4) in fewer word
 // reads than four dq_ calls; the generator then uses it for vec4 loads. The generator keeps the readers and the
 // one decoder section of the binding's dtype.
 fn u8_{{N}}(b: u32) -> u32 {

@@ -57,31 +57,19 @@ impl DType {
         DType::Q6_K,
     ];
 
-    /// Values per block: 1 for f32, f16, i32 and bf16; 32 for the Q*_0/Q*_1 types; 256 for the K-quants.
-    pub fn block_size(self) -> usize {
-        match self {
-            DType::F32 | DType::F16 | DType::I32 | DType::BF16 => 1,
-            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => 32,
-            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
-        }
+    /// The type's row of [`TRAITS`].
+    fn traits(self) -> &'static Traits {
+        &TRAITS[self as usize]
     }
 
-    /// Bytes per block (ggml-common.h's `sizeof(block_…)`); for the plain types, bytes per element.
+    /// Values per block: 1 for f32, f16, i32 and bf16; 32 for the Q*_0/Q*_1 types; 256 for the K-quants.
+    pub fn block_size(self) -> usize {
+        self.traits().block_size
+    }
+
+    /// Bytes per block (ggml's `type_size`): the element size for the plain types.
     pub fn block_bytes(self) -> usize {
-        match self {
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 => 2,
-            DType::Q4_0 => 18,
-            DType::Q4_1 => 20,
-            DType::Q5_0 => 22,
-            DType::Q5_1 => 24,
-            DType::Q8_0 => 34,
-            DType::Q2_K => 84,
-            DType::Q3_K => 110,
-            DType::Q4_K => 144,
-            DType::Q5_K => 176,
-            DType::Q6_K => 210,
-        }
+        self.traits().block_bytes
     }
 
     /// Size of one element in bytes, for the types that have one (every type but the block-quantized ones, whose
@@ -123,42 +111,12 @@ impl DType {
     /// The name: numpy's for the plain types (`float32`, `float16`, `int32`), ggml's for the others (`bf16`,
     /// `q4_1`, `q6_k`).
     pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "float32",
-            DType::F16 => "float16",
-            DType::I32 => "int32",
-            DType::BF16 => "bf16",
-            DType::Q4_0 => "q4_0",
-            DType::Q4_1 => "q4_1",
-            DType::Q5_0 => "q5_0",
-            DType::Q5_1 => "q5_1",
-            DType::Q8_0 => "q8_0",
-            DType::Q2_K => "q2_k",
-            DType::Q3_K => "q3_k",
-            DType::Q4_K => "q4_k",
-            DType::Q5_K => "q5_k",
-            DType::Q6_K => "q6_k",
-        }
+        self.traits().name
     }
 
-    /// ggml's type id (`enum ggml_type`), as GGUF files store it.
+    /// ggml's type id (`GGML_TYPE_*`, as GGUF files store it), for the types ggml has (all of them).
     pub fn ggml_type(self) -> Option<u32> {
-        Some(match self {
-            DType::F32 => 0,
-            DType::F16 => 1,
-            DType::Q4_0 => 2,
-            DType::Q4_1 => 3,
-            DType::Q5_0 => 6,
-            DType::Q5_1 => 7,
-            DType::Q8_0 => 8,
-            DType::Q2_K => 10,
-            DType::Q3_K => 11,
-            DType::Q4_K => 12,
-            DType::Q5_K => 13,
-            DType::Q6_K => 14,
-            DType::I32 => 26,
-            DType::BF16 => 30,
-        })
+        Some(self.traits().ggml_type)
     }
 
     /// The dtype of ggml type id `t`, if webtensor has it.
@@ -166,6 +124,53 @@ impl DType {
         DType::ALL.into_iter().find(|d| d.ggml_type() == Some(t))
     }
 }
+
+/// One row of the type table, ggml's `type_traits[]`: what a type's bytes are.
+struct Traits {
+    dtype: DType,
+    name: &'static str,
+    ggml_type: u32,
+    block_size: usize,
+    block_bytes: usize,
+}
+
+const fn row<B: crate::quant::blocks::Block>(dtype: DType, name: &'static str, ggml_type: u32) -> Traits {
+    Traits { dtype, name, ggml_type, block_size: B::VALUES, block_bytes: std::mem::size_of::<B>() }
+}
+
+const fn plain(dtype: DType, name: &'static str, ggml_type: u32, bytes: usize) -> Traits {
+    Traits { dtype, name, ggml_type, block_size: 1, block_bytes: bytes }
+}
+
+/// The type table, in [`DType`]'s order; the block types' sizes come from their structs (`crate::quant`).
+const TRAITS: [Traits; 14] = {
+    use crate::quant::blocks::*;
+    [
+        plain(DType::F32, "float32", 0, 4),
+        plain(DType::F16, "float16", 1, 2),
+        plain(DType::I32, "int32", 26, 4),
+        plain(DType::BF16, "bf16", 30, 2),
+        row::<BlockQ4_0>(DType::Q4_0, "q4_0", 2),
+        row::<BlockQ4_1>(DType::Q4_1, "q4_1", 3),
+        row::<BlockQ5_0>(DType::Q5_0, "q5_0", 6),
+        row::<BlockQ5_1>(DType::Q5_1, "q5_1", 7),
+        row::<BlockQ8_0>(DType::Q8_0, "q8_0", 8),
+        row::<BlockQ2K>(DType::Q2_K, "q2_k", 10),
+        row::<BlockQ3K>(DType::Q3_K, "q3_k", 11),
+        row::<BlockQ4K>(DType::Q4_K, "q4_k", 12),
+        row::<BlockQ5K>(DType::Q5_K, "q5_k", 13),
+        row::<BlockQ6K>(DType::Q6_K, "q6_k", 14),
+    ]
+};
+
+// every row in its dtype's place
+const _: () = {
+    let mut i = 0;
+    while i < TRAITS.len() {
+        assert!(TRAITS[i].dtype as usize == i && DType::ALL[i] as usize == i);
+        i += 1;
+    }
+};
 
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -20,8 +20,9 @@
 //! # Ok::<(), webtensor::Error>(())
 //! ```
 //!
-//! Stages, one module each: `graph` (build: [`Graph`], [`Tensor`]) → `compile` (the pass list: dead nodes, fusion,
-//! in-place, memory plan, lowering, splitting) → `backend` (the CPU and wgpu plans) → [`Plan::run`]. The op tables
+//! Four stages, one module each, numbered alike in every module's doc: 1 `graph` (build: [`Graph`], [`Tensor`]) →
+//! 2 `compile` (the pass list: 1 dead nodes, 2 fusion, 3 in-place, 4 memory plan, 5 lowering, 6 splitting) →
+//! 3 `backend` (the CPU and wgpu plans: device objects made once) → 4 `run` ([`Plan::run`]). The op tables
 //! ([`UnaryOp`], [`BinaryOp`], [`GluOp`], [`ReduceOp`]) are the vocabulary every stage shares.
 //!
 //! ## Running a model: weights, KV cache, a growing sequence
@@ -43,13 +44,11 @@
 //!   the cost of a plan made for 64, on the CPU, lavapipe and GL). Nothing is compiled after the first step.
 
 mod backend;
-mod blocks;
 mod caps;
 mod compile;
 mod device;
 mod dtype;
 mod error;
-pub mod gguf;
 mod graph;
 /// GPU tuning vocabulary: the matmul kernels' tile configurations, the choice a plan or the environment can pin,
 /// the environment variables the GPU backend reads, and what the tuner chose for an adapter. Everything else
@@ -61,9 +60,11 @@ pub mod gpu {
     pub use crate::backend::gpu::tune::tuned_kernels;
 }
 pub mod io;
+pub use io::gguf;
 #[cfg(feature = "models")]
 pub mod models;
 mod ops;
+mod quant;
 mod resident;
 mod run;
 mod shape;

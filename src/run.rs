@@ -1,4 +1,4 @@
-//! What a run takes and gives back: [`Value`]s for the inputs (a host tensor, or a borrowed slice, so a decode
+//! What a run (stage 4) takes and gives back: [`Value`]s for the inputs (a host tensor, or a borrowed slice, so a decode
 //! step passes its token id without building a tensor) and a [`Fetch`] per output (all of it, a range of rows, or
 //! nothing).
 

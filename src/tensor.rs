@@ -60,7 +60,7 @@ impl Data {
             Data::I32(v) => v.iter().map(|&x| x as f32).collect(),
             Data::Raw { dtype, bytes } => {
                 let mut out = vec![0f32; self.len()];
-                crate::blocks::decode(*dtype, bytes, &mut out);
+                crate::quant::decode(*dtype, bytes, &mut out);
                 out
             }
         }

@@ -1,4 +1,4 @@
-//! Memory planning (stage 3): place every tensor's storage in arenas, reusing memory after its last reader.
+//! Memory planning (stage 2, compile pass 4): place every tensor's storage in arenas, reusing memory after its last reader.
 //!
 //! Rules, after ggml-alloc: inputs are placed first and never share memory; outputs are never freed; a
 //! computed tensor's block is freed right after the last step that reads it; a new block takes the best-fitting

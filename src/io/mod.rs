@@ -1,5 +1,5 @@
-//! Reading and writing tensors: `.npy` ([`npy`]), `.safetensors` ([`safetensors`]) and, through
-//! [`read_tensor`], a GGUF file's tensors. Every malformed, truncated, hostile or unsupported file gives
+//! Reading and writing tensors and model files: `.npy` ([`npy`]), `.safetensors` ([`safetensors`]) and GGUF
+//! ([`gguf`], also `webtensor::gguf`; [`read_tensor`] reads a GGUF file's tensors too). Every malformed, truncated, hostile or unsupported file gives
 //! [`Error::Format`](crate::Error::Format) (naming the problem and, where there is one, its byte offset) or
 //! [`Error::Io`](crate::Error::Io) naming the path; nothing here panics on file contents, and no count read from a file sizes an allocation before it is
 //! checked against the file's length. Writers replace an existing file whole (a temporary file beside it,
@@ -8,6 +8,7 @@
 mod common;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use common::map_file;
+pub mod gguf;
 pub mod npy;
 pub mod safetensors;
 
@@ -37,7 +38,7 @@ pub fn read_tensor(spec: &str) -> Result<HostTensor> {
     #[cfg(not(target_arch = "wasm32"))]
     if let Some(named) = split_spec(spec, ".gguf") {
         let (path, name) = named?;
-        let f = crate::gguf::GgufFile::open(path)?;
+        let f = crate::io::gguf::GgufFile::open(path)?;
         let t = f
             .tensor(name)
             .ok_or_else(|| fmt_err(path, format!("no tensor '{name}' (webtensor inspect {path} lists them)")))?;

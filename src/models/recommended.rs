@@ -2,7 +2,7 @@
 //! from a model's `generation_config.json` and that llama.cpp reads as its defaults.
 
 use super::SamplingOptions;
-use crate::gguf::{GgufFile, MetaValue};
+use crate::io::gguf::{GgufFile, MetaValue};
 
 /// Sampler settings read from a GGUF file's `general.sampling.temp`, `.top_k`, `.top_p`, `.min_p`,
 /// `.penalty_repeat` and `.penalty_last_n` (llama.cpp's names and meanings); each `None` where the file has no

@@ -1,7 +1,7 @@
 //! The hyperparameters of a llama-architecture model, read from its GGUF metadata (llama.cpp's `llm_load_hparams`
 //! for `LLM_ARCH_LLAMA`).
 
-use crate::gguf::{GgufFile, MetaValue};
+use crate::io::gguf::{GgufFile, MetaValue};
 use crate::models::hparams::Hparams;
 use crate::{Error, Result, RopeMode};
 

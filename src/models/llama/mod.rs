@@ -34,7 +34,7 @@ use super::chat::ChatTemplate;
 use super::hparams::{vector_dtype, weight_dtype};
 use super::tokenizer::Tokenizer;
 use super::{RecommendedSampling, SamplingOptions};
-use crate::gguf::{GgufFile, MetaValue};
+use crate::io::gguf::{GgufFile, MetaValue};
 use crate::{CompileOptions, DType, Device, Error, Fetch, Plan, Resident, Result, Value};
 
 /// How a model is set up on its device.

@@ -48,7 +48,8 @@ macro_rules! kernels {
     ($name:ident, $features:literal, $dot:ident) => {
         mod $name {
             use crate::backend::cpu::qdot::row::{f16_table, DotFn, Q8Row, QK};
-            use crate::backend::cpu::qdot::scalar::{self, scale_min_k4};
+            use crate::backend::cpu::qdot::scalar;
+            use crate::quant::*;
             use crate::DType;
             use std::arch::x86_64::*;
 
@@ -93,11 +94,11 @@ macro_rules! kernels {
                 scalar::q5_k(w, a)
             }
 
-            /// The f16 at byte `at` of `b`, through the conversion table (a scalar `vcvtph2ps` costs a dependency on
-            /// the register it merges into, which the compiler may tie to an accumulator).
+            /// A block's f16 field through the conversion table (a scalar `vcvtph2ps` costs a dependency on the
+            /// register it merges into, which the compiler may tie to an accumulator).
             #[inline(always)]
-            fn f16_at(t: &[f32; 65536], b: &[u8], at: usize) -> f32 {
-                t[u16::from_le_bytes([b[at], b[at + 1]]) as usize]
+            fn f16_of(t: &[f32; 65536], h: F16Le) -> f32 {
+                t[u16::from_le_bytes(h.0) as usize]
             }
 
             #[inline]
@@ -132,11 +133,10 @@ macro_rules! kernels {
                 unsafe { _mm256_loadu_si256(bytes.as_ptr() as *const __m256i) }
             }
 
-            /// The 32 nibbles of a 32-block's 16 bytes at `at`, low nibbles (the first 16 elements) first.
+            /// The 32 nibbles of a 32-block's 16 bytes, low nibbles (the first 16 elements) first.
             #[inline]
             #[target_feature(enable = $features)]
-            fn nibbles(b: &[u8], at: usize) -> __m256i {
-                let bytes = &b[at..at + 16];
+            fn nibbles(bytes: &[u8; 16]) -> __m256i {
                 // SAFETY: `bytes` is 16 bytes long; the load is unaligned.
                 let x = unsafe { _mm_loadu_si128(bytes.as_ptr() as *const __m128i) };
                 _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0f))
@@ -164,21 +164,21 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             fn q4_0(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
-                four_way(w.len() / 18, |b| {
-                    let blk = &w[b * 18..(b + 1) * 18];
-                    let q = _mm256_sub_epi8(nibbles(blk, 2), _mm256_set1_epi8(8));
+                let w = blocks::<BlockQ4_0>(w);
+                four_way(w.len(), |b| {
+                    let q = _mm256_sub_epi8(nibbles(&w[b].qs), _mm256_set1_epi8(8));
                     let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b * QK)));
-                    (dot, f16_at(t, blk, 0) * a.d[b])
+                    (dot, f16_of(t, w[b].d) * a.d[b])
                 })
             }
 
-            /// The f16 pairs at bytes `a` and `b` of `blk` as `[f32; 4]`: `[blk[a], blk[a + 2], blk[b], blk[b + 2]]`,
-            /// by one `vcvtph2ps` (no table lookups in the loop).
+            /// Two Q4_1 blocks' scales and offsets as `[d0, m0, d1, m1]`, by one `vcvtph2ps` (no table lookups in
+            /// the loop).
             #[inline]
             #[target_feature(enable = $features)]
-            fn f16_pairs(blk: &[u8], a: usize, b: usize) -> __m128 {
-                let word = |at: usize| i32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
-                _mm_cvtph_ps(_mm_set_epi32(0, 0, word(b), word(a)))
+            fn f16_pairs(b0: &BlockQ4_1, b1: &BlockQ4_1) -> __m128 {
+                let word = |b: &BlockQ4_1| i32::from_le_bytes([b.d.0[0], b.d.0[1], b.m.0[0], b.m.0[1]]);
+                _mm_cvtph_ps(_mm_set_epi32(0, 0, word(b1), word(b0)))
             }
 
             #[target_feature(enable = $features)]
@@ -188,13 +188,14 @@ macro_rules! kernels {
                 // blocks' four f16 scales converted together, multiplied by the activations' d and s together
                 let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
                 let mut offs = _mm_setzero_ps();
-                let pairs = w.chunks_exact(40).zip(a.qs.chunks_exact(2 * QK)).zip(a.ds.chunks_exact(4));
+                let w = blocks::<BlockQ4_1>(w);
+                let pairs = w.chunks_exact(2).zip(a.qs.chunks_exact(2 * QK)).zip(a.ds.chunks_exact(4));
                 for ((blk, qa), dsa) in pairs {
-                    let dot0 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 4), load32(qa, 0)));
-                    let dot1 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 24), load32(qa, QK)));
+                    let dot0 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(&blk[0].qs), load32(qa, 0)));
+                    let dot1 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(&blk[1].qs), load32(qa, QK)));
                     // [d0·da0, m0·sa0, d1·da1, m1·sa1]; dsa is [da0, sa0, da1, sa1]
                     // SAFETY: dsa holds 4 f32 (chunks_exact); the load is unaligned.
-                    let ds = _mm_mul_ps(f16_pairs(blk, 0, 20), unsafe { _mm_loadu_ps(dsa.as_ptr()) });
+                    let ds = _mm_mul_ps(f16_pairs(&blk[0], &blk[1]), unsafe { _mm_loadu_ps(dsa.as_ptr()) });
                     acc0 = _mm256_fmadd_ps(dot0, _mm256_broadcastss_ps(ds), acc0);
                     acc1 = _mm256_fmadd_ps(dot1, _mm256_broadcastss_ps(_mm_movehl_ps(ds, ds)), acc1);
                     offs = _mm_add_ps(offs, ds);
@@ -202,12 +203,12 @@ macro_rules! kernels {
                 // lanes 1 and 3 of offs: the offsets' sum
                 let odd = _mm_shuffle_ps::<0b11_01_11_01>(offs, offs);
                 let mut off = _mm_cvtss_f32(_mm_add_ss(odd, _mm_movehdup_ps(odd)));
-                let nb = w.len() / 20;
+                let nb = w.len();
                 if nb % 2 == 1 {
-                    let (b, blk) = (nb - 1, &w[(nb - 1) * 20..]);
-                    let dot = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(blk, 4), load32(&a.qs, b * QK)));
-                    acc0 = _mm256_fmadd_ps(dot, _mm256_set1_ps(f16_at(t, blk, 0) * a.d[b]), acc0);
-                    off += f16_at(t, blk, 2) * a.s[b];
+                    let (b, blk) = (nb - 1, &w[nb - 1]);
+                    let dot = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(&blk.qs), load32(&a.qs, b * QK)));
+                    acc0 = _mm256_fmadd_ps(dot, _mm256_set1_ps(f16_of(t, blk.d) * a.d[b]), acc0);
+                    off += f16_of(t, blk.m) * a.s[b];
                 }
                 hsum(_mm256_add_ps(acc0, acc1)) + off
             }
@@ -215,10 +216,10 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             fn q8_0(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
-                four_way(w.len() / 34, |b| {
-                    let blk = &w[b * 34..(b + 1) * 34];
-                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(load32(blk, 2), load32(&a.qs, b * QK)));
-                    (dot, f16_at(t, blk, 0) * a.d[b])
+                let w = blocks::<BlockQ8_0>(w);
+                four_way(w.len(), |b| {
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(load32(&w[b].qs, 0), load32(&a.qs, b * QK)));
+                    (dot, f16_of(t, w[b].d) * a.d[b])
                 })
             }
 
@@ -229,13 +230,14 @@ macro_rules! kernels {
                 let mut acc = [_mm256_setzero_ps(); 4];
                 let mut mins = 0f32;
                 let m4 = _mm256_set1_epi8(0x0f);
-                for (sb, blk) in w.chunks_exact(144).enumerate() {
-                    let (d, dmin) = (f16_at(t, blk, 0), f16_at(t, blk, 2));
+                for (sb, blk) in blocks::<BlockQ4K>(w).iter().enumerate() {
+                    let (d, dmin) = (f16_of(t, blk.d), f16_of(t, blk.dmin));
                     for j in 0..4 {
-                        let q = load32(blk, 16 + 32 * j);
+                        let q = load32(&blk.qs, 32 * j);
                         let b = sb * 8 + 2 * j;
-                        let (sc0, m0) = scale_min_k4(&blk[4..16], 2 * j);
-                        let (sc1, m1) = scale_min_k4(&blk[4..16], 2 * j + 1);
+                        let (sc0, m0) = scale_min_k4(&blk.scales, 2 * j);
+                        let (sc1, m1) = scale_min_k4(&blk.scales, 2 * j + 1);
+                        let (sc0, m0, sc1, m1) = (sc0 as f32, m0 as f32, sc1 as f32, m1 as f32);
                         let lo = _mm256_cvtepi32_ps(dot_u8_i8(_mm256_and_si256(q, m4), load32(&a.qs, b * QK)));
                         let hi = _mm256_cvtepi32_ps(dot_u8_i8(
                             _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
@@ -268,10 +270,11 @@ macro_rules! kernels {
                 // four accumulators (one per group): independent multiply-add chains
                 let mut acc = [_mm256_setzero_ps(); 4];
                 let (m4, c32) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(32));
-                for (sb, blk) in w.chunks_exact(210).enumerate() {
-                    let d = f16_at(t, blk, 208);
+                for (sb, blk) in blocks::<BlockQ6K>(w).iter().enumerate() {
+                    let d = f16_of(t, blk.d);
                     for n in 0..2 {
-                        let (l0, l1, h) = (load32(blk, 64 * n), load32(blk, 64 * n + 32), load32(blk, 128 + 32 * n));
+                        let (l0, l1, h) =
+                            (load32(&blk.ql, 64 * n), load32(&blk.ql, 64 * n + 32), load32(&blk.qh, 32 * n));
                         let groups = [
                             _mm256_or_si256(_mm256_and_si256(l0, m4), high_bits(h, 0)),
                             _mm256_or_si256(_mm256_and_si256(l1, m4), high_bits(h, 2)),
@@ -284,7 +287,7 @@ macro_rules! kernels {
                             let y = load32(&a.qs, b * QK);
                             let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
                             // the first 16 elements' pairs fill the low 128 bits: one scale each half
-                            let (s0, s1) = (blk[192 + 8 * n + 2 * g] as i8, blk[192 + 8 * n + 2 * g + 1] as i8);
+                            let (s0, s1) = (blk.scales[8 * n + 2 * g] as i8, blk.scales[8 * n + 2 * g + 1] as i8);
                             let scales = _mm256_set_m128i(_mm_set1_epi16(s1 as i16), _mm_set1_epi16(s0 as i16));
                             let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, scales));
                             acc[g] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * a.d[b]), acc[g]);

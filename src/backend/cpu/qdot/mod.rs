@@ -78,7 +78,7 @@ pub(crate) fn scalar_dot_fn(dtype: DType) -> Option<DotFn> {
 mod tests {
     use super::row::QK;
     use super::*;
-    use crate::blocks::decode;
+    use crate::quant::decode;
 
     /// Random blocks of `dtype` with finite, small f16 scales (the fields at `scales`), `rows` rows of `k`.
     fn blocks(dtype: DType, k: usize, seed: u64) -> Vec<u8> {
@@ -90,15 +90,19 @@ mod tests {
         let nb = k / dtype.block_size();
         let bb = dtype.block_bytes();
         let mut out: Vec<u8> = (0..nb * bb).map(|_| next() as u8).collect();
+        use crate::quant::*;
+        use std::mem::offset_of;
         let scales: &[usize] = match dtype {
-            DType::Q4_0 | DType::Q8_0 => &[0],
-            DType::Q4_1 => &[0, 2],
-            DType::Q4_K => &[0, 2],
-            DType::Q6_K => &[208],
-            DType::Q5_0 => &[0],
-            DType::Q5_1 | DType::Q5_K => &[0, 2],
-            DType::Q3_K => &[108],
-            DType::Q2_K => &[80, 82],
+            DType::Q4_0 => &[offset_of!(BlockQ4_0, d)],
+            DType::Q4_1 => &[offset_of!(BlockQ4_1, d), offset_of!(BlockQ4_1, m)],
+            DType::Q5_0 => &[offset_of!(BlockQ5_0, d)],
+            DType::Q5_1 => &[offset_of!(BlockQ5_1, d), offset_of!(BlockQ5_1, m)],
+            DType::Q8_0 => &[offset_of!(BlockQ8_0, d)],
+            DType::Q2_K => &[offset_of!(BlockQ2K, d), offset_of!(BlockQ2K, dmin)],
+            DType::Q3_K => &[offset_of!(BlockQ3K, d)],
+            DType::Q4_K => &[offset_of!(BlockQ4K, d), offset_of!(BlockQ4K, dmin)],
+            DType::Q5_K => &[offset_of!(BlockQ5K, d), offset_of!(BlockQ5K, dmin)],
+            DType::Q6_K => &[offset_of!(BlockQ6K, d)],
             _ => unreachable!(),
         };
         for b in 0..nb {

@@ -1,7 +1,9 @@
 //! The portable integer dot products: the definition of each kernel (block layouts from ggml-common.h, as
-//! `src/blocks.rs` decodes them), and the kernels of CPUs without AVX2 (and of wasm).
+//! `crate::quant` types and decodes them), and the kernels of CPUs without AVX2 (and of wasm). Blocks are read by
+//! field from the typed block structs.
 
 use super::row::{DotFn, Q8Row, QK};
+use crate::quant::*;
 use crate::DType;
 
 pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {
@@ -36,11 +38,10 @@ fn sum_i8(a: &[i8]) -> i32 {
     a.iter().map(|&a| a as i32).sum()
 }
 
-/// A Q5_0 / Q5_1 block's 32 values (offset by `off`): nibbles with a fifth bit from `qh` at byte `at`.
+/// A Q5_0 / Q5_1 block's 32 values (offset by `off`): nibbles with a fifth bit from `qh`.
 #[inline(always)]
-fn unpack_q5(blk: &[u8], at: usize, off: i8, q: &mut [i8; 32]) {
-    let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
-    let qs = &blk[at + 4..at + 20];
+fn unpack_q5(qh: [u8; 4], qs: &[u8; 16], off: i8, q: &mut [i8; 32]) {
+    let qh = u32::from_le_bytes(qh);
     for j in 0..16 {
         q[j] = ((qs[j] & 15) | ((((qh >> j) & 1) as u8) << 4)) as i8 - off;
         q[j + 16] = ((qs[j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4)) as i8 - off;
@@ -51,9 +52,9 @@ fn unpack_q5(blk: &[u8], at: usize, off: i8, q: &mut [i8; 32]) {
 pub(super) fn q5_0(w: &[u8], a: &Q8Row) -> f32 {
     let mut q = [0i8; 32];
     let mut sum = 0f32;
-    for (b, blk) in w.chunks_exact(22).enumerate() {
-        unpack_q5(blk, 2, 16, &mut q);
-        sum += f16_at(blk, 0) * a.d[b] * dot_i8(&q, &a.qs[b * QK..(b + 1) * QK]) as f32;
+    for (b, blk) in blocks::<BlockQ5_0>(w).iter().enumerate() {
+        unpack_q5(blk.qh, &blk.qs, 16, &mut q);
+        sum += blk.d.get() * a.d[b] * dot_i8(&q, &a.qs[b * QK..(b + 1) * QK]) as f32;
     }
     sum
 }
@@ -62,11 +63,11 @@ pub(super) fn q5_0(w: &[u8], a: &Q8Row) -> f32 {
 pub(super) fn q5_1(w: &[u8], a: &Q8Row) -> f32 {
     let mut q = [0i8; 32];
     let mut sum = 0f32;
-    for (b, blk) in w.chunks_exact(24).enumerate() {
+    for (b, blk) in blocks::<BlockQ5_1>(w).iter().enumerate() {
         // unpacked with Q5_0's offset of 16, which the compiler vectorizes (with 0 it unrolls to scalar code),
         // and the 16 added back through the activations' sum: d·Σ(q + 16)·x = d·Σq·x + 16·d·s
-        unpack_q5(blk, 4, 16, &mut q);
-        let (d, m) = (f16_at(blk, 0), f16_at(blk, 2));
+        unpack_q5(blk.qh, &blk.qs, 16, &mut q);
+        let (d, m) = (blk.d.get(), blk.m.get());
         let dot = dot_i8(&q, &a.qs[b * QK..(b + 1) * QK]) as f32;
         sum += d * a.d[b] * dot + (16.0 * d + m) * a.s[b];
     }
@@ -78,16 +79,16 @@ pub(super) fn q5_1(w: &[u8], a: &Q8Row) -> f32 {
 pub(super) fn q5_k(w: &[u8], a: &Q8Row) -> f32 {
     let mut q = [0i8; 32];
     let mut sum = 0f32;
-    for (sb, blk) in w.chunks_exact(176).enumerate() {
-        let (d, dmin, (qh, qs)) = (f16_at(blk, 0), f16_at(blk, 2), (&blk[16..48], &blk[48..176]));
+    for (sb, blk) in blocks::<BlockQ5K>(w).iter().enumerate() {
+        let (d, dmin, qh, qs) = (blk.d.get(), blk.dmin.get(), &blk.qh, &blk.qs);
         for sub in 0..8 {
             let (j, shift) = (sub / 2, 4 * (sub % 2) as u32);
             for l in 0..32 {
                 q[l] = (((qs[32 * j + l] >> shift) & 15) | (((qh[l] >> sub) & 1) << 4)) as i8;
             }
             let b = sb * 8 + sub;
-            let (sc, m) = scale_min_k4(&blk[4..16], sub);
-            sum += d * sc * a.d[b] * dot_i8(&q, &a.qs[b * QK..(b + 1) * QK]) as f32 - dmin * m * a.s[b];
+            let (sc, m) = scale_min_k4(&blk.scales, sub);
+            sum += d * sc as f32 * a.d[b] * dot_i8(&q, &a.qs[b * QK..(b + 1) * QK]) as f32 - dmin * m as f32 * a.s[b];
         }
     }
     sum
@@ -98,8 +99,8 @@ pub(super) fn q5_k(w: &[u8], a: &Q8Row) -> f32 {
 pub(super) fn q2_k(w: &[u8], a: &Q8Row) -> f32 {
     let mut q = [0i8; 16];
     let mut sum = 0f32;
-    for (sb, blk) in w.chunks_exact(84).enumerate() {
-        let (scales, qs, d, dmin) = (&blk[0..16], &blk[16..80], f16_at(blk, 80), f16_at(blk, 82));
+    for (sb, blk) in blocks::<BlockQ2K>(w).iter().enumerate() {
+        let (scales, qs, d, dmin) = (&blk.scales, &blk.qs, blk.d.get(), blk.dmin.get());
         for (is, &sc) in scales.iter().enumerate() {
             // sub-block `is` = elements 16·is..: bits `2·shift` of bytes 32·n + 16·half + l
             let (n, shift, half) = (is / 8, 2 * ((is / 2) % 4) as u32, is % 2);
@@ -115,34 +116,14 @@ pub(super) fn q2_k(w: &[u8], a: &Q8Row) -> f32 {
     sum
 }
 
-/// Q3_K's sixteen 6-bit scales (ggml's `kmask` unpacking), minus 32.
-#[inline(always)]
-fn q3_k_scales(raw: &[u8]) -> [i8; 16] {
-    let word = |k: usize| u32::from_le_bytes([raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]]);
-    let (a0, a1, tmp) = (word(0), word(1), word(2));
-    let (m1, m2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
-    let aux = [
-        (a0 & m2) | ((tmp & m1) << 4),
-        (a1 & m2) | (((tmp >> 2) & m1) << 4),
-        ((a0 >> 4) & m2) | (((tmp >> 4) & m1) << 4),
-        ((a1 >> 4) & m2) | (((tmp >> 6) & m1) << 4),
-    ];
-    let mut out = [0i8; 16];
-    for (i, v) in aux.iter().flat_map(|a| a.to_le_bytes()).enumerate() {
-        out[i] = v as i8 - 32;
-    }
-    out
-}
-
 /// Q3_K: 16 sub-blocks of 16, each `d·scale·q` with q in −4..4 (2 bits of `qs`, and −4 where `hmask`'s bit is
 /// clear).
 #[inline(always)]
 pub(super) fn q3_k(w: &[u8], a: &Q8Row) -> f32 {
     let mut q = [0i8; 16];
     let mut sum = 0f32;
-    for (sb, blk) in w.chunks_exact(110).enumerate() {
-        let (hm, qs, d) = (&blk[0..32], &blk[32..96], f16_at(blk, 108));
-        let scales = q3_k_scales(&blk[96..108]);
+    for (sb, blk) in blocks::<BlockQ3K>(w).iter().enumerate() {
+        let (hm, qs, d, scales) = (&blk.hmask, &blk.qs, blk.d.get(), blk.scales());
         for (is, &sc) in scales.iter().enumerate() {
             // sub-block `is`: bits `2·j` of bytes 32·n + 16·half + l, the high bit in hmask's bit 4·n + j
             let (n, j, half) = (is / 8, (is / 2) % 4, is % 2);
@@ -159,11 +140,6 @@ pub(super) fn q3_k(w: &[u8], a: &Q8Row) -> f32 {
     sum
 }
 
-#[inline]
-pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
-    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
-}
-
 /// `Σ lo(q[j]) a[j] + hi(q[j]) a[j + 16]` over a 32-block whose 16 bytes hold nibbles (low: the first 16
 /// elements), with `off` subtracted from each nibble.
 #[inline]
@@ -172,54 +148,43 @@ fn nibble_dot(q: &[u8], a: &[i8], off: i32) -> i32 {
 }
 
 fn q4_0(w: &[u8], a: &Q8Row) -> f32 {
-    w.chunks_exact(18)
+    blocks::<BlockQ4_0>(w)
+        .iter()
         .enumerate()
-        .map(|(b, blk)| f16_at(blk, 0) * a.d[b] * nibble_dot(&blk[2..], &a.qs[b * QK..], 8) as f32)
+        .map(|(b, blk)| blk.d.get() * a.d[b] * nibble_dot(&blk.qs, &a.qs[b * QK..], 8) as f32)
         .sum()
 }
 
 fn q4_1(w: &[u8], a: &Q8Row) -> f32 {
-    w.chunks_exact(20)
+    blocks::<BlockQ4_1>(w)
+        .iter()
         .enumerate()
-        .map(|(b, blk)| {
-            f16_at(blk, 0) * a.d[b] * nibble_dot(&blk[4..], &a.qs[b * QK..], 0) as f32 + f16_at(blk, 2) * a.s[b]
-        })
+        .map(|(b, blk)| blk.d.get() * a.d[b] * nibble_dot(&blk.qs, &a.qs[b * QK..], 0) as f32 + blk.m.get() * a.s[b])
         .sum()
 }
 
 fn q8_0(w: &[u8], a: &Q8Row) -> f32 {
-    w.chunks_exact(34)
+    blocks::<BlockQ8_0>(w)
+        .iter()
         .enumerate()
         .map(|(b, blk)| {
-            let dot: i32 = (0..QK).map(|j| blk[2 + j] as i8 as i32 * a.qs[b * QK + j] as i32).sum();
-            f16_at(blk, 0) * a.d[b] * dot as f32
+            let dot: i32 = (0..QK).map(|j| blk.qs[j] as i8 as i32 * a.qs[b * QK + j] as i32).sum();
+            blk.d.get() * a.d[b] * dot as f32
         })
         .sum()
 }
 
-/// Scale and min `j` (0..8) of a Q4_K/Q5_K block's 12 packed scale bytes (ggml's `get_scale_min_k4`).
-#[inline]
-pub(super) fn scale_min_k4(s: &[u8], j: usize) -> (f32, f32) {
-    if j < 4 {
-        ((s[j] & 63) as f32, (s[j + 4] & 63) as f32)
-    } else {
-        let d = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        let m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        (d as f32, m as f32)
-    }
-}
-
 fn q4_k(w: &[u8], a: &Q8Row) -> f32 {
     let mut sum = 0f32;
-    for (sb, blk) in w.chunks_exact(144).enumerate() {
-        let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+    for (sb, blk) in blocks::<BlockQ4K>(w).iter().enumerate() {
+        let (d, dmin) = (blk.d.get(), blk.dmin.get());
         for j in 0..4 {
-            let q = &blk[16 + 32 * j..16 + 32 * j + 32];
+            let q = &blk.qs[32 * j..32 * j + 32];
             for (h, shift) in [(0usize, 0u8), (1, 4)] {
                 let b = sb * 8 + 2 * j + h;
-                let (sc, m) = scale_min_k4(&blk[4..16], 2 * j + h);
+                let (sc, m) = scale_min_k4(&blk.scales, 2 * j + h);
                 let dot: i32 = (0..QK).map(|l| ((q[l] >> shift) & 15) as i32 * a.qs[b * QK + l] as i32).sum();
-                sum += d * sc * a.d[b] * dot as f32 - dmin * m * a.s[b];
+                sum += d * sc as f32 * a.d[b] * dot as f32 - dmin * m as f32 * a.s[b];
             }
         }
     }
@@ -228,10 +193,10 @@ fn q4_k(w: &[u8], a: &Q8Row) -> f32 {
 
 fn q6_k(w: &[u8], a: &Q8Row) -> f32 {
     let mut sum = 0f32;
-    for (sb, blk) in w.chunks_exact(210).enumerate() {
-        let d = f16_at(blk, 208);
+    for (sb, blk) in blocks::<BlockQ6K>(w).iter().enumerate() {
+        let d = blk.d.get();
         for n in 0..2 {
-            let (ql, qh, sc) = (&blk[64 * n..], &blk[128 + 32 * n..], &blk[192 + 8 * n..]);
+            let (ql, qh, sc) = (&blk.ql[64 * n..], &blk.qh[32 * n..], &blk.scales[8 * n..]);
             for g in 0..4 {
                 // group g holds elements 32g..32g+32 of this half: ql's low nibbles (g = 0, 1) or high ones (2, 3)
                 // of bytes 0..32 (g even) or 32..64 (g odd), and bits 2g, 2g+1 of qh; a scale per 16

@@ -5,6 +5,7 @@
 //! matches its scalar definition (`scalar.rs`) to rounding (the sums are taken in another order).
 
 use super::row::{DotFn, Q8Row, QK};
+use crate::quant::*;
 use crate::DType;
 use core::arch::wasm32::*;
 
@@ -15,11 +16,6 @@ pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {
         DType::Q8_0 => q8_0,
         _ => return None,
     })
-}
-
-#[inline(always)]
-fn f16(b: &[u8], at: usize) -> f32 {
-    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
 /// 16 bytes at `p` as a vector.
@@ -56,29 +52,29 @@ fn hsum(v: v128) -> f32 {
 
 fn q4_0(w: &[u8], a: &Q8Row) -> f32 {
     let mut acc = f32x4_splat(0.0);
-    for (b, blk) in w.chunks_exact(18).enumerate() {
-        let s = nibble_dot(&blk[2..], &a.qs[b * QK..(b + 1) * QK], 8);
-        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(f16(blk, 0) * a.d[b])));
+    for (b, blk) in blocks::<BlockQ4_0>(w).iter().enumerate() {
+        let s = nibble_dot(&blk.qs, &a.qs[b * QK..(b + 1) * QK], 8);
+        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(blk.d.get() * a.d[b])));
     }
     hsum(acc)
 }
 
 fn q4_1(w: &[u8], a: &Q8Row) -> f32 {
     let (mut acc, mut mins) = (f32x4_splat(0.0), 0f32);
-    for (b, blk) in w.chunks_exact(20).enumerate() {
-        let s = nibble_dot(&blk[4..], &a.qs[b * QK..(b + 1) * QK], 0);
-        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(f16(blk, 0) * a.d[b])));
-        mins += f16(blk, 2) * a.s[b];
+    for (b, blk) in blocks::<BlockQ4_1>(w).iter().enumerate() {
+        let s = nibble_dot(&blk.qs, &a.qs[b * QK..(b + 1) * QK], 0);
+        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(blk.d.get() * a.d[b])));
+        mins += blk.m.get() * a.s[b];
     }
     hsum(acc) + mins
 }
 
 fn q8_0(w: &[u8], a: &Q8Row) -> f32 {
     let mut acc = f32x4_splat(0.0);
-    for (b, blk) in w.chunks_exact(34).enumerate() {
+    for (b, blk) in blocks::<BlockQ8_0>(w).iter().enumerate() {
         let x = bytemuck::cast_slice::<i8, u8>(&a.qs[b * QK..(b + 1) * QK]);
-        let s = i32x4_add(dot16(load(&blk[2..18]), load(&x[..16])), dot16(load(&blk[18..34]), load(&x[16..])));
-        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(f16(blk, 0) * a.d[b])));
+        let s = i32x4_add(dot16(load(&blk.qs[..16]), load(&x[..16])), dot16(load(&blk.qs[16..]), load(&x[16..])));
+        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(blk.d.get() * a.d[b])));
     }
     hsum(acc)
 }

@@ -416,7 +416,7 @@ impl GgufFile {
     /// of version 2 or 3 (see the module docs for what is checked).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: &str) -> Result<GgufFile> {
-        GgufFile::from_bytes(path, crate::io::map_file(path)?)
+        GgufFile::from_bytes(path, super::common::map_file(path)?)
     }
 
     /// Parses a GGUF file held in `bytes`; `source` names it in errors.

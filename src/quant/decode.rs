@@ -1,13 +1,9 @@
-//! ggml's block formats, decoded on the host (`dequantize_row_*` of ggml-quants.c, with the bit layouts of
-//! ggml-common.h). The CPU backend's kernels and host-side conversions use these; every decoder is checked against
-//! the `gguf` Python package's (bit for bit) in the differential suite.
+//! ggml's block formats, decoded on the host (`dequantize_row_*` of ggml-quants.c), reading the typed blocks of
+//! [`super::blocks`] by field. The CPU backend's kernels and host-side conversions use these; every decoder is
+//! checked against the `gguf` Python package's (bit for bit) in the differential suite.
 
+use super::blocks::*;
 use crate::DType;
-use half::f16;
-
-fn h(b: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
-}
 
 /// Decodes whole blocks of `dtype` from `bytes` into `out` (`out.len()` values: `bytes.len() / block_bytes` blocks).
 /// Plain types are converted (bf16 and f16 widened, i32 rounded).
@@ -23,25 +19,44 @@ pub(crate) fn decode(dtype: DType, bytes: &[u8], out: &mut [f32]) {
 }
 
 /// Decodes one block.
-pub(crate) fn decode_block(dtype: DType, b: &[u8], y: &mut [f32]) {
+fn decode_block(dtype: DType, b: &[u8], y: &mut [f32]) {
     match dtype {
         DType::F32 => y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-        DType::F16 => y[0] = h(b, 0),
+        DType::F16 => y[0] = F16Le([b[0], b[1]]).get(),
         DType::I32 => y[0] = i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
         DType::BF16 => y[0] = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16),
-        DType::Q4_0 => q4(b, 2, h(b, 0), None, y),
-        DType::Q4_1 => q4(b, 4, h(b, 0), Some(h(b, 2)), y),
-        DType::Q5_0 => q5(b, 2, h(b, 0), None, y),
-        DType::Q5_1 => q5(b, 4, h(b, 0), Some(h(b, 2)), y),
-        DType::Q8_0 => {
-            let d = h(b, 0);
-            y.iter_mut().zip(&b[2..34]).for_each(|(o, &q)| *o = q as i8 as f32 * d);
+        DType::Q4_0 => {
+            let b: &BlockQ4_0 = block(b);
+            q4(&b.qs, b.d.get(), None, y)
         }
-        DType::Q2_K => q2_k(b, y),
-        DType::Q3_K => q3_k(b, y),
-        DType::Q4_K => q45_k(b, false, y),
-        DType::Q5_K => q45_k(b, true, y),
-        DType::Q6_K => q6_k(b, y),
+        DType::Q4_1 => {
+            let b: &BlockQ4_1 = block(b);
+            q4(&b.qs, b.d.get(), Some(b.m.get()), y)
+        }
+        DType::Q5_0 => {
+            let b: &BlockQ5_0 = block(b);
+            q5(b.qh, &b.qs, b.d.get(), None, y)
+        }
+        DType::Q5_1 => {
+            let b: &BlockQ5_1 = block(b);
+            q5(b.qh, &b.qs, b.d.get(), Some(b.m.get()), y)
+        }
+        DType::Q8_0 => {
+            let b: &BlockQ8_0 = block(b);
+            let d = b.d.get();
+            y.iter_mut().zip(&b.qs).for_each(|(o, &q)| *o = q as i8 as f32 * d);
+        }
+        DType::Q2_K => q2_k(block(b), y),
+        DType::Q3_K => q3_k(block(b), y),
+        DType::Q4_K => {
+            let b: &BlockQ4K = block(b);
+            q45_k((b.d.get(), b.dmin.get(), &b.scales), None, &b.qs, y)
+        }
+        DType::Q5_K => {
+            let b: &BlockQ5K = block(b);
+            q45_k((b.d.get(), b.dmin.get(), &b.scales), Some(&b.qh), &b.qs, y)
+        }
+        DType::Q6_K => q6_k(block(b), y),
     }
 }
 
@@ -53,18 +68,17 @@ fn value(q: f32, d: f32, m: Option<f32>, c: f32) -> f32 {
     }
 }
 
-/// Q4_0 / Q4_1: the nibbles at `qs` (low nibbles the first 16 values, high nibbles the rest).
-fn q4(b: &[u8], qs: usize, d: f32, m: Option<f32>, y: &mut [f32]) {
+/// Q4_0 / Q4_1: nibbles (low nibbles the first 16 values, high nibbles the rest).
+fn q4(qs: &[u8; 16], d: f32, m: Option<f32>, y: &mut [f32]) {
     for j in 0..16 {
-        y[j] = value((b[qs + j] & 0x0f) as f32, d, m, 8.0);
-        y[j + 16] = value((b[qs + j] >> 4) as f32, d, m, 8.0);
+        y[j] = value((qs[j] & 0x0f) as f32, d, m, 8.0);
+        y[j + 16] = value((qs[j] >> 4) as f32, d, m, 8.0);
     }
 }
 
-/// Q5_0 / Q5_1: nibbles with a fifth bit from `qh` (4 bytes before the nibbles).
-fn q5(b: &[u8], qh_at: usize, d: f32, m: Option<f32>, y: &mut [f32]) {
-    let qh = u32::from_le_bytes([b[qh_at], b[qh_at + 1], b[qh_at + 2], b[qh_at + 3]]);
-    let qs = &b[qh_at + 4..qh_at + 20];
+/// Q5_0 / Q5_1: nibbles with a fifth bit from `qh`.
+fn q5(qh: [u8; 4], qs: &[u8; 16], d: f32, m: Option<f32>, y: &mut [f32]) {
+    let qh = u32::from_le_bytes(qh);
     for j in 0..16 {
         let h0 = (((qh >> j) << 4) & 0x10) as u8;
         let h1 = ((qh >> (j + 12)) & 0x10) as u8;
@@ -73,9 +87,9 @@ fn q5(b: &[u8], qh_at: usize, d: f32, m: Option<f32>, y: &mut [f32]) {
     }
 }
 
-/// Q2_K: `scales[16]`, `qs[64]`, d, dmin.
-fn q2_k(b: &[u8], y: &mut [f32]) {
-    let (scales, qs, d, min) = (&b[0..16], &b[16..80], h(b, 80), h(b, 82));
+/// Q2_K.
+fn q2_k(b: &BlockQ2K, y: &mut [f32]) {
+    let (scales, qs, d, min) = (&b.scales, &b.qs, b.d.get(), b.dmin.get());
     let mut out = 0;
     let mut is = 0;
     for n in 0..2 {
@@ -94,26 +108,15 @@ fn q2_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// Q3_K: `hmask[32]`, `qs[64]`, `scales[12]` (sixteen 6-bit scales), d.
-fn q3_k(b: &[u8], y: &mut [f32]) {
-    let (hm, qs, raw, d_all) = (&b[0..32], &b[32..96], &b[96..108], h(b, 108));
-    let mut aux = [0u32; 4];
-    for (k, a) in aux.iter_mut().enumerate().take(3) {
-        *a = u32::from_le_bytes([raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]]);
-    }
-    let (m1, m2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
-    let tmp = aux[2];
-    aux[2] = ((aux[0] >> 4) & m2) | (((tmp >> 4) & m1) << 4);
-    aux[3] = ((aux[1] >> 4) & m2) | (((tmp >> 6) & m1) << 4);
-    aux[0] = (aux[0] & m2) | ((tmp & m1) << 4);
-    aux[1] = (aux[1] & m2) | (((tmp >> 2) & m1) << 4);
-    let scales: Vec<i8> = aux.iter().flat_map(|a| a.to_le_bytes()).map(|v| v as i8).collect();
+/// Q3_K.
+fn q3_k(b: &BlockQ3K, y: &mut [f32]) {
+    let (hm, qs, d_all, scales) = (&b.hmask, &b.qs, b.d.get(), b.scales());
     let (mut out, mut is, mut m) = (0, 0, 1u8);
     for n in 0..2 {
         let q = &qs[n * 32..];
         for shift in [0, 2, 4, 6] {
             for half in 0..2 {
-                let dl = d_all * (scales[is] as i32 - 32) as f32;
+                let dl = d_all * scales[is] as f32;
                 is += 1;
                 for l in 0..16 {
                     let i = l + 16 * half;
@@ -127,32 +130,22 @@ fn q3_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// The `j`-th 6-bit scale and min of a Q4_K / Q5_K block (ggml's `get_scale_min_k4`).
-pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
-    }
-}
-
-/// Q4_K (`d, dmin, scales[12], qs[128]`) and Q5_K (`d, dmin, scales[12], qh[32], qs[128]`).
-fn q45_k(b: &[u8], five: bool, y: &mut [f32]) {
-    let (d, min, scales) = (h(b, 0), h(b, 2), &b[4..16]);
-    let (qh, qs) = if five { (&b[16..48], &b[48..176]) } else { (&b[0..0], &b[16..144]) };
+/// Q4_K (`qh` None) and Q5_K: `(d, dmin, scales)`, the fifth bits, the nibbles.
+fn q45_k((d, min, scales): (f32, f32, &[u8; 12]), qh: Option<&[u8; 32]>, qs: &[u8; 128], y: &mut [f32]) {
+    let bit = |l: usize, mask: u8| qh.is_some_and(|qh| qh[l] & mask != 0);
     let (mut out, mut u1, mut u2) = (0, 1u8, 2u8);
     for j in 0..4 {
         let q = &qs[j * 32..];
-        let (sc, m) = scale_min_k4(2 * j, scales);
+        let (sc, m) = scale_min_k4(scales, 2 * j);
         let (d1, m1) = (d * sc as f32, min * m as f32);
-        let (sc, m) = scale_min_k4(2 * j + 1, scales);
+        let (sc, m) = scale_min_k4(scales, 2 * j + 1);
         let (d2, m2) = (d * sc as f32, min * m as f32);
         for l in 0..32 {
-            let hb = if five && qh[l] & u1 != 0 { 16.0 } else { 0.0 };
+            let hb = if bit(l, u1) { 16.0 } else { 0.0 };
             y[out + l] = d1 * ((q[l] & 0xf) as f32 + hb) - m1;
         }
         for l in 0..32 {
-            let hb = if five && qh[l] & u2 != 0 { 16.0 } else { 0.0 };
+            let hb = if bit(l, u2) { 16.0 } else { 0.0 };
             y[out + 32 + l] = d2 * ((q[l] >> 4) as f32 + hb) - m2;
         }
         out += 64;
@@ -161,11 +154,11 @@ fn q45_k(b: &[u8], five: bool, y: &mut [f32]) {
     }
 }
 
-/// Q6_K: `ql[128]`, `qh[64]`, `scales[16]` (i8), d.
-fn q6_k(b: &[u8], y: &mut [f32]) {
-    let d = h(b, 208);
+/// Q6_K.
+fn q6_k(b: &BlockQ6K, y: &mut [f32]) {
+    let d = b.d.get();
     for n in 0..2 {
-        let (ql, qh, sc) = (&b[n * 64..], &b[128 + n * 32..], &b[192 + n * 8..]);
+        let (ql, qh, sc) = (&b.ql[n * 64..], &b.qh[n * 32..], &b.scales[n * 8..]);
         let yo = &mut y[n * 128..];
         for l in 0..32 {
             let is = l / 16;

@@ -1,0 +1,135 @@
+//! ggml's block structs (`block_q4_0` ... `block_q6_K` of ggml-common.h) as typed `#[repr(C)]` structs of bytes:
+//! alignment 1 and no padding, so a block is read in place from any byte offset of a file or buffer
+//! ([`block`], [`blocks`]), and each struct's size is asserted against ggml's at compile time. Half-precision
+//! fields are [`F16Le`]. The decoders, the CPU dot products and the tests read blocks by these fields (or by
+//! `offset_of!` where a SIMD kernel loads from a base pointer).
+
+use bytemuck::{Pod, Zeroable};
+
+/// An IEEE half stored little-endian, as ggml's `ggml_half` is in a file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
+#[repr(transparent)]
+pub(crate) struct F16Le(pub [u8; 2]);
+
+impl F16Le {
+    /// The value, widened to f32.
+    #[inline]
+    pub(crate) fn get(self) -> f32 {
+        half::f16::from_le_bytes(self.0).to_f32()
+    }
+}
+
+/// A block's struct: what its type's bytes hold.
+pub(crate) trait Block: Pod {
+    /// Values per block (ggml's `blck_size`).
+    const VALUES: usize;
+}
+
+macro_rules! block {
+    ($(#[doc = $doc:literal])* $name:ident, $values:expr, $bytes:expr, { $($(#[doc = $fdoc:literal])* $field:ident: $ty:ty),* $(,)? }) => {
+        $(#[doc = $doc])*
+        #[derive(Clone, Copy, Debug, Pod, Zeroable)]
+        #[repr(C)]
+        pub(crate) struct $name {
+            $($(#[doc = $fdoc])* pub $field: $ty,)*
+        }
+        impl Block for $name {
+            const VALUES: usize = $values;
+        }
+        const _: () = assert!(std::mem::size_of::<$name>() == $bytes && std::mem::align_of::<$name>() == 1);
+    };
+}
+
+block!(
+    /// `block_q4_0`: 32 values `(q − 8)·d`, q a nibble (low nibbles the first 16).
+    BlockQ4_0, 32, 18, { d: F16Le, qs: [u8; 16] }
+);
+block!(
+    /// `block_q4_1`: 32 values `q·d + m`.
+    BlockQ4_1, 32, 20, { d: F16Le, m: F16Le, qs: [u8; 16] }
+);
+block!(
+    /// `block_q5_0`: 32 values `(q − 16)·d`, q a nibble with a fifth bit from `qh`.
+    BlockQ5_0, 32, 22, { d: F16Le, qh: [u8; 4], qs: [u8; 16] }
+);
+block!(
+    /// `block_q5_1`: 32 values `q·d + m`, q 5 bits as in Q5_0.
+    BlockQ5_1, 32, 24, { d: F16Le, m: F16Le, qh: [u8; 4], qs: [u8; 16] }
+);
+block!(
+    /// `block_q8_0`: 32 values `q·d`, q an i8.
+    BlockQ8_0, 32, 34, { d: F16Le, qs: [u8; 32] }
+);
+block!(
+    /// `block_q2_K`: 256 values in 16 groups of 16, `d·sc·q − dmin·m`, q 2 bits; `scales` holds each group's
+    /// 4-bit scale (low nibble) and min (high nibble).
+    BlockQ2K, 256, 84, { scales: [u8; 16], qs: [u8; 64], d: F16Le, dmin: F16Le }
+);
+block!(
+    /// `block_q3_K`: 256 values in 16 groups of 16, `d·(sc − 32)·(q − 4·!hbit)`, q 2 bits with a high bit in
+    /// `hmask`; sixteen 6-bit scales packed in 12 bytes ([`BlockQ3K::scales`]).
+    BlockQ3K, 256, 110, { hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: F16Le }
+);
+block!(
+    /// `block_q4_K`: 256 values in 8 groups of 32, `d·sc·q − dmin·m`, q a nibble; eight 6-bit scales and mins
+    /// packed in 12 bytes ([`scale_min_k4`]).
+    BlockQ4K, 256, 144, { d: F16Le, dmin: F16Le, scales: [u8; 12], qs: [u8; 128] }
+);
+block!(
+    /// `block_q5_K`: Q4_K with a fifth bit per value in `qh`.
+    BlockQ5K, 256, 176, { d: F16Le, dmin: F16Le, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128] }
+);
+block!(
+    /// `block_q6_K`: 256 values in 16 groups of 16, `d·sc·(q − 32)`, q 6 bits (low 4 in `ql`, high 2 in `qh`),
+    /// `sc` an i8.
+    BlockQ6K, 256, 210, { ql: [u8; 128], qh: [u8; 64], scales: [u8; 16], d: F16Le }
+);
+
+/// The block at the start of `bytes`.
+///
+/// # Panics
+/// When `bytes` is shorter than a block (a bug in the caller: block counts are checked when a tensor is made).
+#[inline]
+pub(crate) fn block<B: Block>(bytes: &[u8]) -> &B {
+    bytemuck::from_bytes(&bytes[..std::mem::size_of::<B>()])
+}
+
+/// `bytes` as whole blocks.
+///
+/// # Panics
+/// When `bytes` is not a whole number of blocks (a bug in the caller).
+#[inline]
+pub(crate) fn blocks<B: Block>(bytes: &[u8]) -> &[B] {
+    bytemuck::cast_slice(bytes)
+}
+
+/// The `j`-th 6-bit scale and min (j < 8) of a Q4_K / Q5_K block's packed `scales` (ggml's `get_scale_min_k4`).
+#[inline]
+pub(crate) fn scale_min_k4(q: &[u8; 12], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+impl BlockQ3K {
+    /// The sixteen group scales, unpacked from 6 bits and centred (`sc − 32`), as ggml's `dequantize_row_q3_K`.
+    pub(crate) fn scales(&self) -> [i8; 16] {
+        let raw = &self.scales;
+        let word = |k: usize| u32::from_le_bytes([raw[4 * k], raw[4 * k + 1], raw[4 * k + 2], raw[4 * k + 3]]);
+        let (a0, a1, tmp) = (word(0), word(1), word(2));
+        let (m1, m2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+        let aux = [
+            (a0 & m2) | ((tmp & m1) << 4),
+            (a1 & m2) | (((tmp >> 2) & m1) << 4),
+            ((a0 >> 4) & m2) | (((tmp >> 4) & m1) << 4),
+            ((a1 >> 4) & m2) | (((tmp >> 6) & m1) << 4),
+        ];
+        let mut out = [0i8; 16];
+        for (o, v) in out.iter_mut().zip(aux.iter().flat_map(|a| a.to_le_bytes())) {
+            *o = v as i8 - 32;
+        }
+        out
+    }
+}
