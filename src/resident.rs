@@ -3,7 +3,6 @@
 //! [`Device`](crate::Device); their memory is freed when the last handle and the last plan using them are dropped.
 //! [`Bytes`] lets a resident's bytes come from a memory-mapped file without an intermediate copy.
 
-use crate::graph::NodeId;
 use crate::{DType, Error, HostTensor, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -85,20 +84,34 @@ pub(crate) fn check_bytes(what: &str, dtype: DType, shape: &[usize], bytes: usiz
     Ok(())
 }
 
-/// Where an external tensor's memory lives, by backend.
-pub(crate) enum ExternalMemory {
-    /// CPU: read-only bytes (a resident), shared, never copied; and, made on first use, an f32 `[K, R]` copy of
-    /// an f32 `[R, K]` resident that a plan multiplies as `t(w)` with many rows (`backend::cpu::transposed`).
-    CpuBytes(Bytes, std::sync::OnceLock<Vec<f32>>),
-    /// CPU: a writable buffer (a state), 8-byte words; plans that use it lock `lock` for the length of a run.
-    CpuState { words: std::cell::UnsafeCell<Vec<u64>>, lock: std::sync::Mutex<()> },
-    /// GPU: a buffer of its own.
-    Gpu { buffer: wgpu::Buffer, device: Arc<crate::backend::gpu::GpuBackend> },
-}
+/// `Send + Sync` natively; nothing on wasm, where GPU handles are single-threaded.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) trait MaybeSendSync: Send + Sync {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Send + Sync> MaybeSendSync for T {}
+/// `Send + Sync` natively; nothing on wasm, where GPU handles are single-threaded.
+#[cfg(target_arch = "wasm32")]
+pub(crate) trait MaybeSendSync {}
+#[cfg(target_arch = "wasm32")]
+impl<T> MaybeSendSync for T {}
 
-// SAFETY: the CPU state's words are only accessed while `lock` is held (by a run, or by `State::read`/`write`/
-// `zero`), so no two threads touch them at once; the other variants are Send + Sync themselves.
-unsafe impl Sync for ExternalMemory {}
+/// A boxed future, not necessarily `Send` (wgpu's are not on wasm).
+pub(crate) type LocalFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
+
+/// An external tensor's memory, as its backend holds it: each backend has its own type (`backend::cpu::external`,
+/// `backend::gpu::external`) and finds it again with [`ExternalMemory::as_any`]. Its drop frees the memory.
+pub(crate) trait ExternalMemory: MaybeSendSync + std::any::Any {
+    /// Overwrites the first `bytes.len()` bytes (a state's, from the host).
+    fn write(&self, bytes: &[u8]) -> Result<()>;
+    /// The first `len` bytes (a state's, as the last run that wrote them left them).
+    fn read(&self, len: u64) -> LocalFuture<'_, Result<Vec<u8>>>;
+    /// Bytes held for the tensor besides its own (a copy made on first use), counted while it lives.
+    fn extra_bytes(&self) -> u64 {
+        0
+    }
+    /// The backend's own type, for a downcast.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
 
 /// The shared body of a [`Resident`] or a [`State`].
 pub(crate) struct External {
@@ -110,12 +123,38 @@ pub(crate) struct External {
     pub device: u64,
     /// True for a state (written by plans), false for a resident (read-only).
     pub writable: bool,
-    pub memory: ExternalMemory,
+    pub memory: Box<dyn ExternalMemory>,
     /// Counts the bytes toward the device's resident total while this lives.
     pub accounting: Arc<AtomicU64>,
 }
 
+/// What an external tensor is: its name, dtype, shape, and whether plans write it (a state).
+pub(crate) struct ExternalInfo<'a> {
+    pub name: &'a str,
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub writable: bool,
+}
+
 impl External {
+    /// A new external tensor of device `device` in `memory`, its bytes added to `accounting` (the device's resident
+    /// total) until it is dropped.
+    pub(crate) fn new(
+        info: ExternalInfo<'_>,
+        device: u64,
+        memory: Box<dyn ExternalMemory>,
+        accounting: &Arc<AtomicU64>,
+    ) -> Arc<External> {
+        let ExternalInfo { name, dtype, shape, writable } = info;
+        let bytes = dtype.bytes_of_shape(shape).unwrap_or(0) as u64;
+        accounting.fetch_add(bytes, Ordering::Relaxed);
+        let accounting = accounting.clone();
+        let (id, name, shape) = (crate::caps::next_id(), name.to_string(), shape.to_vec());
+        // Send + Sync natively; on wasm32 (one thread) wgpu's handles are neither, as for Device
+        #[allow(clippy::arc_with_non_send_sync)]
+        Arc::new(External { id, name, dtype, shape, device, writable, memory, accounting })
+    }
+
     /// Size in bytes.
     pub(crate) fn bytes(&self) -> u64 {
         self.dtype.bytes_of_shape(&self.shape).unwrap_or(0) as u64
@@ -124,17 +163,8 @@ impl External {
 
 impl Drop for External {
     fn drop(&mut self) {
-        self.accounting.fetch_sub(self.bytes(), Ordering::Relaxed);
-        if let ExternalMemory::CpuBytes(_, transposed) = &self.memory {
-            let copy = transposed.get().map_or(0, |t| 4 * t.len() as u64);
-            self.accounting.fetch_sub(copy, Ordering::Relaxed);
-        }
-        if let ExternalMemory::Gpu { buffer, device } = &self.memory {
-            #[cfg(not(target_arch = "wasm32"))]
-            let _serial = device.serialize(); // releasing a GL buffer takes the context (see `GpuBackend::serialize`)
-            buffer.destroy();
-            let _ = device;
-        }
+        // the memory itself is freed by its own drop, after this
+        self.accounting.fetch_sub(self.bytes() + self.memory.extra_bytes(), Ordering::Relaxed);
     }
 }
 
@@ -190,15 +220,57 @@ macro_rules! external_accessors {
 }
 external_accessors!(Resident);
 external_accessors!(State);
-
-/// A graph's reference to an external tensor: the handle (which keeps the memory alive) and the node it became.
-#[derive(Clone)]
-pub(crate) struct ExternalRef {
-    pub ext: Arc<External>,
-    pub node: NodeId,
-}
-
 /// A state's values as a host tensor, from its bytes.
 pub(crate) fn host_tensor(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<HostTensor> {
     HostTensor::new(shape, crate::Data::from_bytes(dtype, bytes))
+}
+
+/// Checks that `t` has the state's dtype and shape.
+fn check_matches(ext: &External, t: &HostTensor) -> Result<()> {
+    if t.dtype() != ext.dtype || t.shape != ext.shape {
+        return Err(Error::BadInput {
+            name: ext.name.clone(),
+            reason: format!("expected {} {:?}, got {} {:?}", ext.dtype, ext.shape, t.dtype(), t.shape),
+        });
+    }
+    Ok(())
+}
+
+impl State {
+    /// Sets every element to zero.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when the device was lost.
+    pub fn zero(&self) -> Result<()> {
+        self.inner.memory.write(&vec![0u8; self.inner.bytes() as usize])
+    }
+
+    /// Overwrites the state with `t`'s values (for tests, and for restoring a saved session).
+    ///
+    /// # Errors
+    /// [`Error::BadInput`] naming the state when `t`'s dtype or shape differs; [`Error::Gpu`] when the device was
+    /// lost.
+    pub fn write(&self, t: &HostTensor) -> Result<()> {
+        check_matches(&self.inner, t)?;
+        self.inner.memory.write(t.data.as_bytes())
+    }
+
+    /// The state's values, asynchronously (as the last run that wrote them left them).
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when the device was lost or the readback failed.
+    pub async fn read_async(&self) -> Result<HostTensor> {
+        let ext = &self.inner;
+        let bytes = ext.memory.read(ext.bytes()).await?;
+        host_tensor(ext.dtype, &ext.shape, &bytes)
+    }
+
+    /// Blocking form of [`State::read_async`] (native only).
+    ///
+    /// # Errors
+    /// As [`State::read_async`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read(&self) -> Result<HostTensor> {
+        pollster::block_on(self.read_async())
+    }
 }

@@ -1,9 +1,8 @@
-//! Backends (stage 4): one small trait around a compiled plan. A backend runs the compiler's pass list with its own
+//! Backends (stage 3): one small trait around a compiled plan. A backend runs the compiler's pass list with its own
 //! [`Target`](crate::compile::Target) and turns the result into an [`Executable`]: buffers, pipelines and bind
 //! groups are made once there, and each run only uploads inputs, dispatches and reads outputs back.
 
 pub(crate) mod cpu;
-pub(crate) mod external;
 pub(crate) mod gpu;
 
 use crate::caps::Capabilities;
@@ -11,8 +10,6 @@ use crate::graph::NodeId;
 use crate::resident::{Bytes, External};
 use crate::run::Fetch;
 use crate::{DType, Graph, HostTensor, Result, Tensor};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 /// The `log` target of webtensor's announcements of work that can take seconds (tuning the matmul kernels,
@@ -21,17 +18,7 @@ use std::sync::Arc;
 /// them.
 pub const PROGRESS_LOG: &str = "webtensor::progress";
 
-/// `Send + Sync` natively; nothing on wasm, where GPU handles are single-threaded.
-#[cfg(not(target_arch = "wasm32"))]
-pub(crate) trait MaybeSendSync: Send + Sync {}
-#[cfg(not(target_arch = "wasm32"))]
-impl<T: Send + Sync> MaybeSendSync for T {}
-#[cfg(target_arch = "wasm32")]
-pub(crate) trait MaybeSendSync {}
-#[cfg(target_arch = "wasm32")]
-impl<T> MaybeSendSync for T {}
-
-pub(crate) type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+pub(crate) use crate::resident::{LocalFuture, MaybeSendSync};
 
 /// Counts that describe a compiled plan, for tests and `webtensor demo --stats`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

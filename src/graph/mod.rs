@@ -18,10 +18,11 @@ mod views;
 pub use handle::{Attention, Tensor};
 pub(crate) use op::{NodeId, Op};
 
-use crate::resident::ExternalRef;
+use crate::resident::External;
 use crate::shape::{check_shape, Layout};
 use crate::{DType, Error, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// One recorded operation and the tensor it produces.
 #[derive(Clone, Debug)]
@@ -164,5 +165,18 @@ impl Graph {
             return Err(Error::BadInput { name: name.into(), reason: "declared twice".into() });
         }
         self.push(Op::Input { name: name.into() }, dtype, shape)
+    }
+}
+
+/// A graph's reference to an external tensor: the handle (which keeps the memory alive) and the node it became.
+#[derive(Clone)]
+pub(crate) struct ExternalRef {
+    pub ext: Arc<External>,
+    pub node: NodeId,
+}
+
+impl std::fmt::Debug for ExternalRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ExternalRef({} -> #{})", self.ext.name, self.node)
     }
 }

@@ -1,16 +1,10 @@
 //! Tensors that outlive a run: resident weights and states, and the ops that write states in place.
 
-use super::{Graph, Node, Op, Tensor};
-use crate::resident::{External, ExternalRef, Resident, State};
+use super::{ExternalRef, Graph, Node, Op, Tensor};
+use crate::resident::{External, Resident, State};
 use crate::shape::broadcast_shapes;
 use crate::{DType, Error, Result};
 use std::sync::Arc;
-
-impl std::fmt::Debug for ExternalRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ExternalRef({} -> #{})", self.ext.name, self.node)
-    }
-}
 
 impl Graph {
     fn external(&mut self, ext: &Arc<External>) -> Result<Tensor> {

@@ -4,12 +4,13 @@
 
 use super::buffer::Memory;
 use super::elementwise::{epilogue, Leaf};
+use super::external::CpuBytes;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use super::sgemm::sgemm;
 use super::sgemm::Operand;
 use crate::compile::ir::Expr;
 use crate::graph::NodeId;
-use crate::resident::{External, ExternalMemory};
+use crate::resident::External;
 use crate::shape::Layout;
 use crate::DType;
 use std::borrow::Cow;
@@ -51,7 +52,7 @@ impl TransposedB {
     /// When `layout` (b's, `[K, N]`) reads rows `row0..row0 + N` of an f32 resident `w [R, K]` as `t(w)`: that,
     /// with the resident's transposed copy made (once per resident, counted in its device's resident bytes).
     pub(crate) fn of(ext: &Arc<External>, layout: &Layout) -> Option<TransposedB> {
-        let ExternalMemory::CpuBytes(bytes, copy) = &ext.memory else { return None };
+        let CpuBytes { bytes, transposed: copy } = ext.memory.as_any().downcast_ref::<CpuBytes>()?;
         let [r, k] = ext.shape[..] else { return None };
         let transposed_view = layout.rank() == 2 && layout.shape[0] == k && layout.strides == [1, k];
         if ext.writable || ext.dtype != DType::F32 || !transposed_view || k == 0 || !layout.offset.is_multiple_of(k) {
@@ -77,8 +78,8 @@ impl TransposedB {
 
     /// The copy's first element of column `row0`, and its row stride (R).
     fn ptr_and_stride(&self) -> (*const f32, usize) {
-        let ExternalMemory::CpuBytes(_, copy) = &self.ext.memory else { unreachable!("checked in `of`") };
-        let t = copy.get().expect("made in `of`");
+        let bytes = self.ext.memory.as_any().downcast_ref::<CpuBytes>();
+        let t = bytes.and_then(|b| b.transposed.get()).expect("made in `of`");
         (t[self.row0..].as_ptr(), self.ext.shape[0])
     }
 }

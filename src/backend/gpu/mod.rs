@@ -4,11 +4,13 @@
 pub(crate) mod catalogue;
 pub(crate) mod config;
 pub(crate) mod device;
+pub(crate) mod external;
 pub(crate) mod kernel;
 pub(crate) mod lower;
 pub(crate) mod params;
 pub(crate) mod plan;
 pub(crate) mod profile;
+pub(crate) mod readback;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod tune;
 pub(crate) mod wgsl;
@@ -23,8 +25,9 @@ use crate::backend::gpu::config::MATMUL_ENV;
 use crate::backend::gpu::config::{MatmulChoice, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
 use crate::caps::Capabilities;
 use crate::graph::Op;
-use crate::resident::{Bytes, External, ExternalMemory};
+use crate::resident::{Bytes, External, ExternalInfo};
 use crate::{DType, Error, Graph, Result, Tensor};
+use external::GpuMemory;
 use std::sync::Arc;
 
 /// The matmul kernels for a plan: the plan's pin, else `WEBTENSOR_MATMUL`, else the device's choice, tuned on first
@@ -112,21 +115,9 @@ impl Backend for Arc<GpuBackend> {
             tail.resize(4, 0);
             self.queue.write_buffer(&buffer, whole as u64, &tail);
         }
-        self.resident.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
-        let memory = ExternalMemory::Gpu { buffer, device: self.clone() };
-        // Send + Sync natively; on wasm32 (one thread) wgpu's handles are neither, as for Device
-        #[allow(clippy::arc_with_non_send_sync)]
-        let external = Arc::new(External {
-            id: crate::caps::next_id(),
-            name: name.into(),
-            dtype,
-            shape: shape.to_vec(),
-            device: self.id,
-            writable,
-            memory,
-            accounting: self.resident.clone(),
-        });
-        Ok(external)
+        let memory = Box::new(GpuMemory { buffer, device: self.clone() });
+        let info = ExternalInfo { name, dtype, shape, writable };
+        Ok(External::new(info, self.id, memory, &self.resident))
     }
 
     fn resident_bytes(&self) -> u64 {
