@@ -1,4 +1,4 @@
-//! Elementwise fusion (compile pass): chains of elementwise steps become one expression, and an elementwise
+//! Elementwise fusion (stage 2, compile pass 2): chains of elementwise steps become one expression, and an elementwise
 //! epilogue (bias, activation, residual, gating) folds into the matmul that feeds it.
 //!
 //! A node is absorbed into its consumer when it is an elementwise step on floats, has exactly one consuming
@@ -13,7 +13,7 @@
 //! gives the unfused plan's values, overflow to inf included.
 
 use super::ir::{ElemOp, Expr, Program, Step};
-use crate::graph::NodeId;
+use crate::graph::{NodeId, Op};
 use crate::DType;
 
 /// Most operands one fused elementwise kernel reads (bounded by its uniform block).
@@ -106,7 +106,7 @@ fn consumers(p: &Program) -> (Vec<Vec<NodeId>>, Vec<bool>, Vec<bool>) {
     }
     for id in (0..n).filter(|&i| live[i]) {
         for s in p.nodes[id].step.srcs() {
-            if matches!(p.nodes[id].step, Step::View { .. }) {
+            if matches!(p.nodes[id].step, Step::Op(Op::View { .. })) {
                 materialize[s] = true;
             } else if !consumers[s].contains(&id) {
                 consumers[s].push(id);

@@ -1,4 +1,4 @@
-//! In-place selection (compile pass): which operands a step may write its output over.
+//! In-place selection (stage 2, compile pass 3): which operands a step may write its output over.
 
 use super::ir::{Program, Step};
 use crate::graph::NodeId;

@@ -1,10 +1,10 @@
-//! The compiler's program (stage 2): the graph reduced to what its outputs need, in the compiler's own step
+//! The compiler's program (stage 2, compile pass 1): the graph reduced to what its outputs need, in the compiler's own step
 //! vocabulary. Unary, binary, GLU and cast nodes become one-node elementwise expressions, which the fusion pass
 //! merges; a matmul may carry an elementwise epilogue. Every backend lowers these steps.
 
+use crate::graph::ExternalRef;
 use crate::graph::{Node as GraphNode, NodeId, Op};
-use crate::ops::{BinaryOp, GluOp, MatmulPrecision, ReduceOp, Rope, RowOp, RowParams, UnaryOp};
-use crate::resident::ExternalRef;
+use crate::ops::{BinaryOp, GluOp, MatmulPrecision, RowOp, RowParams, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Error, Graph, Result, Tensor};
 
@@ -68,117 +68,40 @@ impl Expr {
 /// What one node of the program computes.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Step {
-    Input {
-        name: String,
-    },
-    /// A resident or state tensor, `Program::externals[slot]`.
-    External {
-        slot: usize,
-    },
-    /// Row `i` of `src` into row `idx[i]` of `dst`; the node's storage is dst's.
-    SetRows {
-        dst: NodeId,
-        idx: NodeId,
-        src: NodeId,
-    },
-    /// `src` broadcast into the view `dst`; the node's storage is dst's.
-    CopyInto {
-        dst: NodeId,
-        src: NodeId,
-    },
-    /// `x` (a storage format, row-major) decoded to the node's float dtype.
-    Dequantize {
-        x: NodeId,
-    },
-    /// Rotary position embedding of `x` (`[.., T, H, D]`) at positions `pos`.
-    Rope {
-        x: NodeId,
-        pos: NodeId,
-        rope: Rope,
-    },
-    /// Attention of q over k and v (see `Graph::attention`).
-    Attention {
-        q: NodeId,
-        k: NodeId,
-        v: NodeId,
-        mask: Option<NodeId>,
-        kv_len: Option<NodeId>,
-        scale: f32,
-        causal: bool,
-    },
-    View {
-        src: NodeId,
-    },
+    /// A graph op the compiler passes through as the graph recorded it: inputs, externals, views, the writes into
+    /// states (`SetRows`, `CopyInto`), rope, attention, reductions, get_rows and concat. The other variants are
+    /// what the compiler creates or changes.
+    Op(Op),
+    /// `x` (a storage format, row-major) decoded to the node's float dtype (a graph cast from a storage format).
+    Dequantize { x: NodeId },
     /// `expr` over `srcs` (leaf k is `srcs[k]`), one value per output element.
-    Elementwise {
-        expr: Expr,
-        srcs: Vec<NodeId>,
-    },
+    Elementwise { expr: Expr, srcs: Vec<NodeId> },
     /// `a @ b`, its product passed through `epilogue` (an expression over [`Expr::Acc`] and the extra operands)
     /// before the store.
-    MatMul {
-        a: NodeId,
-        b: NodeId,
-        epilogue: Option<(Expr, Vec<NodeId>)>,
-        prec: MatmulPrecision,
-    },
+    MatMul { a: NodeId, b: NodeId, epilogue: Option<(Expr, Vec<NodeId>)>, prec: MatmulPrecision },
     /// A row op over the last axis of `x` (its own layout); the mask broadcasts to x.
-    Row {
-        op: RowOp,
-        x: NodeId,
-        mask: Option<NodeId>,
-        params: RowParams,
-    },
-    Reduce {
-        op: ReduceOp,
-        x: NodeId,
-    },
-    GetRows {
-        table: NodeId,
-        idx: NodeId,
-    },
-    Concat {
-        a: NodeId,
-        b: NodeId,
-        axis: usize,
-    },
+    Row { op: RowOp, x: NodeId, mask: Option<NodeId>, params: RowParams },
 }
 
 impl Step {
     /// Operand node ids, in order.
     pub(crate) fn srcs(&self) -> Vec<NodeId> {
         match self {
-            Step::Input { .. } | Step::External { .. } => vec![],
-            Step::SetRows { dst, idx, src } => vec![*dst, *idx, *src],
-            Step::CopyInto { dst, src } => vec![*dst, *src],
-            Step::Rope { x, pos, .. } => vec![*x, *pos],
+            Step::Op(op) => op.srcs(),
             Step::Dequantize { x } => vec![*x],
-            Step::Attention { q, k, v, mask, kv_len, .. } => {
-                [*q, *k, *v].into_iter().chain(*mask).chain(*kv_len).collect()
-            }
-            Step::View { src } => vec![*src],
             Step::Elementwise { srcs, .. } => srcs.clone(),
             Step::MatMul { a, b, epilogue, .. } => {
                 [*a, *b].into_iter().chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
             }
             Step::Row { x, mask, .. } => std::iter::once(*x).chain(*mask).collect(),
-            Step::Reduce { x, .. } => vec![*x],
-            Step::GetRows { table, idx } => vec![*table, *idx],
-            Step::Concat { a, b, .. } => vec![*a, *b],
         }
     }
 
     /// Short name, as in error messages and plan statistics.
     pub(crate) fn name(&self) -> String {
         match self {
-            Step::Input { .. } => "input".into(),
-            Step::External { .. } => "external".into(),
-            Step::SetRows { .. } => "set_rows".into(),
-            Step::CopyInto { .. } => "copy_into".into(),
-            Step::Rope { .. } => "rope".into(),
+            Step::Op(op) => op.name().into(),
             Step::Dequantize { .. } => "dequantize".into(),
-            Step::Attention { .. } => "attention".into(),
-            Step::View { .. } => "view".into(),
             Step::Elementwise { expr: Expr::Node { op, args, .. }, .. }
                 if args.iter().all(|a| matches!(a, Expr::Leaf(_))) =>
             {
@@ -193,9 +116,6 @@ impl Step {
             Step::MatMul { epilogue: None, .. } => "matmul".into(),
             Step::MatMul { .. } => "matmul+epilogue".into(),
             Step::Row { op, .. } => op.name().into(),
-            Step::Reduce { op, .. } => op.name().into(),
-            Step::GetRows { .. } => "get_rows".into(),
-            Step::Concat { .. } => "concat".into(),
         }
     }
 }
@@ -222,7 +142,7 @@ pub(crate) struct Program {
     pub inputs: Vec<NodeId>,
     /// The requested outputs (possibly views), in the order given.
     pub outputs: Vec<NodeId>,
-    /// The resident and state tensors of the graph (`Step::External` slots index this).
+    /// The resident and state tensors of the graph (`Op::External` slots index this).
     pub externals: Vec<ExternalRef>,
 }
 
@@ -233,24 +153,22 @@ fn step_of(op: &Op, dtype: DType) -> Step {
         Step::Elementwise { expr: Expr::Node { op, args, dtype }, srcs }
     };
     match *op {
-        Op::Input { ref name } => Step::Input { name: name.clone() },
-        Op::External { slot } => Step::External { slot },
-        Op::SetRows { dst, idx, src } => Step::SetRows { dst, idx, src },
-        Op::CopyInto { dst, src } => Step::CopyInto { dst, src },
-        Op::Rope { x, pos, rope } => Step::Rope { x, pos, rope },
-        Op::Attention { q, k, v, mask, kv_len, scale, causal } => {
-            Step::Attention { q, k, v, mask, kv_len, scale, causal }
-        }
-        Op::View { src } => Step::View { src },
         Op::Unary { op, x, a, b } => node(ElemOp::Unary { op, a, b }, vec![x]),
         Op::Binary { op, a, b } => node(ElemOp::Binary(op), vec![a, b]),
         Op::Glu { op, a, b } => node(ElemOp::Glu(op), vec![a, b]),
         Op::Cast { x } => node(ElemOp::Cast, vec![x]),
         Op::MatMul { a, b, prec } => Step::MatMul { a, b, epilogue: None, prec },
         Op::Row { op, x, mask, scale, eps } => Step::Row { op, x, mask, params: RowParams { scale, eps } },
-        Op::Reduce { op, x } => Step::Reduce { op, x },
-        Op::GetRows { table, idx } => Step::GetRows { table, idx },
-        Op::Concat { a, b, axis } => Step::Concat { a, b, axis },
+        Op::Input { .. }
+        | Op::External { .. }
+        | Op::SetRows { .. }
+        | Op::CopyInto { .. }
+        | Op::Rope { .. }
+        | Op::Attention { .. }
+        | Op::View { .. }
+        | Op::Reduce { .. }
+        | Op::GetRows { .. }
+        | Op::Concat { .. } => Step::Op(op.clone()),
     }
 }
 
@@ -288,10 +206,11 @@ impl Program {
             .collect();
         let steps = (0..nodes.len())
             .filter(|&i| {
-                live[i] && !matches!(nodes[i].step, Step::Input { .. } | Step::View { .. } | Step::External { .. })
+                live[i] && !matches!(nodes[i].step, Step::Op(Op::Input { .. } | Op::View { .. } | Op::External { .. }))
             })
             .collect();
-        let inputs = (0..nodes.len()).filter(|&i| live[i] && matches!(nodes[i].step, Step::Input { .. })).collect();
+        let inputs =
+            (0..nodes.len()).filter(|&i| live[i] && matches!(nodes[i].step, Step::Op(Op::Input { .. }))).collect();
         let outputs = outputs.iter().map(|t| t.id as usize).collect();
         Ok(Program { nodes, steps, inputs, outputs, externals: graph.externals.clone() })
     }
@@ -311,7 +230,7 @@ impl Program {
     /// The name of input node `id` (empty for other nodes).
     pub(crate) fn input_name(&self, id: NodeId) -> &str {
         match &self.nodes[id].step {
-            Step::Input { name } => name,
+            Step::Op(Op::Input { name }) => name,
             _ => "",
         }
     }
@@ -330,7 +249,7 @@ impl Program {
     /// The external tensor behind storage node `s`, if it is one.
     pub(crate) fn external(&self, s: NodeId) -> Option<&ExternalRef> {
         match self.nodes[s].step {
-            Step::External { slot } => Some(&self.externals[slot]),
+            Step::Op(Op::External { slot }) => Some(&self.externals[slot]),
             _ => None,
         }
     }

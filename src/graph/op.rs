@@ -99,6 +99,28 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// The op's name, as in error messages and plan statistics (the table's name for the table ops).
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Op::Input { .. } => "input",
+            Op::External { .. } => "external",
+            Op::SetRows { .. } => "set_rows",
+            Op::CopyInto { .. } => "copy_into",
+            Op::Rope { .. } => "rope",
+            Op::Attention { .. } => "attention",
+            Op::View { .. } => "view",
+            Op::Unary { op, .. } => op.name(),
+            Op::Binary { op, .. } => op.name(),
+            Op::Glu { op, .. } => op.name(),
+            Op::Cast { .. } => "cast",
+            Op::MatMul { .. } => "matmul",
+            Op::Row { op, .. } => op.name(),
+            Op::Reduce { op, .. } => op.name(),
+            Op::GetRows { .. } => "get_rows",
+            Op::Concat { .. } => "concat",
+        }
+    }
+
     /// Operand node ids, in order.
     pub(crate) fn srcs(&self) -> Vec<NodeId> {
         match *self {

@@ -1,4 +1,4 @@
-//! Lowering (compile passes 5 and 6 for the GPU): each step of a program becomes a [`Dispatch`] — its WGSL variant,
+//! Lowering (stage 2, compile passes 5 and 6 for the GPU): each step of a program becomes a [`Dispatch`] — its WGSL variant,
 //! typed parameters, bindings and grid — one module per kernel family; [`split`] then splits dispatches whose
 //! operands exceed one storage binding.
 
@@ -14,8 +14,8 @@ use crate::backend::gpu::kernel::{Dispatch, SCRATCH};
 use crate::compile::ir::{ElemOp, Expr, Program, Step};
 use crate::compile::memory::{MemoryLimits, MemoryPlan};
 use crate::compile::Target;
-use crate::graph::NodeId;
-use crate::{DType, Result};
+use crate::graph::{NodeId, Op};
+use crate::{DType, Error, Result};
 use target::GpuTarget;
 
 impl GpuTarget {
@@ -61,13 +61,13 @@ impl Target for GpuTarget {
 
     fn lower(&self, program: &Program, memory: &MemoryPlan, id: NodeId) -> Result<Vec<Dispatch>> {
         let d = match &program.nodes[id].step {
-            Step::Rope { x, pos, rope } => attention::rope(program, id, *x, *pos, rope, self)?,
+            Step::Op(Op::Rope { x, pos, rope }) => attention::rope(program, id, *x, *pos, rope, self)?,
             Step::Dequantize { x } => {
                 // the element accessors of a storage-format binding decode blocks: a copy kernel dequantizes
                 let cast = Expr::Node { op: ElemOp::Cast, args: vec![Expr::Leaf(0)], dtype: program.nodes[id].dtype };
                 elementwise::lower(program, id, &cast, &[*x], self)?
             }
-            &Step::Attention { q, k, v, mask, kv_len, scale, causal } => {
+            &Step::Op(Op::Attention { q, k, v, mask, kv_len, scale, causal }) => {
                 let a = attention::AttentionStep { q, k, v, mask, kv_len, scale, causal };
                 let mut ds = attention::attention(program, id, &a, self)?;
                 ds.iter_mut().for_each(|d| self.finish(d, memory));
@@ -79,13 +79,15 @@ impl Target for GpuTarget {
                 ds.iter_mut().for_each(|d| self.finish(d, memory));
                 return Ok(ds);
             }
-            Step::Row { .. } | Step::Reduce { .. } => rows::lower(program, id, self)?,
-            Step::GetRows { table, idx } => gather::get_rows(program, id, *table, *idx, self)?,
-            Step::Concat { a, b, axis } => gather::concat(program, id, *a, *b, *axis, self)?,
-            Step::SetRows { dst, idx, src } => gather::set_rows(program, id, *dst, *idx, *src, self)?,
-            Step::CopyInto { dst, src } => gather::copy_into(program, id, *dst, *src, self)?,
-            Step::Input { .. } | Step::View { .. } | Step::External { .. } => {
-                unreachable!("inputs, views and externals are not scheduled")
+            Step::Row { .. } | Step::Op(Op::Reduce { .. }) => rows::lower(program, id, self)?,
+            Step::Op(Op::GetRows { table, idx }) => gather::get_rows(program, id, *table, *idx, self)?,
+            Step::Op(Op::Concat { a, b, axis }) => gather::concat(program, id, *a, *b, *axis, self)?,
+            Step::Op(Op::SetRows { dst, idx, src }) => gather::set_rows(program, id, *dst, *idx, *src, self)?,
+            Step::Op(Op::CopyInto { dst, src }) => gather::copy_into(program, id, *dst, *src, self)?,
+            // inputs, views and externals are not scheduled; the other graph ops became the compiler's steps
+            Step::Op(op) => {
+                let reason = "this graph op has no kernel of its own (a bug: the compiler should have replaced it)";
+                return Err(Error::Unsupported { op: op.name().into(), backend: "gpu".into(), reason: reason.into() });
             }
         };
         let mut d = d;

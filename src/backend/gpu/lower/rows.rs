@@ -4,7 +4,7 @@ use super::target::{dispatch, grid, GpuTarget};
 use crate::backend::gpu::kernel::{Dispatch, KernelKey, KernelKind, RowKernel};
 use crate::backend::gpu::params::{vec4, Params, RowsParams};
 use crate::compile::ir::{Program, Step};
-use crate::graph::NodeId;
+use crate::graph::{NodeId, Op};
 use crate::Result;
 
 /// One workgroup per row of step `id`'s operand.
@@ -12,7 +12,7 @@ pub(super) fn lower(program: &Program, id: NodeId, t: &GpuTarget) -> Result<Disp
     let nodes = &program.nodes;
     let (op, x, mask, scale, eps) = match nodes[id].step {
         Step::Row { op, x, mask, params } => (RowKernel::Row(op), x, mask, params.scale, params.eps),
-        Step::Reduce { op, x } => (RowKernel::Reduce(op), x, None, 1.0, 0.0),
+        Step::Op(Op::Reduce { op, x }) => (RowKernel::Reduce(op), x, None, 1.0, 0.0),
         _ => unreachable!("a row op"),
     };
     let lx = &nodes[x].layout;
