@@ -2,7 +2,7 @@
 //! the gated linear units.
 
 use super::{Graph, Op, Tensor};
-use crate::ops::{for_each_unary, BinaryOp, GluOp, UnaryOp};
+use crate::ops::{for_each_binary, for_each_unary, BinaryOp, GluOp, UnaryOp};
 use crate::shape::broadcast_shapes;
 use crate::{DType, Error, Result};
 
@@ -52,6 +52,42 @@ macro_rules! unary_methods {
     };
 }
 for_each_unary!(unary_methods);
+
+macro_rules! binary_accepts_doc {
+    (Float) => {
+        "f32 and f16 (f16 with f32 gives f32), computed in f32 and rounded once to the output's dtype."
+    };
+    (FloatOrInt) => {
+        "As [`Graph::binary`]: equal dtypes give that dtype, f16 with f32 gives f32, i32 only with i32 (wrapping)."
+    };
+}
+
+macro_rules! binary_methods {
+    ($(($var:ident, $method:ident, $acc:ident, |$x:ident, $y:ident| $cpu:expr, $int:expr, $wgsl:literal,
+        $doc:literal))*) => {
+        impl Graph {
+            $(
+                #[doc = $doc]
+                ///
+                /// # Shapes
+                /// a, b broadcast by numpy's rule → the broadcast shape.
+                /// # DTypes
+                #[doc = binary_accepts_doc!($acc)]
+                /// # Errors
+                /// As [`Graph::binary`]: [`Error::ShapeMismatch`] when the shapes do not broadcast,
+                /// [`Error::DTypeMismatch`] for int with float, [`Error::UnsupportedDType`] for a dtype the op
+                /// does not accept.
+                /// # Reference
+                /// The numpy function named above; the CPU function is the op's row in the binary table
+                /// (`src/ops`).
+                pub fn $method(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+                    self.binary(BinaryOp::$var, a, b)
+                }
+            )*
+        }
+    };
+}
+for_each_binary!(binary_methods);
 
 impl Graph {
     /// Any op of the unary table with its f32 parameters (`scale`: `[s]`, `clamp`: `[lo, hi]`, others none).
@@ -129,59 +165,6 @@ impl Graph {
         }
         let shape = broadcast_shapes(name, &sa, &sb)?;
         self.push(Op::Binary { op, a: ia, b: ib }, dtype, &shape)
-    }
-
-    /// `a + b`.
-    ///
-    /// # Shapes
-    /// a, b broadcast by numpy's rule → the broadcast shape.
-    /// # DTypes
-    /// As [`Graph::binary`]: equal dtypes give that dtype, f16 with f32 gives f32, i32 only with i32.
-    /// # Errors
-    /// As [`Graph::binary`].
-    /// # Reference
-    /// `numpy.add`.
-    pub fn add(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Add, a, b)
-    }
-    /// `a − b`.
-    ///
-    /// # Shapes
-    /// a, b broadcast by numpy's rule → the broadcast shape.
-    /// # DTypes
-    /// As [`Graph::binary`]: equal dtypes give that dtype, f16 with f32 gives f32, i32 only with i32.
-    /// # Errors
-    /// As [`Graph::binary`].
-    /// # Reference
-    /// `numpy.subtract`.
-    pub fn sub(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Sub, a, b)
-    }
-    /// `a · b` (elementwise).
-    ///
-    /// # Shapes
-    /// a, b broadcast by numpy's rule → the broadcast shape.
-    /// # DTypes
-    /// As [`Graph::binary`]: equal dtypes give that dtype, f16 with f32 gives f32, i32 only with i32.
-    /// # Errors
-    /// As [`Graph::binary`].
-    /// # Reference
-    /// `numpy.multiply`.
-    pub fn mul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Mul, a, b)
-    }
-    /// `a / b` (IEEE: x/0 = ±inf).
-    ///
-    /// # Shapes
-    /// a, b broadcast by numpy's rule → the broadcast shape.
-    /// # DTypes
-    /// f32 and f16 (f16 with f32 gives f32).
-    /// # Errors
-    /// As [`Graph::binary`]; [`Error::UnsupportedDType`] for i32.
-    /// # Reference
-    /// `numpy.divide`.
-    pub fn div(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Div, a, b)
     }
 
     /// A gated linear unit, split form: `act(a) · b` with the activation of `op` (computed in f32, rounded once).

@@ -113,57 +113,30 @@ impl Graph {
         *shape.last_mut().expect("rank >= 1") = 1;
         self.push(Op::Reduce { op, x: ix }, op.out_dtype(dtype), &shape)
     }
-
-    /// Sum over the last axis, kept as size 1 ([`Graph::reduce`] with [`ReduceOp::Sum`]).
-    ///
-    /// # Shapes
-    /// x `[..., N]` → `[..., 1]`.
-    /// # DTypes
-    /// f32 and f16 (accumulated in f32 on the GPU, f64 on the CPU); the output has x's dtype.
-    /// # Errors
-    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
-    /// # Reference
-    /// `torch.sum(x, -1, keepdim=True)`.
-    pub fn sum(&mut self, x: Tensor) -> Result<Tensor> {
-        self.reduce(ReduceOp::Sum, x)
-    }
-    /// Mean over the last axis, kept as size 1 ([`Graph::reduce`] with [`ReduceOp::Mean`]).
-    ///
-    /// # Shapes
-    /// x `[..., N]` → `[..., 1]`.
-    /// # DTypes
-    /// f32 and f16 (accumulated in f32 on the GPU, f64 on the CPU); the output has x's dtype.
-    /// # Errors
-    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
-    /// # Reference
-    /// `torch.mean(x, -1, keepdim=True)`.
-    pub fn mean(&mut self, x: Tensor) -> Result<Tensor> {
-        self.reduce(ReduceOp::Mean, x)
-    }
-    /// Maximum over the last axis, kept as size 1 ([`Graph::reduce`] with [`ReduceOp::Max`]).
-    ///
-    /// # Shapes
-    /// x `[..., N]` → `[..., 1]`.
-    /// # DTypes
-    /// f32 and f16 (accumulated in f32 on the GPU, f64 on the CPU); the output has x's dtype.
-    /// # Errors
-    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
-    /// # Reference
-    /// `torch.amax(x, -1, keepdim=True)`.
-    pub fn max(&mut self, x: Tensor) -> Result<Tensor> {
-        self.reduce(ReduceOp::Max, x)
-    }
-    /// Index of the first maximum over the last axis, kept as size 1 ([`Graph::reduce`] with [`ReduceOp::ArgMax`]).
-    ///
-    /// # Shapes
-    /// x `[..., N]` → `[..., 1]`.
-    /// # DTypes
-    /// f32 and f16 (accumulated in f32 on the GPU, f64 on the CPU); the output has x's dtype, i32 here.
-    /// # Errors
-    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
-    /// # Reference
-    /// `numpy.argmax(x, -1)[..., None]`.
-    pub fn argmax(&mut self, x: Tensor) -> Result<Tensor> {
-        self.reduce(ReduceOp::ArgMax, x)
-    }
 }
+
+macro_rules! reduce_methods {
+    ($(($var:ident, $method:ident, $wgsl:literal, |$row:ident| $cpu:expr, $doc:literal))*) => {
+        impl Graph {
+            $(
+                #[doc = $doc]
+                /// Over the last axis, kept as size 1 ([`Graph::reduce`] with the op).
+                ///
+                /// # Shapes
+                /// x `[..., N]` → `[..., 1]`.
+                /// # DTypes
+                /// f32 and f16 (accumulated in f32 on the GPU, f64 on the CPU); the output has x's dtype (i32
+                /// for argmax: [`ReduceOp::out_dtype`]).
+                /// # Errors
+                /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+                /// # Reference
+                /// The PyTorch or numpy expression named above; the CPU function is the op's row in the
+                /// reduction table (`src/ops`).
+                pub fn $method(&mut self, x: Tensor) -> Result<Tensor> {
+                    self.reduce(ReduceOp::$var, x)
+                }
+            )*
+        }
+    };
+}
+crate::ops::for_each_reduce!(reduce_methods);

@@ -52,13 +52,23 @@ macro_rules! define_binary {
     };
 }
 
-define_binary! {
-    (Add, add, FloatOrInt, |x, y| x + y, |a, b| Some(a.wrapping_add(b)), "({x} + {y})",
-        "`a + b` (`numpy.add`).")
-    (Sub, sub, FloatOrInt, |x, y| x - y, |a, b| Some(a.wrapping_sub(b)), "({x} - {y})",
-        "`a − b` (`numpy.subtract`).")
-    (Mul, mul, FloatOrInt, |x, y| x * y, |a, b| Some(a.wrapping_mul(b)), "({x} * {y})",
-        "`a · b`, elementwise (`numpy.multiply`).")
-    (Div, div, Float, |x, y| x / y, |_, _| None, "div_rn({x}, {y})",
-        "`a / b`, IEEE (x/0 = ±inf; `numpy.divide`); floats only.")
+/// The binary table. `$callback!` receives every row as
+/// `(Variant, method, accepts, |x, y| cpu f32 expression, |a, b| wrapping i32 value or None, "WGSL of {x} {y}",
+/// "doc")`; the enum, the `Graph` methods and the wasm package's methods are generated from it.
+macro_rules! for_each_binary {
+    ($callback:ident) => {
+        $callback! {
+            (Add, add, FloatOrInt, |x, y| x + y, |a, b| Some(a.wrapping_add(b)), "({x} + {y})",
+                "`a + b` (`numpy.add`).")
+            (Sub, sub, FloatOrInt, |x, y| x - y, |a, b| Some(a.wrapping_sub(b)), "({x} - {y})",
+                "`a − b` (`numpy.subtract`).")
+            (Mul, mul, FloatOrInt, |x, y| x * y, |a, b| Some(a.wrapping_mul(b)), "({x} * {y})",
+                "`a · b`, elementwise (`numpy.multiply`).")
+            (Div, div, Float, |x, y| x / y, |_, _| None, "div_rn({x}, {y})",
+                "`a / b`, IEEE (x/0 = ±inf; `numpy.divide`); floats only.")
+        }
+    };
 }
+pub(crate) use for_each_binary;
+
+for_each_binary!(define_binary);

@@ -12,10 +12,12 @@ mod rope;
 mod rows;
 mod unary;
 
+pub(crate) use binary::for_each_binary;
 pub use binary::BinaryOp;
 pub use common::Accepts;
 pub use glu::GluOp;
 pub use precision::MatmulPrecision;
+pub(crate) use reduce::for_each_reduce;
 pub use reduce::ReduceOp;
 pub use rope::{Rope, RopeMode};
 pub use rows::RowOp;

@@ -36,15 +36,25 @@ macro_rules! define_reduce {
     };
 }
 
-define_reduce! {
-    (Sum, sum, "SUM", |row| row.iter().sum(), "`Σ x` (`torch.sum(x, -1, keepdim=True)`).")
-    (Mean, mean, "MEAN", |row| row.iter().sum::<f64>() / row.len() as f64,
-        "`Σ x / N` (`torch.mean(x, -1, keepdim=True)`).")
-    (Max, max, "MAX", |row| row[first_max(row)],
-        "`max x` (`torch.amax(x, -1, keepdim=True)`).")
-    (ArgMax, argmax, "ARGMAX", |row| first_max(row) as f64,
-        "Index of the first maximum, as i32 (`numpy.argmax(x, -1)[..., None]`).")
+/// The reduction table. `$callback!` receives every row as
+/// `(Variant, method, "WGSL constant", |row| cpu f64 value, "doc")`; the enum, the `Graph` methods and the wasm
+/// package's methods are generated from it.
+macro_rules! for_each_reduce {
+    ($callback:ident) => {
+        $callback! {
+            (Sum, sum, "SUM", |row| row.iter().sum(), "`Σ x` (`torch.sum(x, -1, keepdim=True)`).")
+            (Mean, mean, "MEAN", |row| row.iter().sum::<f64>() / row.len() as f64,
+                "`Σ x / N` (`torch.mean(x, -1, keepdim=True)`).")
+            (Max, max, "MAX", |row| row[first_max(row)],
+                "`max x` (`torch.amax(x, -1, keepdim=True)`).")
+            (ArgMax, argmax, "ARGMAX", |row| first_max(row) as f64,
+                "Index of the first maximum, as i32 (`numpy.argmax(x, -1)[..., None]`).")
+        }
+    };
 }
+pub(crate) use for_each_reduce;
+
+for_each_reduce!(define_reduce);
 
 /// The index of the first maximum of `row` (NaN never wins).
 fn first_max(row: &[f64]) -> usize {

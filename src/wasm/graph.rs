@@ -248,24 +248,8 @@ impl WebGraph {
         wrap(self.inner.matmul(a.inner, b.inner))
     }
 
-    // ---- elementwise, two operands (numpy broadcasting; throws when shapes do not broadcast)
-
-    /// `a + b`.
-    pub fn add(&mut self, a: &WebTensor, b: &WebTensor) -> R {
-        wrap(self.inner.add(a.inner, b.inner))
-    }
-    /// `a - b`.
-    pub fn sub(&mut self, a: &WebTensor, b: &WebTensor) -> R {
-        wrap(self.inner.sub(a.inner, b.inner))
-    }
-    /// `a * b` (elementwise).
-    pub fn mul(&mut self, a: &WebTensor, b: &WebTensor) -> R {
-        wrap(self.inner.mul(a.inner, b.inner))
-    }
-    /// `a / b` (IEEE: x/0 = ±Infinity).
-    pub fn div(&mut self, a: &WebTensor, b: &WebTensor) -> R {
-        wrap(self.inner.div(a.inner, b.inner))
-    }
+    // ---- elementwise, two operands: one method per row of the binary table (`add`, `sub`, `mul`, `div`;
+    // below), with numpy broadcasting
 
     // ---- elementwise, one operand: one method per row of the unary table (below), and these
 
@@ -333,22 +317,8 @@ impl WebGraph {
     pub fn layer_norm(&mut self, x: &WebTensor, eps: f32) -> R {
         wrap(self.inner.layer_norm(x.inner, eps))
     }
-    /// Sum over the last axis, kept as size 1.
-    pub fn sum(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.sum(x.inner))
-    }
-    /// Mean over the last axis, kept as size 1.
-    pub fn mean(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.mean(x.inner))
-    }
-    /// Maximum over the last axis, kept as size 1.
-    pub fn max(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.max(x.inner))
-    }
-    /// Index of the first maximum over the last axis, kept as size 1 (read back as f32 values).
-    pub fn argmax(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.argmax(x.inner))
-    }
+
+    // ---- reductions: one method per row of the reduction table (`sum`, `mean`, `max`, `argmax`; below)
 }
 
 /// The GLU op named `name`.
@@ -383,3 +353,36 @@ macro_rules! unary_js_methods {
     };
 }
 crate::ops::for_each_unary!(unary_js_methods);
+
+// One JS method per row of the binary table (numpy broadcasting; throws when shapes do not broadcast).
+macro_rules! binary_js_methods {
+    ($(($var:ident, $method:ident, $acc:ident, |$x:ident, $y:ident| $cpu:expr, $int:expr, $wgsl:literal,
+        $doc:literal))*) => {
+        $(
+            #[wasm_bindgen(js_class = Graph)]
+            impl WebGraph {
+                #[doc = $doc]
+                pub fn $method(&mut self, a: &WebTensor, b: &WebTensor) -> R {
+                    wrap(self.inner.$method(a.inner, b.inner))
+                }
+            }
+        )*
+    };
+}
+crate::ops::for_each_binary!(binary_js_methods);
+
+// One JS method per row of the reduction table: over the last axis, kept as size 1.
+macro_rules! reduce_js_methods {
+    ($(($var:ident, $method:ident, $wgsl:literal, |$row:ident| $cpu:expr, $doc:literal))*) => {
+        $(
+            #[wasm_bindgen(js_class = Graph)]
+            impl WebGraph {
+                #[doc = $doc]
+                pub fn $method(&mut self, x: &WebTensor) -> R {
+                    wrap(self.inner.$method(x.inner))
+                }
+            }
+        )*
+    };
+}
+crate::ops::for_each_reduce!(reduce_js_methods);

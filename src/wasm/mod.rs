@@ -79,16 +79,24 @@ export type TensorBytes = ArrayBuffer | ArrayBufferView;
 mod convert;
 mod device;
 #[cfg(feature = "models")]
+mod embedder;
+#[cfg(feature = "models")]
 mod fetch;
 mod graph;
 #[cfg(feature = "models")]
-mod models;
+mod language_model;
+#[cfg(feature = "models")]
+mod model_bytes;
 mod plan;
 mod tensors;
 
 pub use device::{matmul, DeviceInfo, WebDevice};
+#[cfg(feature = "models")]
+pub use embedder::WebEmbedder;
 pub use graph::{WebGraph, WebTensor};
 #[cfg(feature = "models")]
-pub use models::{WebEmbedder, WebLanguageModel, WebModelBytes};
+pub use language_model::WebLanguageModel;
+#[cfg(feature = "models")]
+pub use model_bytes::WebModelBytes;
 pub use plan::{PlanStats, WebPlan};
 pub use tensors::{WebResident, WebState};

@@ -1,14 +1,13 @@
-//! The model runners in JS: `LanguageModel` (llama-architecture GGUF files) and `SentenceEmbedder`
-//! (sentence-transformers directories), over [`Llama`] and [`SentenceEmbedder`].
+//! `LanguageModel` in JS: llama-architecture GGUF files over [`Llama`], with their generation options.
 
 use super::convert::{init_console, js_bytes, js_err};
 use super::device::WebDevice;
 use super::fetch::{blob_bytes, fetch_bytes, LoadOptions};
-use crate::models::bert::{EmbedderOptions, SentenceEmbedder};
+use super::model_bytes::{busy, WebModelBytes};
 use crate::models::llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason, TokenStream};
 use crate::models::{Message, SamplingOptions};
 use crate::Bytes;
-use js_sys::{Array, Float32Array, Function, Object, Promise, Reflect, Uint32Array, Uint8Array};
+use js_sys::{Array, Function, Object, Promise, Reflect, Uint32Array};
 use std::cell::RefCell;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -198,47 +197,6 @@ async fn yield_to_event_loop() {
     }
 }
 
-fn busy(what: &str) -> JsError {
-    JsError::new(&format!("this {what} is busy: await the previous call before starting another"))
-}
-
-/// A model file received in parts, straight into wasm memory (as a download streams in), so that no whole copy
-/// of it is held in JS memory. Give it to `LanguageModel.fromModelBytes` or `SentenceEmbedder.load`.
-#[wasm_bindgen(js_name = ModelBytes)]
-pub struct WebModelBytes {
-    buf: Vec<u8>,
-}
-
-#[wasm_bindgen(js_class = ModelBytes)]
-impl WebModelBytes {
-    /// An empty buffer; `expectedBytes` (e.g. a response's Content-Length) reserves room up front, at most
-    /// 3 GiB (wasm32 addresses 4 GiB in all).
-    #[wasm_bindgen(constructor)]
-    pub fn new(#[wasm_bindgen(js_name = expectedBytes)] expected_bytes: Option<f64>) -> WebModelBytes {
-        let reserve =
-            expected_bytes.filter(|x| x.is_finite() && *x > 0.0).map_or(0.0, |x| x.min(3.0 * (1u64 << 30) as f64));
-        WebModelBytes { buf: Vec::with_capacity(reserve as usize) }
-    }
-
-    /// Appends `chunk`. Throws when wasm memory cannot grow to hold it.
-    pub fn push(&mut self, chunk: &Uint8Array) -> Result<(), JsError> {
-        let n = chunk.length() as usize;
-        self.buf.try_reserve(n).map_err(|_| {
-            JsError::new(&format!("out of wasm memory after {} bytes (+{n}): the model is too large", self.buf.len()))
-        })?;
-        let at = self.buf.len();
-        self.buf.resize(at + n, 0);
-        chunk.copy_to(&mut self.buf[at..]);
-        Ok(())
-    }
-
-    /// Bytes received so far.
-    #[wasm_bindgen(getter)]
-    pub fn length(&self) -> f64 {
-        self.buf.len() as f64
-    }
-}
-
 /// A llama-architecture language model from a GGUF file (SmolLM2, TinyLlama, Llama 3.2, ...), with its KV cache:
 /// a conversation's state. Made by `LanguageModel.load`.
 #[wasm_bindgen(js_name = LanguageModel)]
@@ -391,7 +349,7 @@ impl WebLanguageModel {
 impl WebLanguageModel {
     fn from_bytes(device: &WebDevice, bytes: Vec<u8>, options: &JsValue) -> Result<WebLanguageModel, JsError> {
         init_console();
-        let file = crate::gguf::GgufFile::from_bytes("model.gguf", Bytes::from_vec(bytes)).map_err(js_err)?;
+        let file = crate::io::gguf::GgufFile::from_bytes("model.gguf", Bytes::from_vec(bytes)).map_err(js_err)?;
         let options = LlamaOptions { context: count(options, "context")?.unwrap_or(0), ..Default::default() };
         let model = Llama::from_gguf(&device.inner, &file, options).map_err(js_err)?;
         Ok(WebLanguageModel { inner: RefCell::new(model) })
@@ -460,91 +418,4 @@ fn messages_of(messages: &Array) -> Result<Vec<Message>, JsError> {
             }
         })
         .collect()
-}
-
-/// A sentence embedder (all-MiniLM-L6-v2 and its kin) from a sentence-transformers directory's files, as
-/// `SentenceTransformer.encode` computes: tokenized, a batch padded to its longest sentence, mean (or CLS)
-/// pooling, L2 normalized. Made by `SentenceEmbedder.load`.
-#[wasm_bindgen(js_name = SentenceEmbedder)]
-pub struct WebEmbedder {
-    inner: RefCell<SentenceEmbedder>,
-}
-
-#[wasm_bindgen(js_class = SentenceEmbedder)]
-impl WebEmbedder {
-    /// Loads the embedder whose files `files` holds by their path in the directory (see `ModelFiles`) onto
-    /// `device`; `options.f16Weights` stores the weight matrices in float16 (needs `shader-f16` on WebGPU).
-    ///
-    /// Rejects naming the file that is missing or does not parse.
-    pub async fn load(
-        device: &WebDevice,
-        #[wasm_bindgen(unchecked_param_type = "ModelFiles")] files: Object,
-        #[wasm_bindgen(unchecked_optional_param_type = "{ f16Weights?: boolean }")] options: JsValue,
-    ) -> Result<WebEmbedder, JsError> {
-        let read = |name: &str| -> crate::Result<Option<Bytes>> {
-            let v = Reflect::get(&files, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED);
-            if v.is_undefined() {
-                return Ok(None);
-            }
-            Ok(Some(Bytes::from_vec(js_bytes(name, &v)?)))
-        };
-        WebEmbedder::from_read(device, &read, &options)
-    }
-
-    /// `load` from the sentence-transformers directory at `baseUrl` (`config.json`, `tokenizer.json` and
-    /// `model.safetensors` are needed; `modules.json`, `sentence_bert_config.json` and `1_Pooling/config.json`
-    /// are read when the server has them), each file streamed into wasm memory with progress and kept in the
-    /// Cache API as `LanguageModel.fromUrl` does.
-    ///
-    /// Rejects naming the URL that failed, then as `load` does.
-    #[wasm_bindgen(js_name = fromUrl)]
-    pub async fn from_url(
-        device: &WebDevice,
-        #[wasm_bindgen(js_name = baseUrl)] base_url: String,
-        #[wasm_bindgen(unchecked_optional_param_type = "{ f16Weights?: boolean } & LoadOptions")] options: JsValue,
-    ) -> Result<WebEmbedder, JsError> {
-        const NEEDED: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
-        const OPTIONAL: [&str; 3] = ["modules.json", "sentence_bert_config.json", "1_Pooling/config.json"];
-        let load = LoadOptions::from_js(&options)?;
-        let base = base_url.trim_end_matches('/');
-        let mut files = std::collections::HashMap::new();
-        for (name, optional) in NEEDED.iter().map(|n| (n, false)).chain(OPTIONAL.iter().map(|n| (n, true))) {
-            if let Some(bytes) = fetch_bytes(&format!("{base}/{name}"), &load, optional).await? {
-                files.insert(*name, Bytes::from_vec(bytes));
-            }
-        }
-        let read = |name: &str| -> crate::Result<Option<Bytes>> { Ok(files.get(name).cloned()) };
-        WebEmbedder::from_read(device, &read, &options)
-    }
-
-    /// Width of the embeddings (384 for MiniLM).
-    #[wasm_bindgen(getter)]
-    pub fn dimension(&self) -> Result<u32, JsError> {
-        Ok(self.inner.try_borrow().map_err(|_| busy("embedder"))?.config.hidden as u32)
-    }
-
-    /// One unit-length `Float32Array` per text (in order), computed in batches of `batch` (default 32), each
-    /// padded to its longest sentence. An empty list gives an empty array. Rejects for a batch of 0, a device
-    /// failure, or while another `embed` of this embedder runs.
-    #[allow(clippy::await_holding_refcell_ref)] // as `LanguageModel::run`
-    pub async fn embed(&self, texts: Vec<String>, batch: Option<u32>) -> Result<Vec<Float32Array>, JsError> {
-        let mut e = self.inner.try_borrow_mut().map_err(|_| busy("embedder"))?;
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let out = e.embed_async(&refs, batch.unwrap_or(32) as usize).await.map_err(js_err)?;
-        Ok(out.iter().map(|v| Float32Array::from(v.as_slice())).collect())
-    }
-}
-
-impl WebEmbedder {
-    fn from_read(
-        device: &WebDevice,
-        read: &dyn Fn(&str) -> crate::Result<Option<Bytes>>,
-        options: &JsValue,
-    ) -> Result<WebEmbedder, JsError> {
-        init_console();
-        let f16 = options.is_object() && Reflect::get(options, &"f16Weights".into()).ok() == Some(JsValue::TRUE);
-        let options = EmbedderOptions { f16_weights: f16, ..Default::default() };
-        let e = SentenceEmbedder::from_files(&device.inner, "model", read, options).map_err(js_err)?;
-        Ok(WebEmbedder { inner: RefCell::new(e) })
-    }
 }
