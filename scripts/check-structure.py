@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Structure checks over src/ that CI runs: no import cycle between modules, no function over 100 lines.
+"""Structure checks that CI runs: no import cycle between src/'s modules, no function over 100 lines (in src/,
+tests/, benches/, examples/, shaders/ and web/).
 
 Modules are files (src/a/b.rs and src/a/b/mod.rs are module a::b). An edge A -> B means A's code names an item of
 B (`use crate::b::..`, `use super::..`, `crate::b::..` in code); a name re-exported by a module (`pub use x::Y`) is
@@ -155,32 +156,8 @@ def main():
             names = sorted(c or "crate" for c in comp)
             detail = "; ".join(f"{a or 'crate'} -> {b or 'crate'}" for a in comp for b in sorted(edges[a]) if b in comp)
             failures.append(f"import cycle between {', '.join(names)} ({detail})")
-    for root, _, names in os.walk(SRC):
-        for n in sorted(names):
-            if not n.endswith(".rs"):
-                continue
-            p = os.path.join(root, n)
-            lines = open(p).read().split("\n")
-            for i, line in enumerate(lines):
-                m = re.match(r"\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:unsafe\s+)?(?:const\s+)?fn\s+(\w+)", line)
-                if not m or line.rstrip().endswith(";"):
-                    continue
-                depth, start, end = 0, None, None
-                for j in range(i, len(lines)):
-                    code = strip_comments(lines[j])
-                    for ch in code:
-                        if ch == "{":
-                            depth += 1
-                            start = j if start is None else start
-                        elif ch == "}":
-                            depth -= 1
-                    if start is not None and depth == 0:
-                        end = j
-                        break
-                    if start is None and code.rstrip().endswith(";"):
-                        break
-                if end is not None and end - i + 1 > max_fn:
-                    failures.append(f"{os.path.relpath(p, SRC + '/..')}:{i + 1}: fn {m.group(1)} has {end - i + 1} lines (max {max_fn})")
+    # functions of at most max_fn lines, in the library and in the tests, shaders and pages' scripts
+    failures += long_functions(("src", "tests", "benches", "examples", "shaders", "web"), max_fn)
     # every public op of the graph API documents its shapes, dtypes, errors and reference
     ops_dir = os.path.join(SRC, "graph")
     undocumented = []
@@ -205,6 +182,60 @@ def main():
           f"{'no import cycle' if not any('cycle' in f for f in failures) else 'CYCLES'}; "
           f"{sum('lines (max' in f for f in failures)} functions over {max_fn} lines")
     return 1 if failures else 0
+
+
+# A function's first line, by language: Rust, WGSL (shaders/), JavaScript (web/, tests/e2e/: declarations, methods
+# and arrow functions bound to a name).
+FN_START = {
+    ".rs": r"\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:unsafe\s+)?(?:const\s+)?fn\s+(\w+)",
+    ".wgsl": r"\s*fn\s+(\w+)",
+    ".js": r"\s*(?:export\s+)?(?:async\s+)?(?:function\s*\*?\s*(\w+)|(?:const|let)\s+(\w+)\s*=\s*(?:async\s+)?(?:\([^)]*\)|\w+)\s*=>\s*\{|(?:static\s+)?(?!if\b|for\b|while\b|switch\b|catch\b|return\b)(\w+)\s*\([^)]*\)\s*\{)",
+}
+FN_START[".mjs"] = FN_START[".js"]
+
+
+def strip_any_strings(line):
+    """A line without comments and without '...', "..." and `...` strings (one line's worth)."""
+    line = re.sub(r"//[^\n]*", "", line)
+    return re.sub(r"'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"|`(?:\\.|[^`\\])*`", "''", line)
+
+
+def long_functions(tops, max_fn):
+    """'path:line: fn name has N lines (max M)' for each function longer than max_fn under the folders `tops`."""
+    root = os.path.join(SRC, "..")
+    out = []
+    for top in tops:
+        for dirpath, dirs, names in os.walk(os.path.join(root, top)):
+            dirs[:] = [d for d in dirs if d not in ("node_modules", "vendor", "pkg", "models", "data", "snapshots")]
+            for n in sorted(names):
+                ext = os.path.splitext(n)[1]
+                if ext not in FN_START:
+                    continue
+                p = os.path.join(dirpath, n)
+                lines = open(p, errors="replace").read().split("\n")
+                for i, line in enumerate(lines):
+                    m = re.match(FN_START[ext], line)
+                    if not m or line.rstrip().endswith(";"):
+                        continue
+                    name = next(g for g in m.groups() if g) if m.groups() else "?"
+                    depth, start, end = 0, None, None
+                    strip = strip_comments if ext == ".rs" else strip_any_strings
+                    for j in range(i, min(len(lines), i + 5000)):
+                        code = strip(lines[j])
+                        for ch in code:
+                            if ch == "{":
+                                depth += 1
+                                start = j if start is None else start
+                            elif ch == "}":
+                                depth -= 1
+                        if start is not None and depth <= 0:
+                            end = j
+                            break
+                        if start is None and code.rstrip().endswith(";"):
+                            break
+                    if end is not None and end - i + 1 > max_fn:
+                        out.append(f"{os.path.relpath(p, root)}:{i + 1}: fn {name} has {end - i + 1} lines (max {max_fn})")
+    return out
 
 
 if __name__ == "__main__":

@@ -36,6 +36,63 @@ var<workgroup> a_s: array<f32, BR>;
 
 {{MASK_FN}}
 
+// the BR query rows of head hi from row0 into q_s (zeros past T)
+fn stage_q(lid: u32, b: u32, hi: u32, row0: u32) {
+    let nd = P.d;
+    for (var e = lid; e < BR * nd; e = e + WGS) {
+        let t = row0 + e / nd;
+        var x = 0.0;
+        if (t < P.t) {
+            x = f32(ld_q(P.q_offset + b * P.q_strides.x + hi * P.q_strides.y + t * P.q_strides.z + (e % nd) * P.q_strides.w));
+        }
+        q_s[e] = x;
+    }
+}
+
+// the tile of keys and values from s0 into k_s and v_s (zeros at or past s_end)
+fn stage_kv(lid: u32, k_base: u32, v_base: u32, s0: u32, s_end: u32) {
+    let nd = P.d;
+    let ndv = P.dv;
+    let nbc = P.bc;
+    for (var e = lid; e < nbc * nd; e = e + WGS) {
+        let s = s0 + e / nd;
+        var x = 0.0;
+        if (s < s_end) {
+            x = f32(ld_k(k_base + s * P.k_strides.z + (e % nd) * P.k_strides.w));
+        }
+        k_s[e] = x;
+    }
+    for (var e = lid; e < nbc * ndv; e = e + WGS) {
+        let s = s0 + e / ndv;
+        var x = 0.0;
+        if (s < s_end) {
+            x = f32(ld_v(v_base + s * P.v_strides.z + (e % ndv) * P.v_strides.w));
+        }
+        v_s[e] = x;
+    }
+}
+
+// row r's online softmax over the tile's scores in p_s: its running max and sum updated, the scores turned into
+// weights, and the factor that rescales its accumulators in a_s
+fn update_row(r: u32) {
+    let nbc = P.bc;
+    var mx = m_s[r];
+    for (var c = 0u; c < nbc; c = c + 1u) {
+        mx = max(mx, p_s[r * nbc + c]);
+    }
+    var sum = 0.0;
+    for (var c = 0u; c < nbc; c = c + 1u) {
+        let x = p_s[r * nbc + c];
+        let w = select(0.0, exp(x - mx), x > HIDDEN);
+        p_s[r * nbc + c] = w;
+        sum = sum + w;
+    }
+    let alpha = exp(m_s[r] - mx);
+    m_s[r] = mx;
+    l_s[r] = l_s[r] * alpha + sum;
+    a_s[r] = alpha;
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let blocks = (P.t + BR - 1u) / BR;
@@ -55,14 +112,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let nd = P.d; // loop bounds from the parameters (= D, DV, BC): constant bounds get fully unrolled by some
     let ndv = P.dv; // drivers (Mesa's GL compiles such a kernel for minutes)
     let nbc = P.bc;
-    for (var e = lid; e < BR * nd; e = e + WGS) {
-        let t = row0 + e / nd;
-        var x = 0.0;
-        if (t < T) {
-            x = f32(ld_q(P.q_offset + b * P.q_strides.x + hi * P.q_strides.y + t * P.q_strides.z + (e % nd) * P.q_strides.w));
-        }
-        q_s[e] = x;
-    }
+    stage_q(lid, b, hi, row0);
     if (lid < BR) {
         m_s[lid] = NEG;
         l_s[lid] = 0.0;
@@ -74,22 +124,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let v_base = P.v_offset + b * P.v_strides.x + g * P.v_strides.y;
     workgroupBarrier();
     for (var s0 = s_begin; s0 < s_end; s0 = s0 + nbc) {
-        for (var e = lid; e < nbc * nd; e = e + WGS) {
-            let s = s0 + e / nd;
-            var x = 0.0;
-            if (s < s_end) {
-                x = f32(ld_k(k_base + s * P.k_strides.z + (e % nd) * P.k_strides.w));
-            }
-            k_s[e] = x;
-        }
-        for (var e = lid; e < nbc * ndv; e = e + WGS) {
-            let s = s0 + e / ndv;
-            var x = 0.0;
-            if (s < s_end) {
-                x = f32(ld_v(v_base + s * P.v_strides.z + (e % ndv) * P.v_strides.w));
-            }
-            v_s[e] = x;
-        }
+        stage_kv(lid, k_base, v_base, s0, s_end);
         workgroupBarrier();
         for (var e = lid; e < BR * nbc; e = e + WGS) {
             let r = e / nbc;
@@ -107,22 +142,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
         if (lid < BR) {
-            let r = lid;
-            var mx = m_s[r];
-            for (var c = 0u; c < nbc; c = c + 1u) {
-                mx = max(mx, p_s[r * nbc + c]);
-            }
-            var sum = 0.0;
-            for (var c = 0u; c < nbc; c = c + 1u) {
-                let x = p_s[r * nbc + c];
-                let w = select(0.0, exp(x - mx), x > HIDDEN);
-                p_s[r * nbc + c] = w;
-                sum = sum + w;
-            }
-            let alpha = exp(m_s[r] - mx);
-            m_s[r] = mx;
-            l_s[r] = l_s[r] * alpha + sum;
-            a_s[r] = alpha;
+            update_row(lid);
         }
         workgroupBarrier();
         for (var j = 0u; j < ACC; j = j + 1u) {

@@ -39,6 +39,13 @@ fn mm_case(name: String, sa: &[usize], sb: &[usize], ta: bool, tb: bool, da: DTy
 
 #[test]
 fn matmul() {
+    let mut cases = shape_cases();
+    special_cases(&mut cases);
+    run_suite("matmul", &cases);
+}
+
+/// Sizes around the tiles, transposed operands, f16, and batch broadcasting.
+fn shape_cases() -> Vec<Case> {
     let mut cases = Vec::new();
     // sizes around the 64x64x16 tile, in a spread of combinations
     let sizes = [1usize, 2, 3, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129];
@@ -69,6 +76,11 @@ fn matmul() {
         cases.push(mm_case(format!("batch/{sa:?}@{sb:?}"), &sa, &sb, false, false, F32, F32));
         cases.push(mm_case(format!("batch/{sa:?}@{sb:?}/tb"), &sa, &sb, false, true, F32, F32));
     }
+    cases
+}
+
+/// Grouped heads, rank-1 operands, exact results, permuted operands and narrow outputs with a bias.
+fn special_cases(cases: &mut Vec<Case>) {
     // grouped heads: 8 query heads share 2 K/V heads (kv head h/4), via broadcast of a [2,1,9,64] view
     cases.push(Case::new(
         "batch/grouped-heads",
@@ -148,7 +160,6 @@ fn matmul() {
         )
         .tol(0.0),
     );
-    run_suite("matmul", &cases);
 }
 
 /// Every matmul kernel (generic, each tiled configuration, mat-vec) on sizes one below, at and one above each

@@ -7,7 +7,7 @@
 mod common;
 
 use common::reference::{self as r, Arr};
-use common::{inp, inp_given, inp_map, run_suite, Case};
+use common::{case_matches, inp, inp_given, inp_map, run_suite, Case};
 use webtensor::DType::{self, F16, F32, I32};
 use webtensor::{BinaryOp, GluOp, Graph, ReduceOp, Result, RowOp, Tensor, UnaryOp};
 
@@ -192,6 +192,12 @@ fn binary_ops() {
             ));
         }
     }
+    exact_binary_cases(&mut cases);
+    run_suite("binary", &cases);
+}
+
+/// Exact binary results: division correctly rounded, exact quotients, a column-vector broadcast.
+fn exact_binary_cases(cases: &mut Vec<Case>) {
     // division correctly rounded to f32 (WGSL's `/` may be 2.5 ULP off: NVIDIA's driver gave 6 / 3 = 1.9999999),
     // against the f64 quotient of the f32 inputs rounded to f32 (exact: f64 has over 2 × 24 + 2 bits), and exact
     // quotients exact
@@ -227,7 +233,6 @@ fn binary_ops() {
         )
         .tol(0.0),
     );
-    run_suite("binary", &cases);
 }
 
 /// Softmax and the norms: every op of the row-op table (`RowOp::ALL`; the cases below name each, and a row
@@ -472,6 +477,12 @@ fn data_movement() {
             .tol(0.0),
         );
     }
+    gather_cases(&mut cases);
+    run_suite("data", &cases);
+}
+
+/// get_rows (every dtype, a transposed table) and concat (every axis, views, the same tensor twice).
+fn gather_cases(cases: &mut Vec<Case>) {
     // get_rows
     for dtype in [F32, F16, I32] {
         let dom = |x: f64| (x * 1000.0).round();
@@ -519,7 +530,6 @@ fn data_movement() {
         |g, x| g.concat(&[x[0], x[0]], 1),
         |x| r::concat(&x[0], &x[0], 1),
     ));
-    run_suite("data", &cases);
 }
 
 /// Writes into states: set_rows (f32 into f32 and into f16, first, last and repeated indices, the last repeated
@@ -761,4 +771,16 @@ fn attention() {
         .with_state(inp(F16, &[64, 64], 3)),
     );
     run_suite("attention", &cases);
+}
+
+/// `WEBTENSOR_CASE=...` runs the cases whose `suite/name` contains one of its comma-separated parts.
+#[test]
+fn case_filter_selects_by_suite_and_name() {
+    assert!(case_matches(None, "ops", "add/float32/[7, 13]"));
+    assert!(case_matches(Some("add/float16"), "ops", "add/float16/[1]"));
+    assert!(!case_matches(Some("add/float16"), "ops", "add/float32/[1]"));
+    assert!(case_matches(Some("rope,ops/sub"), "ops", "sub/int32/[1000]"));
+    assert!(case_matches(Some("rope,ops/sub"), "rows", "rope/neox"));
+    assert!(!case_matches(Some("rope,ops/sub"), "ops", "mul/int32/[1000]"));
+    assert!(case_matches(Some(","), "ops", "anything"));
 }

@@ -352,14 +352,7 @@ async function runBenchmark() {
       drawChart();
       await sleep(0);
     }
-    if (outputs.webgpu && outputs.cpu) r.cmp = compare(outputs.webgpu, outputs.cpu);
-    // ORT's results against webtensor's (the CPU's, else WebGPU's)
-    const ours = outputs.cpu ?? outputs.webgpu;
-    for (const key of ["ortWebgpu", "ortWasm"]) {
-      if (!outputs[key] || !ours) continue;
-      r.ortCmp = { ...r.ortCmp, [key]: compare(outputs[key], ours) };
-    }
-    if (r.ortCmp) r.ortAgree = Object.values(r.ortCmp).every((c) => c.agree);
+    compareOutputs(r, outputs);
     renderRow(r);
     drawChart();
     await sleep(0); // let the page paint between sizes
@@ -368,6 +361,24 @@ async function runBenchmark() {
 
   $("#run").disabled = false;
   $("#stop").disabled = true;
+  reportBenchmark({ t0, useGpu, useCpu, done, steps, stoppedDuring });
+}
+
+/** One size's comparisons into `r`: WebGPU against the CPU, onnxruntime-web's results against webtensor's (the
+ *  CPU's, else WebGPU's). */
+function compareOutputs(r, outputs) {
+  if (outputs.webgpu && outputs.cpu) r.cmp = compare(outputs.webgpu, outputs.cpu);
+  // ORT's results against webtensor's (the CPU's, else WebGPU's)
+  const ours = outputs.cpu ?? outputs.webgpu;
+  for (const key of ["ortWebgpu", "ortWasm"]) {
+    if (!outputs[key] || !ours) continue;
+    r.ortCmp = { ...r.ortCmp, [key]: compare(outputs[key], ours) };
+  }
+  if (r.ortCmp) r.ortAgree = Object.values(r.ortCmp).every((c) => c.agree);
+}
+
+/** The status line once a benchmark has ended: errors, disagreements, a stop, or done. */
+function reportBenchmark({ t0, useGpu, useCpu, done, steps, stoppedDuring }) {
   const errors = demo.results.filter((r) => r.error).map((r) => r.error);
   const disagree = demo.results.filter((r) => (r.cmp && !r.cmp.agree) || r.ortAgree === false).map((r) => r.n);
   const secs = ((performance.now() - t0) / 1000).toFixed(1);

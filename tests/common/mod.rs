@@ -320,9 +320,14 @@ pub fn run_suite(suite: &str, cases: &[Case]) -> (usize, usize) {
 /// [`run_suite`] on the given devices.
 pub fn run_suite_on(suite: &str, cases: &[Case], devices: &[Device]) -> (usize, usize) {
     let (mut pass, mut skip, mut fails) = (0, 0, Vec::new());
+    let filter = std::env::var("WEBTENSOR_CASE").ok().filter(|f| !f.is_empty());
+    let chosen: Vec<&Case> = cases.iter().filter(|c| case_matches(filter.as_deref(), suite, &c.name)).collect();
+    if let Some(f) = &filter {
+        println!("{suite}: {} of {} cases match WEBTENSOR_CASE={f}", chosen.len(), cases.len());
+    }
     for device in devices {
         let dev = format!("{}:{}", device.capabilities().backend, device.capabilities().name);
-        for case in cases {
+        for &case in &chosen {
             match run_case(case, device) {
                 Outcome::Pass(e) => {
                     pass += 1;
@@ -342,6 +347,14 @@ pub fn run_suite_on(suite: &str, cases: &[Case], devices: &[Device]) -> (usize, 
     println!("{suite}: {pass} passed, {} failed, {skip} skipped ({} devices)", fails.len(), devices.len());
     assert!(fails.is_empty(), "{} failures:\n{}", fails.len(), fails.join("\n"));
     (pass, skip)
+}
+
+/// Whether case `name` of `suite` is run under the filter `WEBTENSOR_CASE` (as ggml's `test-backend-ops -o`):
+/// every case without one; else those whose `suite/name` contains one of its comma-separated parts.
+pub fn case_matches(filter: Option<&str>, suite: &str, name: &str) -> bool {
+    let full = format!("{suite}/{name}");
+    let parts: Vec<&str> = filter.unwrap_or("").split(',').filter(|p| !p.is_empty()).collect();
+    parts.is_empty() || parts.iter().any(|p| full.contains(p))
 }
 
 /// `a @ b` ([m, k] @ [k, n] of `dtype`) with A and B as interior views of inputs bordered with NaN (guard

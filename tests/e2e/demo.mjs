@@ -34,6 +34,40 @@ function fail(msg) {
   throw new Error(msg);
 }
 
+/** The checks of one visit (see `visit`): `s` the page's state, `row` and `cell` the results row's text. */
+function checkVisit(s, row, cell, webgpu) {
+  if (s.state !== "done") fail(`demo ended in state ${s.state}: ${s.status}`);
+  if (s.maxGapMs > MAX_STALL_MS) fail(`the page froze for ${s.maxGapMs.toFixed(0)} ms (limit ${MAX_STALL_MS} ms)`);
+  for (const r of SEED_ROWS) if (!s.seed.includes(r)) fail(`seed result row "${r}" not shown: ${s.seed}`);
+  const r = s.results.find((x) => x.n === size);
+  if (!r) fail(`no result for n = ${size}`);
+  if (!(r.cpu?.gflops > 0)) fail(`no CPU result: ${JSON.stringify(r)}`);
+  if (webgpu) {
+    if (!s.hasGpu) fail(`no WebGPU on the page: ${s.gpuNote}`);
+    for (const b of ["WebGPU", "CPU"]) {
+      if (!s.seedOk.some(([name, ok]) => name === b && ok === "true")) fail(`seed on ${b}: ${JSON.stringify(s.seedOk)}`);
+    }
+    if (!(r.webgpu?.gflops > 0)) fail(`no WebGPU result: ${JSON.stringify(r)}`);
+    if (/not reported/.test(s.adapter.split("\n").find((l) => /adapter/.test(l)) ?? "")) fail(`adapter not named: ${s.adapter}`);
+    if (!/software/.test(s.swNote)) fail(`the page does not say the adapter (SwiftShader) is a software one: "${s.swNote}"`);
+    if (!r.cmp?.agree) fail(`WebGPU and CPU disagree: ${JSON.stringify(r.cmp)}`);
+    if (!/\d/.test(cell["max-abs"] ?? "")) fail(`no max error shown: ${row}`);
+    // onnxruntime-web beside it on the same page: both of its engines ran, agree with webtensor, and the
+    // ratios are shown
+    if (!(r.ortWebgpu?.gflops > 0) || !(r.ortWasm?.gflops > 0)) fail(`no onnxruntime-web result: ${JSON.stringify(r)}`);
+    if (r.ortAgree !== true) fail(`onnxruntime-web disagrees with webtensor: ${JSON.stringify(r.ortCmp)}`);
+    if (!/\d\.\d\dx/.test(cell["webgpu-vs-ort"] ?? "") || !/\d\.\d\dx/.test(cell["cpu-vs-ort"] ?? "")) fail(`no ratios shown: ${row}`);
+    if (s.chartPoints !== 2) fail(`chart shows ${s.chartPoints} points, expected one per backend`);
+  } else {
+    if (s.hasGpu) fail("WebGPU was found although Chromium ran without --enable-unsafe-webgpu");
+    if (!/WebGPU is not available/.test(s.gpuNote)) fail(`the page does not say that WebGPU is missing: "${s.gpuNote}"`);
+    if (!/enable-unsafe-webgpu/.test(s.gpuNote) || /not requested/.test(s.gpuNote)) fail(`no advice, or wgpu's internals: "${s.gpuNote}"`);
+    if (/WebGPU/.test(s.legend)) fail(`the chart still has a WebGPU series: "${s.legend}"`);
+    if (!s.seedOk.some(([name, ok]) => name === "CPU" && ok === "true")) fail(`seed on CPU: ${JSON.stringify(s.seedOk)}`);
+    if (s.chartPoints !== 1) fail(`chart shows ${s.chartPoints} points, expected the CPU's`);
+  }
+}
+
 /** Opens the demo with `?sizes=<size>&autorun=1`, waits until it is done, checks it, saves a screenshot. */
 async function visit(url, { webgpu, screenshot }) {
   const label = webgpu ? "with WebGPU" : "without WebGPU";
@@ -108,36 +142,7 @@ async function visit(url, { webgpu, screenshot }) {
     console.log(`[${label}] longest main-thread stall: ${s.maxGapMs.toFixed(0)} ms (${s.maxOrtGapMs.toFixed(0)} ms ` +
       `while onnxruntime-web loaded its WebGPU session); screenshot ${screenshot}`);
 
-    if (s.state !== "done") fail(`demo ended in state ${s.state}: ${s.status}`);
-    if (s.maxGapMs > MAX_STALL_MS) fail(`the page froze for ${s.maxGapMs.toFixed(0)} ms (limit ${MAX_STALL_MS} ms)`);
-    for (const r of SEED_ROWS) if (!s.seed.includes(r)) fail(`seed result row "${r}" not shown: ${s.seed}`);
-    const r = s.results.find((x) => x.n === size);
-    if (!r) fail(`no result for n = ${size}`);
-    if (!(r.cpu?.gflops > 0)) fail(`no CPU result: ${JSON.stringify(r)}`);
-    if (webgpu) {
-      if (!s.hasGpu) fail(`no WebGPU on the page: ${s.gpuNote}`);
-      for (const b of ["WebGPU", "CPU"]) {
-        if (!s.seedOk.some(([name, ok]) => name === b && ok === "true")) fail(`seed on ${b}: ${JSON.stringify(s.seedOk)}`);
-      }
-      if (!(r.webgpu?.gflops > 0)) fail(`no WebGPU result: ${JSON.stringify(r)}`);
-      if (/not reported/.test(s.adapter.split("\n").find((l) => /adapter/.test(l)) ?? "")) fail(`adapter not named: ${s.adapter}`);
-      if (!/software/.test(s.swNote)) fail(`the page does not say the adapter (SwiftShader) is a software one: "${s.swNote}"`);
-      if (!r.cmp?.agree) fail(`WebGPU and CPU disagree: ${JSON.stringify(r.cmp)}`);
-      if (!/\d/.test(cell["max-abs"] ?? "")) fail(`no max error shown: ${row}`);
-      // onnxruntime-web beside it on the same page: both of its engines ran, agree with webtensor, and the
-      // ratios are shown
-      if (!(r.ortWebgpu?.gflops > 0) || !(r.ortWasm?.gflops > 0)) fail(`no onnxruntime-web result: ${JSON.stringify(r)}`);
-      if (r.ortAgree !== true) fail(`onnxruntime-web disagrees with webtensor: ${JSON.stringify(r.ortCmp)}`);
-      if (!/\d\.\d\dx/.test(cell["webgpu-vs-ort"] ?? "") || !/\d\.\d\dx/.test(cell["cpu-vs-ort"] ?? "")) fail(`no ratios shown: ${row}`);
-      if (s.chartPoints !== 2) fail(`chart shows ${s.chartPoints} points, expected one per backend`);
-    } else {
-      if (s.hasGpu) fail("WebGPU was found although Chromium ran without --enable-unsafe-webgpu");
-      if (!/WebGPU is not available/.test(s.gpuNote)) fail(`the page does not say that WebGPU is missing: "${s.gpuNote}"`);
-      if (!/enable-unsafe-webgpu/.test(s.gpuNote) || /not requested/.test(s.gpuNote)) fail(`no advice, or wgpu's internals: "${s.gpuNote}"`);
-      if (/WebGPU/.test(s.legend)) fail(`the chart still has a WebGPU series: "${s.legend}"`);
-      if (!s.seedOk.some(([name, ok]) => name === "CPU" && ok === "true")) fail(`seed on CPU: ${JSON.stringify(s.seedOk)}`);
-      if (s.chartPoints !== 1) fail(`chart shows ${s.chartPoints} points, expected the CPU's`);
-    }
+    checkVisit(s, row, cell, webgpu);
   } catch (e) {
     if (log.length) console.error(`[${label}] browser log:\n${log.join("\n")}`);
     throw new Error(`[${label}] ${e.message}`);
