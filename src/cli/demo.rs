@@ -244,7 +244,9 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         let split = if rest.as_secs_f64() < 0.02 * d.median.as_secs_f64() {
             format!("moving {moved} within the timing noise")
         } else {
-            format!("moving {moved} and the run's overhead {:.3} ms ({rate:.1} GB/s)", util::ms(rest))
+            // a rate only where the transfers are most of what is left
+            let rate = if rate >= 0.1 { format!(", {rate:.1} GB/s") } else { String::new() };
+            format!("moving {moved} and the run's overhead {:.3} ms{rate}", util::ms(rest))
         };
         outln!("    of which compute {:.3} ms ({:.2} GFLOP/s), {split}", util::ms(compute), gflops(n, compute));
     }

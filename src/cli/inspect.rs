@@ -29,6 +29,8 @@ fn show(v: &MetaValue) -> String {
             format!("[{}{more}] ({} × {kind})", head.join(", "), a.len())
         }
         MetaValue::Bool(b) => b.to_string(),
+        // the shortest decimal that reads back as this f32 (1e-5, not f64's 0.000009999999747378752)
+        MetaValue::F32(x) => format!("{x}"),
         other => other.as_f64().map_or_else(|| other.type_name().to_string(), |x| format!("{x}")),
     }
 }
@@ -58,14 +60,15 @@ fn gguf(path: &str) -> Result<String, CliError> {
     let names: Vec<String> = f.tensors.iter().map(|t| escape_control(&t.name)).collect();
     let shapes: Vec<String> = f.tensors.iter().map(|t| format!("{:?}", t.shape)).collect();
     let sizes: Vec<String> = f.tensors.iter().map(|t| bytes(t.bytes)).collect();
-    let (nw, sw, bw) = (
+    let (nw, dw, sw, bw) = (
         width(names.iter().map(String::as_str), 60),
+        width(f.tensors.iter().map(|t| t.dtype.name()), 10),
         width(shapes.iter().map(String::as_str), 40),
         width(sizes.iter().map(String::as_str), 40),
     );
     for (i, t) in f.tensors.iter().enumerate() {
         out += &format!(
-            "  {:<nw$} {:<6} {:<sw$} {:>bw$} at {}\n",
+            "  {:<nw$} {:<dw$} {:<sw$} {:>bw$} at byte {}\n",
             names[i],
             t.dtype.name(),
             shapes[i],
@@ -87,13 +90,15 @@ fn safetensors(path: &str) -> Result<String, CliError> {
     let names: Vec<String> = entries.iter().map(|t| escape_control(&t.name)).collect();
     let shapes: Vec<String> = entries.iter().map(|t| format!("{:?}", t.shape)).collect();
     let sizes: Vec<String> = entries.iter().map(|t| bytes(t.range.len() as u64)).collect();
-    let (nw, sw, bw) = (
+    let dtypes: Vec<String> = entries.iter().map(|t| escape_control(&t.dtype)).collect();
+    let (nw, dw, sw, bw) = (
         width(names.iter().map(String::as_str), 60),
+        width(dtypes.iter().map(String::as_str), 10),
         width(shapes.iter().map(String::as_str), 40),
         width(sizes.iter().map(String::as_str), 40),
     );
-    for (i, t) in entries.iter().enumerate() {
-        out += &format!("  {:<nw$} {:<5} {:<sw$} {:>bw$}\n", names[i], escape_control(&t.dtype), shapes[i], sizes[i]);
+    for (i, _) in entries.iter().enumerate() {
+        out += &format!("  {:<nw$} {:<dw$} {:<sw$} {:>bw$}\n", names[i], dtypes[i], shapes[i], sizes[i]);
     }
     Ok(out)
 }

@@ -185,8 +185,32 @@ fn install_panic_hook() {
 /// them).
 const DEFAULT_LOG: &str = "warn,webtensor::progress=info,wgpu_hal=off,wgpu_core=off,naga=off";
 
+/// Mesa's Vulkan and EGL drivers print "error: XDG_RUNTIME_DIR is invalid or not set in the environment" when it
+/// is missing (a container, a CI job, `su`): harmless, but it reads as webtensor failing. Without a usable one
+/// the CLI points it at a 0700 folder of its own in the temporary directory, before any driver loads (and leaves
+/// it unset where that folder exists but is not this user's private one).
+#[cfg(all(unix, not(target_os = "macos")))]
+fn ensure_runtime_dir() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else { return };
+    let private = |p: &std::path::Path| {
+        std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.permissions().mode() & 0o077 == 0)
+    };
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir()) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("webtensor-runtime-{uid}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    if private(&dir) {
+        // the process has one thread here: nothing reads the environment while it changes
+        std::env::set_var("XDG_RUNTIME_DIR", &dir);
+    }
+}
+
 /// The CLI's entry point: parse, run, report.
 pub fn main() -> ExitCode {
+    #[cfg(all(unix, not(target_os = "macos")))]
+    ensure_runtime_dir();
     install_panic_hook();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(DEFAULT_LOG))
         .format_timestamp(None)
