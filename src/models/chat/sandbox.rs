@@ -27,8 +27,18 @@ const RECURSION: usize = 64;
 /// Largest template source accepted, in bytes.
 pub(crate) const MAX_SOURCE: usize = 1 << 20;
 
-/// The filters a template may use: minijinja's builtins that Hugging Face's renderer (Jinja2) has too.
-const FILTERS: &[&str] = &[
+/// The filter table: `FILTERS`, the filters a template may use (minijinja's builtins that Hugging Face's renderer,
+/// Jinja2, has too), and `FILTER_CALLS`, the charged function each is rerouted to (`__webtensor_filter_NAME`), in
+/// the same order, from one list.
+macro_rules! filters {
+    ($($f:literal),* $(,)?) => {
+        /// The filters a template may use.
+        const FILTERS: &[&str] = &[$($f),*];
+        /// `__webtensor_filter_NAME` for each of [`FILTERS`], in order.
+        const FILTER_CALLS: &[&str] = &[$(concat!("__webtensor_filter_", $f)),*];
+    };
+}
+filters!(
     "abs",
     "attr",
     "batch",
@@ -79,7 +89,7 @@ const FILTERS: &[&str] = &[
     "lines",
     "chain",
     "zip",
-];
+);
 
 fn invalid(msg: String) -> Error {
     Error::new(ErrorKind::InvalidOperation, msg)
@@ -202,65 +212,6 @@ pub(crate) fn fuel_for(t: &CompiledTemplate) -> u64 {
         .max(64);
     FUEL.min(LITERAL_BYTES / longest)
 }
-
-macro_rules! filter_calls {
-    ($($f:literal),* $(,)?) => {
-        /// `__webtensor_filter_NAME` for each of [`FILTERS`], in order.
-        const FILTER_CALLS: &[&str] = &[$(concat!("__webtensor_filter_", $f)),*];
-    };
-}
-filter_calls!(
-    "abs",
-    "attr",
-    "batch",
-    "bool",
-    "capitalize",
-    "center",
-    "count",
-    "d",
-    "default",
-    "dictsort",
-    "e",
-    "escape",
-    "first",
-    "float",
-    "format",
-    "groupby",
-    "indent",
-    "int",
-    "items",
-    "join",
-    "last",
-    "length",
-    "list",
-    "lower",
-    "map",
-    "max",
-    "min",
-    "reject",
-    "rejectattr",
-    "replace",
-    "reverse",
-    "round",
-    "safe",
-    "select",
-    "selectattr",
-    "slice",
-    "sort",
-    "split",
-    "string",
-    "sum",
-    "title",
-    "tojson",
-    "trim",
-    "unique",
-    "upper",
-    "wordcount",
-    "wordwrap",
-    "lines",
-    "chain",
-    "zip",
-);
 
 /// The environment every chat template renders in: the charged operators and filters, Hugging Face's
 /// functions (`raise_exception`, `strftime_now`), Python's methods, the formatter that charges output, the fuel,
