@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Structure checks that CI runs: no import cycle between src/'s modules, no function over 100 lines (in src/,
-tests/, benches/, examples/, shaders/ and web/).
+tests/, benches/, examples/ and web/; WGSL beside its Rust in src/).
 
 Modules are files (src/a/b.rs and src/a/b/mod.rs are module a::b). An edge A -> B means A's code names an item of
 B (`use crate::b::..`, `use super::..`, `crate::b::..` in code); a name re-exported by a module (`pub use x::Y`) is
@@ -156,8 +156,8 @@ def main():
             names = sorted(c or "crate" for c in comp)
             detail = "; ".join(f"{a or 'crate'} -> {b or 'crate'}" for a in comp for b in sorted(edges[a]) if b in comp)
             failures.append(f"import cycle between {', '.join(names)} ({detail})")
-    # functions of at most max_fn lines, in the library and in the tests, shaders and pages' scripts
-    failures += long_functions(("src", "tests", "benches", "examples", "shaders", "web"), max_fn)
+    # functions of at most max_fn lines, in the library (its WGSL too) and in the tests and pages' scripts
+    failures += long_functions(("src", "tests", "benches", "examples", "web"), max_fn)
     # every public op of the graph API documents its shapes, dtypes, errors and reference
     ops_dir = os.path.join(SRC, "graph")
     undocumented = []
@@ -184,7 +184,7 @@ def main():
     return 1 if failures else 0
 
 
-# A function's first line, by language: Rust, WGSL (shaders/), JavaScript (web/, tests/e2e/: declarations, methods
+# A function's first line, by language: Rust, WGSL (src/backend/gpu/), JavaScript (web/, tests/e2e/: declarations, methods
 # and arrow functions bound to a name).
 FN_START = {
     ".rs": r"\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:unsafe\s+)?(?:const\s+)?fn\s+(\w+)",

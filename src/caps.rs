@@ -1,7 +1,8 @@
 //! What a device is and can do: the backend kinds, device types and the [`Capabilities`] every backend reports,
 //! plain data that the compiler reads and `webtensor info` prints.
 
-use crate::{DType, Error, Result};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Environment variable that forces a backend: `cpu`, `vulkan`, `gl`, `metal`, `dx12`, `webgpu` or `auto`.

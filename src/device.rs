@@ -5,10 +5,12 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::GpuBackend;
 use crate::backend::{Backend, CompileOptions, Executable, PlanStats};
 use crate::caps::{BackendKind, Capabilities, DeviceType, BACKEND_ENV};
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
+use crate::graph::{Graph, Tensor};
 use crate::resident::{Bytes, Resident, State};
 use crate::run::{Fetch, Value};
-use crate::{Error, Graph, HostTensor, Result, Tensor};
+use crate::tensor::HostTensor;
 use std::sync::Arc;
 
 /// A compute device: the CPU backend or one wgpu adapter. Cheap to clone (shared handle).
@@ -236,7 +238,13 @@ impl Device {
     /// [`Error::BadInput`] naming the tensor when the byte count does not match `dtype` and `shape`;
     /// [`Error::InvalidShape`] for a bad shape; [`Error::LimitExceeded`] when the tensor exceeds the device's
     /// largest buffer; [`Error::Gpu`] when the device was lost.
-    pub fn upload_bytes(&self, name: &str, dtype: crate::DType, shape: &[usize], bytes: Bytes) -> Result<Resident> {
+    pub fn upload_bytes(
+        &self,
+        name: &str,
+        dtype: crate::dtype::DType,
+        shape: &[usize],
+        bytes: Bytes,
+    ) -> Result<Resident> {
         crate::resident::check_bytes(name, dtype, shape, bytes.len())?;
         Ok(Resident { inner: self.backend.upload(name, dtype, shape, bytes, false)? })
     }
@@ -249,7 +257,7 @@ impl Device {
     /// [`Error::InvalidShape`] for a bad shape; [`Error::UnsupportedDType`] for a block type (a state is written by
     /// graph ops, which write f32, f16 and i32); [`Error::LimitExceeded`] when it exceeds the device's largest
     /// buffer; [`Error::Gpu`] when the device was lost.
-    pub fn state(&self, name: &str, dtype: crate::DType, shape: &[usize]) -> Result<State> {
+    pub fn state(&self, name: &str, dtype: crate::dtype::DType, shape: &[usize]) -> Result<State> {
         crate::shape::check_shape("state", shape)?;
         if dtype.is_storage_format() {
             let reason = "a state holds f32, f16 or i32 (graph ops write those)".into();
@@ -340,7 +348,7 @@ pub struct Plan {
     outputs: usize,
     graph: u32,
     /// Live inputs: node, name, dtype, shape.
-    inputs: Vec<(NodeId, String, crate::DType, Vec<usize>)>,
+    inputs: Vec<(NodeId, String, crate::dtype::DType, Vec<usize>)>,
     device: Device,
 }
 

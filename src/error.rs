@@ -1,6 +1,6 @@
 //! Error type shared by every stage: graph building, compiling, running, file loading.
 
-use crate::DType;
+use crate::dtype::DType;
 
 /// Every fallible call in webtensor returns this error. Variants name the op and carry the shapes.
 #[non_exhaustive]

@@ -55,7 +55,7 @@ mod graph;
 /// about a GPU device is in [`Capabilities`].
 pub mod gpu {
     pub use crate::backend::gpu::config::*;
-    pub use crate::backend::gpu::lower::target::uses_cooperative_matrices;
+    pub use crate::backend::gpu::target::uses_cooperative_matrices;
     #[cfg(not(target_arch = "wasm32"))]
     pub use crate::backend::gpu::tune::tuned_kernels;
 }
@@ -95,7 +95,7 @@ pub mod testing {
     /// Every kernel family's parameters as Rust and the generated WGSL lay them out, for checking the two against
     /// each other.
     pub fn params_layouts() -> Vec<ParamsLayout> {
-        crate::backend::gpu::params::layouts()
+        crate::backend::gpu::catalogue::params_layouts()
     }
 
     /// One dispatch of a plan compiled for an adapter profile: its kernel's name and workgroup grid.

@@ -3,7 +3,9 @@
 //! [`Device`](crate::Device); their memory is freed when the last handle and the last plan using them are dropped.
 //! [`Bytes`] lets a resident's bytes come from a memory-mapped file without an intermediate copy.
 
-use crate::{DType, Error, HostTensor, Result};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::HostTensor;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::sync::Arc;
@@ -222,7 +224,7 @@ external_accessors!(Resident);
 external_accessors!(State);
 /// A state's values as a host tensor, from its bytes.
 pub(crate) fn host_tensor(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<HostTensor> {
-    HostTensor::new(shape, crate::Data::from_bytes(dtype, bytes))
+    HostTensor::new(shape, crate::tensor::Data::from_bytes(dtype, bytes))
 }
 
 /// Checks that `t` has the state's dtype and shape.

@@ -2,7 +2,8 @@
 //! step passes its token id without building a tensor) and a [`Fetch`] per output (all of it, a range of rows, or
 //! nothing).
 
-use crate::{DType, HostTensor};
+use crate::dtype::DType;
+use crate::tensor::HostTensor;
 use half::f16;
 
 /// The values of one input for a run. A slice must hold exactly as many elements as the input's shape, in

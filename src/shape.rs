@@ -1,6 +1,6 @@
 //! Shapes and strided layouts (graph-building stage): numpy order, strides and offsets in elements.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Highest rank a tensor may have.
 pub const MAX_RANK: usize = 4;

@@ -1,6 +1,6 @@
 //! Host-side tensors: values of every dtype with their shape.
 
-use crate::DType;
+use crate::dtype::DType;
 use half::f16;
 
 /// Host-side values of a tensor, one variant per [`DType`], row-major.
@@ -120,23 +120,23 @@ pub struct HostTensor {
 
 impl HostTensor {
     /// An f32 tensor. Fails with [`crate::Error::InvalidShape`] when `data.len()` is not the product of `shape`.
-    pub fn f32(shape: &[usize], data: Vec<f32>) -> crate::Result<HostTensor> {
+    pub fn f32(shape: &[usize], data: Vec<f32>) -> crate::error::Result<HostTensor> {
         HostTensor::new(shape, Data::F32(data))
     }
 
     /// A tensor of any dtype, checked like [`HostTensor::f32`]; a storage format's rows must be whole blocks.
-    pub fn new(shape: &[usize], data: Data) -> crate::Result<HostTensor> {
+    pub fn new(shape: &[usize], data: Data) -> crate::error::Result<HostTensor> {
         let n: usize = shape.iter().product();
         let dtype = data.dtype();
         if dtype.block_size() > 1 && shape.last().is_some_and(|r| r % dtype.block_size() != 0) {
-            return Err(crate::Error::InvalidShape {
+            return Err(crate::error::Error::InvalidShape {
                 op: "HostTensor::new",
                 shape: shape.to_vec(),
                 reason: format!("rows of {dtype} must be whole blocks of {} values", dtype.block_size()),
             });
         }
         if n != data.len() || dtype.bytes_of(n) != Some(data.as_bytes().len()) {
-            return Err(crate::Error::InvalidShape {
+            return Err(crate::error::Error::InvalidShape {
                 op: "HostTensor::new",
                 shape: shape.to_vec(),
                 reason: format!("shape holds {n} elements but {} values were given", data.len()),

@@ -1,4 +1,4 @@
-//! The cooperative-matrix matmul kernel (`shaders/matmul_coop.wgsl`) against the f64 reference.
+//! The cooperative-matrix matmul kernel (`src/backend/gpu/kernels/matmul/matmul_coop.wgsl`) against the f64 reference.
 //!
 //! Adapters here (lavapipe) have no cooperative matrices, so the kernel runs with the cooperative operations
 //! emulated in plain WGSL (`testing::device_with_emulated_coop`): the tiling, the staging of A and B in every

@@ -6,10 +6,13 @@ pub(crate) mod cpu;
 pub(crate) mod gpu;
 
 use crate::caps::Capabilities;
+use crate::dtype::DType;
+use crate::error::Result;
 use crate::graph::NodeId;
+use crate::graph::{Graph, Tensor};
 use crate::resident::{Bytes, External};
 use crate::run::Fetch;
-use crate::{DType, Graph, HostTensor, Result, Tensor};
+use crate::tensor::HostTensor;
 use std::sync::Arc;
 
 /// The `log` target of webtensor's announcements of work that can take seconds (tuning the matmul kernels,
@@ -117,7 +120,7 @@ pub(crate) trait Backend: MaybeSendSync {
     /// Builds a compute pipeline from `wgsl` on the path compile uses (tests of shader validation errors).
     fn build_wgsl_for_tests<'a>(&'a self, _wgsl: &'a str) -> LocalFuture<'a, Result<()>> {
         Box::pin(async {
-            Err(crate::Error::Unsupported {
+            Err(crate::error::Error::Unsupported {
                 op: "a WGSL shader".into(),
                 backend: "cpu".into(),
                 reason: "the CPU backend runs no shaders".into(),
@@ -145,7 +148,7 @@ pub(crate) fn fetched(layout: &crate::shape::Layout, fetch: &Fetch) -> Result<Op
         Fetch::Skip => Ok(None),
         Fetch::All => Ok(Some(layout.clone())),
         Fetch::Rows(r) if layout.rank() == 0 => {
-            Err(crate::Error::InvalidArgument { op: "run", reason: format!("rows {r:?} of a 0-d output") })
+            Err(crate::error::Error::InvalidArgument { op: "run", reason: format!("rows {r:?} of a 0-d output") })
         }
         Fetch::Rows(r) => layout.slice(0, r.start, r.end).map(Some),
     }
@@ -155,8 +158,12 @@ pub(crate) fn fetched(layout: &crate::shape::Layout, fetch: &Fetch) -> Result<Op
 /// read back).
 /// [`gather`] from storage given as the bytes of `dtype` elements (mapped GPU memory), copying only the elements
 /// `layout` selects, once.
-pub(crate) fn gather_bytes(dtype: crate::DType, bytes: &[u8], layout: &crate::shape::Layout) -> crate::Data {
-    use crate::Data;
+pub(crate) fn gather_bytes(
+    dtype: crate::dtype::DType,
+    bytes: &[u8],
+    layout: &crate::shape::Layout,
+) -> crate::tensor::Data {
+    use crate::tensor::Data;
     if layout.is_contiguous() && !dtype.is_storage_format() {
         let esz = dtype.size_bytes();
         return Data::from_bytes(dtype, &bytes[layout.offset * esz..(layout.offset + layout.numel()) * esz]);
@@ -164,8 +171,8 @@ pub(crate) fn gather_bytes(dtype: crate::DType, bytes: &[u8], layout: &crate::sh
     gather(&Data::from_bytes(dtype, bytes), layout)
 }
 
-pub(crate) fn gather(storage: &crate::Data, layout: &crate::shape::Layout) -> crate::Data {
-    use crate::Data;
+pub(crate) fn gather(storage: &crate::tensor::Data, layout: &crate::shape::Layout) -> crate::tensor::Data {
+    use crate::tensor::Data;
     let n = layout.numel();
     if layout.is_contiguous() {
         let r = layout.offset..layout.offset + n;

@@ -13,8 +13,8 @@
 //! gives the unfused plan's values, overflow to inf included.
 
 use super::ir::{ElemOp, Expr, Program, Step};
+use crate::dtype::DType;
 use crate::graph::{NodeId, Op};
-use crate::DType;
 
 /// Most operands one fused elementwise kernel reads (bounded by its uniform block).
 pub(crate) const MAX_LEAVES: usize = 6;

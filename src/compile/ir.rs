@@ -2,11 +2,13 @@
 //! vocabulary. Unary, binary, GLU and cast nodes become one-node elementwise expressions, which the fusion pass
 //! merges; a matmul may carry an elementwise epilogue. Every backend lowers these steps.
 
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::graph::ExternalRef;
+use crate::graph::{Graph, Tensor};
 use crate::graph::{Node as GraphNode, NodeId, Op};
 use crate::ops::{BinaryOp, GluOp, MatmulPrecision, RowOp, RowParams, UnaryOp};
 use crate::shape::Layout;
-use crate::{DType, Error, Graph, Result, Tensor};
 
 /// One elementwise function in an expression tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,7 +27,7 @@ pub(crate) enum ElemOp {
 }
 
 /// An elementwise expression tree over a step's operands. Values are f32 (i32 when every dtype is i32).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Expr {
     /// The k-th operand of the step, read through its own strides broadcast to the output's shape.
     Leaf(usize),

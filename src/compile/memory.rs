@@ -6,8 +6,8 @@
 //! are freed, so an op never writes over what it reads.
 
 use super::ir::Program;
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
-use crate::{Error, Result};
 use std::collections::HashMap;
 
 /// Where one tensor's storage lives: arena index and byte offset, and its size in bytes.
@@ -244,7 +244,8 @@ pub(crate) fn plan(
 mod tests {
     use super::*;
     use crate::compile::ir::Program;
-    use crate::{DType, Graph};
+    use crate::dtype::DType;
+    use crate::graph::Graph;
 
     fn limits(max: u64) -> MemoryLimits {
         MemoryLimits { align: 256, max_arena: max, max_tensor: max, place_inputs: true }
@@ -264,7 +265,7 @@ mod tests {
         let d = g.add(c, x).unwrap();
         let p = Program::new(&g, &[d]).unwrap();
         let m = plan(&p, limits(1 << 30), &|_| vec![]).unwrap();
-        let blk = |t: crate::Tensor| m.blocks[&(t.index())];
+        let blk = |t: crate::graph::Tensor| m.blocks[&(t.index())];
         assert_eq!(blk(c).offset, blk(a).offset, "c reuses a's memory");
         assert!(!overlaps(blk(x), blk(a)) && !overlaps(blk(x), blk(c)) && !overlaps(blk(x), blk(d)));
         assert!(!overlaps(blk(a), blk(b)) && !overlaps(blk(b), blk(c)) && !overlaps(blk(c), blk(d)));
@@ -280,7 +281,7 @@ mod tests {
         let c = g.add(b, x).unwrap(); // may overwrite b (x is an input: never)
         let p = Program::new(&g, &[c]).unwrap();
         let m = plan(&p, limits(1 << 30), &|s| crate::compile::inplace::candidates(&p, s, &|_| true)).unwrap();
-        let blk = |t: crate::Tensor| m.blocks[&(t.index())];
+        let blk = |t: crate::graph::Tensor| m.blocks[&(t.index())];
         assert_eq!(blk(b).offset, blk(a).offset);
         assert_eq!(blk(c).offset, blk(b).offset, "the output may reuse a dying temporary");
         assert_ne!(blk(c).offset, blk(x).offset, "inputs are never overwritten");

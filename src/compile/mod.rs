@@ -14,8 +14,9 @@ pub(crate) mod inplace;
 pub(crate) mod ir;
 pub(crate) mod memory;
 
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
-use crate::{Error, Graph, Result, Tensor};
+use crate::graph::{Graph, Tensor};
 use ir::Program;
 use memory::{MemoryLimits, MemoryPlan};
 

@@ -2,9 +2,10 @@
 
 use super::handle::{Attention, Tensor};
 use super::{Graph, NodeId, Op};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::ops::Rope;
 use crate::shape::broadcast_shapes;
-use crate::{DType, Error, Result};
 
 impl Graph {
     /// Rotary position embedding of every head of `x` at the positions `pos`: the first `n_dims` dims of each head

@@ -2,9 +2,10 @@
 //! the gated linear units.
 
 use super::{Graph, Op, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::ops::{for_each_binary, for_each_unary, BinaryOp, GluOp, UnaryOp};
 use crate::shape::broadcast_shapes;
-use crate::{DType, Error, Result};
 
 /// Output dtype of a float op on two float operands: f32 if either is f32 (numpy's promotion), else f16.
 pub(crate) fn promote(op: &'static str, a: (DType, &[usize]), b: (DType, &[usize])) -> Result<DType> {

@@ -1,8 +1,9 @@
 //! Gather and join: get_rows and concat.
 
 use super::{Graph, Op, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::shape::{check_shape, resolve_axis};
-use crate::{DType, Error, Result};
 
 impl Graph {
     /// Embedding lookup: `out[i..., :] = table[idx[i...], :]`.

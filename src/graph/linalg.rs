@@ -2,8 +2,9 @@
 
 use super::elementwise::promote;
 use super::{Graph, Op, Tensor};
+use crate::error::{Error, Result};
+use crate::ops::MatmulPrecision;
 use crate::shape::broadcast_shapes;
-use crate::{Error, MatmulPrecision, Result};
 
 impl Graph {
     /// Matrix product with `numpy.matmul` semantics: `C[..., m, n] = Σ_k A[..., m, k] · B[..., k, n]`.

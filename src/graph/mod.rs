@@ -18,9 +18,10 @@ mod views;
 pub use handle::{Attention, Tensor};
 pub(crate) use op::{NodeId, Op};
 
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::resident::External;
 use crate::shape::{check_shape, Layout};
-use crate::{DType, Error, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 

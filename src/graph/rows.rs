@@ -1,9 +1,10 @@
 //! Row ops over the last axis: softmax, the norms, and reductions.
 
 use super::{Graph, NodeId, Op, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::ops::{ReduceOp, RowOp};
 use crate::shape::broadcast_shapes;
-use crate::{DType, Error, Result};
 
 impl Graph {
     /// A float operand with at least one axis, for an op over the last axis.

@@ -1,9 +1,10 @@
 //! Tensors that outlive a run: resident weights and states, and the ops that write states in place.
 
 use super::{ExternalRef, Graph, Node, Op, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::resident::{External, Resident, State};
 use crate::shape::broadcast_shapes;
-use crate::{DType, Error, Result};
 use std::sync::Arc;
 
 impl Graph {

@@ -1,8 +1,9 @@
 //! Views (no data moves) and copies: reshape, permute, transpose, slice, broadcast, contiguous, cast.
 
 use super::{Graph, Op, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::shape::{check_shape, resolve_axis};
-use crate::{DType, Error, Result};
 
 impl Graph {
     /// The same elements with a new shape (`torch.reshape`): a view when `x` is contiguous, else a copy first.

@@ -1,6 +1,6 @@
 //! What every reader and writer of `io` shares: its errors, and replacing a file whole.
 
-use crate::Error;
+use crate::error::Error;
 
 pub(crate) fn io_err(path: &str, e: impl std::fmt::Display) -> Error {
     Error::Io { path: path.into(), message: e.to_string() }
@@ -22,7 +22,7 @@ pub(crate) fn fmt_err(path: &str, msg: impl Into<String>) -> Error {
 ///   it is, never replaced by a regular file; a directory is an error.
 ///
 /// Every write error is reported (`/dev/full` gives "No space left on device").
-pub(crate) fn write_atomic(path: &str, bytes: &[u8]) -> crate::Result<()> {
+pub(crate) fn write_atomic(path: &str, bytes: &[u8]) -> crate::error::Result<()> {
     use std::io::Write;
     let given = std::path::Path::new(path);
     let target = match std::fs::symlink_metadata(given) {
@@ -64,7 +64,7 @@ pub(crate) fn write_atomic(path: &str, bytes: &[u8]) -> crate::Result<()> {
 
 /// The whole file at `path`, memory-mapped read-only (nothing is copied into the heap).
 #[cfg(not(target_arch = "wasm32"))]
-pub(crate) fn map_file(path: &str) -> crate::Result<crate::Bytes> {
+pub(crate) fn map_file(path: &str) -> crate::error::Result<crate::resident::Bytes> {
     let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
     let meta = file.metadata().map_err(|e| io_err(path, e))?;
     if !meta.is_file() {
@@ -75,5 +75,5 @@ pub(crate) fn map_file(path: &str) -> crate::Result<crate::Bytes> {
     // with any memory-mapped reader (llama.cpp's included), which callers accept by opening model files.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(path, e))?;
     let len = map.len();
-    crate::Bytes::from_owner(std::sync::Arc::new(map), 0..len)
+    crate::resident::Bytes::from_owner(std::sync::Arc::new(map), 0..len)
 }

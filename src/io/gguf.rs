@@ -11,8 +11,9 @@
 //! Shapes are numpy order (outermost first): GGUF stores ggml's `ne` (innermost first), reversed here and
 //! nowhere else.
 
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::resident::Bytes;
-use crate::{DType, Error, Result};
 use std::collections::HashSet;
 
 /// A metadata value.
@@ -451,9 +452,9 @@ impl GgufFile {
     ///
     /// # Errors
     /// Only if the tensor's shape cannot be a host tensor's (checked when parsed, so never for a parsed file).
-    pub fn host_tensor(&self, t: &TensorInfo) -> Result<crate::HostTensor> {
-        let data = crate::Data::from_bytes(t.dtype, self.data(t).as_slice());
-        crate::HostTensor::new(&t.shape, data)
+    pub fn host_tensor(&self, t: &TensorInfo) -> Result<crate::tensor::HostTensor> {
+        let data = crate::tensor::Data::from_bytes(t.dtype, self.data(t).as_slice());
+        crate::tensor::HostTensor::new(&t.shape, data)
     }
 
     /// The file's name as given.
@@ -554,8 +555,8 @@ fn tensor_info(r: &mut Reader, names: &mut HashSet<String>) -> Result<RawInfo> {
         return Err(r.err(at, format!("duplicate tensor name '{name}'")));
     }
     let n_dims = r.u32("a tensor's rank")? as usize;
-    if n_dims > crate::MAX_RANK {
-        return Err(r.err(at, format!("tensor '{name}' has {n_dims} dimensions (at most {})", crate::MAX_RANK)));
+    if n_dims > crate::shape::MAX_RANK {
+        return Err(r.err(at, format!("tensor '{name}' has {n_dims} dimensions (at most {})", crate::shape::MAX_RANK)));
     }
     let mut ne = Vec::with_capacity(n_dims);
     for _ in 0..n_dims {

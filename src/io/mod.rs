@@ -15,7 +15,8 @@ pub mod safetensors;
 pub use npy::{npy_bytes, read_npy, read_npy_bytes, write_npy};
 pub use safetensors::{read_safetensors, SafetensorsEntry, SafetensorsFile};
 
-use crate::{HostTensor, Result};
+use crate::error::Result;
+use crate::tensor::HostTensor;
 use common::fmt_err;
 
 /// Writes `bytes` to `path`, replacing an existing file whole: through a temporary file beside it, synced and

@@ -7,7 +7,9 @@
 //! `numpy.save` writes.
 
 use super::common::{fmt_err, write_atomic};
-use crate::{DType, Data, HostTensor, Result};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::tensor::{Data, HostTensor};
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
 

@@ -9,7 +9,10 @@
 //! reading one tensor reads only its bytes.
 
 use super::common::fmt_err;
-use crate::{Bytes, DType, Data, HostTensor, Result};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::resident::Bytes;
+use crate::tensor::{Data, HostTensor};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use std::ops::Range;

@@ -3,8 +3,9 @@
 //! bound no real model comes near, epsilons and rope bases are finite and positive, products of widths do not
 //! overflow, and a key present with the wrong type is an error naming the key and the file.
 
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::io::gguf::{GgufFile, MetaValue};
-use crate::{DType, Error, Result};
 
 /// The metadata of one architecture's keys (`{arch}.block_count`, ...) in one file.
 pub(crate) struct Hparams<'a> {

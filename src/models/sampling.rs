@@ -77,7 +77,7 @@ impl SamplingOptions {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the option, its value and its range.
-    pub fn validate(&self) -> crate::Result<()> {
+    pub fn validate(&self) -> crate::error::Result<()> {
         let checks: [(&str, f32, bool, &str); 4] = [
             ("temperature", self.temperature, self.temperature >= 0.0, "finite and at least 0 (0 is greedy)"),
             ("top_p", self.top_p, self.top_p > 0.0 && self.top_p <= 1.0, "above 0 and at most 1 (1 keeps all)"),
@@ -91,7 +91,7 @@ impl SamplingOptions {
         ];
         for (name, value, ok, range) in checks {
             if !value.is_finite() || !ok {
-                return Err(crate::Error::InvalidArgument {
+                return Err(crate::error::Error::InvalidArgument {
                     op: "sampling",
                     reason: format!("{name} is {value}: it must be {range}"),
                 });

@@ -4,8 +4,8 @@
 //! the scores as llama.cpp's SPM tokenizer ranks them. Control tokens (type 3) are special tokens, matched in the
 //! text and skipped when decoding with `skip_special`; user-defined tokens (type 4) are matched in the text.
 
+use crate::error::{Error, Result};
 use crate::io::gguf::{GgufFile, MetaValue};
-use crate::{Error, Result};
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::decoders::fuse::Fuse;

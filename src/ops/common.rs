@@ -11,8 +11,8 @@ pub enum Accepts {
 
 impl Accepts {
     /// Whether a tensor of `dtype` is accepted.
-    pub fn dtype(self, dtype: crate::DType) -> bool {
-        dtype.is_float() || (self == Accepts::FloatOrInt && dtype == crate::DType::I32)
+    pub fn dtype(self, dtype: crate::dtype::DType) -> bool {
+        dtype.is_float() || (self == Accepts::FloatOrInt && dtype == crate::dtype::DType::I32)
     }
 }
 

@@ -18,7 +18,7 @@ macro_rules! define_reduce {
                 match self { $(ReduceOp::$var => stringify!($method),)* }
             }
 
-            /// The op's constant in `shaders/rows.wgsl`, which selects its code there.
+            /// The op's constant in `src/backend/gpu/kernels/rows.wgsl`, which selects its code there.
             pub(crate) fn wgsl_const(self) -> &'static str {
                 match self { $(ReduceOp::$var => $wgsl,)* }
             }
@@ -69,9 +69,9 @@ fn first_max(row: &[f64]) -> usize {
 
 impl ReduceOp {
     /// The output dtype for an input of `dtype`.
-    pub fn out_dtype(self, dtype: crate::DType) -> crate::DType {
+    pub fn out_dtype(self, dtype: crate::dtype::DType) -> crate::dtype::DType {
         if self == ReduceOp::ArgMax {
-            crate::DType::I32
+            crate::dtype::DType::I32
         } else {
             dtype
         }

@@ -25,7 +25,7 @@ macro_rules! define_rows {
                 match self { $(RowOp::$var => stringify!($method),)* }
             }
 
-            /// The op's constant in `shaders/rows.wgsl`, which selects its code there.
+            /// The op's constant in `src/backend/gpu/kernels/rows.wgsl`, which selects its code there.
             pub(crate) fn wgsl_const(self) -> &'static str {
                 match self { $(RowOp::$var => $wgsl,)* }
             }

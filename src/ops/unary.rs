@@ -19,7 +19,7 @@ macro_rules! for_each_unary {
             (Sin, sin, "sin", Float, |x, _a, _b| x.sin(), "wt_sin({x})",
                 "`sin x` in radians (`torch.sin`); accurate to a few f32 ulps for |x| < 10⁵ on every backend.", 0)
             (Cos, cos, "cos", Float, |x, _a, _b| x.cos(), "wt_cos({x})",
-                "`cos x` in radians (`torch.cos`); accurate like [`Graph::sin`](crate::Graph::sin).", 0)
+                "`cos x` in radians (`torch.cos`); accurate like [`Graph::sin`](crate::graph::Graph::sin).", 0)
             (Tanh, tanh, "tanh", Float, |x, _a, _b| x.tanh(), "wt_tanh({x})",
                 "`tanh x`, finite for every finite x (`torch.tanh`).", 0)
             (Relu, relu, "relu", Float, |x, _a, _b| x.max(0.0), "max({x}, 0.0)", "`max(x, 0)` (`torch.relu`).", 0)
@@ -100,16 +100,16 @@ macro_rules! define_unary {
                 }
             }
 
-            /// The WGSL expression template over `{x}`, `{a}` and `{b}` (functions from `shaders/common.wgsl`).
+            /// The WGSL expression template over `{x}`, `{a}` and `{b}` (functions from `src/backend/gpu/wgsl/common.wgsl`).
             pub(crate) fn wgsl_template(self) -> &'static str {
                 match self { $(UnaryOp::$var => $wgsl,)* }
             }
         }
 
         impl std::str::FromStr for UnaryOp {
-            type Err = crate::Error;
-            fn from_str(s: &str) -> crate::Result<UnaryOp> {
-                UnaryOp::ALL.iter().copied().find(|op| op.name() == s).ok_or_else(|| crate::Error::InvalidArgument {
+            type Err = crate::error::Error;
+            fn from_str(s: &str) -> crate::error::Result<UnaryOp> {
+                UnaryOp::ALL.iter().copied().find(|op| op.name() == s).ok_or_else(|| crate::error::Error::InvalidArgument {
                     op: "unary",
                     reason: format!("unknown unary op '{s}'"),
                 })

@@ -3,7 +3,7 @@
 //! checked against the `gguf` Python package's (bit for bit) in the differential suite.
 
 use super::blocks::*;
-use crate::DType;
+use crate::dtype::DType;
 
 /// Decodes whole blocks of `dtype` from `bytes` into `out` (`out.len()` values: `bytes.len() / block_bytes` blocks).
 /// Plain types are converted (bf16 and f16 widened, i32 rounded).

@@ -1,7 +1,7 @@
 //! ggml's block-quantized types on the host: the typed block structs ([`blocks`]) whose sizes make the block
 //! rows of the type table ([`DType`](crate::DType)'s, ggml's `type_traits[]`), and the decoders ([`decode`]),
 //! `dequantize_row_*` of ggml-quants.c. The CPU backend's dot products read the same structs; the GPU's
-//! `shaders/blocks.wgsl` reads the same byte layout.
+//! `src/backend/gpu/wgsl/blocks.wgsl` reads the same byte layout.
 
 pub(crate) mod blocks;
 mod decode;

@@ -1,6 +1,9 @@
 //! Values between JS and the library: errors, shapes, dtypes by name, typed arrays in and out, the console.
 
-use crate::{BackendKind, DType, Data, Error, HostTensor};
+use crate::caps::BackendKind;
+use crate::dtype::DType;
+use crate::error::Error;
+use crate::tensor::{Data, HostTensor};
 use half::f16;
 use js_sys::{Array, ArrayBuffer, Float32Array, Int32Array, Uint16Array, Uint8Array};
 use wasm_bindgen::prelude::*;
@@ -82,7 +85,7 @@ pub(super) fn parse_dtype(name: &str) -> Result<DType, JsError> {
 
 /// The bytes of an `ArrayBuffer` or a typed array / `DataView` (its own range of its buffer), copied into wasm
 /// memory.
-pub(super) fn js_bytes(name: &str, v: &JsValue) -> crate::Result<Vec<u8>> {
+pub(super) fn js_bytes(name: &str, v: &JsValue) -> crate::error::Result<Vec<u8>> {
     if let Some(buf) = v.dyn_ref::<ArrayBuffer>() {
         return Ok(Uint8Array::new(buf).to_vec());
     }

@@ -5,7 +5,10 @@ use super::convert::{init_console, js_bytes, js_err, parse_backend, parse_dtype,
 use super::graph::{tensors_of, WebGraph};
 use super::plan::WebPlan;
 use super::tensors::{WebResident, WebState};
-use crate::{CompileOptions, DType, Error, HostTensor};
+use crate::backend::CompileOptions;
+use crate::dtype::DType;
+use crate::error::Error;
+use crate::tensor::HostTensor;
 use js_sys::{Array, Float32Array};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -57,7 +60,7 @@ pub struct DeviceInfo {
 /// [`Device.create`](WebDevice::create); cheap to keep, and shared by every plan compiled for it.
 #[wasm_bindgen(js_name = Device)]
 pub struct WebDevice {
-    pub(super) inner: crate::Device,
+    pub(super) inner: crate::device::Device,
 }
 
 #[wasm_bindgen(js_class = Device)]
@@ -72,7 +75,7 @@ impl WebDevice {
     ) -> Result<WebDevice, JsError> {
         init_console();
         let kind = parse_backend(backend)?;
-        let inner = crate::Device::with_backend_async(kind).await.map_err(js_err)?;
+        let inner = crate::device::Device::with_backend_async(kind).await.map_err(js_err)?;
         Ok(WebDevice { inner })
     }
 
@@ -158,7 +161,7 @@ impl WebDevice {
         #[wasm_bindgen(unchecked_param_type = "TensorBytes")] bytes: JsValue,
     ) -> Result<WebResident, JsError> {
         let dtype = parse_dtype(dtype)?;
-        let bytes = crate::Bytes::from_vec(js_bytes(name, &bytes).map_err(js_err)?);
+        let bytes = crate::resident::Bytes::from_vec(js_bytes(name, &bytes).map_err(js_err)?);
         let r = self.inner.upload_bytes(name, dtype, &to_usize(&shape), bytes).map_err(js_err)?;
         Ok(WebResident { inner: r })
     }
@@ -217,7 +220,7 @@ fn compile_options(o: &JsValue) -> Result<CompileOptions, JsError> {
 
 thread_local! {
     /// Devices made by `matmul`, one per backend asked for, reused by later calls.
-    static DEVICES: RefCell<HashMap<String, crate::Device>> = RefCell::new(HashMap::new());
+    static DEVICES: RefCell<HashMap<String, crate::device::Device>> = RefCell::new(HashMap::new());
 }
 
 /// `C = A · B` in one call: `a` is `[m, k]`, `b` is `[k, n]`, both row-major f32; resolves to C `[m, n]`,
@@ -255,12 +258,12 @@ pub async fn matmul(
     let device = match cached {
         Some(d) => d,
         None => {
-            let d = crate::Device::with_backend_async(kind).await.map_err(js_err)?;
+            let d = crate::device::Device::with_backend_async(kind).await.map_err(js_err)?;
             DEVICES.with(|m| m.borrow_mut().insert(key, d.clone()));
             d
         }
     };
-    let mut g = crate::Graph::new();
+    let mut g = crate::graph::Graph::new();
     let ta = g.input("a", DType::F32, &[m, k]).map_err(js_err)?;
     let tb = g.input("b", DType::F32, &[k, n]).map_err(js_err)?;
     let c = g.matmul(ta, tb).map_err(js_err)?;

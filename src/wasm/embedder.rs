@@ -5,7 +5,7 @@ use super::device::WebDevice;
 use super::fetch::{fetch_bytes, LoadOptions};
 use super::model_bytes::busy;
 use crate::models::bert::{EmbedderOptions, SentenceEmbedder};
-use crate::Bytes;
+use crate::resident::Bytes;
 use js_sys::{Float32Array, Object, Reflect};
 use std::cell::RefCell;
 use wasm_bindgen::prelude::*;
@@ -29,7 +29,7 @@ impl WebEmbedder {
         #[wasm_bindgen(unchecked_param_type = "ModelFiles")] files: Object,
         #[wasm_bindgen(unchecked_optional_param_type = "{ f16Weights?: boolean }")] options: JsValue,
     ) -> Result<WebEmbedder, JsError> {
-        let read = |name: &str| -> crate::Result<Option<Bytes>> {
+        let read = |name: &str| -> crate::error::Result<Option<Bytes>> {
             let v = Reflect::get(&files, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED);
             if v.is_undefined() {
                 return Ok(None);
@@ -61,7 +61,7 @@ impl WebEmbedder {
                 files.insert(*name, Bytes::from_vec(bytes));
             }
         }
-        let read = |name: &str| -> crate::Result<Option<Bytes>> { Ok(files.get(name).cloned()) };
+        let read = |name: &str| -> crate::error::Result<Option<Bytes>> { Ok(files.get(name).cloned()) };
         WebEmbedder::from_read(device, &read, &options)
     }
 
@@ -86,7 +86,7 @@ impl WebEmbedder {
 impl WebEmbedder {
     fn from_read(
         device: &WebDevice,
-        read: &dyn Fn(&str) -> crate::Result<Option<Bytes>>,
+        read: &dyn Fn(&str) -> crate::error::Result<Option<Bytes>>,
         options: &JsValue,
     ) -> Result<WebEmbedder, JsError> {
         init_console();

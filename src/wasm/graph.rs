@@ -2,7 +2,9 @@
 
 use super::convert::{js_err, parse_dtype, shape_array, to_usize};
 use super::tensors::{WebResident, WebState};
-use crate::{Attention, DType, Rope, RopeMode};
+use crate::dtype::DType;
+use crate::graph::Attention;
+use crate::ops::{Rope, RopeMode};
 use js_sys::{Array, Reflect};
 use wasm_bindgen::prelude::*;
 
@@ -10,7 +12,7 @@ use wasm_bindgen::prelude::*;
 #[wasm_bindgen(js_name = Tensor)]
 #[derive(Clone, Copy, Debug)]
 pub struct WebTensor {
-    pub(super) inner: crate::Tensor,
+    pub(super) inner: crate::graph::Tensor,
 }
 
 #[wasm_bindgen(js_class = Tensor)]
@@ -30,13 +32,15 @@ impl WebTensor {
 }
 
 /// Reads a JS array of `Tensor` objects without taking them over (they stay usable).
-pub(super) fn tensors_of(arr: &Array, what: &str) -> Result<Vec<crate::Tensor>, JsError> {
+pub(super) fn tensors_of(arr: &Array, what: &str) -> Result<Vec<crate::graph::Tensor>, JsError> {
     arr.iter()
         .enumerate()
         .map(|(i, v)| {
             let field = |k: &str| Reflect::get(&v, &JsValue::from_str(k)).ok().and_then(|x| x.as_f64());
             match (field("index"), field("graphId")) {
-                (Some(id), Some(graph)) if v.is_object() => Ok(crate::Tensor { id: id as u32, graph: graph as u32 }),
+                (Some(id), Some(graph)) if v.is_object() => {
+                    Ok(crate::graph::Tensor { id: id as u32, graph: graph as u32 })
+                }
                 _ => Err(JsError::new(&format!("{what}[{i}] is not a Tensor"))),
             }
         })
@@ -44,7 +48,7 @@ pub(super) fn tensors_of(arr: &Array, what: &str) -> Result<Vec<crate::Tensor>, 
 }
 
 /// An optional `Tensor` argument, read without taking it over (a `Tensor` passed by value would be consumed).
-fn opt_tensor(v: &JsValue, what: &str) -> Result<Option<crate::Tensor>, JsError> {
+fn opt_tensor(v: &JsValue, what: &str) -> Result<Option<crate::graph::Tensor>, JsError> {
     if v.is_undefined() || v.is_null() {
         return Ok(None);
     }
@@ -59,12 +63,12 @@ fn opt_tensor(v: &JsValue, what: &str) -> Result<Option<crate::Tensor>, JsError>
 #[wasm_bindgen(js_name = Graph)]
 #[derive(Default)]
 pub struct WebGraph {
-    pub(super) inner: crate::Graph,
+    pub(super) inner: crate::graph::Graph,
 }
 
 type R = Result<WebTensor, JsError>;
 
-fn wrap(r: crate::Result<crate::Tensor>) -> R {
+fn wrap(r: crate::error::Result<crate::graph::Tensor>) -> R {
     r.map(|inner| WebTensor { inner }).map_err(js_err)
 }
 
@@ -256,7 +260,7 @@ impl WebGraph {
     /// Any op of the unary table by name (`"gelu_erf"`), with its f32 parameters (`scale`: `[s]`, `clamp`:
     /// `[lo, hi]`). Throws for an unknown name or a wrong parameter count.
     pub fn unary(&mut self, name: &str, x: &WebTensor, params: Option<Vec<f32>>) -> R {
-        let op: crate::UnaryOp = name.parse().map_err(js_err)?;
+        let op: crate::ops::UnaryOp = name.parse().map_err(js_err)?;
         wrap(self.inner.unary(op, x.inner, &params.unwrap_or_default()))
     }
     /// `x * s` (ggml_scale).
@@ -322,8 +326,8 @@ impl WebGraph {
 }
 
 /// The GLU op named `name`.
-fn glu_op(name: &str) -> Result<crate::GluOp, JsError> {
-    crate::GluOp::ALL
+fn glu_op(name: &str) -> Result<crate::ops::GluOp, JsError> {
+    crate::ops::GluOp::ALL
         .iter()
         .copied()
         .find(|op| op.name() == name)

@@ -6,7 +6,7 @@ use super::fetch::{blob_bytes, fetch_bytes, LoadOptions};
 use super::model_bytes::{busy, WebModelBytes};
 use crate::models::llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason, TokenStream};
 use crate::models::{Message, SamplingOptions};
-use crate::Bytes;
+use crate::resident::Bytes;
 use js_sys::{Array, Function, Object, Promise, Reflect, Uint32Array};
 use std::cell::RefCell;
 use wasm_bindgen::prelude::*;

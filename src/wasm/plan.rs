@@ -1,7 +1,10 @@
 //! `Plan`: running a compiled graph from JS, with typed inputs and selective readback.
 
 use super::convert::{f32_array, js_err, output_array, shape_array, values_of, write_output};
-use crate::{DType, Error, Fetch, HostTensor};
+use crate::dtype::DType;
+use crate::error::Error;
+use crate::run::Fetch;
+use crate::tensor::HostTensor;
 use js_sys::{Array, Float32Array, Int32Array, Object, Reflect};
 use std::cell::RefCell;
 use wasm_bindgen::prelude::*;
@@ -29,7 +32,7 @@ pub struct PlanStats {
 /// One input of a plan: name, handle, dtype, shape.
 pub(super) struct PlanInput {
     pub name: String,
-    pub tensor: crate::Tensor,
+    pub tensor: crate::graph::Tensor,
     pub dtype: DType,
     pub shape: Vec<usize>,
 }
@@ -39,7 +42,7 @@ pub(super) struct PlanInput {
 #[wasm_bindgen(js_name = Plan)]
 pub struct WebPlan {
     /// `None` while a run is in progress.
-    inner: RefCell<Option<crate::Plan>>,
+    inner: RefCell<Option<crate::device::Plan>>,
     /// The inputs the outputs depend on, in declaration order.
     inputs: Vec<PlanInput>,
     output_shapes: Vec<Vec<usize>>,
@@ -48,8 +51,8 @@ pub struct WebPlan {
 
 impl WebPlan {
     pub(super) fn new(
-        plan: crate::Plan,
-        g: &crate::Graph,
+        plan: crate::device::Plan,
+        g: &crate::graph::Graph,
         output_shapes: Vec<Vec<usize>>,
         output_dtypes: Vec<DType>,
     ) -> WebPlan {
@@ -176,7 +179,8 @@ impl WebPlan {
     async fn run_fetch(&self, inputs: &JsValue, fetch: Vec<Fetch>) -> Result<Vec<Option<HostTensor>>, JsError> {
         let values = self.collect_inputs(inputs)?;
         let mut plan = self.inner.borrow_mut().take().ok_or_else(busy)?;
-        let given: Vec<(crate::Tensor, crate::Value)> = values.iter().map(|(t, v)| (*t, v.into())).collect();
+        let given: Vec<(crate::graph::Tensor, crate::run::Value)> =
+            values.iter().map(|(t, v)| (*t, v.into())).collect();
         let out = plan.run_with_async(&given, &fetch).await;
         *self.inner.borrow_mut() = Some(plan);
         out.map_err(js_err)
@@ -242,7 +246,7 @@ impl WebPlan {
             .collect()
     }
 
-    fn collect_inputs(&self, inputs: &JsValue) -> Result<Vec<(crate::Tensor, HostTensor)>, JsError> {
+    fn collect_inputs(&self, inputs: &JsValue) -> Result<Vec<(crate::graph::Tensor, HostTensor)>, JsError> {
         let mut out = Vec::with_capacity(self.inputs.len());
         if let Some(arr) = inputs.dyn_ref::<Array>() {
             if arr.length() as usize != self.inputs.len() {

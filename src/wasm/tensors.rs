@@ -7,14 +7,14 @@ use wasm_bindgen::prelude::*;
 /// `Graph.resident`. `free()` drops this handle; the memory goes when the plans using it are freed too.
 #[wasm_bindgen(js_name = Resident)]
 pub struct WebResident {
-    pub(super) inner: crate::Resident,
+    pub(super) inner: crate::resident::Resident,
 }
 
 /// A tensor that persists across runs (a KV cache), made by [`Device.state`](super::WebDevice::state); graphs
 /// read it through `Graph.state` and write it with `Graph.setRows` / `Graph.copyInto`.
 #[wasm_bindgen(js_name = State)]
 pub struct WebState {
-    pub(super) inner: crate::State,
+    pub(super) inner: crate::resident::State,
 }
 
 macro_rules! accessors {

@@ -4,10 +4,11 @@ use super::buffer::Memory;
 use super::elementwise::Leaf;
 use super::parallel::{for_chunks, threads};
 use super::qdot::dot_f32;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::ops::Rope;
 use crate::shape::Layout;
-use crate::{DType, Error, Result};
 
 /// `[.., T, H, D]` rotated at positions `pos[T]`.
 #[derive(Clone, Debug)]

@@ -2,9 +2,9 @@
 //! read and written element by element through raw pointers (an in-place step reads and writes the same block),
 //! converting between the storage dtype and the f32 the kernels compute in.
 
+use crate::dtype::DType;
 use crate::graph::NodeId;
 use crate::shape::Layout;
-use crate::DType;
 use half::f16;
 
 /// Where every storage node of a run lives: its base pointer and size in bytes.

@@ -5,8 +5,10 @@ use super::lower::MAX_TENSOR_BYTES;
 use super::plan::compile;
 use crate::backend::{Backend, CompileOptions, Executable, LocalFuture};
 use crate::caps::{next_id, BackendKind, Capabilities, DeviceType};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Tensor};
 use crate::resident::{Bytes, External, ExternalInfo, ExternalMemory};
-use crate::{DType, Error, Graph, Result, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

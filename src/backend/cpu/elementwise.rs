@@ -5,9 +5,9 @@
 use super::buffer::{positions, Memory, View};
 use super::parallel::for_ranges;
 use crate::compile::ir::{ElemOp, Expr};
+use crate::dtype::DType;
 use crate::graph::NodeId;
 use crate::shape::Layout;
-use crate::DType;
 
 /// Elements evaluated at a time.
 pub(crate) const CHUNK: usize = 1024;

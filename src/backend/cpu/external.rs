@@ -1,7 +1,7 @@
 //! The CPU backend's memory for resident and state tensors ([`ExternalMemory`]).
 
+use crate::error::{Error, Result};
 use crate::resident::{Bytes, ExternalMemory, LocalFuture};
-use crate::{Error, Result};
 use std::cell::UnsafeCell;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 

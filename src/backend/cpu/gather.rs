@@ -2,8 +2,9 @@
 
 use super::buffer::Memory;
 use super::elementwise::Leaf;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
-use crate::{DType, Error, Result};
 
 /// `out[r, :] = table[idx[r], :]`.
 #[derive(Clone, Debug)]

@@ -10,8 +10,10 @@ use super::rows::{RowKind, RowsKernel};
 use crate::compile::ir::{Program, Step};
 use crate::compile::memory::{MemoryLimits, MemoryPlan};
 use crate::compile::Target;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::graph::{NodeId, Op};
-use crate::{DType, Error, MatmulPrecision, Result};
+use crate::ops::MatmulPrecision;
 
 /// Largest tensor the CPU backend holds, in bytes: 2 GiB on wasm32 (4 GiB address space), 16 GiB natively.
 pub(super) const MAX_TENSOR_BYTES: u64 = if cfg!(target_pointer_width = "32") { 1 << 31 } else { 1 << 34 };

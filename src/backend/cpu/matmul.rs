@@ -9,10 +9,10 @@ use super::external::CpuBytes;
 use super::sgemm::sgemm;
 use super::sgemm::Operand;
 use crate::compile::ir::Expr;
+use crate::dtype::DType;
 use crate::graph::NodeId;
 use crate::resident::External;
 use crate::shape::Layout;
-use crate::DType;
 use std::borrow::Cow;
 use std::sync::Arc;
 

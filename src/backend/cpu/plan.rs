@@ -9,10 +9,13 @@ use crate::backend::{LocalFuture, PlanStats};
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
 use crate::compile::Compiled;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
+use crate::graph::{Graph, Tensor};
 use crate::resident::External;
 use crate::run::Fetch;
-use crate::{DType, Data, Error, Graph, HostTensor, Result, Tensor};
+use crate::tensor::{Data, HostTensor};
 use std::sync::Arc;
 
 pub(super) fn compile(graph: &Graph, outputs: &[Tensor], options: &CompileOptions, device: u64) -> Result<CpuPlan> {

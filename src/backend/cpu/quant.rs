@@ -10,9 +10,10 @@ use super::matmul::transpose_into;
 use super::parallel::{for_chunks, for_ranges, rows_per_task};
 use super::qdot::{self, Q8Row};
 use crate::compile::ir::Expr;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::quant::decode;
-use crate::{DType, Error, Result};
 
 use super::qdot::dot_f32 as dot;
 

@@ -3,9 +3,9 @@
 use super::buffer::Memory;
 use super::elementwise::{Leaf, GRAIN};
 use super::parallel::for_ranges;
+use crate::dtype::DType;
 use crate::graph::NodeId;
 use crate::ops::{ReduceOp, RowOp, RowParams};
-use crate::DType;
 
 /// Which table's op.
 #[derive(Clone, Copy, Debug, PartialEq)]

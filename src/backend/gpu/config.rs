@@ -2,7 +2,7 @@
 //! and the environment variables the GPU backend reads. Everything else about a GPU device is in
 //! [`Capabilities`](crate::Capabilities).
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Environment variable that pins the matmul kernel: a [`TileConfig`] name such as `128x128x8`, a
 /// [`CoopConfig`] name such as `coop16-64x64x32-4sg`, or `generic`.

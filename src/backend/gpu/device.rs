@@ -3,12 +3,13 @@
 //! GL serial lock).
 
 use super::kernel::{KernelKey, MatVecReduce};
-use super::lower::target::{coop_fragment, preferred_matvec, GpuTarget};
+use super::target::{coop_fragment, preferred_matvec, GpuTarget};
 use crate::backend::gpu::config::MatmulKernels;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::gpu::config::SHADER_CHECKS_ENV;
 use crate::caps::{BackendKind, Capabilities, DeviceType};
-use crate::{DType, Error, Result};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

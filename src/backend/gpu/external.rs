@@ -2,8 +2,8 @@
 
 use super::device::GpuBackend;
 use super::readback::read_buffer;
+use crate::error::Result;
 use crate::resident::{ExternalMemory, LocalFuture};
-use crate::Result;
 use std::sync::Arc;
 
 /// An external tensor's buffer (its size rounded up to 4 bytes) and the device that made it.

@@ -1,89 +1,147 @@
-//! The kernel vocabulary (leaf of the GPU backend): which WGSL variant a dispatch runs ([`KernelKey`]), what it
-//! binds and how many workgroups it launches ([`Dispatch`]). Lowering (`lower/`) makes these; WGSL generation
-//! (`wgsl/`) and the plan read them.
+//! The kernel vocabulary (leaf of the GPU backend): the [`Family`] contract every kernel family in `kernels/`
+//! fulfils, which WGSL variant a dispatch runs ([`KernelKey`], whose [`KernelKind`] is a family's own variant
+//! struct), what it binds ([`Binding`]) and how many workgroups it launches ([`Dispatch`]). Nothing here names a
+//! family: `kernels/` lists them.
 
-use super::params::Params;
-use crate::backend::gpu::config::{CoopConfig, TileConfig};
+use super::params::{Params, ParamsLayout};
+use crate::dtype::DType;
 use crate::graph::NodeId;
-use crate::ops::{ReduceOp, RowOp};
-use crate::DType;
+use std::any::Any;
+use std::fmt::Debug;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
-/// The ops of `rows.wgsl`, one workgroup per row of the last axis: a row op or a reduction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum RowKernel {
-    Row(RowOp),
-    Reduce(ReduceOp),
+/// A kernel family's variant struct: the part of a [`KernelKey`] that selects its code (tile configuration,
+/// operand layouts, fused expressions as expression trees). One file of `kernels/` beside its shader defines the
+/// struct, its parameters ([`Family::params`]), bindings, WGSL generation, and its lowering and variant list (the
+/// file's `lower` and `variants` functions, which `kernels/mod.rs` lists).
+pub(crate) trait Family: AnyKey {
+    /// A short human-readable name: `elementwise`, `matmul_tiled 128x128x8`, `matvec serial`, ...
+    fn name(&self) -> String;
+
+    /// The family's uniform block, as Rust and WGSL lay it out.
+    fn params(&self) -> ParamsLayout;
+
+    /// The storage bindings of a variant, output first, in binding order (binding 0 is the uniform block).
+    fn bindings(&self, key: &KernelKey) -> Vec<Binding>;
+
+    /// The variant's WGSL body, given its generated storage declarations and accessors (the caller prepends the
+    /// `enable`s, `struct Params` and `common.wgsl`).
+    fn wgsl(&self, key: &KernelKey, bindings: String) -> String;
+
+    /// `enable` directives beyond f16 (which the key decides).
+    fn enables(&self) -> &'static str {
+        ""
+    }
+
+    /// Whether the variant needs SHADER_F16 (f16 cannot be packed in u32 words for it).
+    fn needs_shader_f16(&self) -> bool {
+        false
+    }
+
+    /// Output rows and columns one workgroup of a 2-D matmul kernel covers.
+    fn matmul_tile(&self) -> Option<(u64, u64)> {
+        None
+    }
+
+    /// A matmul kernel of any kind (generic, tiled, cooperative-matrix, mat-vec).
+    fn is_matmul(&self) -> bool {
+        self.matmul_tile().is_some()
+    }
+
+    /// How a dispatch of the family is split when an operand exceeds one storage binding.
+    fn split(&self) -> SplitRule {
+        SplitRule::None
+    }
 }
 
-impl RowKernel {
-    /// Every row kernel: the row-op table, then the reduction table.
-    pub(crate) fn all() -> impl Iterator<Item = RowKernel> {
-        RowOp::ALL.iter().map(|&o| RowKernel::Row(o)).chain(ReduceOp::ALL.iter().map(|&o| RowKernel::Reduce(o)))
+/// How the split pass (`lower/split.rs`) cuts a dispatch whose operands exceed one storage binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SplitRule {
+    /// Not split: a binding over the limit is an error.
+    None,
+    /// Chunks of output elements (`ElementwiseParams`).
+    Elements,
+    /// Chunks of whole rows; `reduces`: one output per row (`RowsParams`).
+    Rows { reduces: bool },
+    /// Windows of table rows (`GetRowsParams`).
+    TableRows,
+    /// Chunks of output columns over windows of B's rows (`MatmulParams`).
+    Columns,
+    /// Chunks of output rows when A is large, else of output columns (`MatmulParams`).
+    RowsOrColumns,
+}
+
+/// What makes a family struct usable inside a [`KernelKey`] behind `dyn`: comparison, hashing and downcasting
+/// by its concrete type. Implemented for every `Eq + Hash + Debug` type.
+pub(crate) trait AnyKey: Any + Debug + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+    fn eq_dyn(&self, other: &dyn Any) -> bool;
+    fn hash_dyn(&self, state: &mut dyn Hasher);
+}
+
+impl<T: Any + Debug + Eq + Hash + Send + Sync> AnyKey for T {
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 
-    /// `softmax`, `rms_norm`, ..., `argmax`.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            RowKernel::Row(op) => op.name(),
-            RowKernel::Reduce(op) => op.name(),
-        }
+    fn eq_dyn(&self, other: &dyn Any) -> bool {
+        other.downcast_ref::<T>() == Some(self)
     }
 
-    /// The op's constant in rows.wgsl.
-    pub(crate) fn wgsl_const(self) -> &'static str {
-        match self {
-            RowKernel::Row(op) => op.wgsl_const(),
-            RowKernel::Reduce(op) => op.wgsl_const(),
-        }
-    }
-
-    /// Whether the kernel writes one value per row (a reduction) rather than one per element.
-    pub(crate) fn reduces(self) -> bool {
-        matches!(self, RowKernel::Reduce(_))
+    fn hash_dyn(&self, mut state: &mut dyn Hasher) {
+        std::any::TypeId::of::<T>().hash(&mut state);
+        self.hash(&mut state);
     }
 }
 
-/// Which shader file and which compile-time variant of it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum KernelKind {
-    /// `out = expr(x0, x1, ..)`; `expr` is WGSL over the loaded operands.
-    Elementwise { expr: String },
-    /// `matmul.wgsl`, with an optional epilogue expression over `acc` and operands x0.. (bindings 4..).
-    MatMul { epi: Option<String> },
-    /// `matmul_tiled.wgsl`: register-blocked, vec4 loads.
-    MatMulTiled { cfg: TileConfig, a_kcontig: bool, b_ncontig: bool, out_vec4: bool, epi: Option<String> },
-    /// `matmul_coop.wgsl`: cooperative matrices, f16 operands.
-    MatMulCoop {
-        cfg: CoopConfig,
-        a_kcontig: bool,
-        b_ncontig: bool,
-        epi: Option<String>,
-        /// The cooperative operations written out in plain WGSL (tests on adapters without them).
-        emulated: bool,
-    },
-    /// `matvec.wgsl` (`matvec_serial.wgsl` for [`MatVecReduce::Serial`]): one-row inputs.
-    MatVec { b_ncontig: bool, reduce: MatVecReduce, epi: Option<String> },
-    /// `rows.wgsl`.
-    Rows { op: RowKernel, mask: bool },
-    /// `get_rows.wgsl`.
-    GetRows,
-    /// `concat.wgsl`.
-    Concat,
-    /// `set_rows.wgsl`.
-    SetRows,
-    /// `copy_into.wgsl`.
-    CopyInto,
-    /// `rope.wgsl`.
-    Rope,
-    /// `attention.wgsl`: head dims `d` and `dv`, `br` queries and `bc` keys a tile, `partial` results of a split
-    /// for the combine pass, an additive `mask`, a run-time length (`dyn_len`).
-    Attention { d: u32, dv: u32, br: u32, bc: u32, partial: bool, mask: bool, dyn_len: bool },
-    /// `attention_combine.wgsl`: head dim `dv`; with `dyn_len`, only the splits a run-time length reaches.
-    AttentionCombine { dv: u32, dyn_len: bool },
+/// Which kernel family and which variant of it: a family's variant struct.
+#[derive(Clone)]
+pub(crate) struct KernelKind(Arc<dyn Family>);
+
+impl KernelKind {
+    /// The kind of family variant `f`.
+    pub(crate) fn new(f: impl Family) -> KernelKind {
+        KernelKind(Arc::new(f))
+    }
+
+    /// The variant struct, when it is a `T`.
+    pub(crate) fn get<T: Family>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref::<T>()
+    }
+}
+
+impl std::ops::Deref for KernelKind {
+    type Target = dyn Family;
+
+    fn deref(&self) -> &dyn Family {
+        &*self.0
+    }
+}
+
+impl PartialEq for KernelKind {
+    fn eq(&self, other: &KernelKind) -> bool {
+        self.0.eq_dyn(other.0.as_any())
+    }
+}
+
+impl Eq for KernelKind {}
+
+impl Hash for KernelKind {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash_dyn(state);
+    }
+}
+
+impl Debug for KernelKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// How the mat-vec kernel's partial sums of one output meet (K contiguous; with N contiguous, `Subgroups` is not
-/// used and `Shared` splits K 16 ways).
+/// used and `Shared` splits K 16 ways). Here rather than in `kernels/matmul/` because devices and profiles name
+/// a preference before any kernel exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum MatVecReduce {
     /// 32 invocations an output, summed with `subgroupAdd` (adapters with subgroups whose size divides 32).
@@ -95,68 +153,29 @@ pub(crate) enum MatVecReduce {
     Serial,
 }
 
-impl KernelKind {
-    /// A short human-readable name: `elementwise`, `matmul`, `matmul_tiled 128x128x8`, `matvec serial`, ...
-    pub(crate) fn name(&self) -> String {
-        let epi = |e: &Option<String>| if e.is_some() { "+epilogue" } else { "" };
-        match self {
-            KernelKind::Elementwise { .. } => "elementwise".into(),
-            KernelKind::MatMul { epi: e } => format!("matmul{}", epi(e)),
-            KernelKind::MatMulTiled { cfg, epi: e, .. } => format!("matmul_tiled {}{}", cfg.name(), epi(e)),
-            KernelKind::MatMulCoop { cfg, epi: e, emulated, .. } => {
-                format!("matmul_coop {}{}{}", cfg.name(), if *emulated { " (emulated)" } else { "" }, epi(e))
-            }
-            KernelKind::MatVec { reduce, epi: e, .. } => {
-                let r = match reduce {
-                    MatVecReduce::Subgroups => " subgroups",
-                    MatVecReduce::Shared => " shared",
-                    MatVecReduce::Serial => " serial",
-                };
-                format!("matvec{r}{}", epi(e))
-            }
-            KernelKind::Rows { op, .. } => format!("rows {}", op.name()),
-            KernelKind::GetRows => "get_rows".into(),
-            KernelKind::Concat => "concat".into(),
-            KernelKind::SetRows => "set_rows".into(),
-            KernelKind::CopyInto => "copy_into".into(),
-            KernelKind::Rope => "rope".into(),
-            KernelKind::Attention { br, partial, .. } => {
-                format!(
-                    "attention {}{}",
-                    if *br == 1 { "decode" } else { "prefill" },
-                    if *partial { " split" } else { "" }
-                )
-            }
-            KernelKind::AttentionCombine { .. } => "attention combine".into(),
-        }
+/// One storage binding of a kernel: its variable name in the shader, dtype, whether it is read or written as
+/// vec4, whether it is written.
+pub(crate) struct Binding {
+    pub name: String,
+    pub dtype: DType,
+    pub vec4: bool,
+    pub output: bool,
+}
+
+impl Binding {
+    /// A scalar input binding.
+    pub(crate) fn input(name: impl Into<String>, dtype: DType) -> Binding {
+        Binding { name: name.into(), dtype, vec4: false, output: false }
     }
 
-    /// Output columns one workgroup of the mat-vec kernel covers (None for other kernels).
-    pub(crate) fn matvec_columns(&self) -> Option<u64> {
-        match self {
-            KernelKind::MatVec { b_ncontig, reduce, .. } => Some(match (reduce, b_ncontig) {
-                (MatVecReduce::Serial, false) => 64,
-                (MatVecReduce::Serial, true) => 256,
-                (_, false) => 8,
-                (_, true) => 64,
-            }),
-            _ => None,
-        }
+    /// A scalar output binding.
+    pub(crate) fn output(name: impl Into<String>, dtype: DType) -> Binding {
+        Binding { output: true, ..Binding::input(name, dtype) }
     }
 
-    /// A matmul kernel of any kind (generic, tiled, cooperative-matrix, mat-vec).
-    pub(crate) fn is_matmul(&self) -> bool {
-        self.matmul_tile().is_some() || matches!(self, KernelKind::MatVec { .. })
-    }
-
-    /// Output rows and columns one workgroup of a 2-D matmul kernel covers (None for other kernels).
-    pub(crate) fn matmul_tile(&self) -> Option<(u64, u64)> {
-        match self {
-            KernelKind::MatMul { .. } => Some((64, 64)),
-            KernelKind::MatMulTiled { cfg, .. } => Some((64 * cfg.rm as u64, 64 * cfg.rn as u64)),
-            KernelKind::MatMulCoop { cfg, .. } => Some((cfg.bm() as u64, cfg.bn() as u64)),
-            _ => None,
-        }
+    /// The binding read or written as vec4 when `vec4`.
+    pub(crate) fn vec4(self, vec4: bool) -> Binding {
+        Binding { vec4, ..self }
     }
 }
 

@@ -1,16 +1,20 @@
-//! The wgpu backend: devices ([`device`]), the kernel vocabulary ([`kernel`], [`params`]), lowering ([`lower`]),
-//! WGSL generation ([`wgsl`]), the variant catalogue, plans ([`plan`]) and per-device tuning (`tune`, native).
+//! The wgpu backend: devices ([`device`]), the kernel vocabulary ([`kernel`], [`params`]), what lowering knows of
+//! a device ([`target`]), the kernel families ([`kernels`]: each one file beside its shader), lowering
+//! ([`lower`]), WGSL assembly ([`wgsl`]), the variant catalogue, plans ([`plan`]) and per-device tuning (`tune`,
+//! native).
 
 pub(crate) mod catalogue;
 pub(crate) mod config;
 pub(crate) mod device;
 pub(crate) mod external;
 pub(crate) mod kernel;
+pub(crate) mod kernels;
 pub(crate) mod lower;
 pub(crate) mod params;
 pub(crate) mod plan;
 pub(crate) mod profile;
 pub(crate) mod readback;
+pub(crate) mod target;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod tune;
 pub(crate) mod wgsl;
@@ -24,9 +28,11 @@ use super::{Backend, CompileOptions, Executable, LocalFuture};
 use crate::backend::gpu::config::MATMUL_ENV;
 use crate::backend::gpu::config::{MatmulChoice, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
 use crate::caps::Capabilities;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::graph::Op;
+use crate::graph::{Graph, Tensor};
 use crate::resident::{Bytes, External, ExternalInfo};
-use crate::{DType, Error, Graph, Result, Tensor};
 use external::GpuMemory;
 use std::sync::Arc;
 

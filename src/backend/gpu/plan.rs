@@ -16,9 +16,11 @@ use crate::backend::{
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
 use crate::compile::Compiled;
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
+use crate::graph::{Graph, Tensor};
 use crate::run::Fetch;
-use crate::{Error, Graph, HostTensor, Result, Tensor};
+use crate::tensor::HostTensor;
 use std::collections::HashSet;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;

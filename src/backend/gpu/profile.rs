@@ -3,10 +3,11 @@
 
 use super::config::{MatmulChoice, MatmulKernels, COOP_CONFIGS, DEFAULT_CONFIG};
 use super::kernel::Dispatch;
-use super::lower::target::{coop_fragment, GpuTarget};
+use super::target::{coop_fragment, GpuTarget};
 use crate::backend::CompileOptions;
 use crate::caps::Capabilities;
-use crate::{Error, Graph, Result, Tensor};
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Tensor};
 
 /// The matmul kernels a device with capabilities `caps` runs when nothing is pinned and it has not been tuned:
 /// the default tiled configuration, and the first cooperative-matrix configuration that fits where the adapter

@@ -4,7 +4,7 @@
 use super::device::GpuBackend;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::gpu::config::READBACK_TIMEOUT_ENV;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The readback bound: `WEBTENSOR_READBACK_TIMEOUT_MS` if set to a positive number, else 60 s.
 #[cfg(not(target_arch = "wasm32"))]

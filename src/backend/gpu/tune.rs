@@ -16,8 +16,11 @@ use crate::backend::gpu::config::{
 };
 use crate::backend::{CompileOptions, Executable};
 use crate::caps::{Capabilities, DeviceType};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::graph::Graph;
 use crate::run::Fetch;
-use crate::{DType, Graph, HostTensor, Result};
+use crate::tensor::HostTensor;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,7 +71,7 @@ fn store(key: &str, choice: &str) {
 /// viewed through `t()` when `ta` (B likewise [n, k] when `tb`), and the CPU backend's answer when `checked`.
 struct Check {
     graph: Graph,
-    out: crate::Tensor,
+    out: crate::graph::Tensor,
     inputs: Vec<(usize, HostTensor)>,
     want: Option<Vec<f64>>,
 }
@@ -89,8 +92,8 @@ impl Check {
             let v = (0..(shape[0] * shape[1]) as u32)
                 .map(|i| ((i.wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2001) as f32 / 1000.0 - 1.0);
             let data = match dtype {
-                DType::F16 => crate::Data::F16(v.map(half::f16::from_f32).collect()),
-                _ => crate::Data::F32(v.collect()),
+                DType::F16 => crate::tensor::Data::F16(v.map(half::f16::from_f32).collect()),
+                _ => crate::tensor::Data::F32(v.collect()),
             };
             HostTensor::new(&shape, data)
         };

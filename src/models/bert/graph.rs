@@ -1,7 +1,11 @@
 //! The graph of a BERT encoder over a padded batch `[B, T]` (Hugging Face's `BertModel`, post-LayerNorm):
 //! embeddings, the layers, then the pooled sentence vectors `[B, E]`.
 
-use crate::{Attention, DType, Graph, Resident, Result, Tensor, UnaryOp};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::graph::{Attention, Graph, Tensor};
+use crate::ops::UnaryOp;
+use crate::resident::Resident;
 
 /// `x · wᵀ + b` and LayerNorm weights, resident.
 pub(crate) struct Linear {

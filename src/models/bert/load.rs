@@ -5,8 +5,12 @@
 
 use super::graph::{BertConfig, Dense, Layer, Linear, Norm, Weights};
 use super::pooling::Pooling;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::io::SafetensorsFile;
-use crate::{DType, Data, Device, Error, HostTensor, Resident, Result};
+use crate::resident::Resident;
+use crate::tensor::{Data, HostTensor};
 use serde_json::Value as Json;
 
 pub(super) fn parse_json(path: &str, bytes: &[u8]) -> Result<Json> {
@@ -148,7 +152,7 @@ pub(super) fn modules(p: &str, j: Option<&Json>) -> Result<Modules> {
 pub(super) fn dense(
     device: &Device,
     dir: &str,
-    read: &dyn Fn(&str) -> Result<Option<crate::Bytes>>,
+    read: &dyn Fn(&str) -> Result<Option<crate::resident::Bytes>>,
     hidden: usize,
 ) -> Result<Dense> {
     let need = |name: &str| {

@@ -23,7 +23,11 @@ pub use graph::BertConfig;
 pub use pooling::Pooling;
 
 use self::graph::{build_batch, BatchGraph, Weights};
-use crate::{Bytes, CompileOptions, Device, Error, Plan, Result, Value};
+use crate::backend::CompileOptions;
+use crate::device::{Device, Plan};
+use crate::error::{Error, Result};
+use crate::resident::Bytes;
+use crate::run::Value;
 
 /// How an embedder is set up.
 #[derive(Clone, Debug, Default)]
@@ -186,7 +190,7 @@ impl SentenceEmbedder {
         let mut out = vec![Vec::new(); texts.len()];
         let mut next = order.iter();
         let caps = self.device.capabilities();
-        let software = !self.device.is_cpu() && caps.device_type == crate::DeviceType::Cpu;
+        let software = !self.device.is_cpu() && caps.device_type == crate::caps::DeviceType::Cpu;
         let budget = if software { SOFTWARE_TOKENS } else { usize::MAX };
         let mut rest = &sorted[..];
         while !rest.is_empty() {
@@ -202,7 +206,7 @@ impl SentenceEmbedder {
     async fn run_batch(&mut self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
         let b = ids.len();
         let longest = ids.iter().map(Vec::len).max().unwrap_or(1).max(1);
-        let cpu = self.device.capabilities().backend == crate::BackendKind::Cpu;
+        let cpu = self.device.capabilities().backend == crate::caps::BackendKind::Cpu;
         let t = padded_len(longest, cpu);
         let t = t.min(self.config.max_positions).max(longest);
         // an id the tokenizer gives past the embedding table (a sloppy tokenizer.json) is an error on every

@@ -5,7 +5,7 @@ mod budget;
 mod pyfns;
 mod sandbox;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]

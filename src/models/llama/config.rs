@@ -1,9 +1,10 @@
 //! The hyperparameters of a llama-architecture model, read from its GGUF metadata (llama.cpp's `llm_load_hparams`
 //! for `LLM_ARCH_LLAMA`).
 
+use crate::error::{Error, Result};
 use crate::io::gguf::{GgufFile, MetaValue};
 use crate::models::hparams::Hparams;
-use crate::{Error, Result, RopeMode};
+use crate::ops::RopeMode;
 
 /// A llama-architecture model's shape. Widths in elements.
 #[derive(Clone, Debug, PartialEq)]

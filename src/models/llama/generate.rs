@@ -8,9 +8,9 @@
 
 use super::generation::{now_ms, GenerateOptions, Generation, StopReason, TextStream, Token, TokenStream};
 use super::Llama;
+use crate::error::{Error, Result};
 use crate::models::chat::Message;
 use crate::models::sampling::Sampler;
-use crate::{Error, Result};
 
 impl Llama {
     /// Starts generating a continuation of `prompt` (token ids): evaluates the prompt (only what is not already in

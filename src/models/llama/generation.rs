@@ -1,9 +1,9 @@
 //! What generation takes and gives: options, the result with its timings, why it stopped, the stream of tokens
 //! in progress and its incremental detokenizer.
 
+use crate::error::Result;
 use crate::models::sampling::{Sampler, SamplingOptions};
 use crate::models::tokenizer::Tokenizer;
-use crate::Result;
 
 /// What to generate.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,7 +25,7 @@ impl GenerateOptions {
         self.sampling.validate()?;
         if self.stop.iter().any(String::is_empty) {
             let reason = "a stop string is empty: each must have at least one character".into();
-            return Err(crate::Error::InvalidArgument { op: "generate", reason });
+            return Err(crate::error::Error::InvalidArgument { op: "generate", reason });
         }
         Ok(())
     }

@@ -4,7 +4,11 @@
 //! greedy decoding without reading the logits back).
 
 use super::config::LlamaConfig;
-use crate::{Attention, DType, Graph, Resident, Result, Rope, State, Tensor};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::graph::{Attention, Graph, Tensor};
+use crate::ops::Rope;
+use crate::resident::{Resident, State};
 
 /// One block's weights, resident on the device (GGUF names `blk.N.*`; matrices `[out, in]`).
 pub(crate) struct Block {

@@ -34,8 +34,13 @@ use super::chat::ChatTemplate;
 use super::hparams::{vector_dtype, weight_dtype};
 use super::tokenizer::Tokenizer;
 use super::{RecommendedSampling, SamplingOptions};
+use crate::backend::CompileOptions;
+use crate::device::{Device, Plan};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::io::gguf::{GgufFile, MetaValue};
-use crate::{CompileOptions, DType, Device, Error, Fetch, Plan, Resident, Result, Value};
+use crate::resident::Resident;
+use crate::run::{Fetch, Value};
 
 /// How a model is set up on its device.
 #[derive(Clone, Debug)]
@@ -314,7 +319,7 @@ fn check_cache_size(device: &Device, config: &LlamaConfig, context: usize, row: 
             limit: caps.max_buffer_bytes,
         });
     }
-    let host = device.is_cpu() || caps.device_type == crate::DeviceType::Cpu;
+    let host = device.is_cpu() || caps.device_type == crate::caps::DeviceType::Cpu;
     if let Some(avail) = available_memory().filter(|&a| host && total as u64 > a) {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         let reason = format!(

@@ -5,7 +5,7 @@
 //! (`scalar.rs`) to rounding. The kernels are written once (`kernels!`) and compiled for both feature sets.
 
 use super::row::DotFn;
-use crate::DType;
+use crate::dtype::DType;
 
 /// Whether this CPU runs the AVX2 kernels, and whether it has AVX-512 VNNI for them (checked once).
 pub(super) fn available() -> bool {
@@ -49,8 +49,8 @@ macro_rules! kernels {
         mod $name {
             use crate::backend::cpu::qdot::row::{f16_table, DotFn, Q8Row, QK};
             use crate::backend::cpu::qdot::scalar;
+            use crate::dtype::DType;
             use crate::quant::*;
-            use crate::DType;
             use std::arch::x86_64::*;
 
             pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {

@@ -21,7 +21,7 @@ mod scalar;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128;
 
-use crate::DType;
+use crate::dtype::DType;
 pub(crate) use row::{DotFn, Q8Row};
 
 /// `Σ a[i] * b[i]` in f32 with 16 independent sums (vectorized; with FMA where the CPU has it).

@@ -3,8 +3,8 @@
 //! field from the typed block structs.
 
 use super::row::{DotFn, Q8Row, QK};
+use crate::dtype::DType;
 use crate::quant::*;
-use crate::DType;
 
 pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {
     Some(match dtype {

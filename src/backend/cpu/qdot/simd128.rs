@@ -5,8 +5,8 @@
 //! matches its scalar definition (`scalar.rs`) to rounding (the sums are taken in another order).
 
 use super::row::{DotFn, Q8Row, QK};
+use crate::dtype::DType;
 use crate::quant::*;
-use crate::DType;
 use core::arch::wasm32::*;
 
 pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {

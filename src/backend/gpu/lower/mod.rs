@@ -1,22 +1,18 @@
-//! Lowering (stage 2, compile passes 5 and 6 for the GPU): each step of a program becomes a [`Dispatch`] — its WGSL variant,
-//! typed parameters, bindings and grid — one module per kernel family; [`split`] then splits dispatches whose
-//! operands exceed one storage binding.
+//! Lowering (stage 2, compile passes 5 and 6 for the GPU): each step of a program becomes [`Dispatch`]es — its
+//! WGSL variant, typed parameters, bindings and grid — by the kernel family that lowers it (`kernels/`); [`split`]
+//! then splits dispatches whose operands exceed one storage binding.
 
-mod attention;
-mod elementwise;
-mod gather;
-pub(crate) mod matmul;
-mod rows;
 mod split;
-pub(crate) mod target;
 
 use crate::backend::gpu::kernel::{Dispatch, SCRATCH};
-use crate::compile::ir::{ElemOp, Expr, Program, Step};
+use crate::backend::gpu::kernels;
+use crate::backend::gpu::target::GpuTarget;
+use crate::compile::ir::Program;
 use crate::compile::memory::{MemoryLimits, MemoryPlan};
 use crate::compile::Target;
-use crate::graph::{NodeId, Op};
-use crate::{DType, Error, Result};
-use target::GpuTarget;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::graph::NodeId;
 
 impl GpuTarget {
     /// What a dispatch's key needs from the memory plan: bindings over the same memory bound once (WebGPU rejects
@@ -60,39 +56,9 @@ impl Target for GpuTarget {
     }
 
     fn lower(&self, program: &Program, memory: &MemoryPlan, id: NodeId) -> Result<Vec<Dispatch>> {
-        let d = match &program.nodes[id].step {
-            Step::Op(Op::Rope { x, pos, rope }) => attention::rope(program, id, *x, *pos, rope, self)?,
-            Step::Dequantize { x } => {
-                // the element accessors of a storage-format binding decode blocks: a copy kernel dequantizes
-                let cast = Expr::Node { op: ElemOp::Cast, args: vec![Expr::Leaf(0)], dtype: program.nodes[id].dtype };
-                elementwise::lower(program, id, &cast, &[*x], self)?
-            }
-            &Step::Op(Op::Attention { q, k, v, mask, kv_len, scale, causal }) => {
-                let a = attention::AttentionStep { q, k, v, mask, kv_len, scale, causal };
-                let mut ds = attention::attention(program, id, &a, self)?;
-                ds.iter_mut().for_each(|d| self.finish(d, memory));
-                return Ok(ds);
-            }
-            Step::Elementwise { expr, srcs } => elementwise::lower(program, id, expr, srcs, self)?,
-            Step::MatMul { a, b, epilogue, .. } => {
-                let mut ds = matmul::lower(program, id, *a, *b, epilogue.as_ref(), self)?;
-                ds.iter_mut().for_each(|d| self.finish(d, memory));
-                return Ok(ds);
-            }
-            Step::Row { .. } | Step::Op(Op::Reduce { .. }) => rows::lower(program, id, self)?,
-            Step::Op(Op::GetRows { table, idx }) => gather::get_rows(program, id, *table, *idx, self)?,
-            Step::Op(Op::Concat { a, b, axis }) => gather::concat(program, id, *a, *b, *axis, self)?,
-            Step::Op(Op::SetRows { dst, idx, src }) => gather::set_rows(program, id, *dst, *idx, *src, self)?,
-            Step::Op(Op::CopyInto { dst, src }) => gather::copy_into(program, id, *dst, *src, self)?,
-            // inputs, views and externals are not scheduled; the other graph ops became the compiler's steps
-            Step::Op(op) => {
-                let reason = "this graph op has no kernel of its own (a bug: the compiler should have replaced it)";
-                return Err(Error::Unsupported { op: op.name().into(), backend: "gpu".into(), reason: reason.into() });
-            }
-        };
-        let mut d = d;
-        self.finish(&mut d, memory);
-        Ok(vec![d])
+        let mut ds = kernels::lower(program, id, self)?;
+        ds.iter_mut().for_each(|d| self.finish(d, memory));
+        Ok(ds)
     }
 
     fn split(&self, d: Dispatch, program: &Program, memory: &MemoryPlan) -> Result<Vec<Dispatch>> {

@@ -15,15 +15,18 @@
 //!
 //! Anything else over the limit is an [`Error::LimitExceeded`] naming the limit and the size.
 
-use super::target::{grid, GpuTarget};
-use crate::backend::gpu::kernel::{Dispatch, KernelKind, SCRATCH};
-use crate::backend::gpu::params::{
-    get_packed, set_packed, ElementwiseParams, GetRowsParams, MatmulParams, Params, RowsParams,
-};
+use crate::backend::gpu::kernel::{Dispatch, SplitRule, SCRATCH};
+use crate::backend::gpu::kernels::elementwise::ElementwiseParams;
+use crate::backend::gpu::kernels::get_rows::GetRowsParams;
+use crate::backend::gpu::kernels::matmul::{MatVec, MatmulParams};
+use crate::backend::gpu::kernels::rows::RowsParams;
+use crate::backend::gpu::params::{get_packed, set_packed, Params, ParamsBlock};
+use crate::backend::gpu::target::{grid, GpuTarget};
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::shape::contiguous_strides;
-use crate::{DType, Error, Result};
 
 fn round4(n: u64) -> u64 {
     n.div_ceil(4) * 4
@@ -166,7 +169,7 @@ impl Splitter<'_> {
                 set_packed(&mut p.in_offsets, k - 1, (off as u32).wrapping_sub(base as u32) as usize);
             }
             let workgroups = grid("elementwise", (e - s).div_ceil(256), self.max_groups)?;
-            chunks.push(self.chunk(Params::ElementwiseParams(p), windows, workgroups));
+            chunks.push(self.chunk(Params::new(p), windows, workgroups));
             s = e;
         }
         Ok(chunks)
@@ -210,7 +213,7 @@ impl Splitter<'_> {
                 p.x_offset = (off as u32).wrapping_sub(base as u32);
             }
             let workgroups = grid("rows", r1 - r0, self.max_groups)?;
-            chunks.push(self.chunk(Params::RowsParams(p), windows, workgroups));
+            chunks.push(self.chunk(Params::new(p), windows, workgroups));
             r0 = r1;
         }
         Ok(chunks)
@@ -243,7 +246,7 @@ impl Splitter<'_> {
             p.table_offset = (off as u32).wrapping_sub(base as u32);
             p.window_lo = lo as u32;
             p.window_hi = hi as u32;
-            chunks.push(self.chunk(Params::GetRowsParams(p), windows, self.d.workgroups));
+            chunks.push(self.chunk(Params::new(p), windows, self.d.workgroups));
             lo = hi;
         }
         Ok(chunks)
@@ -280,13 +283,11 @@ impl Splitter<'_> {
             p.b_offset = ((off + n0 * n_stride) as u32).wrapping_sub(base as u32);
             p.n0 = n0 as u32;
             let cols = n1 - n0;
-            let workgroups = match (&self.d.key.kind, self.d.key.kind.matmul_tile()) {
-                (k @ KernelKind::MatVec { .. }, _) => {
-                    grid("matmul (mat-vec)", cols.div_ceil(k.matvec_columns().expect("mat-vec")), self.max_groups)?
-                }
-                (_, tile) => [cols.div_ceil(tile.expect("a matmul kernel").1) as u32, self.d.workgroups[1], 1],
+            let workgroups = match (self.d.key.kind.get::<MatVec>(), self.d.key.kind.matmul_tile()) {
+                (Some(mv), _) => grid("matmul (mat-vec)", cols.div_ceil(mv.columns()), self.max_groups)?,
+                (None, tile) => [cols.div_ceil(tile.expect("a matmul kernel").1) as u32, self.d.workgroups[1], 1],
             };
-            chunks.push(self.chunk(Params::MatmulParams(p), windows, workgroups));
+            chunks.push(self.chunk(Params::new(p), windows, workgroups));
             n0 = n1;
         }
         Ok(chunks)
@@ -330,7 +331,7 @@ impl Splitter<'_> {
                 p.out_window = base as u32;
             }
             let workgroups = [self.d.workgroups[0], (m1 - m0).div_ceil(tile_rows) as u32, 1];
-            chunks.push(self.chunk(Params::MatmulParams(p), windows, workgroups));
+            chunks.push(self.chunk(Params::new(p), windows, workgroups));
             m0 = m1;
         }
         Ok(chunks)
@@ -347,29 +348,30 @@ pub(super) fn split(d: Dispatch, program: &Program, mem: &MemoryPlan, t: &GpuTar
     let room = t.max_binding.saturating_sub(2 * t.align);
     let s =
         Splitter { d: &d, program, bytes, max_binding: t.max_binding, align: t.align, max_groups: t.max_groups, room };
-    match (&d.key.kind, &d.params) {
-        (KernelKind::Elementwise { .. }, Params::ElementwiseParams(p)) => s.elementwise(p),
-        (KernelKind::Rows { op, .. }, Params::RowsParams(p)) => s.rows(p, op.reduces()),
-        (KernelKind::GetRows, Params::GetRowsParams(p)) => s.get_rows(p),
-        (KernelKind::MatVec { .. }, Params::MatmulParams(p)) => s.matmul_columns(p),
-        (kind, Params::MatmulParams(p)) if kind.is_matmul() => {
-            if s.large(1) {
-                s.matmul_rows(p)
-            } else {
-                s.matmul_columns(p)
-            }
-        }
-        _ => {
-            let i = (0..s.bytes.len()).find(|&i| s.large(i)).expect("some binding is too large");
-            Err(s.too_big(s.describe(i), s.bytes[i]))
-        }
-    }
+    let split = match d.key.kind.split() {
+        SplitRule::Elements => params(&d).map(|p| s.elementwise(&p)),
+        SplitRule::Rows { reduces } => params(&d).map(|p| s.rows(&p, reduces)),
+        SplitRule::TableRows => params(&d).map(|p| s.get_rows(&p)),
+        SplitRule::Columns => params(&d).map(|p| s.matmul_columns(&p)),
+        SplitRule::RowsOrColumns if s.large(1) => params(&d).map(|p| s.matmul_rows(&p)),
+        SplitRule::RowsOrColumns => params(&d).map(|p| s.matmul_columns(&p)),
+        SplitRule::None => None,
+    };
+    split.unwrap_or_else(|| {
+        let i = (0..s.bytes.len()).find(|&i| s.large(i)).expect("some binding is too large");
+        Err(s.too_big(s.describe(i), s.bytes[i]))
+    })
+}
+
+/// The dispatch's parameters as the struct its split rule reads (None, a bug, when they are another family's).
+fn params<P: ParamsBlock>(d: &Dispatch) -> Option<P> {
+    d.params.get::<P>()
 }
 
 #[cfg(test)]
 mod tests {
     use super::window;
-    use crate::DType;
+    use crate::dtype::DType;
 
     #[test]
     fn windows_start_aligned_and_cover_the_range() {

@@ -1,4 +1,4 @@
-//! Storage bindings and their accessors. Templates in `shaders/` never touch a storage binding directly: they call
+//! Storage bindings and their accessors. Kernel templates (`kernels/`) never touch a storage binding directly: they call
 //! accessors generated here, `ld_NAME(i)` / `ld4_NAME(i)` to read element `i` (4 elements from `i` for vec4
 //! bindings) as f32 (i32 for integer tensors) and `st_NAME(i, v)` / `st4_NAME(i, v)` to write. That keeps every
 //! storage question in one place:
@@ -9,99 +9,12 @@
 //! - bindings over the same memory (`x + x`, in-place): one declaration, the other name's accessors use it.
 
 use super::template::compute_type;
-use crate::backend::gpu::kernel::{KernelKey, KernelKind};
-use crate::DType;
-
-/// One storage binding of a kernel: its variable name, dtype, whether it is read as vec4, whether it is the output.
-struct Binding {
-    name: String,
-    dtype: DType,
-    vec4: bool,
-    output: bool,
-}
-
-/// The storage bindings of a variant, output first, in binding order (binding 0 is the uniform block).
-fn bindings(key: &KernelKey) -> Vec<Binding> {
-    let b = |name: &str, dtype: DType, vec4: bool, output: bool| Binding { name: name.into(), dtype, vec4, output };
-    let extra = |v: &mut Vec<Binding>| {
-        for (k, &d) in key.ins.iter().enumerate().skip(2) {
-            v.push(b(&format!("e{}", k - 2), d, false, false));
-        }
-    };
-    let mut v = Vec::new();
-    match &key.kind {
-        KernelKind::Elementwise { .. } => {
-            v.push(b("out", key.out, false, true));
-            for (k, &d) in key.ins.iter().enumerate() {
-                v.push(b(&format!("in{k}"), d, false, false));
-            }
-        }
-        KernelKind::MatMul { .. } => {
-            v.extend([b("c_out", key.out, false, true), b("a_in", key.ins[0], false, false)]);
-            v.push(b("b_in", key.ins[1], false, false));
-            extra(&mut v);
-        }
-        KernelKind::MatMulTiled { out_vec4, .. } => {
-            v.extend([b("c_out", key.out, *out_vec4, true), b("a_in", key.ins[0], true, false)]);
-            v.push(b("b_in", key.ins[1], true, false));
-            extra(&mut v);
-        }
-        KernelKind::MatMulCoop { .. } => {
-            v.extend([b("c_out", key.out, false, true), b("a_in", key.ins[0], true, false)]);
-            v.push(b("b_in", key.ins[1], true, false));
-            extra(&mut v);
-        }
-        KernelKind::MatVec { .. } => {
-            v.extend([b("y_out", key.out, false, true), b("x_in", key.ins[0], true, false)]);
-            v.push(b("b_in", key.ins[1], true, false));
-            extra(&mut v);
-        }
-        KernelKind::Rows { .. } => {
-            v.extend([b("out", key.out, false, true), b("x_in", key.ins[0], false, false)]);
-            if key.ins.len() > 1 {
-                v.push(b("m_in", key.ins[1], false, false));
-            }
-        }
-        KernelKind::Rope => {
-            v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
-            v.push(b("src1", key.ins[1], false, false));
-        }
-        KernelKind::Attention { mask, dyn_len, partial, .. } => {
-            v.extend([b("out", key.out, false, true), b("q", key.ins[0], false, false)]);
-            v.extend([b("k", key.ins[1], false, false), b("v", key.ins[2], false, false)]);
-            let mut k = 3;
-            if *mask {
-                v.push(b("mask", key.ins[k], false, false));
-                k += 1;
-            }
-            if *dyn_len {
-                v.push(b("kv", key.ins[k], false, false));
-                k += 1;
-            }
-            if *partial {
-                v.push(b("fin", key.ins[k], false, true));
-            }
-        }
-        KernelKind::AttentionCombine { dyn_len, .. } => {
-            v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
-            if *dyn_len {
-                v.push(b("kv", key.ins[1], false, false));
-            }
-        }
-        KernelKind::CopyInto => {
-            v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
-        }
-        KernelKind::GetRows | KernelKind::Concat | KernelKind::SetRows => {
-            v.extend([b("out", key.out, false, true), b("src0", key.ins[0], false, false)]);
-            v.push(b("src1", key.ins[1], false, false));
-        }
-    }
-    v
-}
+use crate::backend::gpu::kernel::{Binding, KernelKey};
+use crate::dtype::DType;
 
 /// Declarations of the storage bindings (1..) and their accessors.
 pub(super) fn declarations(key: &KernelKey) -> String {
-    let binds = bindings(key);
+    let binds = key.kind.bindings(key);
     let packed = |d: DType| d == DType::F16 && key.packed_f16;
     let mut out = String::new();
     for (i, bd) in binds.iter().enumerate() {
@@ -135,9 +48,9 @@ pub(super) fn declarations(key: &KernelKey) -> String {
     out
 }
 
-const BLOCKS: &str = include_str!("../../../../shaders/blocks.wgsl");
+const BLOCKS: &str = include_str!("blocks.wgsl");
 
-/// The block readers and decoder of a storage-format binding (from `shaders/blocks.wgsl`) and its element
+/// The block readers and decoder of a storage-format binding (from `blocks.wgsl`) and its element
 /// accessors: `ld_NAME(i)` and `ld4_NAME(i)` (4 elements from `i`, within one block: `i` is a multiple of 4).
 fn block_accessors(bd: &Binding, var: &str) -> String {
     let (bs, bb) = (bd.dtype.block_size(), bd.dtype.block_bytes());

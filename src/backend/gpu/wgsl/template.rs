@@ -1,6 +1,6 @@
 //! Template helpers every WGSL family uses: token substitution and compute types.
 
-use crate::DType;
+use crate::dtype::DType;
 
 /// Replaces each `{{NAME}}` of a template. Every token of a template is ours: one left unreplaced is a bug in
 /// webtensor, caught by the naga test over every variant.

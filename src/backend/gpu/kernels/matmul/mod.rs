@@ -1,19 +1,32 @@
-//! Lowering of matmuls: which of the four kernels a matmul gets (generic, tiled, cooperative-matrix, mat-vec),
-//! its parameters and its grid.
+//! The matmul family: four kernels, one file each beside its shader (generic, tiled, cooperative-matrix,
+//! mat-vec), their shared parameters and epilogue (`common.rs`), and here the lowering that chooses among them,
+//! their parameters and grid, and their variant list.
 //!
 //! The tiled kernel (`matmul_tiled.wgsl`) needs each operand's contiguous axis to have stride 1 and a length that
 //! is a multiple of 4, with every other stride and offset a multiple of 4; the mat-vec kernel needs a one-row A
 //! with contiguous K; the cooperative-matrix kernel needs the tiled kernel's conditions, f16 A and B, and an
 //! adapter with cooperative matrices. Everything else takes the generic strided kernel, which handles any layout.
 
-use super::target::{dispatch, grid, GpuTarget};
-use crate::backend::gpu::config::{MatmulChoice, MatmulKernels, DEFAULT_CONFIG};
+mod common;
+mod coop;
+mod generic;
+mod matvec;
+mod tiled;
+
+use crate::backend::gpu::config::{MatmulChoice, MatmulKernels, COOP_CONFIGS, DEFAULT_CONFIG, TILE_CONFIGS};
 use crate::backend::gpu::kernel::{Dispatch, KernelKey, KernelKind, MatVecReduce};
-use crate::backend::gpu::params::{set_packed, vec4, MatmulParams, Params};
-use crate::backend::gpu::wgsl::elementwise::render_expr;
-use crate::compile::ir::{Expr, Program};
+use crate::backend::gpu::params::{set_packed, vec4, Params};
+use crate::backend::gpu::target::{dispatch, grid, GpuTarget};
+use crate::compile::ir::{ElemOp, Expr, Program, Step};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
-use crate::{DType, Error, Result};
+use crate::ops::{BinaryOp, UnaryOp};
+pub(crate) use common::MatmulParams;
+pub(crate) use coop::MatMulCoop;
+pub(crate) use generic::MatMul;
+pub(crate) use matvec::MatVec;
+pub(crate) use tiled::MatMulTiled;
 
 /// What choosing a kernel needs to know about one matmul: sizes, strides (batch0, batch1, row, col) and offsets
 /// in elements, all already broadcast to the output's batch dims.
@@ -70,7 +83,7 @@ fn groups(s: &MatmulShape, g: u64, what: &str, max_groups: u32) -> Result<u32> {
 /// used. `f16_operands`: A and B are both f16 (a cooperative-matrix candidate).
 pub(crate) fn choose(
     s: &MatmulShape,
-    epi: Option<String>,
+    epi: Option<Expr>,
     scalar_only: bool,
     f16_operands: bool,
     t: &GpuTarget,
@@ -88,10 +101,9 @@ pub(crate) fn choose(
                 Some(MatVecReduce::Serial) => MatVecReduce::Serial,
                 _ => MatVecReduce::Shared,
             };
-            let kind = KernelKind::MatVec { b_ncontig, reduce, epi };
-            let columns = kind.matvec_columns().expect("mat-vec");
-            let [x, y, _] = grid("matmul (mat-vec)", s.n.div_ceil(columns as usize) as u64, t.max_groups)?;
-            return Ok((kind, [x, y, z]));
+            let mv = MatVec { b_ncontig, reduce, epi };
+            let [x, y, _] = grid("matmul (mat-vec)", s.n.div_ceil(mv.columns() as usize) as u64, t.max_groups)?;
+            return Ok((KernelKind::new(mv), [x, y, z]));
         }
     }
     if let (Some(cfg), Some(a_kcontig), Some(b_ncontig)) = (coop, a, b) {
@@ -99,7 +111,8 @@ pub(crate) fn choose(
             let gx = groups(s, s.n.div_ceil(cfg.bn() as usize) as u64, "N / tile", t.max_groups)?;
             let gy = groups(s, s.m.div_ceil(cfg.bm() as usize) as u64, "M / tile", t.max_groups)?;
             let emulated = t.coop_emulated;
-            return Ok((KernelKind::MatMulCoop { cfg, a_kcontig, b_ncontig, epi, emulated }, [gx, gy, z]));
+            let kind = KernelKind::new(MatMulCoop { cfg, a_kcontig, b_ncontig, epi, emulated });
+            return Ok((kind, [gx, gy, z]));
         }
     }
     let tiled = match choice {
@@ -112,12 +125,13 @@ pub(crate) fn choose(
             let gx = groups(s, s.n.div_ceil(64 * cfg.rn as usize) as u64, "N / tile", t.max_groups)?;
             let gy = groups(s, s.m.div_ceil(64 * cfg.rm as usize) as u64, "M / tile", t.max_groups)?;
             let out_vec4 = s.n.is_multiple_of(4);
-            return Ok((KernelKind::MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, epi }, [gx, gy, z]));
+            let kind = KernelKind::new(MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, epi });
+            return Ok((kind, [gx, gy, z]));
         }
     }
     let gx = groups(s, s.n.div_ceil(64) as u64, "N / 64", t.max_groups)?;
     let gy = groups(s, s.m.div_ceil(64) as u64, "M / 64", t.max_groups)?;
-    Ok((KernelKind::MatMul { epi }, [gx, gy, z]))
+    Ok((KernelKind::new(MatMul { epi }), [gx, gy, z]))
 }
 
 /// Rows up to which a matmul takes one serial mat-vec a row on adapters that run on CPU cores, where a tile of the
@@ -159,9 +173,14 @@ fn one_matvec_a_row(s: &mut MatmulShape, p: &mut MatmulParams) -> usize {
     rows
 }
 
-/// Lowers matmul step `id` (`a @ b`, optionally with a fused epilogue over extra operands) to dispatches: one,
-/// or one per group of batches when there are more than a dispatch's z may count.
-pub(super) fn lower(
+/// Lowers matmul steps (`a @ b`, optionally with a fused epilogue over extra operands) to dispatches: one, or
+/// one per group of batches when there are more than a dispatch's z may count.
+pub(crate) fn lower(program: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
+    let Step::MatMul { a, b, epilogue, .. } = &program.nodes[id].step else { return None };
+    Some(lower_matmul(program, id, *a, *b, epilogue.as_ref(), t))
+}
+
+fn lower_matmul(
     program: &Program,
     id: NodeId,
     a: NodeId,
@@ -215,7 +234,7 @@ pub(super) fn lower(
             bindings.push(nodes[s].storage);
             scalar_only |= nodes[s].storage == nodes[a].storage || nodes[s].storage == nodes[b].storage;
         }
-        epi = Some(render_expr(expr));
+        epi = Some(expr.clone());
     }
     let mut ms = MatmulShape { m, n, k, batches, sa, sb, oa, ob };
     let b_storage = &nodes[nodes[b].storage];
@@ -229,7 +248,71 @@ pub(super) fn lower(
         let mut wg = workgroups;
         wg[2] = per.min(batches - b0) as u32;
         let params = MatmulParams { batch0: b0 as u32, ..p };
-        dispatch(key.clone(), Params::MatmulParams(params), bindings.clone(), wg)
+        dispatch(key.clone(), Params::new(params), bindings.clone(), wg)
     });
     Ok(groups.collect())
+}
+
+/// Every matmul kernel in every operand layout and dtype mix, with and without an epilogue; matmuls whose B is a
+/// storage-format weight (`t(w)`, K contiguous) in every kernel that takes one; and `matmul(x, x)`, bound once.
+pub(crate) fn variants(keys: &mut Vec<KernelKey>) {
+    use DType::{F16, F32};
+    // silu(acc + x0), computed in f32
+    let sum = Expr::Node { op: ElemOp::Binary(BinaryOp::Add), args: vec![Expr::Acc, Expr::Leaf(0)], dtype: F32 };
+    let silu = ElemOp::Unary { op: UnaryOp::Silu, a: 0, b: 0 };
+    let epis = [None, Some(Expr::Node { op: silu, args: vec![sum], dtype: F32 })];
+    for (a, b, o) in [(F32, F32, F32), (F16, F16, F16), (F16, F32, F32), (F32, F16, F32)] {
+        for epi in &epis {
+            let ins = if epi.is_some() { vec![a, b, o] } else { vec![a, b] };
+            let mut add = |kind: KernelKind, out: DType| keys.push(KernelKey::new(kind, out, ins.clone()));
+            add(KernelKind::new(MatMul { epi: epi.clone() }), o);
+            for cfg in TILE_CONFIGS {
+                for (a_kcontig, b_ncontig, out_vec4) in bools3() {
+                    add(KernelKind::new(MatMulTiled { cfg, a_kcontig, b_ncontig, out_vec4, epi: epi.clone() }), o);
+                }
+            }
+            if a == F16 && b == F16 {
+                for cfg in COOP_CONFIGS {
+                    for (a_kcontig, b_ncontig, emulated) in bools3() {
+                        let kind = KernelKind::new(MatMulCoop { cfg, a_kcontig, b_ncontig, epi: epi.clone(), emulated });
+                        add(kind.clone(), o);
+                        add(kind, F32); // an f32 output (a fused cast)
+                    }
+                }
+            }
+            let layouts =
+                [(true, MatVecReduce::Shared), (false, MatVecReduce::Subgroups), (false, MatVecReduce::Shared)];
+            let serial = [(true, MatVecReduce::Serial), (false, MatVecReduce::Serial)];
+            for (b_ncontig, reduce) in layouts.into_iter().chain(serial) {
+                add(KernelKind::new(MatVec { b_ncontig, reduce, epi: epi.clone() }), o);
+            }
+        }
+    }
+    storage_format_variants(keys);
+    let mut same = KernelKey::new(KernelKind::new(MatMul { epi: None }), F32, vec![F32, F32]);
+    same.alias = vec![0, 1, 1];
+    keys.push(same);
+}
+
+/// Matmuls whose B is a storage-format weight (bf16, the GGUF block types), in every kernel that takes one.
+fn storage_format_variants(keys: &mut Vec<KernelKey>) {
+    use DType::{F16, F32};
+    for q in DType::ALL.into_iter().filter(|d| d.is_storage_format()) {
+        for a in [F32, F16] {
+            let mut add = |kind: KernelKind| keys.push(KernelKey::new(kind, F32, vec![a, q]));
+            add(KernelKind::new(MatMul { epi: None }));
+            for reduce in [MatVecReduce::Subgroups, MatVecReduce::Shared, MatVecReduce::Serial] {
+                add(KernelKind::new(MatVec { b_ncontig: false, reduce, epi: None }));
+            }
+            for cfg in TILE_CONFIGS {
+                for (a_kcontig, out_vec4) in [(true, true), (false, false)] {
+                    add(KernelKind::new(MatMulTiled { cfg, a_kcontig, b_ncontig: false, out_vec4, epi: None }));
+                }
+            }
+        }
+    }
+}
+
+fn bools3() -> impl Iterator<Item = (bool, bool, bool)> {
+    (0..8).map(|i| (i & 4 != 0, i & 2 != 0, i & 1 != 0))
 }

@@ -1,15 +1,68 @@
-//! WGSL of the cooperative-matrix matmul (`shaders/matmul_coop.wgsl`): the per-fragment code of a
-//! [`CoopConfig`](crate::backend::gpu::config::CoopConfig) unrolled into the template's tokens. Chosen by lowering for f16 × f16
-//! matmuls on adapters with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, an F×F×F f16 → f32 tile shape and a subgroup
-//! size of 32; each configuration is checked against the CPU backend on the device before it is used (`tune.rs`).
+//! The cooperative-matrix matmul kernel (`matmul_coop.wgsl`): the per-fragment code of a
+//! [`CoopConfig`] unrolled into the template's tokens. Chosen by lowering for f16 × f16 matmuls on adapters with
+//! wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, an F×F×F f16 → f32 tile shape and a subgroup size of 32; each
+//! configuration is checked against the CPU backend on the device before it is used (`tune.rs`).
 
-use super::matmul::epilogue;
-use super::template::render;
+use super::common::{bindings, epi_suffix, epilogue, MatmulParams};
 use crate::backend::gpu::config::CoopConfig;
-use crate::backend::gpu::kernel::{KernelKey, KernelKind};
+use crate::backend::gpu::kernel::{Binding, Family, KernelKey, SplitRule};
+use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
+use crate::backend::gpu::wgsl::template::render;
+use crate::compile::ir::Expr;
 
-const COOP: &str = include_str!("../../../../shaders/matmul_coop.wgsl");
-const EMULATION: &str = include_str!("../../../../shaders/matmul_coop_emulation.wgsl");
+const COOP: &str = include_str!("matmul_coop.wgsl");
+const EMULATION: &str = include_str!("matmul_coop_emulation.wgsl");
+
+/// `matmul_coop.wgsl`: cooperative matrices, f16 operands; A's contiguous axis K (`a_kcontig`) or M, B's N
+/// (`b_ncontig`) or K, an optional epilogue.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct MatMulCoop {
+    pub cfg: CoopConfig,
+    pub a_kcontig: bool,
+    pub b_ncontig: bool,
+    pub epi: Option<Expr>,
+    /// The cooperative operations written out in plain WGSL (tests on adapters without them).
+    pub emulated: bool,
+}
+
+impl Family for MatMulCoop {
+    fn name(&self) -> String {
+        let emulated = if self.emulated { " (emulated)" } else { "" };
+        format!("matmul_coop {}{emulated}{}", self.cfg.name(), epi_suffix(&self.epi))
+    }
+
+    fn params(&self) -> ParamsLayout {
+        MatmulParams::layout()
+    }
+
+    fn bindings(&self, key: &KernelKey) -> Vec<Binding> {
+        bindings(key, ["c_out", "a_in"], false, true)
+    }
+
+    fn enables(&self) -> &'static str {
+        if self.emulated {
+            ""
+        } else {
+            "enable wgpu_cooperative_matrix;\n"
+        }
+    }
+
+    fn wgsl(&self, key: &KernelKey, bindings: String) -> String {
+        wgsl(self, key, bindings)
+    }
+
+    fn needs_shader_f16(&self) -> bool {
+        true
+    }
+
+    fn matmul_tile(&self) -> Option<(u64, u64)> {
+        Some((self.cfg.bm() as u64, self.cfg.bn() as u64))
+    }
+
+    fn split(&self) -> SplitRule {
+        SplitRule::RowsOrColumns
+    }
+}
 
 /// Indentation of generated lines.
 fn ind(n: usize) -> String {
@@ -91,12 +144,9 @@ fn staging(a_kcontig: bool, b_ncontig: bool) -> (String, String, String) {
     (fetch, put_a, put_b)
 }
 
-/// The WGSL of a [`KernelKind::MatMulCoop`] variant, given the generated bindings and accessors (the caller
-/// prepends `enable`s, the parameters and common.wgsl).
-pub(super) fn wgsl(key: &KernelKey, bindings: String) -> String {
-    let KernelKind::MatMulCoop { cfg, a_kcontig, b_ncontig, ref epi, emulated } = key.kind else {
-        unreachable!("coop::wgsl on {:?}", key.kind)
-    };
+/// The WGSL of variant `v`, given the generated bindings and accessors.
+fn wgsl(v: &MatMulCoop, key: &KernelKey, bindings: String) -> String {
+    let MatMulCoop { cfg, a_kcontig, b_ncontig, ref epi, emulated } = *v;
     let (sa, sb) = cfg.strides(a_kcontig, b_ncontig);
     let f = cfg.frag;
     let (acc, mma, store) = fragments(cfg, a_kcontig, b_ncontig, emulated);
@@ -114,7 +164,7 @@ pub(super) fn wgsl(key: &KernelKey, bindings: String) -> String {
     let n = |v: u32| v.to_string();
     let subs = [
         ("BINDINGS", bindings),
-        ("EPILOGUE", epilogue(key, epi.as_deref())),
+        ("EPILOGUE", epilogue(key, epi.as_ref())),
         ("F", n(f)),
         ("BM", n(cfg.bm())),
         ("BN", n(cfg.bn())),

@@ -4,8 +4,8 @@ use crate::backend::gpu::config::MatmulKernels;
 use crate::backend::gpu::kernel::{Dispatch, KernelKey, MatVecReduce};
 use crate::backend::gpu::params::Params;
 use crate::caps::{Capabilities, DeviceType};
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
-use crate::{Error, Result};
 
 /// What lowering needs to know about the device and the plan's options.
 #[derive(Clone, Copy, Debug)]

@@ -1,0 +1,52 @@
+//! The kernel families: each one file beside its shader (the matmul family a folder of four kernels), owning
+//! its variant struct, parameters, bindings, WGSL generation, lowering and variant list. A new kernel-backed op
+//! is a family file, its shader and one line below.
+
+use crate::backend::gpu::kernel::{Dispatch, KernelKey};
+use crate::backend::gpu::target::GpuTarget;
+use crate::compile::ir::Program;
+use crate::error::{Error, Result};
+use crate::graph::NodeId;
+
+/// Declares the family modules; lowering asks each in turn whether it lowers a step, and the catalogue is the
+/// union of their variant lists.
+macro_rules! families {
+    ($($family:ident),* $(,)?) => {
+        $(pub(crate) mod $family;)*
+
+        /// The dispatches of step `id`, from the family that lowers it.
+        pub(crate) fn lower(program: &Program, id: NodeId, t: &GpuTarget) -> Result<Vec<Dispatch>> {
+            $(if let Some(ds) = $family::lower(program, id, t) {
+                return ds;
+            })*
+            Err(unlowered(program, id))
+        }
+
+        /// Every variant of every family.
+        pub(crate) fn variants() -> Vec<KernelKey> {
+            let mut keys = Vec::new();
+            $($family::variants(&mut keys);)*
+            keys
+        }
+    };
+}
+
+families! {
+    elementwise,
+    matmul,
+    rows,
+    get_rows,
+    concat,
+    set_rows,
+    copy_into,
+    rope,
+    attention,
+}
+
+/// Inputs, views and externals are not scheduled, and the other graph ops became the compiler's steps: a step
+/// no family lowers is a bug.
+fn unlowered(program: &Program, id: NodeId) -> Error {
+    let op = program.nodes[id].step.name();
+    let reason = "this step has no kernel (a bug: the compiler should have replaced it)";
+    Error::Unsupported { op, backend: "gpu".into(), reason: reason.into() }
+}
