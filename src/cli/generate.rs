@@ -59,6 +59,10 @@ pub struct GenerateArgs {
     /// Print one JSON object (ids, text, timings, device) instead of streaming the text.
     #[arg(long)]
     json: bool,
+    /// Also print each compiled step plan's statistics (the decode step's is the 1-token plan): dispatches, per
+    /// layer, pipelines, memory and how many dispatches each kernel has.
+    #[arg(long)]
+    stats: bool,
 }
 
 #[derive(clap::Args)]
@@ -211,7 +215,39 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
     }
     eprintln!("{}", stop_note(&out, model.context(), options.max_tokens));
     eprintln!("{}", timings(&out));
+    if args.stats {
+        plan_report(&model).iter().for_each(|line| eprintln!("{line}"));
+    }
     Ok(())
+}
+
+/// One line per compiled step plan: its dispatches (per layer), pipelines and memory, and its kernels by count.
+fn plan_report(model: &Llama) -> Vec<String> {
+    let layers = model.config.n_layers.max(1);
+    model
+        .plan_stats()
+        .into_iter()
+        .map(|(t, s)| {
+            let mut counts: Vec<(String, usize)> = Vec::new();
+            for k in &s.kernels {
+                match counts.iter_mut().find(|(name, _)| name == k) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((k.clone(), 1)),
+                }
+            }
+            counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            let kernels: Vec<String> = counts.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+            let what = if t == 1 { "decode step" } else { "prefill chunk" };
+            format!(
+                "plan of {t} token(s) ({what}): {} dispatches ({:.1} a layer), {} pipelines, {:.1} MiB; {}",
+                s.dispatches,
+                s.dispatches as f64 / layers as f64,
+                s.pipelines,
+                s.memory_bytes as f64 / (1u64 << 20) as f64,
+                kernels.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// Set by Ctrl-C; the running answer stops at its next token.

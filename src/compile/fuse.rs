@@ -1,5 +1,6 @@
-//! Elementwise fusion (stage 2, compile pass 2): chains of elementwise steps become one expression, and an elementwise
-//! epilogue (bias, activation, residual, gating) folds into the matmul that feeds it.
+//! Fusion (stage 2, compile pass 2): chains of elementwise steps become one expression, an elementwise epilogue
+//! (bias, activation, residual, gating) folds into the matmul that feeds it, and a rope whose only reader is a
+//! KV-cache write (`set_rows`) is computed by that write.
 //!
 //! A node is absorbed into its consumer when it is an elementwise step on floats, has exactly one consuming
 //! node, is read directly (not through a view), and is not a requested output. Absorbed nodes get no memory
@@ -181,5 +182,37 @@ pub(crate) fn fuse(mut p: Program) -> Program {
         absorbed = trial;
     }
     p.steps.retain(|&s| !absorbed[s]);
+    fuse_rope_set_rows(&mut p);
     p
+}
+
+/// Rope fused with the KV-cache write (llama.cpp's rope + set_rows): `set_rows(dst, idx, v)` where `v` is a
+/// contiguous reshape (offset 0) of a rope `r` becomes one step writing the rotated rows straight into `dst`,
+/// when nothing else reads `r` or `v` (a view counts as a reader), neither is an output, and `r` reads no state
+/// (it now runs where the write was scheduled). `r` gets no memory and no kernel.
+fn fuse_rope_set_rows(p: &mut Program) {
+    let mut scheduled = vec![false; p.nodes.len()];
+    p.steps.iter().for_each(|&s| scheduled[s] = true);
+    let mut readers = vec![0usize; p.nodes.len()];
+    for (id, node) in p.nodes.iter().enumerate() {
+        if scheduled[id] || matches!(node.step, Step::Op(Op::View { .. })) {
+            node.step.srcs().into_iter().for_each(|s| readers[s] += 1);
+        }
+    }
+    let sole = |id: NodeId| readers[id] == 1 && !p.outputs.contains(&id);
+    let mut fused = Vec::new();
+    for &s in &p.steps {
+        let Step::Op(Op::SetRows { dst, idx, src: v }) = p.nodes[s].step else { continue };
+        let Step::Op(Op::View { src: r }) = p.nodes[v].step else { continue };
+        let Step::Op(Op::Rope { x, pos, rope }) = p.nodes[r].step else { continue };
+        let (lv, lr) = (&p.nodes[v].layout, &p.nodes[r].layout);
+        let reshape = lv.is_contiguous() && lv.offset == 0 && lv.numel() == lr.numel() && lr.is_contiguous();
+        if reshape && sole(v) && sole(r) && p.nodes[r].storage == r && !reads_state(p, r) {
+            fused.push((s, r, Step::RopeSetRows { dst, idx, x, pos, rope, rope_dtype: p.nodes[r].dtype }));
+        }
+    }
+    for (s, r, step) in fused {
+        p.nodes[s].step = step;
+        p.steps.retain(|&id| id != r);
+    }
 }

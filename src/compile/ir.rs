@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::graph::ExternalRef;
 use crate::graph::{Graph, Tensor};
 use crate::graph::{Node as GraphNode, NodeId, Op};
-use crate::ops::{BinaryOp, GluOp, MatmulPrecision, RowOp, RowParams, UnaryOp};
+use crate::ops::{BinaryOp, GluOp, MatmulPrecision, Rope, RowOp, RowParams, UnaryOp};
 use crate::shape::Layout;
 
 /// One elementwise function in an expression tree.
@@ -83,6 +83,9 @@ pub(crate) enum Step {
     MatMul { a: NodeId, b: NodeId, epilogue: Option<(Expr, Vec<NodeId>)>, prec: MatmulPrecision },
     /// A row op over the last axis of `x` (its own layout); the mask broadcasts to x.
     Row { op: RowOp, x: NodeId, mask: Option<NodeId>, params: RowParams },
+    /// `set_rows(dst, idx, reshape(rope(x, pos)))`: the rotated rows written straight into `dst` (a KV cache),
+    /// each value rounded to `rope_dtype` (the rope's own dtype) first, as the unfused plan stores it.
+    RopeSetRows { dst: NodeId, idx: NodeId, x: NodeId, pos: NodeId, rope: Rope, rope_dtype: DType },
 }
 
 impl Step {
@@ -96,6 +99,7 @@ impl Step {
                 [*a, *b].into_iter().chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
             }
             Step::Row { x, mask, .. } => std::iter::once(*x).chain(*mask).collect(),
+            Step::RopeSetRows { dst, idx, x, pos, .. } => vec![*dst, *idx, *x, *pos],
         }
     }
 
@@ -118,6 +122,7 @@ impl Step {
             Step::MatMul { epilogue: None, .. } => "matmul".into(),
             Step::MatMul { .. } => "matmul+epilogue".into(),
             Step::Row { op, .. } => op.name().into(),
+            Step::RopeSetRows { .. } => "rope+set_rows".into(),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use super::buffer::Memory;
 use super::elementwise::Leaf;
+use super::gather::SetRowsKernel;
 use super::parallel::{for_chunks, threads};
 use super::qdot::dot_f32;
 use crate::dtype::DType;
@@ -29,9 +30,14 @@ fn thd(l: &Layout) -> (usize, usize, usize, usize) {
 
 impl RopeKernel {
     pub(crate) fn run(&self, mem: &Memory) {
+        let out = mem.view(self.out, self.out_dtype);
+        self.rotate(mem, &mut |i, v| out.set(i, v));
+    }
+
+    /// Passes each element of the contiguous output to `sink` as (flat index, value in f32).
+    fn rotate(&self, mem: &Memory, sink: &mut dyn FnMut(usize, f32)) {
         let x = mem.view(self.x.storage, self.x.dtype);
         let pos = mem.view(self.pos.storage, self.pos.dtype);
-        let out = mem.view(self.out, self.out_dtype);
         let (b, t, h, d) = thd(&self.x.layout);
         let l = &self.x.layout;
         let st = l.strides[l.rank() - 1];
@@ -49,10 +55,31 @@ impl RopeKernel {
                         row[a] = x0 * cos - x1 * sin;
                         row[c] = x0 * sin + x1 * cos;
                     }
-                    row.iter().enumerate().for_each(|(j, &v)| out.set(first + j, v));
+                    row.iter().enumerate().for_each(|(j, &v)| sink(first + j, v));
                 }
             }
         }
+    }
+}
+
+/// rope fused with the KV-cache write: `set.dst[set.idx[r], :] = rope(x, pos)[r, :]` over the rope's output seen
+/// as `set`'s rows, each value rounded to the rope's dtype first (as the unfused plan stores it).
+#[derive(Clone, Debug)]
+pub(crate) struct RopeSetRowsKernel {
+    /// The rope; its `out` is unused (the rotated values go straight to `set`).
+    pub rope: RopeKernel,
+    /// The write; its `src` is unused (its rows are the rope's output).
+    pub set: SetRowsKernel,
+}
+
+impl RopeSetRowsKernel {
+    /// # Errors
+    /// As [`SetRowsKernel::run`].
+    pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
+        let mut rows = vec![0f32; self.rope.x.layout.numel()];
+        let f16 = self.rope.out_dtype == DType::F16;
+        self.rope.rotate(mem, &mut |i, v| rows[i] = if f16 { half::f16::from_f32(v).to_f32() } else { v });
+        self.set.scatter(mem, &|i| rows[i])
     }
 }
 

@@ -1,6 +1,6 @@
 //! get_rows and concat on the CPU.
 
-use super::buffer::Memory;
+use super::buffer::{Memory, View};
 use super::elementwise::Leaf;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -103,9 +103,21 @@ impl SetRowsKernel {
     /// # Errors
     /// [`Error::BadInput`] naming the index, its position and the row count when an index is out of range.
     pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
+        let s = mem.view(self.src.storage, self.src.dtype);
+        if self.dst.dtype == DType::I32 {
+            return self.scatter_with(mem, &|i| s.get_i32(self.src.layout.index_of(i)), &|d, at, v| d.set_i32(at, v));
+        }
+        self.scatter(mem, &|i| s.get(self.src.layout.index_of(i)))
+    }
+
+    /// Writes row `r` of the source, element `c` from `value(r * dim + c)`, into a float destination.
+    pub(crate) fn scatter(&self, mem: &Memory, value: &dyn Fn(usize) -> f32) -> Result<()> {
+        self.scatter_with(mem, value, &|d, at, v| d.set(at, v))
+    }
+
+    fn scatter_with<T>(&self, mem: &Memory, value: &dyn Fn(usize) -> T, store: &dyn Fn(&View, usize, T)) -> Result<()> {
         let (rows, dim) = (self.dst.layout.shape[0], self.dst.layout.shape[1]);
         let d = mem.view(self.dst.storage, self.dst.dtype);
-        let s = mem.view(self.src.storage, self.src.dtype);
         let ix = mem.view(self.idx.storage, self.idx.dtype);
         let n = self.idx.layout.numel();
         for i in 0..n {
@@ -121,12 +133,7 @@ impl SetRowsKernel {
             }
             let base = self.dst.layout.offset + r as usize * self.dst.layout.strides[0];
             for c in 0..dim {
-                let from = self.src.layout.index_of(i * dim + c);
-                if self.dst.dtype == DType::I32 {
-                    d.set_i32(base + c * self.dst.layout.strides[1], s.get_i32(from));
-                } else {
-                    d.set(base + c * self.dst.layout.strides[1], s.get(from));
-                }
+                store(&d, base + c * self.dst.layout.strides[1], value(i * dim + c));
             }
         }
         Ok(())

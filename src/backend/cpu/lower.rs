@@ -1,6 +1,6 @@
 //! Lowering for the CPU (stage 2, compile pass 5): each step of a program becomes a [`CpuKernel`] of its family.
 
-use super::attention::{AttentionKernel, RopeKernel};
+use super::attention::{AttentionKernel, RopeKernel, RopeSetRowsKernel};
 use super::buffer::Memory;
 use super::elementwise::{ElementwiseKernel, Leaf};
 use super::gather::{ConcatKernel, CopyIntoKernel, GetRowsKernel, SetRowsKernel};
@@ -29,6 +29,7 @@ pub(super) enum CpuKernel {
     SetRows(SetRowsKernel),
     CopyInto(CopyIntoKernel),
     Rope(RopeKernel),
+    RopeSetRows(RopeSetRowsKernel),
     Attention(AttentionKernel),
     Dequantize(DequantizeKernel),
     GetRowsQ(GetRowsQKernel),
@@ -190,6 +191,10 @@ impl CpuTarget {
                 pos: leaf(p, *pos, None),
                 rope: *rope,
             }),
+            &Step::RopeSetRows { dst, idx, x, pos, rope, rope_dtype } => CpuKernel::RopeSetRows(RopeSetRowsKernel {
+                rope: RopeKernel { out, out_dtype: rope_dtype, x: leaf(p, x, None), pos: leaf(p, pos, None), rope },
+                set: SetRowsKernel { dst: leaf(p, dst, None), idx: leaf(p, idx, None), src: leaf(p, x, None) },
+            }),
             Step::Op(Op::Attention { q, k, v, mask, kv_len, scale, causal }) => {
                 let q = leaf(p, *q, None);
                 let k = leaf(p, *k, None);
@@ -243,6 +248,7 @@ impl CpuKernel {
             CpuKernel::SetRows(k) => k.run(mem)?,
             CpuKernel::CopyInto(k) => k.run(mem),
             CpuKernel::Rope(k) => k.run(mem),
+            CpuKernel::RopeSetRows(k) => k.run(mem)?,
             CpuKernel::Attention(k) => k.run(mem)?,
             CpuKernel::Dequantize(k) => k.run(mem),
             CpuKernel::GetRowsQ(k) => k.run(mem)?,

@@ -40,6 +40,7 @@ families! {
     set_rows,
     copy_into,
     rope,
+    rope_set_rows,
     attention,
 }
 

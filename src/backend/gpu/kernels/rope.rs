@@ -12,6 +12,8 @@ use crate::graph::{NodeId, Op};
 use crate::ops::RopeMode;
 
 const ROPE: &str = include_str!("rope.wgsl");
+/// `rope_value(i)`, shared with the rope fused into a KV-cache write (`rope_set_rows.rs`).
+pub(crate) const ROTATE: &str = include_str!("rope_rotate.wgsl");
 
 params! {
     /// `rope.wgsl`: rotary position embedding of a `[B, T, H, D]` tensor.
@@ -57,7 +59,7 @@ impl Family for Rope {
     }
 
     fn wgsl(&self, key: &KernelKey, bindings: String) -> String {
-        render(ROPE, &[("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into())])
+        render(ROPE, &[("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into())]) + ROTATE
     }
 }
 

@@ -10,6 +10,9 @@ use crate::error::Result;
 use crate::graph::{NodeId, Op};
 
 const SET_ROWS: &str = include_str!("set_rows.wgsl");
+/// `target_row(r)`, shared with the rope fused into a KV-cache write (`rope_set_rows.rs`): which row a source row
+/// is written to, reading the indices through `ld_{{IDX}}`.
+pub(crate) const TARGET_ROW: &str = include_str!("set_rows_target.wgsl");
 
 params! {
     /// `set_rows.wgsl`: `dst[idx[r], :] = src[r, :]`.
@@ -58,7 +61,8 @@ impl Family for SetRows {
     }
 
     fn wgsl(&self, key: &KernelKey, bindings: String) -> String {
-        render(SET_ROWS, &[("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into())])
+        let target = render(TARGET_ROW, &[("IDX", "src1".into())]);
+        render(SET_ROWS, &[("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into())]) + &target
     }
 }
 

@@ -1,7 +1,6 @@
-// set_rows.wgsl — dst[idx[r], col] = src[r, col] for every row r of src: each invocation writes one element.
+// set_rows.wgsl — dst[idx[r], col] = src[r, col] for every row r of src: each invocation writes one element, rows as
+// target_row (set_rows_target.wgsl) picks them.
 // Bindings: 0 P (SetRowsParams), 1 out (the destination: a state), 2 src0 (the rows), 3 src1 (the i32 indices).
-// An index outside 0..rows is skipped, so nothing is ever written outside the destination. With repeated indices
-// the last row wins, as on the CPU: an invocation whose index reappears in a later row does not write.
 // Dispatch: ceil(count / 256) workgroups of 256, split over x and y. CPU reference: src/backend/cpu/gather.rs.
 {{BINDINGS}}
 
@@ -14,14 +13,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     let r = i / P.dim;
     let col = i % P.dim;
-    let row = ld_src1(P.idx_offset + r * P.idx_stride);
-    if (row < 0 || u32(row) >= P.rows) {
+    let row = target_row(r);
+    if (row < 0) {
         return;
-    }
-    for (var j = r + 1u; j < P.n; j = j + 1u) {
-        if (ld_src1(P.idx_offset + j * P.idx_stride) == row) {
-            return;
-        }
     }
     let v = ld_src0(P.src_offset + r * P.src_row_stride + col * P.src_col_stride);
     st_out(P.dst_offset + u32(row) * P.dst_row_stride + col, {{OUT_C}}(v));

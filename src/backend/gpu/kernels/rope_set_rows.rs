@@ -1,0 +1,132 @@
+//! rope fused with the KV-cache write (`rope_set_rows.wgsl`): `dst[idx[r], :] = rope(x, pos)[r, :]` over the
+//! rope's output seen as rows (llama.cpp's rope + set_rows fusion), one invocation per rotated element; the
+//! compiler makes the step (`compile/fuse.rs`), saving the rope's dispatch and its memory.
+
+use super::rope::ROTATE;
+use super::set_rows::TARGET_ROW;
+use crate::backend::gpu::kernel::{Binding, Dispatch, Family, KernelKey, KernelKind};
+use crate::backend::gpu::params::{params, vec4, Params, ParamsBlock, ParamsLayout};
+use crate::backend::gpu::target::{dispatch, grid, GpuTarget};
+use crate::backend::gpu::wgsl::template::{compute_type, render};
+use crate::compile::ir::{Program, Step};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::graph::NodeId;
+use crate::ops::RopeMode;
+
+const ROPE_SET_ROWS: &str = include_str!("rope_set_rows.wgsl");
+
+params! {
+    /// `rope_set_rows.wgsl`: rope's fields as `RopeParams` names them, then set_rows'.
+    RopeSetRowsParams {
+        /// Rotated elements: N rows of `dim`.
+        count: u32,
+        /// Rotated dims of each head.
+        n_dims: u32,
+        /// 1 for neox pairs (i, i + n_dims / 2), 0 for adjacent pairs.
+        neox: u32,
+        /// `freq_base^(-2 / n_dims)`.
+        theta_scale: f32,
+        /// Linear position scaling.
+        freq_scale: f32,
+        /// x's offset within its binding.
+        x_offset: u32,
+        /// The positions' offset within their binding.
+        pos_offset: u32,
+        /// The positions' stride.
+        pos_stride: u32,
+        /// The rope's shape (B, T, H, D).
+        shape: [u32; 4],
+        /// x's strides.
+        x_strides: [u32; 4],
+        /// Row length of the written rows (the destination's columns).
+        dim: u32,
+        /// Destination rows R.
+        rows: u32,
+        /// Rows written N.
+        n: u32,
+        /// The destination's offset within its binding.
+        dst_offset: u32,
+        /// The destination's row stride.
+        dst_row_stride: u32,
+        /// The indices' offset within their binding.
+        idx_offset: u32,
+        /// The indices' stride.
+        idx_stride: u32,
+        _pad0: u32,
+    }
+}
+
+/// `rope_set_rows.wgsl`; `rope_dtype` is the dtype each rotated value is rounded to before the write.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct RopeSetRows {
+    pub rope_dtype: DType,
+}
+
+impl Family for RopeSetRows {
+    fn name(&self) -> String {
+        "rope+set_rows".into()
+    }
+
+    fn params(&self) -> ParamsLayout {
+        RopeSetRowsParams::layout()
+    }
+
+    fn bindings(&self, key: &KernelKey) -> Vec<Binding> {
+        let ins = ["src0", "src1", "src2"].into_iter().zip(&key.ins).map(|(name, &d)| Binding::input(name, d));
+        std::iter::once(Binding::output("out", key.out)).chain(ins).collect()
+    }
+
+    fn wgsl(&self, key: &KernelKey, bindings: String) -> String {
+        let round = if self.rope_dtype == DType::F16 { "f16_round(v)" } else { "v" };
+        let subs = [("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into()), ("ROUND", round.into())];
+        let target = render(TARGET_ROW, &[("IDX", "src2".into())]);
+        render(ROPE_SET_ROWS, &subs) + ROTATE + &target
+    }
+}
+
+/// Lowers the fused step: the destination is written in place.
+pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
+    let nodes = &p.nodes;
+    let Step::RopeSetRows { dst, idx, x, pos, rope, rope_dtype } = nodes[id].step else { return None };
+    let (lx, ld, li, lp) = (&nodes[x].layout, &nodes[dst].layout, &nodes[idx].layout, &nodes[pos].layout);
+    let (shape, x_strides) = lx.padded4();
+    let count = lx.numel();
+    let params = RopeSetRowsParams {
+        count: count as u32,
+        n_dims: rope.n_dims as u32,
+        neox: (rope.mode == RopeMode::Neox) as u32,
+        theta_scale: rope.theta_scale(),
+        freq_scale: rope.freq_scale,
+        x_offset: lx.offset as u32,
+        pos_offset: lp.offset as u32,
+        pos_stride: lp.strides[0] as u32,
+        shape: vec4(shape),
+        x_strides: vec4(x_strides),
+        dim: ld.shape[1] as u32,
+        rows: ld.shape[0] as u32,
+        n: li.numel() as u32,
+        dst_offset: ld.offset as u32,
+        dst_row_stride: ld.strides[0] as u32,
+        idx_offset: li.offset as u32,
+        idx_stride: li.strides[0] as u32,
+        _pad0: 0,
+    };
+    let ins = vec![nodes[x].dtype, nodes[pos].dtype, nodes[idx].dtype];
+    let key = KernelKey::new(KernelKind::new(RopeSetRows { rope_dtype }), nodes[dst].dtype, ins);
+    let bindings = vec![nodes[id].storage, nodes[x].storage, nodes[pos].storage, nodes[idx].storage];
+    let workgroups = grid("rope+set_rows", (count as u64).div_ceil(256), t.max_groups);
+    Some(workgroups.map(|g| vec![dispatch(key, Params::new(params), bindings, g)]))
+}
+
+/// KV caches of f32 and f16 written from ropes of either dtype, and positions that are the indices.
+pub(crate) fn variants(keys: &mut Vec<KernelKey>) {
+    use DType::{F16, F32, I32};
+    for (dst, rope) in [(F32, F32), (F16, F32), (F16, F16), (F32, F16)] {
+        keys.push(KernelKey::new(KernelKind::new(RopeSetRows { rope_dtype: rope }), dst, vec![rope, I32, I32]));
+    }
+    // the rope's positions are the rows written (a language model's KV cache): one binding
+    let mut same = KernelKey::new(KernelKind::new(RopeSetRows { rope_dtype: F32 }), F16, vec![F32, I32, I32]);
+    same.alias = vec![0, 1, 2, 2];
+    keys.push(same);
+}
