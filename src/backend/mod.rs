@@ -36,7 +36,8 @@ pub struct PlanStats {
     pub peak_live_bytes: u64,
     /// Buffers the plan created at compile time.
     pub buffers: usize,
-    /// The kernel of each dispatch, in schedule order (e.g. `matmul_tiled 128x128x8`, `matvec`, `rows softmax`).
+    /// The kernel of each step, in schedule order (e.g. `matmul_tiled 128x128x8`, `matvec`, `rows softmax`): its
+    /// first dispatch's where a step takes several (a split over a large tensor, split attention's combine pass).
     pub kernels: Vec<String>,
     /// What the last run moved between the host and the device (zeros before the first run, and on the CPU
     /// backend, where nothing moves).

@@ -60,7 +60,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     json: bool,
     /// Also print each compiled step plan's statistics (the decode step's is the 1-token plan): dispatches, per
-    /// layer, pipelines, memory and how many dispatches each kernel has.
+    /// layer, pipelines, memory and how many of its steps each kernel runs.
     #[arg(long)]
     stats: bool,
 }
@@ -221,7 +221,7 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// One line per compiled step plan: its dispatches (per layer), pipelines and memory, and its kernels by count.
+/// One line per compiled step plan: its dispatches (per layer), pipelines and memory, and its steps by kernel.
 fn plan_report(model: &Llama) -> Vec<String> {
     let layers = model.config.n_layers.max(1);
     model
@@ -239,7 +239,7 @@ fn plan_report(model: &Llama) -> Vec<String> {
             let kernels: Vec<String> = counts.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
             let what = if t == 1 { "decode step" } else { "prefill chunk" };
             format!(
-                "plan of {t} token(s) ({what}): {} dispatches ({:.1} a layer), {} pipelines, {:.1} MiB; {}",
+                "plan of {t} token(s) ({what}): {} dispatches ({:.1} a layer), {} pipelines, {:.1} MiB; steps: {}",
                 s.dispatches,
                 s.dispatches as f64 / layers as f64,
                 s.pipelines,
