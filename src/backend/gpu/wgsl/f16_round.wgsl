@@ -1,5 +1,5 @@
 // f16_round.wgsl — appended to a kernel whose fused expression has an f16 intermediate (see
-// src/backend/gpu/wgsl/elementwise.rs).
+// src/backend/gpu/kernels/elementwise.rs).
 // x rounded to f16 and back, as storing it in an f16 tensor and loading it would give: an f16 intermediate of a
 // fused kernel keeps its dtype's rounding and range (round to nearest even; at or past 65520 in magnitude ±inf;
 // f16's subnormals below 2^-14; NaN stays NaN), as on the CPU (half::f16::from_f32).

@@ -44,6 +44,9 @@ params! {
     }
 }
 
+/// `batch_of(z)`: the batch a workgroup computes and where A and B start for it, appended to every matmul kernel.
+pub(crate) const BATCH: &str = include_str!("matmul_batch.wgsl");
+
 /// A matmul kernel's bindings: the output `out` (`c_out` or `y_out`), A (`a_in` or `x_in`) and B (`b_in`), vec4
 /// as given, then the epilogue's operands `e0..` (scalar).
 pub(crate) fn bindings(key: &KernelKey, names: [&str; 2], out_vec4: bool, in_vec4: bool) -> Vec<Binding> {

@@ -3,7 +3,7 @@
 //! wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, an F×F×F f16 → f32 tile shape and a subgroup size of 32; each
 //! configuration is checked against the CPU backend on the device before it is used (`tune.rs`).
 
-use super::common::{bindings, epi_suffix, epilogue, MatmulParams};
+use super::common::{bindings, epi_suffix, epilogue, MatmulParams, BATCH};
 use crate::backend::gpu::config::CoopConfig;
 use crate::backend::gpu::kernel::{Binding, Family, KernelKey, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
@@ -187,5 +187,5 @@ fn wgsl(v: &MatMulCoop, key: &KernelKey, bindings: String) -> String {
         ("SUBGROUP_ARGS", subgroup_args),
         ("SUBGROUP_LETS", subgroup_lets),
     ];
-    render(COOP, &subs) + &emulation
+    render(COOP, &subs) + &emulation + BATCH
 }

@@ -1,6 +1,6 @@
 //! The generic matmul kernel (`matmul.wgsl`): any strides, 64×64 outputs a workgroup.
 
-use super::common::{bindings, epi_suffix, epilogue, MatmulParams};
+use super::common::{bindings, epi_suffix, epilogue, MatmulParams, BATCH};
 use crate::backend::gpu::kernel::{Binding, Family, KernelKey, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
 use crate::backend::gpu::wgsl::template::render;
@@ -28,7 +28,7 @@ impl Family for MatMul {
     }
 
     fn wgsl(&self, key: &KernelKey, bindings: String) -> String {
-        render(GENERIC, &[("BINDINGS", bindings), ("EPILOGUE", epilogue(key, self.epi.as_ref()))])
+        render(GENERIC, &[("BINDINGS", bindings), ("EPILOGUE", epilogue(key, self.epi.as_ref()))]) + BATCH
     }
 
     fn matmul_tile(&self) -> Option<(u64, u64)> {

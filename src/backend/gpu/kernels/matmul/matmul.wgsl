@@ -22,13 +22,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     let M = P.m;
     let N = P.n;
     let K = P.k;
-    let bz = P.batch0 + wg.z; // the batch: dispatches of more batches than z counts start at batch0
-    let b1 = bz % P.batch1;
-    let b0 = bz / P.batch1;
+    let batch = batch_of(wg.z); // matmul_batch.wgsl
+    let bz = batch.bz;
+    let b0 = batch.b0;
+    let b1 = batch.b1;
     let sa = P.a_strides;
     let sb = P.b_strides;
-    let a_base = P.a_offset + b0 * sa.x + b1 * sa.y;
-    let b_base = P.b_offset + b0 * sb.x + b1 * sb.y;
+    let a_base = batch.a_base;
+    let b_base = batch.b_base;
     let row0 = wg.y * TM;
     let col0 = wg.x * TN;
     var acc: array<array<f32, 4>, 4>;

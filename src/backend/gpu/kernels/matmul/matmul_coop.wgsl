@@ -2,7 +2,7 @@
 // wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX): f16 A and B, f32 accumulation in F x F x F fragments, C in its own dtype.
 // Bindings: 0 P (MatmulParams), 1 C (out, scalar), 2 A, 3 B (vec4<f16> elements), 4.. epilogue operands (as in
 // matmul.wgsl).
-// Preconditions (src/backend/gpu/lower/matmul.rs): those of matmul_tiled.wgsl, a subgroup size of 32 and the
+// Preconditions (src/backend/gpu/kernels/matmul/mod.rs): those of matmul_tiled.wgsl, a subgroup size of 32 and the
 // F x F x F f16 -> f32 cooperative-matrix shape on the adapter.
 // Tile: a workgroup of WM x WN subgroups computes BM = WM*SM*F rows by BN = WN*SN*F columns; each subgroup owns
 // SM x SN accumulator fragments. A and B blocks are staged in workgroup memory (rows padded by 8 halves), with
@@ -10,7 +10,7 @@
 // any M, N, K meeting the preconditions works. Each accumulator goes through a per-subgroup f32 scratch fragment
 // to the epilogue and the bounds-checked store. Dispatch: (ceil(N/BN), ceil(M/BM), batches).
 // Tokens: the tile constants; ACC_DECL, FETCH, PUT_A, PUT_B, MMA and STORE, unrolled per fragment by
-// src/backend/gpu/wgsl/coop.rs; on adapters without cooperative matrices (tests) the three cooperative operations
+// src/backend/gpu/kernels/matmul/coop.rs; on adapters without cooperative matrices (tests) the three cooperative operations
 // come from matmul_coop_emulation.wgsl. CPU reference: src/backend/cpu/matmul.rs.
 {{BINDINGS}}
 
@@ -66,13 +66,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let M = P.m;
     let N = P.n;
     let K = P.k;
-    let bz = P.batch0 + wg.z; // the batch: dispatches of more batches than z counts start at batch0
-    let b1 = bz % P.batch1;
-    let b0 = bz / P.batch1;
+    let batch = batch_of(wg.z); // matmul_batch.wgsl
+    let bz = batch.bz;
+    let b0 = batch.b0;
+    let b1 = batch.b1;
     let sa = P.a_strides;
     let sb = P.b_strides;
-    let a_base = P.a_offset + b0 * sa.x + b1 * sa.y;
-    let b_base = P.b_offset + b0 * sb.x + b1 * sb.y;
+    let a_base = batch.a_base;
+    let b_base = batch.b_base;
     let row0 = wg.y * BM;
     let col0 = wg.x * BN;
     let sr = (sg / WN) * SM * F; // this subgroup's first row and column within the block

@@ -3,7 +3,7 @@
 // Bindings: 0 P (MatmulParams), 1 C (out; vec4 elements when N % 4 == 0, and `store_tile` from
 // matmul_store_vec4.wgsl, else matmul_store_scalar.wgsl), 2 A, 3 B (vec4 elements), 4.. epilogue operands (as in
 // matmul.wgsl).
-// Preconditions (src/backend/gpu/lower/matmul.rs): each operand's contiguous axis has stride 1 and a length that
+// Preconditions (src/backend/gpu/kernels/matmul/mod.rs): each operand's contiguous axis has stride 1 and a length that
 // is a multiple of 4; every other stride and both offsets are multiples of 4.
 // Layout variants: A_KCONTIG (A[m, k] with k contiguous, else m contiguous), B_NCONTIG (B[k, n] with n
 // contiguous, else k contiguous: B is a transposed view of W[n, k], as in x @ W^T).
@@ -35,13 +35,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     let M = P.m;
     let N = P.n;
     let K = P.k;
-    let bz = P.batch0 + wg.z; // the batch: dispatches of more batches than z counts start at batch0
-    let b1 = bz % P.batch1;
-    let b0 = bz / P.batch1;
+    let batch = batch_of(wg.z); // matmul_batch.wgsl
+    let bz = batch.bz;
+    let b0 = batch.b0;
+    let b1 = batch.b1;
     let sa = P.a_strides;
     let sb = P.b_strides;
-    let a_base = P.a_offset + b0 * sa.x + b1 * sa.y;
-    let b_base = P.b_offset + b0 * sb.x + b1 * sb.y;
+    let a_base = batch.a_base;
+    let b_base = batch.b_base;
     let row0 = wg.y * TM;
     let col0 = wg.x * TN;
     let tx = lid3.x;
@@ -51,60 +52,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3
     // loops (SwiftShader) keeps them in registers rather than in an indexed private array
     var acc: array<vec4<f32>, 4u * RM * RN>;
     for (var k0 = 0u; k0 < K; k0 = k0 + BK) {
-        for (var l = 0u; l < A_LOADS; l = l + 1u) {
-            let e = lid + l * 256u;
-            if (A_KCONTIG) {
-                let m = e / (BK / 4u);
-                let kq = (e % (BK / 4u)) * 4u;
-                let gm = row0 + m;
-                let gk = k0 + kq;
-                var v = vec4<f32>(0.0);
-                if (gm < M && gk < K) {
-                    v = ld4_a_in(a_base + gm * sa.z + gk);
-                }
-                a_s[(kq + 0u) * (TM / 4u) + m / 4u][m % 4u] = v.x;
-                a_s[(kq + 1u) * (TM / 4u) + m / 4u][m % 4u] = v.y;
-                a_s[(kq + 2u) * (TM / 4u) + m / 4u][m % 4u] = v.z;
-                a_s[(kq + 3u) * (TM / 4u) + m / 4u][m % 4u] = v.w;
-            } else {
-                let k = e / (TM / 4u);
-                let mq = (e % (TM / 4u)) * 4u;
-                let gm = row0 + mq;
-                let gk = k0 + k;
-                var v = vec4<f32>(0.0);
-                if (gm < M && gk < K) {
-                    v = ld4_a_in(a_base + gk * sa.w + gm);
-                }
-                a_s[k * (TM / 4u) + mq / 4u] = v;
-            }
-        }
-        for (var l = 0u; l < B_LOADS; l = l + 1u) {
-            let e = lid + l * 256u;
-            if (B_NCONTIG) {
-                let k = e / (TN / 4u);
-                let nq = (e % (TN / 4u)) * 4u;
-                let gn = col0 + nq;
-                let gk = k0 + k;
-                var v = vec4<f32>(0.0);
-                if (gn < N && gk < K) {
-                    v = ld4_b_in(b_base + gk * sb.z + gn);
-                }
-                b_s[k * (TN / 4u) + nq / 4u] = v;
-            } else {
-                let n = e / (BK / 4u);
-                let kq = (e % (BK / 4u)) * 4u;
-                let gn = col0 + n;
-                let gk = k0 + kq;
-                var v = vec4<f32>(0.0);
-                if (gn < N && gk < K) {
-                    v = ld4_b_in(b_base + gn * sb.w + gk);
-                }
-                b_s[(kq + 0u) * (TN / 4u) + n / 4u][n % 4u] = v.x;
-                b_s[(kq + 1u) * (TN / 4u) + n / 4u][n % 4u] = v.y;
-                b_s[(kq + 2u) * (TN / 4u) + n / 4u][n % 4u] = v.z;
-                b_s[(kq + 3u) * (TN / 4u) + n / 4u][n % 4u] = v.w;
-            }
-        }
+        // matmul_tiled_stage.wgsl: A's rows and B's columns of this K step
+        stage_a(k0, lid, a_base, row0, M, K, sa.z, sa.w);
+        stage_b(k0, lid, b_base, col0, N, K, sb.w, sb.z);
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk = kk + 1u) {
             let ka = kk * (TM / 4u) + ty;

@@ -1,7 +1,7 @@
 //! The mat-vec kernels (`matvec.wgsl` with a reduction from `matvec_reduce_*.wgsl`, or `matvec_serial.wgsl`):
 //! one-row A with K contiguous.
 
-use super::common::{bindings, epi_suffix, epilogue, MatmulParams};
+use super::common::{bindings, epi_suffix, epilogue, MatmulParams, BATCH};
 use crate::backend::gpu::kernel::{Binding, Family, KernelKey, MatVecReduce, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
 use crate::backend::gpu::wgsl::template::render;
@@ -65,7 +65,8 @@ impl Family for MatVec {
         let b_ncontig = self.b_ncontig.to_string();
         let (args, call, reduce) = match self.reduce {
             MatVecReduce::Serial => {
-                return render(MATVEC_SERIAL, &[("BINDINGS", bindings), ("EPILOGUE", epi), ("B_NCONTIG", b_ncontig)]);
+                let subs = [("BINDINGS", bindings), ("EPILOGUE", epi), ("B_NCONTIG", b_ncontig)];
+                return render(MATVEC_SERIAL, &subs) + BATCH;
             }
             MatVecReduce::Subgroups => {
                 let args = ",\n        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32";
@@ -80,7 +81,7 @@ impl Family for MatVec {
             ("SUBGROUP_ARGS", args.into()),
             ("SUBGROUP_CALL", call.into()),
         ];
-        render(MATVEC, &subs) + "\n" + reduce
+        render(MATVEC, &subs) + "\n" + reduce + BATCH
     }
 
     fn is_matmul(&self) -> bool {

@@ -2,7 +2,7 @@
 // accumulation, f16 or f32 storage; vec4 loads. Bandwidth-bound: every weight is read exactly once.
 // Bindings: 0 P (MatmulParams, M = 1), 1 y (out), 2 x, 3 B (x and B as vec4 elements), 4.. epilogue operands (as
 // in matmul.wgsl). Preconditions: x contiguous along K, K % 4 == 0, offsets and strides multiples of 4
-// (src/backend/gpu/lower/matmul.rs).
+// (src/backend/gpu/kernels/matmul/mod.rs).
 // B_NCONTIG = false (B is a view of W[n, k], k contiguous): a workgroup of 256 handles 8 outputs, 32
 //   invocations per output each reducing a strided share of K; partial sums meet through subgroupAdd where
 //   the adapter has subgroups (the variant with `reduce_row` from matvec_reduce_subgroups.wgsl),
@@ -25,13 +25,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let M = P.m;
     let N = P.n;
     let K = P.k;
-    let bz = P.batch0 + wg.z; // the batch: dispatches of more batches than z counts start at batch0
-    let b1 = bz % P.batch1;
-    let b0 = bz / P.batch1;
-    let sa = P.a_strides;
+    let batch = batch_of(wg.z); // matmul_batch.wgsl
+    let bz = batch.bz;
+    let b0 = batch.b0;
+    let b1 = batch.b1;
     let sb = P.b_strides;
-    let x_base = (P.a_offset + b0 * sa.x + b1 * sa.y) / 4u;
-    let b_base = P.b_offset + b0 * sb.x + b1 * sb.y;
+    let x_base = batch.a_base / 4u;
+    let b_base = batch.b_base;
     let group = wg.y * nwg.x + wg.x;
     let n0 = P.n0; // first output column of this chunk (a B larger than one binding), else 0
     let y_base = bz * P.ldc + n0;

@@ -20,13 +20,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         @builtin(local_invocation_index) lid: u32) {
     let N = P.n;
     let K = P.k;
-    let bz = P.batch0 + wg.z; // the batch: dispatches of more batches than z counts start at batch0
-    let b1 = bz % P.batch1;
-    let b0 = bz / P.batch1;
-    let sa = P.a_strides;
+    let batch = batch_of(wg.z); // matmul_batch.wgsl
+    let bz = batch.bz;
+    let b0 = batch.b0;
+    let b1 = batch.b1;
     let sb = P.b_strides;
-    let x_base = (P.a_offset + b0 * sa.x + b1 * sa.y) / 4u;
-    let b_base = P.b_offset + b0 * sb.x + b1 * sb.y;
+    let x_base = batch.a_base / 4u;
+    let b_base = batch.b_base;
     let group = wg.y * nwg.x + wg.x;
     let n0 = P.n0; // first output column of this chunk (a B larger than one binding), else 0
     let y_base = bz * P.ldc + n0;

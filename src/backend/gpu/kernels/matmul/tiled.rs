@@ -1,7 +1,7 @@
 //! The tiled matmul kernel (`matmul_tiled.wgsl`): register-blocked, vec4 loads, one of
 //! [`TILE_CONFIGS`](crate::backend::gpu::config::TILE_CONFIGS).
 
-use super::common::{bindings, epi_suffix, epilogue, MatmulParams};
+use super::common::{bindings, epi_suffix, epilogue, MatmulParams, BATCH};
 use crate::backend::gpu::config::TileConfig;
 use crate::backend::gpu::kernel::{Binding, Family, KernelKey, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
@@ -11,6 +11,7 @@ use crate::compile::ir::Expr;
 const TILED: &str = include_str!("matmul_tiled.wgsl");
 const STORE_VEC4: &str = include_str!("matmul_store_vec4.wgsl");
 const STORE_SCALAR: &str = include_str!("matmul_store_scalar.wgsl");
+const STAGE: &str = include_str!("matmul_tiled_stage.wgsl");
 
 /// `matmul_tiled.wgsl`: A's contiguous axis K (`a_kcontig`) or M, B's N (`b_ncontig`) or K, C stored as vec4
 /// (`out_vec4`), an optional epilogue.
@@ -54,7 +55,14 @@ impl Family for MatMulTiled {
                 ("B_SHARED", (cfg.bk * 16 * cfg.rn).to_string()),
             ],
         );
-        text + "\n" + if self.out_vec4 { STORE_VEC4 } else { STORE_SCALAR }
+        // one staging text for both operands: A by its rows (K contiguous or not), B by its columns
+        let stage = |x: &str, t: &str, loads: &str, kcontig: &str| {
+            let subs = [("X", x.into()), ("T", t.into()), ("LOADS", loads.into()), ("KCONTIG", kcontig.into())];
+            render(STAGE, &subs)
+        };
+        let store = if self.out_vec4 { STORE_VEC4 } else { STORE_SCALAR };
+        let (stage_a, stage_b) = (stage("a", "TM", "A_LOADS", "A_KCONTIG"), stage("b", "TN", "B_LOADS", "!B_NCONTIG"));
+        text + "\n" + store + &stage_a + &stage_b + BATCH
     }
 
     fn matmul_tile(&self) -> Option<(u64, u64)> {
