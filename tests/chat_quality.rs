@@ -38,7 +38,7 @@ const MAX_REPEATS: usize = 3;
 fn answer(m: &mut Llama, prompt: &str, seed: u64, max_tokens: usize) -> (Vec<u32>, String) {
     let ids = m.chat_prompt(&[Message::new("user", prompt)]).unwrap();
     m.reset();
-    let options = GenerateOptions { max_tokens, sampling: m.chat_sampling(seed), stop: vec![] };
+    let options = GenerateOptions { max_tokens, sampling: m.chat_sampling(seed), stop: vec![], ignore_eos: false };
     let out = m.generate(&ids, &options, |_, _| true).unwrap();
     (out.tokens, out.text)
 }

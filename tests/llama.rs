@@ -171,7 +171,11 @@ fn the_cache_carries_a_conversation_and_limits_hold() {
 
     let sampled = |m: &mut Llama, seed| {
         let s = SamplingOptions { temperature: 0.9, seed, ..Default::default() };
-        m.generate(&first, &GenerateOptions { max_tokens: 12, sampling: s, stop: vec![] }, |_, _| true).unwrap().tokens
+        m.generate(&first, &GenerateOptions { max_tokens: 12, sampling: s, stop: vec![], ignore_eos: false }, |_, _| {
+            true
+        })
+        .unwrap()
+        .tokens
     };
     assert_eq!(sampled(&mut m, 5), sampled(&mut m, 5), "the same seed, the same text");
 

@@ -93,7 +93,7 @@ impl ModelArgs {
             repetition_penalty: self.repeat_penalty.unwrap_or(base.repetition_penalty),
             ..base
         };
-        GenerateOptions { max_tokens: self.max_tokens, sampling, stop: self.stop.clone() }
+        GenerateOptions { max_tokens: self.max_tokens, sampling, stop: self.stop.clone(), ignore_eos: false }
     }
 
     /// The options, checked: a value out of range is an error naming the flag and its range.

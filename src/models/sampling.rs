@@ -16,8 +16,14 @@ pub struct SamplingOptions {
     /// Divide positive logits (multiply negative ones) of tokens seen in the last `repeat_last_n` tokens by this
     /// (1: off), as llama.cpp and Hugging Face do.
     pub repetition_penalty: f32,
-    /// Tokens the penalty looks back over.
+    /// Tokens the penalties look back over.
     pub repeat_last_n: usize,
+    /// Subtracted from the logit of every token seen in the last `repeat_last_n` tokens (0: off; OpenAI's
+    /// `presence_penalty`, llama.cpp's `--presence-penalty`), in [-2, 2].
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once for each time it was seen in the last `repeat_last_n` tokens (0: off;
+    /// OpenAI's `frequency_penalty`), in [-2, 2].
+    pub frequency_penalty: f32,
     /// Seed of the draws: the same seed and prompt give the same text.
     pub seed: u64,
 }
@@ -31,6 +37,8 @@ impl Default for SamplingOptions {
             min_p: 0.05,
             repetition_penalty: 1.0,
             repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             seed: 0,
         }
     }
@@ -51,17 +59,22 @@ impl SamplingOptions {
             min_p: 0.05,
             repetition_penalty: 1.1,
             repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             seed,
         }
     }
 
     /// One line naming the settings (`greedy` or `temperature 0.7, top-k 40, ..., seed 42`).
     pub fn describe(&self) -> String {
-        let penalty = if self.repetition_penalty == 1.0 {
-            String::new()
-        } else {
-            format!(", repetition penalty {} over {} tokens", self.repetition_penalty, self.repeat_last_n)
-        };
+        let mut penalty = String::new();
+        if self.repetition_penalty != 1.0 {
+            penalty = format!(", repetition penalty {} over {} tokens", self.repetition_penalty, self.repeat_last_n);
+        }
+        if self.presence_penalty != 0.0 || self.frequency_penalty != 0.0 {
+            let (p, f) = (self.presence_penalty, self.frequency_penalty);
+            penalty += &format!(", presence penalty {p}, frequency penalty {f} over {} tokens", self.repeat_last_n);
+        }
         if self.temperature <= 0.0 {
             return format!("greedy{penalty}");
         }
@@ -78,7 +91,7 @@ impl SamplingOptions {
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the option, its value and its range.
     pub fn validate(&self) -> crate::error::Result<()> {
-        let checks: [(&str, f32, bool, &str); 4] = [
+        let checks: [(&str, f32, bool, &str); 6] = [
             ("temperature", self.temperature, self.temperature >= 0.0, "finite and at least 0 (0 is greedy)"),
             ("top_p", self.top_p, self.top_p > 0.0 && self.top_p <= 1.0, "above 0 and at most 1 (1 keeps all)"),
             ("min_p", self.min_p, (0.0..=1.0).contains(&self.min_p), "from 0 to 1 (0 drops none)"),
@@ -87,6 +100,13 @@ impl SamplingOptions {
                 self.repetition_penalty,
                 self.repetition_penalty > 0.0,
                 "finite and above 0 (1 is off)",
+            ),
+            ("presence_penalty", self.presence_penalty, self.presence_penalty.abs() <= 2.0, "from -2 to 2 (0 is off)"),
+            (
+                "frequency_penalty",
+                self.frequency_penalty,
+                self.frequency_penalty.abs() <= 2.0,
+                "from -2 to 2 (0 is off)",
             ),
         ];
         for (name, value, ok, range) in checks {
@@ -102,7 +122,12 @@ impl SamplingOptions {
 
     /// True when the choice is the argmax of the raw logits (computed on the device; no logits read back).
     pub fn is_greedy(&self) -> bool {
-        self.temperature <= 0.0 && self.repetition_penalty == 1.0
+        self.temperature <= 0.0 && !self.penalized()
+    }
+
+    /// Whether any penalty changes the logits.
+    fn penalized(&self) -> bool {
+        self.repetition_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
     }
 }
 
@@ -133,11 +158,17 @@ impl Sampler {
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let o = &self.options;
         let mut l = logits.to_vec();
-        if o.repetition_penalty != 1.0 {
+        if o.penalized() {
             let from = history.len().saturating_sub(o.repeat_last_n);
+            let mut seen: std::collections::HashMap<u32, u32> = Default::default();
             for &id in &history[from..] {
+                *seen.entry(id).or_default() += 1;
+            }
+            // llama.cpp's penalties sampler: the repetition penalty, then frequency and presence
+            for (&id, &count) in &seen {
                 if let Some(x) = l.get_mut(id as usize) {
                     *x = if *x > 0.0 { *x / o.repetition_penalty } else { *x * o.repetition_penalty };
+                    *x -= count as f32 * o.frequency_penalty + o.presence_penalty;
                 }
             }
         }

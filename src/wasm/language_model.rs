@@ -119,7 +119,7 @@ fn generate_options(o: &JsValue, d: SamplingOptions) -> Result<GenerateOptions, 
         None if stop.is_undefined() => vec![],
         None => return Err(JsError::new("options.stop must be an array of strings")),
     };
-    Ok(GenerateOptions { max_tokens: count(o, "maxTokens")?.unwrap_or(128), sampling, stop })
+    Ok(GenerateOptions { max_tokens: count(o, "maxTokens")?.unwrap_or(128), sampling, stop, ignore_eos: false })
 }
 
 /// `GenerateOptions` from JS: the sampling and stopping options, and an `AbortSignal`.

@@ -6,11 +6,10 @@
 //! loop (`Llama::generate`) and the wasm package's `generate` (which lets the page run between tokens) are both
 //! built on it.
 
-use super::generation::{now_ms, GenerateOptions, Generation, StopReason, TextStream, Token, TokenStream};
+use super::generation::{now_ms, GenerateOptions, Generation, Pending, Token, TokenStream};
 use super::Llama;
 use crate::error::{Error, Result};
 use crate::models::chat::Message;
-use crate::models::sampling::Sampler;
 
 impl Llama {
     /// Starts generating a continuation of `prompt` (token ids): evaluates the prompt (only what is not already in
@@ -47,30 +46,12 @@ impl Llama {
         // reuse the cached prefix, but evaluate at least the prompt's last token for its logits
         let keep = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
         self.truncate(keep);
-        let greedy = options.sampling.is_greedy();
+        let mut s = TokenStream::new(prompt, prompt.len() - keep, options);
         let t0 = now_ms();
-        let step = self.eval_with_progress(&prompt[keep..], !greedy, progress).await?;
-        let out = Generation {
-            prompt: prompt.to_vec(),
-            prefill_tokens: prompt.len() - keep,
-            tokens: vec![],
-            text: String::new(),
-            stop: StopReason::MaxTokens,
-            prefill_ms: now_ms() - t0,
-            decode_ms: 0.0,
-            decode_steps: 0,
-        };
-        Ok(TokenStream {
-            sampler: Sampler::new(options.sampling.clone()),
-            options: options.clone(),
-            step: Some(step),
-            pending: None,
-            history: prompt.to_vec(),
-            text: TextStream::default(),
-            out,
-            finished: options.max_tokens == 0,
-            emitted: 0,
-        })
+        let step = self.eval_with_progress(&prompt[keep..], s.wants_logits(), progress).await?;
+        s.out.prefill_ms = now_ms() - t0;
+        s.step = Some(step);
+        Ok(s)
     }
 
     /// The next token of `s`, or `None` once it has ended (see [`TokenStream`]; the reason is in
@@ -95,42 +76,15 @@ impl Llama {
     }
 
     async fn advance(&mut self, s: &mut TokenStream) -> Result<Option<Token>> {
-        if let Some(prev) = s.pending.take() {
-            if s.out.tokens.len() >= s.options.max_tokens {
-                return Ok(s.end(StopReason::MaxTokens, prev));
+        match s.take_pending(self.cached.len(), self.context()) {
+            Pending::Ended(end) => return Ok(end),
+            Pending::Eval(prev) => {
+                s.step = Some(self.eval(&[prev], s.wants_logits()).await?);
+                s.out.decode_steps += 1;
             }
-            if self.cached.len() >= self.context() {
-                return Ok(s.end(StopReason::ContextFull, prev));
-            }
-            s.step = Some(self.eval(&[prev], !s.options.sampling.is_greedy()).await?);
-            s.out.decode_steps += 1;
+            Pending::None => {}
         }
-        let step = s.step.take().expect("an evaluated step to sample from");
-        let next = match &step.logits {
-            Some(l) => s.sampler.sample(l, &s.history),
-            None => step.argmax,
-        };
-        if self.tokenizer.is_eog(next) {
-            return Ok(s.end(StopReason::EndOfGeneration, next));
-        }
-        s.out.tokens.push(next);
-        s.history.push(next);
-        let piece = s.text.step(&self.tokenizer, next)?;
-        s.out.text.push_str(&piece);
-        if let Some(at) = s.options.stop.iter().filter_map(|x| s.out.text.find(x.as_str())).min() {
-            // what comes before the stop string and was held back goes out with this token
-            s.out.text.truncate(at.max(s.emitted));
-            let text = s.release(true);
-            s.finish(StopReason::StopString);
-            return Ok(Some(Token { id: next, text }));
-        }
-        s.pending = Some(next);
-        let last = s.out.tokens.len() >= s.options.max_tokens;
-        let text = s.release(last);
-        if last {
-            s.finish(StopReason::MaxTokens);
-        }
-        Ok(Some(Token { id: next, text }))
+        s.accept(&self.tokenizer)
     }
 
     /// Generates a continuation of `prompt` (token ids), calling `on_token(text, id)` for each token as it is

@@ -13,6 +13,9 @@ pub struct GenerateOptions {
     pub sampling: SamplingOptions,
     /// Generation stops when the text produced contains one of these (the text then ends before it).
     pub stop: Vec<String>,
+    /// Go on past the model's end-of-generation tokens (sampling another token instead), as llama.cpp's
+    /// `--ignore-eos` does: for benchmarks that need answers of a set length.
+    pub ignore_eos: bool,
 }
 
 impl GenerateOptions {
@@ -33,7 +36,7 @@ impl GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_tokens: 128, sampling: SamplingOptions::default(), stop: vec![] }
+        GenerateOptions { max_tokens: 128, sampling: SamplingOptions::default(), stop: vec![], ignore_eos: false }
     }
 }
 
@@ -128,6 +131,16 @@ pub struct Token {
     pub text: String,
 }
 
+/// What a stream needs before its next choice.
+pub(super) enum Pending {
+    /// Nothing: its step's output is there (after the prefill).
+    None,
+    /// The decode step of this token.
+    Eval(u32),
+    /// The stream ended instead, with this last token (text held back for a stop string), if any.
+    Ended(Option<Token>),
+}
+
 /// A generation in progress: made by [`Llama::start_async`](super::Llama::start_async), advanced by
 /// [`Llama::next_token_async`](super::Llama::next_token_async) (each call runs one decode step), ended by the
 /// model's end-of-generation token, a stop string, the token limit, a full context or [`TokenStream::cancel`].
@@ -150,6 +163,91 @@ pub struct TokenStream {
 }
 
 impl TokenStream {
+    /// A stream for `prompt`, of which the last `prefill_tokens` are being evaluated (the rest were cached); its
+    /// first step's output is set by the caller once the prefill has run.
+    pub(super) fn new(prompt: &[u32], prefill_tokens: usize, options: &GenerateOptions) -> TokenStream {
+        let out = Generation {
+            prompt: prompt.to_vec(),
+            prefill_tokens,
+            tokens: vec![],
+            text: String::new(),
+            stop: StopReason::MaxTokens,
+            prefill_ms: 0.0,
+            decode_ms: 0.0,
+            decode_steps: 0,
+        };
+        TokenStream {
+            sampler: Sampler::new(options.sampling.clone()),
+            options: options.clone(),
+            step: None,
+            pending: None,
+            history: prompt.to_vec(),
+            text: TextStream::default(),
+            out,
+            finished: options.max_tokens == 0,
+            emitted: 0,
+        }
+    }
+
+    /// Whether the next choice needs the step's logits (a sampler other than the device's argmax).
+    pub(super) fn wants_logits(&self) -> bool {
+        !self.options.sampling.is_greedy() || self.options.ignore_eos
+    }
+
+    /// Before a decode step: the token returned last, to evaluate now, unless the stream ends first (its token
+    /// limit reached, or the KV cache's `cached` of `context` positions full).
+    pub(super) fn take_pending(&mut self, cached: usize, context: usize) -> Pending {
+        let Some(prev) = self.pending.take() else { return Pending::None };
+        if self.out.tokens.len() >= self.options.max_tokens {
+            return Pending::Ended(self.end(StopReason::MaxTokens, prev));
+        }
+        if cached >= context {
+            return Pending::Ended(self.end(StopReason::ContextFull, prev));
+        }
+        Pending::Eval(prev)
+    }
+
+    /// After an evaluation (`step` set): chooses the next token and returns it with the text it releases, or
+    /// ends the stream (an end-of-generation token, a stop string, the token limit).
+    pub(super) fn accept(&mut self, tokenizer: &Tokenizer) -> Result<Option<Token>> {
+        let step = self.step.take().expect("an evaluated step to sample from");
+        let mut next = match &step.logits {
+            Some(l) => self.sampler.sample(l, &self.history),
+            None => step.argmax,
+        };
+        if let (true, Some(l)) = (self.options.ignore_eos && tokenizer.is_eog(next), &step.logits) {
+            // the choice among the tokens that do not end the generation (the logits are read when ignore_eos)
+            let mut l = l.clone();
+            for (i, x) in l.iter_mut().enumerate() {
+                if tokenizer.is_eog(i as u32) {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+            next = self.sampler.sample(&l, &self.history);
+        }
+        if tokenizer.is_eog(next) {
+            return Ok(self.end(StopReason::EndOfGeneration, next));
+        }
+        self.out.tokens.push(next);
+        self.history.push(next);
+        let piece = self.text.step(tokenizer, next)?;
+        self.out.text.push_str(&piece);
+        if let Some(at) = self.options.stop.iter().filter_map(|x| self.out.text.find(x.as_str())).min() {
+            // what comes before the stop string and was held back goes out with this token
+            self.out.text.truncate(at.max(self.emitted));
+            let text = self.release(true);
+            self.finish(StopReason::StopString);
+            return Ok(Some(Token { id: next, text }));
+        }
+        self.pending = Some(next);
+        let last = self.out.tokens.len() >= self.options.max_tokens;
+        let text = self.release(last);
+        if last {
+            self.finish(StopReason::MaxTokens);
+        }
+        Ok(Some(Token { id: next, text }))
+    }
+
     /// The generation so far (all of it once the stream has ended).
     pub fn generation(&self) -> &Generation {
         &self.out

@@ -20,6 +20,7 @@
 //!
 //! Reference: llama.cpp's `llm_build_llama` and `llama_decode`; Hugging Face's `LlamaForCausalLM`.
 
+pub mod batch;
 mod config;
 mod generate;
 mod generation;
@@ -64,7 +65,7 @@ impl Default for LlamaOptions {
 }
 
 /// A compiled step over T tokens.
-struct StepPlan {
+pub(crate) struct StepPlan {
     plan: Plan,
     g: StepGraph,
 }
@@ -117,15 +118,7 @@ impl Llama {
             0 => config.n_ctx_train.min(4096),
             n => n,
         };
-        let dtype = if options.f32_cache { DType::F32 } else { DType::F16 };
-        let row = config.n_kv_heads * config.head_dim;
-        check_cache_size(device, &config, context, row, dtype)?;
-        let state = |kind: &str, l: usize| device.state(&format!("cache_{kind}.{l}"), dtype, &[context, row]);
-        let cache = KvCache {
-            k: (0..config.n_layers).map(|l| state("k", l)).collect::<Result<_>>()?,
-            v: (0..config.n_layers).map(|l| state("v", l)).collect::<Result<_>>()?,
-            capacity: context,
-        };
+        let cache = new_cache(device, &config, context, options.f32_cache)?;
         let options = LlamaOptions { max_chunk: options.max_chunk.clamp(1, 4096), ..options };
         Ok(Llama {
             config,
@@ -274,13 +267,29 @@ impl Llama {
     }
 
     async fn run_chunk(&mut self, tokens: &[u32], start: usize, want_logits: bool) -> Result<StepOut> {
+        let mut plans = std::mem::take(&mut self.plans);
+        let out = self.run_chunk_in(&mut plans, &self.cache, tokens, start, want_logits).await;
+        self.plans = plans;
+        out
+    }
+
+    /// Runs `tokens` at positions `start..` of `cache` with the step plans `plans` (compiling the plan of their
+    /// count on first use): the last position's logits when `want_logits`, and its argmax.
+    pub(crate) async fn run_chunk_in(
+        &self,
+        plans: &mut std::collections::HashMap<usize, StepPlan>,
+        cache: &KvCache,
+        tokens: &[u32],
+        start: usize,
+        want_logits: bool,
+    ) -> Result<StepOut> {
         let t = tokens.len();
-        if !self.plans.contains_key(&t) {
-            let g = build_step(&self.config, &self.weights, &self.cache, t)?;
+        if let std::collections::hash_map::Entry::Vacant(slot) = plans.entry(t) {
+            let g = build_step(&self.config, &self.weights, cache, t)?;
             let plan = self.device.compile_async(&g.graph, &[g.logits, g.argmax], &self.options.compile).await?;
-            self.plans.insert(t, StepPlan { plan, g });
+            slot.insert(StepPlan { plan, g });
         }
-        let sp = self.plans.get_mut(&t).expect("inserted above");
+        let sp = plans.get_mut(&t).expect("inserted above");
         let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
         let pos: Vec<i32> = (start..start + t).map(|p| p as i32).collect();
         let kv_len = [(start + t) as i32];
@@ -297,6 +306,19 @@ impl Llama {
     pub(crate) fn truncate(&mut self, n: usize) {
         self.cached.truncate(n);
     }
+}
+
+/// A KV cache of `context` positions for `config` on `device` (f16 states, or f32), after [`check_cache_size`].
+pub(crate) fn new_cache(device: &Device, config: &LlamaConfig, context: usize, f32_cache: bool) -> Result<KvCache> {
+    let dtype = if f32_cache { DType::F32 } else { DType::F16 };
+    let row = config.n_kv_heads * config.head_dim;
+    check_cache_size(device, config, context, row, dtype)?;
+    let state = |kind: &str, l: usize| device.state(&format!("cache_{kind}.{l}"), dtype, &[context, row]);
+    Ok(KvCache {
+        k: (0..config.n_layers).map(|l| state("k", l)).collect::<Result<_>>()?,
+        v: (0..config.n_layers).map(|l| state("v", l)).collect::<Result<_>>()?,
+        capacity: context,
+    })
 }
 
 /// Checks, before anything is allocated, that a KV cache of `context` positions (keys and values of `row` elements
