@@ -12,6 +12,7 @@ mod generate;
 mod info;
 mod inspect;
 mod matmul;
+mod serve;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +44,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Chat with a llama-architecture GGUF model (its chat template, the KV cache kept between turns).
     Chat(generate::ChatArgs),
+    /// An OpenAI-compatible HTTP server (chat, completions, embeddings) with continuous batching.
+    Serve(serve::ServeArgs),
     /// Benchmarks against the peers on this machine (numpy, PyTorch): `webtensor bench matmul --help`.
     Bench(bench::BenchArgs),
 }
@@ -242,6 +245,7 @@ pub fn main() -> ExitCode {
         Command::Embed(args) => embed::run(&args),
         Command::Generate(args) => generate::run_generate(&args),
         Command::Chat(args) => generate::run_chat(&args),
+        Command::Serve(args) => serve::run(&args),
         Command::Bench(args) => bench::run(&args),
     };
     match result {

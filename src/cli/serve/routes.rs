@@ -1,0 +1,266 @@
+//! The endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (streamed as server-sent events ending with
+//! `data: [DONE]`, or whole), `POST /v1/embeddings`, `GET /v1/models`, `GET /health`, `GET /metrics`.
+
+use super::api::{finish_reason, unix_now, ApiError, EmbedRequest, GenRequest, PromptIn};
+use super::engine::{Job, Out, Prompt};
+use super::{embedder, AppState};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+type AppStateRef = State<Arc<AppState>>;
+
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/models", get(models))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found_error", "no such endpoint".into()) })
+        .with_state(state)
+}
+
+/// With `--api-key`: `Authorization: Bearer KEY` or 401.
+async fn authorize(State(s): AppStateRef, req: Request, next: Next) -> Response {
+    if let Some(key) = &s.api_key {
+        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        if given.and_then(|v| v.strip_prefix("Bearer ")) != Some(key.as_str()) {
+            s.metrics.errors.fetch_add(1, Ordering::Relaxed);
+            let msg = if given.is_some() { "invalid API key" } else { "missing API key (Authorization: Bearer KEY)" };
+            return ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", msg.into()).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// The body as JSON of type `T`: 413 over `--max-body`, 400 for JSON that does not parse or fit.
+async fn read_json<T: serde::de::DeserializeOwned>(s: &AppState, body: Body) -> Result<T, ApiError> {
+    let bytes: Bytes = axum::body::to_bytes(body, s.max_body).await.map_err(|_| {
+        let msg = format!("the request body is over the limit of {} bytes (--max-body)", s.max_body);
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", msg)
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid(format!("the body is not a valid request: {e}")))
+}
+
+/// 404 for a model name that is not the one served (none given: the one served).
+fn check_model(given: Option<&str>, served: Option<&str>, what: &str) -> Result<String, ApiError> {
+    let Some(served) = served else {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "not_found_error", format!("this server has no {what}")));
+    };
+    match given {
+        Some(m) if !m.is_empty() && m != served => {
+            let msg = format!("the model '{m}' does not exist here: this server's {what} is '{served}'");
+            Err(ApiError::new(StatusCode::NOT_FOUND, "not_found_error", msg))
+        }
+        _ => Ok(served.to_string()),
+    }
+}
+
+fn counted(s: &AppState, r: Result<Response, ApiError>) -> Response {
+    r.unwrap_or_else(|e| {
+        s.metrics.errors.fetch_add(1, Ordering::Relaxed);
+        e.into_response()
+    })
+}
+
+async fn chat(State(s): AppStateRef, body: Body) -> Response {
+    s.metrics.count(0);
+    counted(&s, generate(&s, body, true).await)
+}
+
+async fn completions(State(s): AppStateRef, body: Body) -> Response {
+    s.metrics.count(1);
+    counted(&s, generate(&s, body, false).await)
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What a generation's answers share.
+struct Answer {
+    id: String,
+    model: String,
+    created: u64,
+    chat: bool,
+}
+
+async fn generate(s: &AppState, body: Body, chat: bool) -> Result<Response, ApiError> {
+    let mut req: GenRequest = read_json(s, body).await?;
+    let model = check_model(req.model.as_deref(), s.model_id.as_deref(), "language model (--model)")?;
+    let engine = s.engine.as_ref().expect("a model id means an engine");
+    let prompt = if chat { Prompt::Chat(req.chat_messages()?) } else { one_prompt(req.prompt.take())? };
+    // chat answers sample with the model's chat settings unless told otherwise; completions are greedy
+    let defaults = if chat { engine.chat_defaults.clone() } else { Default::default() };
+    let options = req.options(&defaults, engine.context)?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    engine.submit(Job { prompt, options, tx })?;
+    let prompt_tokens = match rx.recv().await {
+        Some(Out::Started { prompt_tokens }) => prompt_tokens,
+        Some(Out::Failed(e)) => return Err(e),
+        _ => return Err(ApiError::server("the engine dropped the request".into())),
+    };
+    let kind = if chat { "chatcmpl" } else { "cmpl" };
+    let a =
+        Answer { id: format!("{kind}-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed)), model, created: unix_now(), chat };
+    if req.stream {
+        let usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        return Ok(stream(a, rx, prompt_tokens, usage));
+    }
+    let mut text = String::new();
+    while let Some(out) = rx.recv().await {
+        match out {
+            Out::Text(t) => text.push_str(&t),
+            Out::Done(g) => {
+                let usage = usage(prompt_tokens, g.tokens.len());
+                let reason = finish_reason(g.stop);
+                let choice = if chat {
+                    json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason, "logprobs": null})
+                } else {
+                    json!({"index": 0, "text": text, "finish_reason": reason, "logprobs": null})
+                };
+                let object = if chat { "chat.completion" } else { "text_completion" };
+                let doc = json!({"id": a.id, "object": object, "created": a.created, "model": a.model,
+                                 "choices": [choice], "usage": usage});
+                return Ok(Json(doc).into_response());
+            }
+            Out::Failed(e) => return Err(e),
+            Out::Started { .. } => {}
+        }
+    }
+    Err(ApiError::server("the engine dropped the request".into()))
+}
+
+/// The one prompt of a completion request (a list of one is taken; several would need n > 1, refused).
+fn one_prompt(p: Option<PromptIn>) -> Result<Prompt, ApiError> {
+    let many = || ApiError::invalid("one prompt per request is supported (a list of several was given)".into());
+    match p {
+        None => Err(ApiError::invalid("'prompt' is required".into())),
+        Some(PromptIn::Text(t)) => Ok(Prompt::Text(t)),
+        Some(PromptIn::Tokens(ids)) => Ok(Prompt::Tokens(ids)),
+        Some(PromptIn::Texts(mut v)) if v.len() == 1 => Ok(Prompt::Text(v.remove(0))),
+        Some(PromptIn::TokenLists(mut v)) if v.len() == 1 => Ok(Prompt::Tokens(v.remove(0))),
+        Some(_) => Err(many()),
+    }
+}
+
+fn usage(prompt: usize, completion: usize) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+/// The answer as server-sent events: a chunk per piece of text, a last chunk with the finish reason, the usage
+/// chunk when asked, `[DONE]`. Dropping the stream (the client left) closes the channel, which frees the slot.
+fn stream(a: Answer, rx: UnboundedReceiver<Out>, prompt_tokens: usize, include_usage: bool) -> Response {
+    let object = if a.chat { "chat.completion.chunk" } else { "text_completion" };
+    let chunk = move |choice: Value, usage: Option<Value>| {
+        let mut doc = json!({"id": a.id, "object": object, "created": a.created, "model": a.model, "choices": choice});
+        if let Some(u) = usage {
+            doc["usage"] = u;
+        }
+        Event::default().data(doc.to_string())
+    };
+    let chat = a.chat;
+    let first = chat.then(|| {
+        chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), None)
+    });
+    let events = futures_util::stream::unfold(Some(rx), move |rx| {
+        let chunk = chunk.clone();
+        async move {
+            let mut rx = rx?;
+            let piece = |text: String, reason: Option<&str>| {
+                if chat {
+                    let delta = if reason.is_some() { json!({}) } else { json!({"content": text}) };
+                    json!([{"index": 0, "delta": delta, "finish_reason": reason}])
+                } else {
+                    json!([{"index": 0, "text": text, "finish_reason": reason, "logprobs": null}])
+                }
+            };
+            loop {
+                match rx.recv().await {
+                    Some(Out::Text(t)) if t.is_empty() => continue,
+                    Some(Out::Text(t)) => return Some((vec![chunk(piece(t, None), None)], Some(rx))),
+                    Some(Out::Done(g)) => {
+                        let mut v = vec![chunk(piece(String::new(), Some(finish_reason(g.stop))), None)];
+                        if include_usage {
+                            v.push(chunk(json!([]), Some(usage(prompt_tokens, g.tokens.len()))));
+                        }
+                        v.push(Event::default().data("[DONE]"));
+                        return Some((v, None));
+                    }
+                    Some(Out::Failed(e)) => {
+                        return Some((vec![Event::default().data(e.body().to_string())], None));
+                    }
+                    Some(Out::Started { .. }) => continue,
+                    None => return None,
+                }
+            }
+        }
+    });
+    let events = futures_util::stream::iter(first).chain(events.flat_map(futures_util::stream::iter));
+    Sse::new(events.map(Ok::<Event, std::convert::Infallible>)).keep_alive(KeepAlive::default()).into_response()
+}
+
+async fn embeddings(State(s): AppStateRef, body: Body) -> Response {
+    s.metrics.count(2);
+    counted(&s, embed(&s, body).await)
+}
+
+async fn embed(s: &AppState, body: Body) -> Result<Response, ApiError> {
+    let req: EmbedRequest = read_json(s, body).await?;
+    let model = check_model(req.model.as_deref(), s.embedding_id.as_deref(), "embedding model (--embedding-model)")?;
+    let base64 = match req.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(f) => return Err(ApiError::invalid(format!("encoding_format '{f}': 'float' or 'base64'"))),
+    };
+    let texts = req.input.into_vec();
+    if texts.is_empty() {
+        return Err(ApiError::invalid("'input' is empty".into()));
+    }
+    let (reply, rx) = tokio::sync::oneshot::channel();
+    s.embedder.as_ref().expect("an embedding id means an embedder").submit(embedder::Job { texts, reply })?;
+    let (vecs, tokens) =
+        rx.await.map_err(|_| ApiError::server("the embedding engine dropped the request".into()))??;
+    let data: Vec<Value> = vecs
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    let doc = json!({"object": "list", "data": data, "model": model,
+                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}});
+    Ok(Json(doc).into_response())
+}
+
+async fn models(State(s): AppStateRef) -> Response {
+    s.metrics.count(3);
+    let data: Vec<Value> = [&s.model_id, &s.embedding_id]
+        .into_iter()
+        .flatten()
+        .map(|id| json!({"id": id, "object": "model", "created": s.started, "owned_by": "webtensor"}))
+        .collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn metrics(State(s): AppStateRef) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics.render()).into_response()
+}
