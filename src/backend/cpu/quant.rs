@@ -161,6 +161,8 @@ impl QMatmulKernel {
     fn mat_vec(&self, mem: &Memory, a: &[f32], m: usize) -> Vec<f32> {
         let (k, n) = (self.w.k, self.n);
         let int_dot = qdot::dot_fn(self.w.dtype).filter(|_| !self.f32_activations);
+        // several rows of a: each weight row unpacked once for all of them (bitwise the one-row results)
+        let rows_dot = qdot::dot_rows_fn(self.w.dtype).filter(|_| int_dot.is_some() && m > 1);
         let q8: Vec<Q8Row> = match int_dot {
             Some(_) => (0..m).map(|r| Q8Row::quantize(&a[r * k..(r + 1) * k])).collect(),
             None => Vec::new(),
@@ -181,7 +183,10 @@ impl QMatmulKernel {
                 match int_dot {
                     Some(dot_q) => {
                         let bytes = &task_bytes[jj * row_bytes..(jj + 1) * row_bytes];
-                        cj.iter_mut().zip(&q8).for_each(|(c, q)| *c = dot_q(bytes, q));
+                        match rows_dot {
+                            Some(f) => f(bytes, &q8, cj),
+                            None => cj.iter_mut().zip(&q8).for_each(|(c, q)| *c = dot_q(bytes, q)),
+                        }
                     }
                     None => {
                         self.w.row(mem, j, &mut row);

@@ -74,7 +74,7 @@ struct Seq {
 }
 
 struct Slot {
-    cache: KvCache,
+    /// Step plans over this slot's cache rows, by token count.
     plans: HashMap<usize, StepPlan>,
     /// The tokens the cache holds, in position order (kept after a sequence ends, for a next prompt that
     /// starts the same way).
@@ -93,6 +93,8 @@ struct DecodePlan {
 /// A model decoding several sequences at once (see the [module docs](crate::models::llama::batch)).
 pub struct Batch {
     model: Llama,
+    /// Every slot's KV cache, slot `s` in rows `s · context ..` of each state.
+    cache: KvCache,
     slots: Vec<Slot>,
     /// Decode plans by their row count B (slots `0..B`).
     decode: HashMap<usize, DecodePlan>,
@@ -114,29 +116,15 @@ impl Batch {
             return Err(Error::InvalidArgument { op: "batch", reason });
         }
         let context = model.context();
-        // the single-sequence cache and plans go: each slot has its own
-        model.cache = KvCache { k: vec![], v: vec![], capacity: context };
+        // the single-sequence cache and plans go: the batch's cache holds every slot
+        model.cache = KvCache { k: vec![], v: vec![], capacity: context, slots: 0 };
         model.plans.clear();
         model.cached.clear();
-        let total = context.checked_mul(options.slots).ok_or_else(|| Error::InvalidArgument {
-            op: "batch",
-            reason: format!("{} slots of {context} positions overflow", options.slots),
-        })?;
-        // checks all the slots' memory at once, before any is allocated
-        super::check_cache_size(
-            &model.device,
-            &model.config,
-            total,
-            model.config.n_kv_heads * model.config.head_dim,
-            if model.options.f32_cache { crate::dtype::DType::F32 } else { crate::dtype::DType::F16 },
-        )?;
+        let cache = new_cache(&model.device, &model.config, context, options.slots, model.options.f32_cache)?;
         let slots = (0..options.slots)
-            .map(|_| {
-                let cache = new_cache(&model.device, &model.config, context, model.options.f32_cache)?;
-                Ok(Slot { cache, plans: HashMap::new(), cached: vec![], canonical: 0, seq: None })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Batch { model, slots, decode: HashMap::new(), prefill_tokens: options.prefill_tokens, next_id: 0 })
+            .map(|_| Slot { plans: HashMap::new(), cached: vec![], canonical: 0, seq: None })
+            .collect();
+        Ok(Batch { model, cache, slots, decode: HashMap::new(), prefill_tokens: options.prefill_tokens, next_id: 0 })
     }
 
     /// The model (its tokenizer, chat template, config).
@@ -226,7 +214,7 @@ impl Batch {
         let mut decoding = vec![];
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let Some(seq) = slot.seq.as_mut().filter(|q| q.todo.is_empty()) else { continue };
-            match seq.stream.take_pending(slot.cached.len(), slot.cache.capacity) {
+            match seq.stream.take_pending(slot.cached.len(), self.cache.capacity) {
                 Pending::None => {}
                 Pending::Eval(token) => decoding.push((i, token)),
                 Pending::Ended(end) => {
@@ -285,7 +273,7 @@ impl Batch {
                 let chunk: Vec<u32> = seq.todo.drain(..t).collect();
                 let t0 = now_ms();
                 let start = slot.cached.len();
-                let out = self.model.run_chunk_in(&mut slot.plans, &slot.cache, &chunk, start, want).await?;
+                let out = self.model.run_chunk_in(&mut slot.plans, &self.cache, i, (&chunk, start), want).await?;
                 slot.cached.extend_from_slice(&chunk);
                 slot.canonical = slot.cached.len();
                 seq.stream.out.prefill_ms += now_ms() - t0;
@@ -299,38 +287,57 @@ impl Batch {
         Ok(())
     }
 
-    /// One decode step of `rows` (slot, token): the plan of slots `0..=max` (compiled on first use), the other
-    /// slots' rows idle (each writes the next free row of its own cache, which its next prompt chunk
-    /// overwrites, and attends over one position).
+    /// One decode step of `rows` (slot, token). One sequence runs its slot's own one-token step plan; several,
+    /// the decode plan of slots `0..=max` (compiled on first use), the other slots' rows idle (each writes the
+    /// next free row of its own slot, which its next prompt chunk overwrites, and attends over one position).
     async fn decode(&mut self, rows: &[(usize, u32)]) -> Result<()> {
+        if let [(i, token)] = *rows {
+            let want = self.slots[i].seq.as_ref().is_some_and(|q| q.stream.wants_logits());
+            let slot = &mut self.slots[i];
+            let start = slot.cached.len();
+            let out = self.model.run_chunk_in(&mut slot.plans, &self.cache, i, (&[token], start), want).await?;
+            slot.cached.push(token);
+            slot.seq.as_mut().expect("decoding").stream.step = Some(out);
+            return Ok(());
+        }
         let n = rows.iter().map(|&(i, _)| i + 1).max().expect("rows to decode");
-        if let std::collections::hash_map::Entry::Vacant(slot) = self.decode.entry(n) {
-            let caches: Vec<&KvCache> = self.slots[..n].iter().map(|s| &s.cache).collect();
-            let g = build_decode_batch(&self.model.config, &self.model.weights, &caches)?;
+        let cap = self.cache.capacity;
+        if let std::collections::hash_map::Entry::Vacant(entry) = self.decode.entry(n) {
+            let g = build_decode_batch(&self.model.config, &self.model.weights, &self.cache, n)?;
             let outputs = [g.logits, g.argmax];
             let plan = self.model.device.compile_async(&g.graph, &outputs, &self.model.options.compile).await?;
-            slot.insert(DecodePlan { plan, g });
+            entry.insert(DecodePlan { plan, g });
         }
-        let (mut tokens, mut pos, mut kv_len) = (vec![0i32; n], vec![0i32; n], vec![1i32; n]);
+        let (mut tokens, mut pos, mut cache_rows) = (vec![0i32; n], vec![0i32; n], vec![0i32; n]);
+        // each row sees its own positions (an idle row its first only: a softmax over none has no value)
+        let mut mask = vec![f32::NEG_INFINITY; n * cap];
         for (i, slot) in self.slots[..n].iter_mut().enumerate() {
-            if slot.cached.len() >= slot.cache.capacity {
+            if slot.cached.len() >= cap {
                 slot.cached.pop(); // an idle full cache gives up its last row
                 slot.canonical = slot.canonical.min(slot.cached.len());
             }
             pos[i] = slot.cached.len() as i32;
+            cache_rows[i] = (i * cap + slot.cached.len()) as i32;
+            mask[i * cap] = 0.0;
         }
+        let mut kv_len = 1;
         for &(i, token) in rows {
             tokens[i] = token as i32;
-            kv_len[i] = pos[i] + 1;
+            let len = pos[i] as usize + 1;
+            mask[i * cap..i * cap + len].fill(0.0);
+            kv_len = kv_len.max(len);
         }
         let want_logits =
             rows.iter().any(|&(i, _)| self.slots[i].seq.as_ref().is_some_and(|q| q.stream.wants_logits()));
         let dp = self.decode.get_mut(&n).expect("inserted above");
-        let mut inputs = vec![(dp.g.tokens, Value::I32(&tokens)), (dp.g.pos, Value::I32(&pos))];
-        for b in 0..n {
-            inputs.push((dp.g.rows[b], Value::I32(&pos[b..b + 1])));
-            inputs.push((dp.g.kv_len[b], Value::I32(&kv_len[b..b + 1])));
-        }
+        let kv_len = [kv_len as i32];
+        let inputs = [
+            (dp.g.tokens, Value::I32(&tokens)),
+            (dp.g.pos, Value::I32(&pos)),
+            (dp.g.rows, Value::I32(&cache_rows)),
+            (dp.g.mask, Value::F32(&mask)),
+            (dp.g.kv_len, Value::I32(&kv_len)),
+        ];
         let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All];
         let mut outs = dp.plan.run_with_async(&inputs, &fetch).await?;
         let argmax = outs[1].take().map(|a| a.data.to_f32()).unwrap_or_default();
@@ -340,8 +347,8 @@ impl Batch {
             let slot = &mut self.slots[i];
             slot.cached.push(token);
             let seq = slot.seq.as_mut().expect("decoding");
-            let logits =
-                logits.as_ref().filter(|_| seq.stream.wants_logits()).map(|l| l[i * vocab..(i + 1) * vocab].to_vec());
+            let wants = seq.stream.wants_logits();
+            let logits = logits.as_ref().filter(|_| wants).map(|l| l[i * vocab..(i + 1) * vocab].to_vec());
             seq.stream.step = Some(StepOut { logits, argmax: argmax.get(i).map_or(0, |&a| a as u32) });
         }
         Ok(())

@@ -32,11 +32,14 @@ pub(crate) struct Weights {
     pub output: Option<Resident>,
 }
 
-/// The KV cache: per block, keys and values `[capacity, Hkv · D]` (a row per position).
+/// The KV cache of `slots` sequences: per block, keys and values `[slots · capacity, Hkv · D]`, sequence `s` in
+/// rows `s · capacity ..` (a row per position).
 pub(crate) struct KvCache {
     pub k: Vec<State>,
     pub v: Vec<State>,
+    /// Positions per sequence.
     pub capacity: usize,
+    pub slots: usize,
 }
 
 /// A step graph's inputs and outputs.
@@ -46,6 +49,8 @@ pub(crate) struct StepGraph {
     pub tokens: Tensor,
     /// i32 `[T]`: their positions.
     pub pos: Tensor,
+    /// i32 `[T]`: the cache rows they are written to (their positions, after the sequence's first row).
+    pub rows: Tensor,
     /// i32 `[1]`: positions cached after this step (the last position + 1).
     pub kv_len: Tensor,
     /// f32 `[1, V]`: the last position's logits.
@@ -54,17 +59,22 @@ pub(crate) struct StepGraph {
     pub argmax: Tensor,
 }
 
-/// The graph of a step over `t` tokens.
-pub(crate) fn build_step(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, t: usize) -> Result<StepGraph> {
+/// The graph of a step over `t` tokens of the sequence in cache slot `slot`.
+pub(crate) fn build_step(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, t: usize, slot: usize) -> Result<StepGraph> {
     let mut g = Graph::new();
     let tokens = g.input("tokens", DType::I32, &[t])?;
     let pos = g.input("pos", DType::I32, &[t])?;
+    let rows = g.input("rows", DType::I32, &[t])?;
     let kv_len = g.input("kv_len", DType::I32, &[1])?;
     let embd = g.resident(&w.token_embd)?;
     let mut h = g.get_rows(embd, tokens)?;
+    let window = (slot * cache.capacity, cache.capacity);
     for (l, b) in w.blocks.iter().enumerate() {
         let x = norm(&mut g, h, &b.attn_norm, cfg.rms_eps)?;
-        let a = attention_block(&mut g, cfg, b, x, pos, kv_len, (&cache.k[l], &cache.v[l]), cache.capacity)?;
+        let (q, k, v) = qkv(&mut g, cfg, b, x, pos)?;
+        let (kc, vc) = write_kv(&mut g, (&cache.k[l], &cache.v[l]), rows, k, v)?;
+        let o = attend(&mut g, cfg, q, (kc, vc), window, kv_len)?;
+        let a = linear(&mut g, o, &b.wo)?;
         h = g.add(h, a)?;
         let x = norm(&mut g, h, &b.ffn_norm, cfg.rms_eps)?;
         let f = feed_forward(&mut g, b, x)?;
@@ -75,7 +85,7 @@ pub(crate) fn build_step(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, t: usi
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
     let logits = linear(&mut g, x, head)?;
     let argmax = g.argmax(logits)?;
-    Ok(StepGraph { graph: g, tokens, pos, kv_len, logits, argmax })
+    Ok(StepGraph { graph: g, tokens, pos, rows, kv_len, logits, argmax })
 }
 
 /// `rms_norm(x) · weight`.
@@ -90,24 +100,6 @@ fn linear(g: &mut Graph, x: Tensor, w: &Resident) -> Result<Tensor> {
     let w = g.resident(w)?;
     let wt = g.t(w)?;
     g.matmul(x, wt)
-}
-
-/// Self-attention of the step's `[T, E]` rows: Q, K and V projections, rope at `pos`, K and V written into the
-/// cache rows `pos`, attention over the first `kv_len` cached positions (causal), the output projection.
-#[allow(clippy::too_many_arguments)]
-fn attention_block(
-    g: &mut Graph,
-    cfg: &LlamaConfig,
-    b: &Block,
-    x: Tensor,
-    pos: Tensor,
-    kv_len: Tensor,
-    cache: (&State, &State),
-    capacity: usize,
-) -> Result<Tensor> {
-    let (q, k, v) = qkv(g, cfg, b, x, pos)?;
-    let o = attend(g, cfg, (q, k, v), pos, kv_len, cache, capacity)?;
-    linear(g, o, &b.wo)
 }
 
 /// The Q `[T, H, D]`, K and V `[T, Hkv · D]` projections of `[T, E]` rows, Q and K roped at `pos`.
@@ -127,69 +119,79 @@ fn qkv(g: &mut Graph, cfg: &LlamaConfig, b: &Block, x: Tensor, pos: Tensor) -> R
     Ok((q, k, v))
 }
 
-/// One sequence's attention `[T, H · D]`: its K and V rows written into its cache rows `rows` (i32 `[T]`), its
-/// queries `[T, H, D]` attending over the first `kv_len` cached positions (causal).
+/// K and V `[T, Hkv · D]` written into the cache states' rows `rows` (i32 `[T]`), in place: the written states,
+/// which the attention then reads (so it runs after the writes).
+fn write_kv(g: &mut Graph, (kc, vc): (&State, &State), rows: Tensor, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
+    let kc = g.state(kc)?;
+    let kc = g.set_rows(kc, rows, k)?;
+    let vc = g.state(vc)?;
+    let vc = g.set_rows(vc, rows, v)?;
+    Ok((kc, vc))
+}
+
+/// One sequence's attention `[T, H · D]`: its queries `[T, H, D]` over the first `kv_len` positions of its rows
+/// `window` = (first row, positions) of the written cache states (causal).
 fn attend(
     g: &mut Graph,
     cfg: &LlamaConfig,
-    (q, k, v): (Tensor, Tensor, Tensor),
-    rows: Tensor,
+    q: Tensor,
+    (kc, vc): (Tensor, Tensor),
+    (first, len): (usize, usize),
     kv_len: Tensor,
-    (k_cache, v_cache): (&State, &State),
-    capacity: usize,
 ) -> Result<Tensor> {
     let t = g.shape(q)?[0];
     let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-    // written in place; the views below read the written states, so the attention runs after the writes
-    let kc = g.state(k_cache)?;
-    let kc = g.set_rows(kc, rows, k)?;
-    let vc = g.state(v_cache)?;
-    let vc = g.set_rows(vc, rows, v)?;
-    let kview = g.reshape(kc, &[capacity, hkv, d])?;
-    let kview = g.permute(kview, &[1, 0, 2])?;
-    let vview = g.reshape(vc, &[capacity, hkv, d])?;
-    let vview = g.permute(vview, &[1, 0, 2])?;
+    let view = |g: &mut Graph, c: Tensor| -> Result<Tensor> {
+        let c = if g.shape(c)?[0] == len { c } else { g.slice(c, 0, first, first + len)? };
+        let c = g.reshape(c, &[len, hkv, d])?;
+        g.permute(c, &[1, 0, 2])
+    };
+    let (kview, vview) = (view(g, kc)?, view(g, vc)?);
     let qh = g.permute(q, &[1, 0, 2])?;
     let a = Attention { scale: 1.0 / (d as f32).sqrt(), causal: true, mask: None, kv_len: Some(kv_len) };
     let o = g.attention(qh, kview, vview, &a)?; // [T, H, D]
     g.reshape(o, &[t, h * d])
 }
 
-/// The graph of one decode step of B sequences, sequence `b` in `caches[b]` (its own KV cache): their tokens
-/// embedded and projected as the `[B, E]` rows of one matmul per weight (the weights read once for all), each
-/// row's keys and values written at its own position and its attention over its own first `kv_len[b]` positions;
-/// every row's logits and argmax.
-pub(crate) fn build_decode_batch(cfg: &LlamaConfig, w: &Weights, caches: &[&KvCache]) -> Result<BatchGraph> {
-    let n = caches.len();
+/// The graph of one decode step of the sequences in cache slots `0..n`: their tokens embedded and projected as
+/// the `[n, E]` rows of one matmul per weight (the weights read once for all), each row's keys and values written
+/// at its own cache row (one write for all), and one attention of each row over its own slot's positions: the
+/// first `kv_len` (the longest sequence's) with a mask hiding each row's positions past its own length.
+pub(crate) fn build_decode_batch(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, n: usize) -> Result<BatchGraph> {
+    let (cap, hkv, d, h) = (cache.capacity, cfg.n_kv_heads, cfg.head_dim, cfg.n_heads);
     let mut g = Graph::new();
     let tokens = g.input("tokens", DType::I32, &[n])?;
     let pos = g.input("pos", DType::I32, &[n])?;
-    let rows = (0..n).map(|b| g.input(&format!("row.{b}"), DType::I32, &[1])).collect::<Result<Vec<_>>>()?;
-    let kv_len = (0..n).map(|b| g.input(&format!("kv_len.{b}"), DType::I32, &[1])).collect::<Result<Vec<_>>>()?;
+    let rows = g.input("rows", DType::I32, &[n])?;
+    let mask = g.input("mask", DType::F32, &[n, 1, 1, cap])?;
+    let kv_len = g.input("kv_len", DType::I32, &[1])?;
     let embd = g.resident(&w.token_embd)?;
-    let mut h = g.get_rows(embd, tokens)?;
+    let mut x0 = g.get_rows(embd, tokens)?;
+    let view = |g: &mut Graph, c: Tensor| -> Result<Tensor> {
+        let c = if n == cache.slots { c } else { g.slice(c, 0, 0, n * cap)? };
+        let c = g.reshape(c, &[n, cap, hkv, d])?;
+        g.permute(c, &[0, 2, 1, 3])
+    };
     for (l, blk) in w.blocks.iter().enumerate() {
-        let x = norm(&mut g, h, &blk.attn_norm, cfg.rms_eps)?;
+        let x = norm(&mut g, x0, &blk.attn_norm, cfg.rms_eps)?;
         let (q, k, v) = qkv(&mut g, cfg, blk, x, pos)?;
-        let mut outs = Vec::with_capacity(n);
-        for (b, cache) in caches.iter().enumerate() {
-            let row = |g: &mut Graph, t: Tensor| g.slice(t, 0, b, b + 1);
-            let qkv_b = (row(&mut g, q)?, row(&mut g, k)?, row(&mut g, v)?);
-            let (kc, vc) = (&cache.k[l], &cache.v[l]);
-            outs.push(attend(&mut g, cfg, qkv_b, rows[b], kv_len[b], (kc, vc), cache.capacity)?);
-        }
-        let o = g.concat(&outs, 0)?;
+        let (kc, vc) = write_kv(&mut g, (&cache.k[l], &cache.v[l]), rows, k, v)?;
+        let (kview, vview) = (view(&mut g, kc)?, view(&mut g, vc)?);
+        let qh = g.reshape(q, &[n, h, 1, d])?;
+        let a = Attention { scale: 1.0 / (d as f32).sqrt(), causal: true, mask: Some(mask), kv_len: Some(kv_len) };
+        let o = g.attention(qh, kview, vview, &a)?; // [n, 1, H, D]
+        let o = g.reshape(o, &[n, h * d])?;
         let a = linear(&mut g, o, &blk.wo)?;
-        h = g.add(h, a)?;
-        let x = norm(&mut g, h, &blk.ffn_norm, cfg.rms_eps)?;
+        x0 = g.add(x0, a)?;
+        let x = norm(&mut g, x0, &blk.ffn_norm, cfg.rms_eps)?;
         let f = feed_forward(&mut g, blk, x)?;
-        h = g.add(h, f)?;
+        x0 = g.add(x0, f)?;
     }
-    let x = norm(&mut g, h, &w.output_norm, cfg.rms_eps)?;
+    let x = norm(&mut g, x0, &w.output_norm, cfg.rms_eps)?;
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
     let logits = linear(&mut g, x, head)?;
     let argmax = g.argmax(logits)?;
-    Ok(BatchGraph { graph: g, tokens, pos, rows, kv_len, logits, argmax })
+    Ok(BatchGraph { graph: g, tokens, pos, rows, mask, kv_len, logits, argmax })
 }
 
 /// A batched decode step's inputs and outputs (B sequences).
@@ -199,10 +201,12 @@ pub(crate) struct BatchGraph {
     pub tokens: Tensor,
     /// i32 `[B]`: their positions.
     pub pos: Tensor,
-    /// i32 `[1]` each: the cache row sequence `b` writes (its position).
-    pub rows: Vec<Tensor>,
-    /// i32 `[1]` each: positions sequence `b` attends over (its position + 1).
-    pub kv_len: Vec<Tensor>,
+    /// i32 `[B]`: the cache row each writes (its slot's first row + its position).
+    pub rows: Tensor,
+    /// f32 `[B, 1, 1, capacity]`: 0 for each row's own positions (its position + 1 of them), −inf past them.
+    pub mask: Tensor,
+    /// i32 `[1]`: positions the attention spans (the longest row's).
+    pub kv_len: Tensor,
     /// f32 `[B, V]`: each sequence's logits.
     pub logits: Tensor,
     /// i32 `[B, 1]`: their argmax.

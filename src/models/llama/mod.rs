@@ -118,7 +118,7 @@ impl Llama {
             0 => config.n_ctx_train.min(4096),
             n => n,
         };
-        let cache = new_cache(device, &config, context, options.f32_cache)?;
+        let cache = new_cache(device, &config, context, 1, options.f32_cache)?;
         let options = LlamaOptions { max_chunk: options.max_chunk.clamp(1, 4096), ..options };
         Ok(Llama {
             config,
@@ -268,33 +268,40 @@ impl Llama {
 
     async fn run_chunk(&mut self, tokens: &[u32], start: usize, want_logits: bool) -> Result<StepOut> {
         let mut plans = std::mem::take(&mut self.plans);
-        let out = self.run_chunk_in(&mut plans, &self.cache, tokens, start, want_logits).await;
+        let out = self.run_chunk_in(&mut plans, &self.cache, 0, (tokens, start), want_logits).await;
         self.plans = plans;
         out
     }
 
-    /// Runs `tokens` at positions `start..` of `cache` with the step plans `plans` (compiling the plan of their
-    /// count on first use): the last position's logits when `want_logits`, and its argmax.
+    /// Runs `tokens` at positions `start..` of the sequence in slot `slot` of `cache` with that slot's step plans
+    /// `plans` (compiling the plan of their count on first use): the last position's logits when `want_logits`,
+    /// and its argmax.
     pub(crate) async fn run_chunk_in(
         &self,
         plans: &mut std::collections::HashMap<usize, StepPlan>,
         cache: &KvCache,
-        tokens: &[u32],
-        start: usize,
+        slot: usize,
+        (tokens, start): (&[u32], usize),
         want_logits: bool,
     ) -> Result<StepOut> {
         let t = tokens.len();
-        if let std::collections::hash_map::Entry::Vacant(slot) = plans.entry(t) {
-            let g = build_step(&self.config, &self.weights, cache, t)?;
+        if let std::collections::hash_map::Entry::Vacant(entry) = plans.entry(t) {
+            let g = build_step(&self.config, &self.weights, cache, t, slot)?;
             let plan = self.device.compile_async(&g.graph, &[g.logits, g.argmax], &self.options.compile).await?;
-            slot.insert(StepPlan { plan, g });
+            entry.insert(StepPlan { plan, g });
         }
         let sp = plans.get_mut(&t).expect("inserted above");
         let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
         let pos: Vec<i32> = (start..start + t).map(|p| p as i32).collect();
+        let base = (slot * cache.capacity) as i32;
+        let rows: Vec<i32> = pos.iter().map(|p| base + p).collect();
         let kv_len = [(start + t) as i32];
-        let inputs =
-            [(sp.g.tokens, Value::I32(&ids)), (sp.g.pos, Value::I32(&pos)), (sp.g.kv_len, Value::I32(&kv_len))];
+        let inputs = [
+            (sp.g.tokens, Value::I32(&ids)),
+            (sp.g.pos, Value::I32(&pos)),
+            (sp.g.rows, Value::I32(&rows)),
+            (sp.g.kv_len, Value::I32(&kv_len)),
+        ];
         let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All];
         let mut outs = sp.plan.run_with_async(&inputs, &fetch).await?;
         let argmax = outs[1].take().map(|a| a.data.to_f32()[0] as u32).unwrap_or(0);
@@ -308,16 +315,28 @@ impl Llama {
     }
 }
 
-/// A KV cache of `context` positions for `config` on `device` (f16 states, or f32), after [`check_cache_size`].
-pub(crate) fn new_cache(device: &Device, config: &LlamaConfig, context: usize, f32_cache: bool) -> Result<KvCache> {
+/// A KV cache of `slots` sequences of `context` positions each for `config` on `device` (f16 states, or f32),
+/// after [`check_cache_size`].
+pub(crate) fn new_cache(
+    device: &Device,
+    config: &LlamaConfig,
+    context: usize,
+    slots: usize,
+    f32_cache: bool,
+) -> Result<KvCache> {
     let dtype = if f32_cache { DType::F32 } else { DType::F16 };
     let row = config.n_kv_heads * config.head_dim;
-    check_cache_size(device, config, context, row, dtype)?;
-    let state = |kind: &str, l: usize| device.state(&format!("cache_{kind}.{l}"), dtype, &[context, row]);
+    let rows = context.checked_mul(slots).ok_or_else(|| Error::InvalidArgument {
+        op: "llama",
+        reason: format!("{slots} sequences of {context} positions overflow"),
+    })?;
+    check_cache_size(device, config, rows, row, dtype)?;
+    let state = |kind: &str, l: usize| device.state(&format!("cache_{kind}.{l}"), dtype, &[rows, row]);
     Ok(KvCache {
         k: (0..config.n_layers).map(|l| state("k", l)).collect::<Result<_>>()?,
         v: (0..config.n_layers).map(|l| state("v", l)).collect::<Result<_>>()?,
         capacity: context,
+        slots,
     })
 }
 

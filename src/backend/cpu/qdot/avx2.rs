@@ -4,7 +4,7 @@
 //! through `vpsignb` (|w| × sign(w)·a), as llama.cpp's kernels do. Each matches its scalar definition
 //! (`scalar.rs`) to rounding. The kernels are written once (`kernels!`) and compiled for both feature sets.
 
-use super::row::DotFn;
+use super::row::{DotFn, DotRowsFn};
 use crate::dtype::DType;
 
 /// Whether this CPU runs the AVX2 kernels, and whether it has AVX-512 VNNI for them (checked once).
@@ -22,11 +22,24 @@ fn features() -> (bool, bool) {
 }
 
 pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {
-    if features().1 && std::env::var_os("WEBTENSOR_CPU_NO_VNNI").is_none() {
+    if vnni_on() {
         vnni::dot_fn(dtype)
     } else {
         avx2::dot_fn(dtype)
     }
+}
+
+/// The kernels of a weight row with several activation rows, for the types that have one (Q4_1, Q8_0).
+pub(super) fn dot_rows_fn(dtype: DType) -> Option<DotRowsFn> {
+    if vnni_on() {
+        vnni::dot_rows_fn(dtype)
+    } else {
+        avx2::dot_rows_fn(dtype)
+    }
+}
+
+fn vnni_on() -> bool {
+    features().1 && std::env::var_os("WEBTENSOR_CPU_NO_VNNI").is_none()
 }
 
 /// `Σ u[i] * s[i]` in 8 i32 lanes with AVX2: pairs into i16 (`vpmaddubsw`; the products of Q8 activations and
@@ -47,7 +60,7 @@ unsafe fn dpbusd(u: std::arch::x86_64::__m256i, s: std::arch::x86_64::__m256i) -
 macro_rules! kernels {
     ($name:ident, $features:literal, $dot:ident) => {
         mod $name {
-            use crate::backend::cpu::qdot::row::{f16_table, DotFn, Q8Row, QK};
+            use crate::backend::cpu::qdot::row::{f16_table, DotFn, DotRowsFn, Q8Row, QK};
             use crate::backend::cpu::qdot::scalar;
             use crate::dtype::DType;
             use crate::quant::*;
@@ -68,6 +81,15 @@ macro_rules! kernels {
                     DType::Q2_K => |w, a| unsafe { q2_k(w, a) },
                     DType::Q3_K => |w, a| unsafe { q3_k(w, a) },
                     DType::Q5_K => |w, a| unsafe { q5_k(w, a) },
+                    _ => return None,
+                })
+            }
+
+            pub(super) fn dot_rows_fn(dtype: DType) -> Option<DotRowsFn> {
+                // SAFETY: as dot_fn's
+                Some(match dtype {
+                    DType::Q4_1 => |w, a, out| unsafe { q4_1_many(w, a, out) },
+                    DType::Q8_0 => |w, a, out| unsafe { q8_0_many(w, a, out) },
                     _ => return None,
                 })
             }
@@ -211,6 +233,100 @@ macro_rules! kernels {
                     off += f16_of(t, blk.m) * a.s[b];
                 }
                 hsum(_mm256_add_ps(acc0, acc1)) + off
+            }
+
+            /// `q4_1` of one weight row with each of `R` activation rows, the weight's nibbles and scales
+            /// unpacked once: each row's sum is formed by the same operations in the same order as `q4_1` forms
+            /// it, so each result is bitwise `q4_1`'s (a batch's rows compute what each would alone).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn q4_1_rows<const R: usize>(w: &[u8], a: [&Q8Row; R], out: &mut [f32]) {
+                let t = f16_table();
+                let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+                let mut offs = [_mm_setzero_ps(); R];
+                let w = blocks::<BlockQ4_1>(w);
+                for (p, blk) in w.chunks_exact(2).enumerate() {
+                    let (n0, n1) = (nibbles(&blk[0].qs), nibbles(&blk[1].qs));
+                    let scales = f16_pairs(&blk[0], &blk[1]);
+                    for r in 0..R {
+                        let qa = &a[r].qs[2 * p * QK..2 * (p + 1) * QK];
+                        let dot0 = _mm256_cvtepi32_ps(dot_u8_i8(n0, load32(qa, 0)));
+                        let dot1 = _mm256_cvtepi32_ps(dot_u8_i8(n1, load32(qa, QK)));
+                        let dsa = &a[r].ds[4 * p..4 * p + 4];
+                        // SAFETY: dsa holds 4 f32; the load is unaligned.
+                        let ds = _mm_mul_ps(scales, unsafe { _mm_loadu_ps(dsa.as_ptr()) });
+                        acc0[r] = _mm256_fmadd_ps(dot0, _mm256_broadcastss_ps(ds), acc0[r]);
+                        acc1[r] = _mm256_fmadd_ps(dot1, _mm256_broadcastss_ps(_mm_movehl_ps(ds, ds)), acc1[r]);
+                        offs[r] = _mm_add_ps(offs[r], ds);
+                    }
+                }
+                let nb = w.len();
+                for r in 0..R {
+                    let odd = _mm_shuffle_ps::<0b11_01_11_01>(offs[r], offs[r]);
+                    let mut off = _mm_cvtss_f32(_mm_add_ss(odd, _mm_movehdup_ps(odd)));
+                    if nb % 2 == 1 {
+                        let (b, blk) = (nb - 1, &w[nb - 1]);
+                        let dot = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(&blk.qs), load32(&a[r].qs, b * QK)));
+                        acc0[r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(f16_of(t, blk.d) * a[r].d[b]), acc0[r]);
+                        off += f16_of(t, blk.m) * a[r].s[b];
+                    }
+                    out[r] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + off;
+                }
+            }
+
+            #[target_feature(enable = $features)]
+            fn q4_1_many(w: &[u8], a: &[Q8Row], out: &mut [f32]) {
+                let mut r = 0;
+                while r + 4 <= a.len() {
+                    q4_1_rows::<4>(w, [&a[r], &a[r + 1], &a[r + 2], &a[r + 3]], &mut out[r..r + 4]);
+                    r += 4;
+                }
+                if r + 2 <= a.len() {
+                    q4_1_rows::<2>(w, [&a[r], &a[r + 1]], &mut out[r..r + 2]);
+                    r += 2;
+                }
+                if r < a.len() {
+                    out[r] = q4_1(w, &a[r]);
+                }
+            }
+
+            /// `q8_0` of one weight row with each of `R` activation rows, the weight's bytes loaded once; each
+            /// row's sum formed as `q8_0` (`four_way`) forms it, so each result is bitwise `q8_0`'s.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn q8_0_rows<const R: usize>(w: &[u8], a: [&Q8Row; R], out: &mut [f32]) {
+                let t = f16_table();
+                let w = blocks::<BlockQ8_0>(w);
+                let nb = w.len();
+                let mut acc = [[_mm256_setzero_ps(); 4]; R];
+                for b in 0..nb {
+                    // four_way's accumulator of block b
+                    let j = if b < nb / 4 * 4 { b % 4 } else { 0 };
+                    let x = load32(&w[b].qs, 0);
+                    let ax = _mm256_sign_epi8(x, x);
+                    let d = f16_of(t, w[b].d);
+                    for r in 0..R {
+                        let y = _mm256_sign_epi8(load32(&a[r].qs, b * QK), x);
+                        let dot = _mm256_cvtepi32_ps(dot_u8_i8(ax, y));
+                        acc[r][j] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * a[r].d[b]), acc[r][j]);
+                    }
+                }
+                for r in 0..R {
+                    let [a0, a1, a2, a3] = acc[r];
+                    out[r] = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+                }
+            }
+
+            #[target_feature(enable = $features)]
+            fn q8_0_many(w: &[u8], a: &[Q8Row], out: &mut [f32]) {
+                let mut r = 0;
+                while r + 2 <= a.len() {
+                    q8_0_rows::<2>(w, [&a[r], &a[r + 1]], &mut out[r..r + 2]);
+                    r += 2;
+                }
+                if r < a.len() {
+                    out[r] = q8_0(w, &a[r]);
+                }
             }
 
             #[target_feature(enable = $features)]

@@ -22,7 +22,7 @@ mod scalar;
 mod simd128;
 
 use crate::dtype::DType;
-pub(crate) use row::{DotFn, Q8Row};
+pub(crate) use row::{DotFn, DotRowsFn, Q8Row};
 
 /// `Σ a[i] * b[i]` in f32 with 16 independent sums (vectorized; with FMA where the CPU has it).
 pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
@@ -66,6 +66,17 @@ pub(crate) fn dot_fn(dtype: DType) -> Option<DotFn> {
         return Some(f);
     }
     scalar::dot_fn(dtype)
+}
+
+/// A kernel of one weight row with several activation rows that shares the weight's unpacking among them, where
+/// this CPU and `dtype` have one; each row's result is bitwise the [`dot_fn`] kernel's.
+pub(crate) fn dot_rows_fn(dtype: DType) -> Option<DotRowsFn> {
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        return avx2::dot_rows_fn(dtype);
+    }
+    let _ = dtype;
+    None
 }
 
 /// The portable kernels, for tests of the SIMD ones.
@@ -134,6 +145,31 @@ mod tests {
                     assert!((got - rounded).abs() <= 1e-5 * scale, "{dtype} k={k} {name}: {got} vs {rounded}");
                 }
                 assert!((rounded - exact).abs() <= 0.01 * scale, "{dtype} k={k}: rounding {rounded} vs {exact}");
+            }
+        }
+    }
+
+    /// The several-row kernels give each row bitwise what the one-row kernel gives it (so a batched decode step
+    /// computes what each sequence's own step would), for 1 to 9 rows and odd and even block counts.
+    #[test]
+    fn several_rows_equal_one_row_bitwise() {
+        for dtype in [DType::Q4_1, DType::Q8_0] {
+            let (Some(rows), Some(one)) = (dot_rows_fn(dtype), dot_fn(dtype)) else { continue };
+            for (k, seed) in [(224usize, 4u64), (576, 5), (1536, 6)] {
+                let w = blocks(dtype, k, seed);
+                let a: Vec<Q8Row> = (0..9)
+                    .map(|r| {
+                        let x: Vec<f32> = (0..k).map(|i| ((i * 31 + r * 17) % 97) as f32 / 40.0 - 1.2).collect();
+                        Q8Row::quantize(&x)
+                    })
+                    .collect();
+                for m in 1..=9 {
+                    let mut out = vec![f32::NAN; m];
+                    rows(&w, &a[..m], &mut out);
+                    for r in 0..m {
+                        assert_eq!(out[r].to_bits(), one(&w, &a[r]).to_bits(), "{dtype} k={k} m={m} row {r}");
+                    }
+                }
             }
         }
     }

@@ -51,3 +51,7 @@ pub(crate) fn f16_table() -> &'static [f32; 65536] {
 
 /// `Σ w[i] * a[i]` over one weight row: the row's block bytes and the activations (same length).
 pub(crate) type DotFn = fn(&[u8], &Q8Row) -> f32;
+
+/// `out[r] = Σ w[i] * a[r][i]` of one weight row with several activation rows (`out.len() == a.len()`), each
+/// bitwise what the type's [`DotFn`] gives for that row alone.
+pub(crate) type DotRowsFn = fn(&[u8], &[Q8Row], &mut [f32]);
