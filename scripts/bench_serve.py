@@ -174,8 +174,9 @@ def main():
         print(f"| {name} | {r['decode1']:.1f} | {r['ttft1']:.0f} | {r['total8']:.1f} | {r['p50']:.0f} | {r['p99']:.0f} |")
     if len(rows) == 2:
         w, l = rows["webtensor serve"], rows["llama-server"]
-        print(f"| ratio | {w['decode1'] / l['decode1']:.2f}x | {l['ttft1'] / w['ttft1']:.2f}x (lower is better: "
-              f"inverted) | {w['total8'] / l['total8']:.2f}x | {l['p50'] / w['p50']:.2f}x | {l['p99'] / w['p99']:.2f}x |")
+        print(f"| ratio (tokens/s: higher is better; TTFT: lower is) | {w['decode1'] / l['decode1']:.2f}x | "
+              f"{w['ttft1'] / l['ttft1']:.2f}x | {w['total8'] / l['total8']:.2f}x | {w['p50'] / l['p50']:.2f}x | "
+              f"{w['p99'] / l['p99']:.2f}x |")
     w = rows["webtensor serve"]
     print(f"\nwebtensor: 8 clients give {w['total8'] / w['decode1']:.2f}x its 1-client decode tokens/s")
     if emb is not None:

@@ -25,6 +25,13 @@ pub struct ServeArgs {
     /// A sentence-transformers directory for /v1/embeddings (MiniLM, BGE, ...).
     #[arg(long, value_name = "DIR")]
     embedding_model: Option<String>,
+    /// The language model's name in the API (requests' `model`, /v1/models); default: its file name without
+    /// `.gguf`.
+    #[arg(long, value_name = "NAME")]
+    alias: Option<String>,
+    /// The embedding model's name in the API; default: its directory's name (its parent's where that is `model`).
+    #[arg(long, value_name = "NAME")]
+    embedding_alias: Option<String>,
     /// Address to listen on (127.0.0.1: this machine only; 0.0.0.0 for every interface).
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -76,8 +83,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     let chosen = choose_device(args.backend)?;
     let metrics = Arc::new(api::Metrics::default());
     let stem = |p: &str, ext: &str| {
-        let name = std::path::Path::new(p.trim_end_matches('/')).file_name().map(|n| n.to_string_lossy().into_owned());
-        let name = name.unwrap_or_else(|| p.to_string());
+        let path = std::path::Path::new(p.trim_end_matches('/'));
+        let name = |p: &std::path::Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+        // a directory called `model` (as some packages ship one) is named by its parent
+        let named = if name(path).as_deref() == Some("model") { path.parent().unwrap_or(path) } else { path };
+        let name = name(named).unwrap_or_else(|| p.to_string());
         name.strip_suffix(ext).map(str::to_string).unwrap_or(name)
     };
     let engine = match &args.model {
@@ -96,8 +106,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         None => None,
     };
     let state = Arc::new(AppState {
-        model_id: args.model.as_deref().map(|p| stem(p, ".gguf")),
-        embedding_id: args.embedding_model.as_deref().map(|p| stem(p, "")),
+        model_id: args.model.as_deref().map(|p| args.alias.clone().unwrap_or_else(|| stem(p, ".gguf"))),
+        embedding_id: args
+            .embedding_model
+            .as_deref()
+            .map(|p| args.embedding_alias.clone().unwrap_or_else(|| stem(p, ""))),
         engine,
         embedder,
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
