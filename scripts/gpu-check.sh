@@ -241,6 +241,12 @@ run() {
     local embed_args=(--sentences 256 --repeats 3)
     [ $QUICK = 1 ] && embed_args=(--sentences 8 --repeats 1)
     step bench-embed "$WT" bench embed --model "$OUT/models/minilm" --backend "$GPU_BACKEND" "${embed_args[@]}"
+    # webtensor serve's rows on the GPU: 1 and 8 streaming clients, 16 embedding clients (no llama-server here;
+    # its CPU figures are in README); left out of the quick run, which CI makes on lavapipe
+    if [ $QUICK = 0 ]; then
+        step bench-serve python3 "$ROOT/scripts/bench_serve.py" --webtensor "$WT" --backend "$GPU_BACKEND" \
+            --model "$OUT/models/smollm2-random.Q4_1.gguf" --embedding-model "$OUT/models/minilm"
+    fi
     if [ -n "$llama_pid" ]; then
         # no bare `wait`: only this job
         wait "$llama_pid"; local rc=$?
@@ -277,6 +283,10 @@ write_report() {
         [ -f "$LOGS/llama-bench.log" ] && grep -E '^\|' "$LOGS/llama-bench.log"
         echo; echo "## bench embed"; echo
         sed -n '/^| library/,/^$/p' "$LOGS/bench-embed.log"
+        if [ -f "$LOGS/bench-serve.log" ]; then
+            echo; echo "## bench serve (webtensor serve, 8 slots, random SmolLM2 weights)"; echo
+            grep -E '^(load|\||webtensor:|embeddings)' "$LOGS/bench-serve.log"
+        fi
     } >> "$REPORT"
     say "report: $REPORT"
     cat "$REPORT"
