@@ -155,6 +155,10 @@ fn bad_requests_are_errors() {
     let e = batch.add(&p, &greedy(4)).unwrap_err().to_string();
     assert!(e.contains("busy"), "{e}");
     assert!(Batch::new(load(&Device::cpu()).unwrap(), BatchOptions { slots: 0, prefill_tokens: 1 }).is_err());
+    // no tokens asked: the prompt is read, nothing generated, the slot freed
+    let mut batch = Batch::new(load(&Device::cpu()).unwrap(), BatchOptions { slots: 1, prefill_tokens: 16 }).unwrap();
+    let got = run(&mut batch, &[(0, p.clone(), greedy(0))], None);
+    assert_eq!((got[&0].tokens.len(), got[&0].stop), (0, StopReason::MaxTokens));
 }
 
 #[test]

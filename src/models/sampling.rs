@@ -181,6 +181,10 @@ impl Sampler {
             return argmax(&l);
         }
         cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if !cand[0].1.is_finite() {
+            // a temperature so small that the scaled logits overflow: the choice is the most likely token
+            return argmax(&l);
+        }
         if o.top_k > 0 {
             cand.truncate(o.top_k);
         }

@@ -165,7 +165,7 @@ pub(crate) struct GenRequest {
     #[serde(default)]
     pub prompt: Option<PromptIn>,
     #[serde(default)]
-    pub stream: bool,
+    pub stream: Option<bool>,
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
     pub max_tokens: Option<u64>,

@@ -68,13 +68,13 @@ fn run(mut e: SentenceEmbedder, rx: mpsc::Receiver<Job>, metrics: &Metrics) {
         }
         let texts: Vec<&str> = ok.iter().flat_map(|(j, _)| j.texts.iter().map(String::as_str)).collect();
         match e.embed_batched(&texts, BATCH) {
-            Ok(mut vecs) => {
+            Ok(vecs) => {
                 metrics.embedded.fetch_add(texts.len(), Ordering::Relaxed);
-                let mut rest = vecs.split_off(0);
+                // the vectors in the order of the jobs' texts: each job takes as many as it gave
+                let mut vecs = vecs.into_iter();
                 for (job, tokens) in ok {
-                    let tail = rest.split_off(job.texts.len());
-                    let _ = job.reply.send(Ok((rest, tokens)));
-                    rest = tail;
+                    let mine: Vec<Vec<f32>> = vecs.by_ref().take(job.texts.len()).collect();
+                    let _ = job.reply.send(Ok((mine, tokens)));
                 }
             }
             Err(err) => {

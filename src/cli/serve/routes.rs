@@ -38,7 +38,9 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 async fn authorize(State(s): AppStateRef, req: Request, next: Next) -> Response {
     if let Some(key) = &s.api_key {
         let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if given.and_then(|v| v.strip_prefix("Bearer ")) != Some(key.as_str()) {
+        // the scheme's name is case-insensitive (RFC 7235)
+        let token = given.and_then(|v| v.split_once(' ')).filter(|(s, _)| s.eq_ignore_ascii_case("bearer"));
+        if token.map(|(_, t)| t.trim()) != Some(key.as_str()) {
             s.metrics.errors.fetch_add(1, Ordering::Relaxed);
             let msg = if given.is_some() { "invalid API key" } else { "missing API key (Authorization: Bearer KEY)" };
             return ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", msg.into()).into_response();
@@ -115,7 +117,7 @@ async fn generate(s: &AppState, body: Body, chat: bool) -> Result<Response, ApiE
     let kind = if chat { "chatcmpl" } else { "cmpl" };
     let a =
         Answer { id: format!("{kind}-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed)), model, created: unix_now(), chat };
-    if req.stream {
+    if req.stream.unwrap_or(false) {
         let usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
         return Ok(stream(a, rx, prompt_tokens, usage));
     }
@@ -212,6 +214,9 @@ fn stream(a: Answer, rx: UnboundedReceiver<Out>, prompt_tokens: usize, include_u
     Sse::new(events.map(Ok::<Event, std::convert::Infallible>)).keep_alive(KeepAlive::default()).into_response()
 }
 
+/// Texts one embeddings request may carry (OpenAI's limit).
+const MAX_INPUTS: usize = 2048;
+
 async fn embeddings(State(s): AppStateRef, body: Body) -> Response {
     s.metrics.count(2);
     counted(&s, embed(&s, body).await)
@@ -228,6 +233,10 @@ async fn embed(s: &AppState, body: Body) -> Result<Response, ApiError> {
     let texts = req.input.into_vec();
     if texts.is_empty() {
         return Err(ApiError::invalid("'input' is empty".into()));
+    }
+    if texts.len() > MAX_INPUTS {
+        let msg = format!("'input' has {} texts; at most {MAX_INPUTS} a request (as OpenAI allows)", texts.len());
+        return Err(ApiError::invalid(msg));
     }
     let (reply, rx) = tokio::sync::oneshot::channel();
     s.embedder.as_ref().expect("an embedding id means an embedder").submit(embedder::Job { texts, reply })?;

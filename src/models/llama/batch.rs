@@ -359,8 +359,11 @@ impl Batch {
         for slot in &mut self.slots {
             let Some(seq) = slot.seq.as_mut().filter(|q| q.stream.step.is_some()) else { continue };
             let id = seq.id;
-            if let Some(t) = seq.stream.accept(&self.model.tokenizer)? {
-                events.push(BatchEvent::Token(id, t));
+            // a stream of max_tokens 0 is finished from the start: its prompt is read, nothing is sampled
+            if !seq.stream.finished {
+                if let Some(t) = seq.stream.accept(&self.model.tokenizer)? {
+                    events.push(BatchEvent::Token(id, t));
+                }
             }
             if seq.stream.finished {
                 let seq = slot.seq.take().expect("checked above");
