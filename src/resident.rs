@@ -49,6 +49,20 @@ impl Bytes {
         Ok(Bytes { owner, start: range.start, len: range.end - range.start })
     }
 
+    /// Bytes `range` of these bytes (sharing their owner; nothing is copied).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `range` is not inside these bytes.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Result<Bytes> {
+        if range.start > range.end || range.end > self.len {
+            return Err(Error::InvalidArgument {
+                op: "Bytes::slice",
+                reason: format!("range {range:?} is outside {} bytes", self.len),
+            });
+        }
+        Ok(Bytes { owner: self.owner.clone(), start: self.start + range.start, len: range.end - range.start })
+    }
+
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
         &(*self.owner).as_ref()[self.start..self.start + self.len]

@@ -1,4 +1,4 @@
-//! `webtensor generate` and `webtensor chat`: text from a llama-architecture GGUF model, streamed to stdout,
+//! `webtensor generate` and `webtensor chat`: text from a GGUF language model of any supported architecture, streamed to stdout,
 //! timings on stderr.
 
 use super::util::{emit, escape_control};
@@ -10,7 +10,7 @@ use webtensor::models::{GenerateOptions, Generation, Llama, LlamaOptions, Messag
 /// What both commands share: the model, the device, the sampler.
 #[derive(clap::Args)]
 pub struct ModelArgs {
-    /// The model: a GGUF file of the llama architecture (SmolLM2, TinyLlama, Llama 3.2, ...).
+    /// The model: a GGUF file of a supported architecture (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3).
     #[arg(long, value_name = "FILE.gguf")]
     model: String,
     /// Most tokens to generate (per answer, for chat).

@@ -40,9 +40,9 @@ enum Command {
     Matmul(matmul::MatmulArgs),
     /// Sentence embeddings from a sentence-transformers directory (JSON, .npy, or texts ranked by a query).
     Embed(embed::EmbedArgs),
-    /// Generate text with a llama-architecture GGUF model, streamed to stdout.
+    /// Generate text with a GGUF language model (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3), streamed to stdout.
     Generate(generate::GenerateArgs),
-    /// Chat with a llama-architecture GGUF model (its chat template, the KV cache kept between turns).
+    /// Chat with a GGUF language model (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3) (its chat template, the KV cache kept between turns).
     Chat(generate::ChatArgs),
     /// An OpenAI-compatible HTTP server (chat, completions, embeddings) with continuous batching.
     Serve(serve::ServeArgs),

@@ -2,10 +2,12 @@
 //! their tokenizers ([`tokenizer`], through Hugging Face's `tokenizers` crate), chat templates ([`chat`], through
 //! `minijinja`) and samplers ([`sampling`]). Enabled by the `models` feature (on by default).
 
+pub mod arch;
 pub mod bert;
 pub mod chat;
 mod hparams;
 pub mod llama;
+pub(crate) mod nn;
 mod recommended;
 pub mod sampling;
 pub mod tokenizer;

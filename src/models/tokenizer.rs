@@ -22,6 +22,10 @@ const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 /// Llama 3's (`llama-bpe`).
 const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen2's and Qwen2.5's (`qwen2`): Llama 3's with each digit alone.
+const QWEN2: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// Longest SentencePiece piece (bytes) derived from merges (SentencePiece's own limit is 16 characters).
 const MAX_MERGED_PIECE: usize = 256;
 
@@ -216,10 +220,11 @@ fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenize
         "smollm" => vec![split(r"\p{N}")?, split(GPT2)?, byte_level(false)],
         "gpt2" | "default" => vec![byte_level(true)],
         "llama-bpe" | "llama3" => vec![split(LLAMA3)?, byte_level(false)],
+        "qwen2" => vec![split(QWEN2)?, byte_level(false)],
         other => {
             return Err(fmt_err(
                 f,
-                format!("pre-tokenizer '{other}' is not supported (smollm, gpt2, default, llama-bpe)"),
+                format!("pre-tokenizer '{other}' is not supported (smollm, gpt2, default, llama-bpe, qwen2)"),
             ))
         }
     };

@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 
 use super::generation::{now_ms, GenerateOptions, Generation, Pending, StepOut, Token, TokenStream};
-use super::graph::{build_decode_batch, BatchGraph, KvCache};
+use super::graph::{build_decode_batch, causal_mask, BatchGraph, KvCache};
 use super::{new_cache, pow2_floor, Llama, StepPlan};
 use crate::device::Plan;
 use crate::error::{Error, Result};
@@ -88,6 +88,8 @@ struct Slot {
 struct DecodePlan {
     plan: Plan,
     g: BatchGraph,
+    /// The graph's inputs the plan reads (see `StepPlan::deps`).
+    deps: Vec<crate::graph::Tensor>,
 }
 
 /// A model decoding several sequences at once (see the [module docs](crate::models::llama::batch)).
@@ -117,7 +119,7 @@ impl Batch {
         }
         let context = model.context();
         // the single-sequence cache and plans go: the batch's cache holds every slot
-        model.cache = KvCache { k: vec![], v: vec![], capacity: context, slots: 0 };
+        model.cache = KvCache { k: vec![], v: vec![], capacity: context };
         model.plans.clear();
         model.cached.clear();
         let cache = new_cache(&model.device, &model.config, context, options.slots, model.options.f32_cache)?;
@@ -306,7 +308,7 @@ impl Batch {
             let g = build_decode_batch(&self.model.config, &self.model.weights, &self.cache, n)?;
             let outputs = [g.logits, g.argmax];
             let plan = self.model.device.compile_async(&g.graph, &outputs, &self.model.options.compile).await?;
-            entry.insert(DecodePlan { plan, g });
+            entry.insert(DecodePlan { deps: plan.inputs(), plan, g });
         }
         let (mut tokens, mut pos, mut cache_rows) = (vec![0i32; n], vec![0i32; n], vec![0i32; n]);
         // each row sees its own positions (an idle row its first only: a softmax over none has no value)
@@ -327,6 +329,16 @@ impl Batch {
             mask[i * cap..i * cap + len].fill(0.0);
             kv_len = kv_len.max(len);
         }
+        // the sliding window's rows: each row's own last `window` positions (an idle row's first, as above)
+        let window = self.model.config.sliding_window;
+        let swa_mask: Option<Vec<f32>> = window.map(|_| {
+            (0..n)
+                .flat_map(|i| {
+                    let p = if rows.iter().any(|&(r, _)| r == i) { pos[i] as usize } else { 0 };
+                    causal_mask(p, 1, cap, window)
+                })
+                .collect()
+        });
         let want_logits =
             rows.iter().any(|&(i, _)| self.slots[i].seq.as_ref().is_some_and(|q| q.stream.wants_logits()));
         let dp = self.decode.get_mut(&n).expect("inserted above");
@@ -337,7 +349,11 @@ impl Batch {
             (dp.g.rows, Value::I32(&cache_rows)),
             (dp.g.mask, Value::F32(&mask)),
             (dp.g.kv_len, Value::I32(&kv_len)),
-        ];
+        ]
+        .into_iter()
+        .chain(dp.g.swa_mask.zip(swa_mask.as_deref()).map(|(m, v)| (m, Value::F32(v))))
+        .filter(|(t, _)| dp.deps.contains(t))
+        .collect::<Vec<_>>();
         let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All];
         let mut outs = dp.plan.run_with_async(&inputs, &fetch).await?;
         let argmax = outs[1].take().map(|a| a.data.to_f32()).unwrap_or_default();

@@ -1,45 +1,24 @@
-//! The graph of one forward step over T new tokens (llama.cpp's `llm_build_llama`): token embedding, the
-//! transformer blocks writing their keys and values into the KV-cache states at the tokens' positions and
-//! attending over the first `kv_len` cached positions, then the last position's logits (and their argmax, for
-//! greedy decoding without reading the logits back).
+//! The graphs of a decoder's forward steps (llama.cpp's `llm_build_*`, one builder for every architecture of
+//! [`crate::models::arch`]): token embedding (scaled where the architecture says), the transformer blocks writing
+//! their keys and values into the KV-cache states at the tokens' positions and attending over the cached
+//! positions (all, or a sliding window), then the logits (soft-capped where the architecture says) and their
+//! argmax, for greedy decoding without reading the logits back.
 
-use super::config::LlamaConfig;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::graph::{Attention, Graph, Tensor};
+use crate::graph::{Graph, Tensor};
+use crate::models::arch::spec::{Block, LlamaConfig, Weights};
+use crate::models::nn::{self, AttendSpec};
 use crate::ops::Rope;
-use crate::resident::{Resident, State};
+use crate::resident::State;
 
-/// One block's weights, resident on the device (GGUF names `blk.N.*`; matrices `[out, in]`).
-pub(crate) struct Block {
-    pub attn_norm: Resident,
-    pub wq: Resident,
-    pub wk: Resident,
-    pub wv: Resident,
-    pub wo: Resident,
-    pub ffn_norm: Resident,
-    pub w_gate: Resident,
-    pub w_up: Resident,
-    pub w_down: Resident,
-}
-
-/// Every weight of the model, resident.
-pub(crate) struct Weights {
-    pub token_embd: Resident,
-    pub blocks: Vec<Block>,
-    pub output_norm: Resident,
-    /// `output.weight`, or `None` when the head is tied to the token embedding.
-    pub output: Option<Resident>,
-}
-
-/// The KV cache of `slots` sequences: per block, keys and values `[slots · capacity, Hkv · D]`, sequence `s` in
+/// The KV cache of several sequences (slots): per block, keys and values `[slots · capacity, Hkv · D]`, sequence `s` in
 /// rows `s · capacity ..` (a row per position).
 pub(crate) struct KvCache {
     pub k: Vec<State>,
     pub v: Vec<State>,
     /// Positions per sequence.
     pub capacity: usize,
-    pub slots: usize,
 }
 
 /// A step graph's inputs and outputs.
@@ -53,104 +32,53 @@ pub(crate) struct StepGraph {
     pub rows: Tensor,
     /// i32 `[1]`: positions cached after this step (the last position + 1).
     pub kv_len: Tensor,
+    /// f32 `[T, capacity]`: each token's own positions (0) and the rest (−inf), where soft-capped attention
+    /// needs it as an input ([`causal_mask`] without a window).
+    pub mask: Option<Tensor>,
+    /// f32 `[T, capacity]`: the same within the sliding window, where some layer has one.
+    pub swa_mask: Option<Tensor>,
     /// f32 `[1, V]`: the last position's logits.
     pub logits: Tensor,
     /// i32 `[1]`: their argmax.
     pub argmax: Tensor,
 }
 
+/// Where a graph's layers find their run-time inputs and how they view the cache.
+struct Io {
+    pos: Tensor,
+    rows: Tensor,
+    kv_len: Tensor,
+    /// The mask of full-attention layers (`None`: causal over `kv_len`).
+    mask: Option<Tensor>,
+    swa_mask: Option<Tensor>,
+    /// One sequence's rows (first cache row, positions), or `n` sequences, one per slot from the first.
+    view: View,
+}
+
+#[derive(Clone, Copy)]
+enum View {
+    Step { first: usize, len: usize },
+    Batch { n: usize },
+}
+
 /// The graph of a step over `t` tokens of the sequence in cache slot `slot`.
 pub(crate) fn build_step(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, t: usize, slot: usize) -> Result<StepGraph> {
+    let cap = cache.capacity;
     let mut g = Graph::new();
     let tokens = g.input("tokens", DType::I32, &[t])?;
     let pos = g.input("pos", DType::I32, &[t])?;
     let rows = g.input("rows", DType::I32, &[t])?;
     let kv_len = g.input("kv_len", DType::I32, &[1])?;
-    let embd = g.resident(&w.token_embd)?;
-    let mut h = g.get_rows(embd, tokens)?;
-    let window = (slot * cache.capacity, cache.capacity);
+    let mask = cfg.attn_softcap.map(|_| g.input("mask", DType::F32, &[t, cap])).transpose()?;
+    let swa_mask = cfg.sliding_window.map(|_| g.input("swa_mask", DType::F32, &[t, cap])).transpose()?;
+    let io = Io { pos, rows, kv_len, mask, swa_mask, view: View::Step { first: slot * cap, len: cap } };
+    let mut h = embed(&mut g, cfg, w, tokens)?;
     for (l, b) in w.blocks.iter().enumerate() {
-        let x = norm(&mut g, h, &b.attn_norm, cfg.rms_eps)?;
-        let (q, k, v) = qkv(&mut g, cfg, b, x, pos)?;
-        let (kc, vc) = write_kv(&mut g, (&cache.k[l], &cache.v[l]), rows, k, v)?;
-        let o = attend(&mut g, cfg, q, (kc, vc), window, kv_len)?;
-        let a = linear(&mut g, o, &b.wo)?;
-        h = g.add(h, a)?;
-        let x = norm(&mut g, h, &b.ffn_norm, cfg.rms_eps)?;
-        let f = feed_forward(&mut g, b, x)?;
-        h = g.add(h, f)?;
+        h = layer(&mut g, cfg, (l, b), cache, h, &io)?;
     }
     let last = g.slice(h, 0, t - 1, t)?;
-    let x = norm(&mut g, last, &w.output_norm, cfg.rms_eps)?;
-    let head = w.output.as_ref().unwrap_or(&w.token_embd);
-    let logits = linear(&mut g, x, head)?;
-    let argmax = g.argmax(logits)?;
-    Ok(StepGraph { graph: g, tokens, pos, rows, kv_len, logits, argmax })
-}
-
-/// `rms_norm(x) · weight`.
-fn norm(g: &mut Graph, x: Tensor, weight: &Resident, eps: f32) -> Result<Tensor> {
-    let n = g.rms_norm(x, eps)?;
-    let w = g.resident(weight)?;
-    g.mul(n, w)
-}
-
-/// `x · wᵀ` for a weight stored `[out, in]`.
-fn linear(g: &mut Graph, x: Tensor, w: &Resident) -> Result<Tensor> {
-    let w = g.resident(w)?;
-    let wt = g.t(w)?;
-    g.matmul(x, wt)
-}
-
-/// The Q `[T, H, D]`, K and V `[T, Hkv · D]` projections of `[T, E]` rows, Q and K roped at `pos`.
-fn qkv(g: &mut Graph, cfg: &LlamaConfig, b: &Block, x: Tensor, pos: Tensor) -> Result<(Tensor, Tensor, Tensor)> {
-    let t = g.shape(x)?[0];
-    let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-    let rope =
-        Rope { n_dims: cfg.rope_dims, mode: cfg.rope_mode, freq_base: cfg.rope_base, freq_scale: cfg.rope_scale };
-    let q = linear(g, x, &b.wq)?;
-    let q = g.reshape(q, &[t, h, d])?;
-    let q = g.rope(q, pos, &rope)?;
-    let k = linear(g, x, &b.wk)?;
-    let k = g.reshape(k, &[t, hkv, d])?;
-    let k = g.rope(k, pos, &rope)?;
-    let k = g.reshape(k, &[t, hkv * d])?;
-    let v = linear(g, x, &b.wv)?;
-    Ok((q, k, v))
-}
-
-/// K and V `[T, Hkv · D]` written into the cache states' rows `rows` (i32 `[T]`), in place: the written states,
-/// which the attention then reads (so it runs after the writes).
-fn write_kv(g: &mut Graph, (kc, vc): (&State, &State), rows: Tensor, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
-    let kc = g.state(kc)?;
-    let kc = g.set_rows(kc, rows, k)?;
-    let vc = g.state(vc)?;
-    let vc = g.set_rows(vc, rows, v)?;
-    Ok((kc, vc))
-}
-
-/// One sequence's attention `[T, H · D]`: its queries `[T, H, D]` over the first `kv_len` positions of its rows
-/// `window` = (first row, positions) of the written cache states (causal).
-fn attend(
-    g: &mut Graph,
-    cfg: &LlamaConfig,
-    q: Tensor,
-    (kc, vc): (Tensor, Tensor),
-    (first, len): (usize, usize),
-    kv_len: Tensor,
-) -> Result<Tensor> {
-    let t = g.shape(q)?[0];
-    let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-    let view = |g: &mut Graph, c: Tensor| -> Result<Tensor> {
-        let c = if g.shape(c)?[0] == len { c } else { g.slice(c, 0, first, first + len)? };
-        let c = g.reshape(c, &[len, hkv, d])?;
-        g.permute(c, &[1, 0, 2])
-    };
-    let (kview, vview) = (view(g, kc)?, view(g, vc)?);
-    let qh = g.permute(q, &[1, 0, 2])?;
-    let a = Attention { scale: 1.0 / (d as f32).sqrt(), causal: true, mask: None, kv_len: Some(kv_len) };
-    let o = g.attention(qh, kview, vview, &a)?; // [T, H, D]
-    g.reshape(o, &[t, h * d])
+    let (logits, argmax) = head(&mut g, cfg, w, last)?;
+    Ok(StepGraph { graph: g, tokens, pos, rows, kv_len, mask, swa_mask, logits, argmax })
 }
 
 /// The graph of one decode step of the sequences in cache slots `0..n`: their tokens embedded and projected as
@@ -158,40 +86,21 @@ fn attend(
 /// at its own cache row (one write for all), and one attention of each row over its own slot's positions: the
 /// first `kv_len` (the longest sequence's) with a mask hiding each row's positions past its own length.
 pub(crate) fn build_decode_batch(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, n: usize) -> Result<BatchGraph> {
-    let (cap, hkv, d, h) = (cache.capacity, cfg.n_kv_heads, cfg.head_dim, cfg.n_heads);
+    let cap = cache.capacity;
     let mut g = Graph::new();
     let tokens = g.input("tokens", DType::I32, &[n])?;
     let pos = g.input("pos", DType::I32, &[n])?;
     let rows = g.input("rows", DType::I32, &[n])?;
     let mask = g.input("mask", DType::F32, &[n, 1, 1, cap])?;
     let kv_len = g.input("kv_len", DType::I32, &[1])?;
-    let embd = g.resident(&w.token_embd)?;
-    let mut x0 = g.get_rows(embd, tokens)?;
-    let view = |g: &mut Graph, c: Tensor| -> Result<Tensor> {
-        let c = if n == cache.slots { c } else { g.slice(c, 0, 0, n * cap)? };
-        let c = g.reshape(c, &[n, cap, hkv, d])?;
-        g.permute(c, &[0, 2, 1, 3])
-    };
-    for (l, blk) in w.blocks.iter().enumerate() {
-        let x = norm(&mut g, x0, &blk.attn_norm, cfg.rms_eps)?;
-        let (q, k, v) = qkv(&mut g, cfg, blk, x, pos)?;
-        let (kc, vc) = write_kv(&mut g, (&cache.k[l], &cache.v[l]), rows, k, v)?;
-        let (kview, vview) = (view(&mut g, kc)?, view(&mut g, vc)?);
-        let qh = g.reshape(q, &[n, h, 1, d])?;
-        let a = Attention { scale: 1.0 / (d as f32).sqrt(), causal: true, mask: Some(mask), kv_len: Some(kv_len) };
-        let o = g.attention(qh, kview, vview, &a)?; // [n, 1, H, D]
-        let o = g.reshape(o, &[n, h * d])?;
-        let a = linear(&mut g, o, &blk.wo)?;
-        x0 = g.add(x0, a)?;
-        let x = norm(&mut g, x0, &blk.ffn_norm, cfg.rms_eps)?;
-        let f = feed_forward(&mut g, blk, x)?;
-        x0 = g.add(x0, f)?;
+    let swa_mask = cfg.sliding_window.map(|_| g.input("swa_mask", DType::F32, &[n, 1, 1, cap])).transpose()?;
+    let io = Io { pos, rows, kv_len, mask: Some(mask), swa_mask, view: View::Batch { n } };
+    let mut x = embed(&mut g, cfg, w, tokens)?;
+    for (l, b) in w.blocks.iter().enumerate() {
+        x = layer(&mut g, cfg, (l, b), cache, x, &io)?;
     }
-    let x = norm(&mut g, x0, &w.output_norm, cfg.rms_eps)?;
-    let head = w.output.as_ref().unwrap_or(&w.token_embd);
-    let logits = linear(&mut g, x, head)?;
-    let argmax = g.argmax(logits)?;
-    Ok(BatchGraph { graph: g, tokens, pos, rows, mask, kv_len, logits, argmax })
+    let (logits, argmax) = head(&mut g, cfg, w, x)?;
+    Ok(BatchGraph { graph: g, tokens, pos, rows, mask, swa_mask, kv_len, logits, argmax })
 }
 
 /// A batched decode step's inputs and outputs (B sequences).
@@ -205,6 +114,8 @@ pub(crate) struct BatchGraph {
     pub rows: Tensor,
     /// f32 `[B, 1, 1, capacity]`: 0 for each row's own positions (its position + 1 of them), −inf past them.
     pub mask: Tensor,
+    /// f32 `[B, 1, 1, capacity]`: the same within the sliding window, where some layer has one.
+    pub swa_mask: Option<Tensor>,
     /// i32 `[1]`: positions the attention spans (the longest row's).
     pub kv_len: Tensor,
     /// f32 `[B, V]`: each sequence's logits.
@@ -213,10 +124,133 @@ pub(crate) struct BatchGraph {
     pub argmax: Tensor,
 }
 
-/// `down(silu(gate(x)) · up(x))`.
-fn feed_forward(g: &mut Graph, b: &Block, x: Tensor) -> Result<Tensor> {
-    let gate = linear(g, x, &b.w_gate)?;
-    let up = linear(g, x, &b.w_up)?;
-    let a = g.swiglu(gate, up)?;
-    linear(g, a, &b.w_down)
+/// An additive mask `[T, capacity]` for tokens at positions `start..start + t`: 0 where a token sees a key (its
+/// own position and earlier ones, within `window` positions when there is one), −inf elsewhere.
+pub(crate) fn causal_mask(start: usize, t: usize, cap: usize, window: Option<usize>) -> Vec<f32> {
+    let mut m = vec![f32::NEG_INFINITY; t * cap];
+    for i in 0..t {
+        let p = start + i;
+        let from = window.map_or(0, |w| (p + 1).saturating_sub(w));
+        m[i * cap + from..i * cap + p + 1].fill(0.0);
+    }
+    m
+}
+
+/// The token embeddings of `tokens` (scaled by the architecture's factor).
+fn embed(g: &mut Graph, cfg: &LlamaConfig, w: &Weights, tokens: Tensor) -> Result<Tensor> {
+    let embd = g.resident(&w.token_embd)?;
+    let h = g.get_rows(embd, tokens)?;
+    match cfg.embd_scale {
+        Some(s) => g.scale(h, s),
+        None => Ok(h),
+    }
+}
+
+/// The output norm, the head (soft-capped where the architecture says) and the argmax of rows `x`.
+fn head(g: &mut Graph, cfg: &LlamaConfig, w: &Weights, x: Tensor) -> Result<(Tensor, Tensor)> {
+    let x = nn::rms_norm(g, x, &w.output_norm, cfg.rms_eps)?;
+    let head = w.output.as_ref().unwrap_or(&w.token_embd);
+    let mut logits = nn::linear(g, x, head, None)?;
+    if let Some(c) = cfg.final_softcap {
+        logits = nn::softcap(g, logits, c)?;
+    }
+    let argmax = g.argmax(logits)?;
+    Ok((logits, argmax))
+}
+
+/// One transformer block over rows `h` `[R, E]`: attention (with its keys and values written to the cache) and
+/// the feed-forward, each pre-normed, post-normed where the architecture says, and added to the residual.
+fn layer(
+    g: &mut Graph,
+    cfg: &LlamaConfig,
+    (l, b): (usize, &Block),
+    cache: &KvCache,
+    h: Tensor,
+    io: &Io,
+) -> Result<Tensor> {
+    let x = nn::rms_norm(g, h, &b.attn_norm, cfg.rms_eps)?;
+    let (q, k, v) = qkv(g, cfg, (l, b), x, io.pos)?;
+    let (kc, vc) = write_kv(g, (&cache.k[l], &cache.v[l]), io.rows, k, v)?;
+    let o = attention(g, cfg, l, q, (kc, vc), cache.capacity, io)?;
+    let a = nn::linear(g, o, &b.wo, None)?;
+    let a = nn::maybe_rms_norm(g, a, b.post_attn_norm.as_ref(), cfg.rms_eps)?;
+    let h = g.add(h, a)?;
+    let x = nn::rms_norm(g, h, &b.ffn_norm, cfg.rms_eps)?;
+    let f = nn::gated_ffn(g, x, (&b.w_gate, &b.w_up, &b.w_down), cfg.ffn_act)?;
+    let f = nn::maybe_rms_norm(g, f, b.post_ffn_norm.as_ref(), cfg.rms_eps)?;
+    g.add(h, f)
+}
+
+/// The Q `[R, H, D]`, K and V `[R, Hkv · D]` projections of `[R, E]` rows (biased, and Q and K normed per head,
+/// where the block has those), Q and K roped at `pos` (with the sliding-window layers' rope on those).
+fn qkv(
+    g: &mut Graph,
+    cfg: &LlamaConfig,
+    (l, b): (usize, &Block),
+    x: Tensor,
+    pos: Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let r = g.shape(x)?[0];
+    let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+    let (freq_base, freq_scale) = if cfg.is_swa(l) { cfg.rope_swa } else { (cfg.rope_base, cfg.rope_scale) };
+    let rope = Rope { n_dims: cfg.rope_dims, mode: cfg.rope_mode, freq_base, freq_scale };
+    let q = nn::linear(g, x, &b.wq, b.bq.as_ref())?;
+    let q = g.reshape(q, &[r, h, d])?;
+    let q = nn::maybe_rms_norm(g, q, b.q_norm.as_ref(), cfg.rms_eps)?;
+    let q = g.rope(q, pos, &rope)?;
+    let k = nn::linear(g, x, &b.wk, b.bk.as_ref())?;
+    let k = g.reshape(k, &[r, hkv, d])?;
+    let k = nn::maybe_rms_norm(g, k, b.k_norm.as_ref(), cfg.rms_eps)?;
+    let k = g.rope(k, pos, &rope)?;
+    let k = g.reshape(k, &[r, hkv * d])?;
+    let v = nn::linear(g, x, &b.wv, b.bv.as_ref())?;
+    Ok((q, k, v))
+}
+
+/// K and V `[R, Hkv · D]` written into the cache states' rows `rows` (i32 `[R]`), in place: the written states,
+/// which the attention then reads (so it runs after the writes).
+fn write_kv(g: &mut Graph, (kc, vc): (&State, &State), rows: Tensor, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
+    let kc = g.state(kc)?;
+    let kc = g.set_rows(kc, rows, k)?;
+    let vc = g.state(vc)?;
+    let vc = g.set_rows(vc, rows, v)?;
+    Ok((kc, vc))
+}
+
+/// Layer `l`'s attention `[R, H · D]` of queries `[R, H, D]` over the written cache states: one sequence's
+/// rows `first..first + len` (causal), or each of `n` rows over its own slot (masked to its own length).
+fn attention(
+    g: &mut Graph,
+    cfg: &LlamaConfig,
+    l: usize,
+    q: Tensor,
+    (kc, vc): (Tensor, Tensor),
+    cap: usize,
+    io: &Io,
+) -> Result<Tensor> {
+    let r = g.shape(q)?[0];
+    let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+    let (k, v, qh) = match io.view {
+        View::Step { first, len } => {
+            let view = |g: &mut Graph, c: Tensor| -> Result<Tensor> {
+                let c = if g.shape(c)?[0] == len { c } else { g.slice(c, 0, first, first + len)? };
+                let c = g.reshape(c, &[len, hkv, d])?;
+                g.permute(c, &[1, 0, 2])
+            };
+            (view(g, kc)?, view(g, vc)?, g.permute(q, &[1, 0, 2])?)
+        }
+        View::Batch { n } => {
+            let view = |g: &mut Graph, c: Tensor| -> Result<Tensor> {
+                let c = if g.shape(c)?[0] == n * cap { c } else { g.slice(c, 0, 0, n * cap)? };
+                let c = g.reshape(c, &[n, cap, hkv, d])?;
+                g.permute(c, &[0, 2, 1, 3])
+            };
+            (view(g, kc)?, view(g, vc)?, g.reshape(q, &[n, h, 1, d])?)
+        }
+    };
+    let mask = if cfg.is_swa(l) { io.swa_mask } else { io.mask };
+    let spec =
+        AttendSpec { scale: cfg.attn_scale, softcap: cfg.attn_softcap, causal: true, mask, kv_len: Some(io.kv_len) };
+    let o = nn::attend(g, qh, k, v, &spec)?; // [T, H, D] or [n, 1, H, D]
+    g.reshape(o, &[r, h * d])
 }

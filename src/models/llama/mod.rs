@@ -21,18 +21,16 @@
 //! Reference: llama.cpp's `llm_build_llama` and `llama_decode`; Hugging Face's `LlamaForCausalLM`.
 
 pub mod batch;
-mod config;
 mod generate;
 mod generation;
 mod graph;
 
-pub use config::LlamaConfig;
+pub use crate::models::arch::spec::LlamaConfig;
 pub use generation::{GenerateOptions, Generation, StopReason, Token, TokenStream};
 
 use self::generation::StepOut;
-use self::graph::{build_step, Block, KvCache, StepGraph, Weights};
+use self::graph::{build_step, causal_mask, KvCache, StepGraph};
 use super::chat::ChatTemplate;
-use super::hparams::{vector_dtype, weight_dtype};
 use super::tokenizer::Tokenizer;
 use super::{RecommendedSampling, SamplingOptions};
 use crate::backend::{CompileOptions, PlanStats};
@@ -40,7 +38,7 @@ use crate::device::{Device, Plan};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::io::gguf::{GgufFile, MetaValue};
-use crate::resident::Resident;
+use crate::models::arch::spec::Weights;
 use crate::run::{Fetch, Value};
 
 /// How a model is set up on its device.
@@ -68,6 +66,9 @@ impl Default for LlamaOptions {
 pub(crate) struct StepPlan {
     plan: Plan,
     g: StepGraph,
+    /// The graph's inputs the plan reads (an architecture may leave some unused: a soft-capped attention has no
+    /// use for the KV length, a model whose every layer has a window none for the full mask).
+    deps: Vec<crate::graph::Tensor>,
 }
 
 /// A loaded model with its KV cache: a conversation's state.
@@ -113,7 +114,7 @@ impl Llama {
             ChatTemplate::new(src)
                 .map_err(|e| format!("the model's chat template (tokenizer.chat_template) does not compile: {e}"))
         });
-        let weights = upload_weights(device, file, &config)?;
+        let weights = crate::models::arch::load_weights(device, file, &config)?;
         let context = match options.context {
             0 => config.n_ctx_train.min(4096),
             n => n,
@@ -288,7 +289,7 @@ impl Llama {
         if let std::collections::hash_map::Entry::Vacant(entry) = plans.entry(t) {
             let g = build_step(&self.config, &self.weights, cache, t, slot)?;
             let plan = self.device.compile_async(&g.graph, &[g.logits, g.argmax], &self.options.compile).await?;
-            entry.insert(StepPlan { plan, g });
+            entry.insert(StepPlan { deps: plan.inputs(), plan, g });
         }
         let sp = plans.get_mut(&t).expect("inserted above");
         let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
@@ -296,12 +297,17 @@ impl Llama {
         let base = (slot * cache.capacity) as i32;
         let rows: Vec<i32> = pos.iter().map(|p| base + p).collect();
         let kv_len = [(start + t) as i32];
-        let inputs = [
+        let mut inputs = vec![
             (sp.g.tokens, Value::I32(&ids)),
             (sp.g.pos, Value::I32(&pos)),
             (sp.g.rows, Value::I32(&rows)),
             (sp.g.kv_len, Value::I32(&kv_len)),
         ];
+        let cap = cache.capacity;
+        let mask = sp.g.mask.map(|m| (m, causal_mask(start, t, cap, None)));
+        let swa_mask = sp.g.swa_mask.map(|m| (m, causal_mask(start, t, cap, self.config.sliding_window)));
+        inputs.extend(mask.iter().chain(&swa_mask).map(|(m, v)| (*m, Value::F32(v))));
+        inputs.retain(|(t, _)| sp.deps.contains(t));
         let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All];
         let mut outs = sp.plan.run_with_async(&inputs, &fetch).await?;
         let argmax = outs[1].take().map(|a| a.data.to_f32()[0] as u32).unwrap_or(0);
@@ -336,7 +342,6 @@ pub(crate) fn new_cache(
         k: (0..config.n_layers).map(|l| state("k", l)).collect::<Result<_>>()?,
         v: (0..config.n_layers).map(|l| state("v", l)).collect::<Result<_>>()?,
         capacity: context,
-        slots,
     })
 }
 
@@ -397,50 +402,4 @@ fn available_memory() -> Option<u64> {
 /// The largest power of two not above `x` (≥ 1).
 fn pow2_floor(x: usize) -> usize {
     1usize << (usize::BITS - 1 - x.max(1).leading_zeros())
-}
-
-fn upload_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig) -> Result<Weights> {
-    let up = |name: &str, shape: &[usize]| -> Result<Resident> {
-        let t = f
-            .tensor(name)
-            .ok_or_else(|| Error::Format { path: f.source().into(), message: format!("no tensor {name}") })?;
-        if t.shape != shape {
-            let message = format!("tensor {name} is {:?}, expected {shape:?}", t.shape);
-            return Err(Error::Format { path: f.source().into(), message });
-        }
-        // a norm's weight scales elementwise (f32, f16); a matrix is a matmul weight or the embedding table
-        let (ok, want) = if shape.len() == 1 {
-            (vector_dtype(t.dtype), "f32 or f16")
-        } else {
-            (weight_dtype(t.dtype), "a float or block type")
-        };
-        if !ok {
-            let message = format!("tensor {name} is {}, which no kernel takes here ({want})", t.dtype);
-            return Err(Error::Format { path: f.source().into(), message });
-        }
-        device.upload_bytes(name, t.dtype, &t.shape, f.data(t))
-    };
-    let (e, hd, kv, ff) = (cfg.n_embd, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.n_ff);
-    let blocks = (0..cfg.n_layers)
-        .map(|l| {
-            let n = |s: &str| format!("blk.{l}.{s}.weight");
-            Ok(Block {
-                attn_norm: up(&n("attn_norm"), &[e])?,
-                wq: up(&n("attn_q"), &[hd, e])?,
-                wk: up(&n("attn_k"), &[kv, e])?,
-                wv: up(&n("attn_v"), &[kv, e])?,
-                wo: up(&n("attn_output"), &[e, hd])?,
-                ffn_norm: up(&n("ffn_norm"), &[e])?,
-                w_gate: up(&n("ffn_gate"), &[ff, e])?,
-                w_up: up(&n("ffn_up"), &[ff, e])?,
-                w_down: up(&n("ffn_down"), &[e, ff])?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Weights {
-        token_embd: up("token_embd.weight", &[cfg.n_vocab, e])?,
-        blocks,
-        output_norm: up("output_norm.weight", &[e])?,
-        output: if cfg.tied_output { None } else { Some(up("output.weight", &[cfg.n_vocab, e])?) },
-    })
 }

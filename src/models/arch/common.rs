@@ -1,0 +1,195 @@
+//! What the decoder architectures share: the hyperparameters every one has under its own `{arch}.` prefix, read
+//! and checked as llama.cpp's loader reads them, and the block whose tensors every one names alike
+//! (`blk.N.attn_q`, ...), with the parts some add.
+
+use super::loader::Loader;
+use super::spec::{Activation, Block, LlamaConfig};
+use crate::error::{Error, Result};
+use crate::io::gguf::MetaValue;
+use crate::models::hparams::Hparams;
+use crate::ops::RopeMode;
+
+/// Largest values a hostile file may claim (no real model comes near): widths, heads, layers, positions.
+const MAX_WIDTH: usize = 1 << 20;
+const MAX_HEADS: usize = 1 << 14;
+const MAX_LAYERS: usize = 1 << 12;
+const MAX_CONTEXT: usize = 1 << 24;
+
+/// A setting of the file this runner does not implement, named with the file.
+pub(crate) fn unsupported(h: &Hparams, what: String) -> Error {
+    h.error(format!("{what} is not supported by webtensor's {} runner", h.arch))
+}
+
+/// The hyperparameters under `h.arch`'s prefix, checked: every count an integer from 1 to a bound, epsilons
+/// and rope bases finite and positive, widths that fit together without overflow, a token embedding `[V, E]`
+/// matching the vocabulary, and no setting the runner would ignore (experts, a separate value width, rope
+/// frequency factors, an EOS appended to prompts). The architecture's own settings start at llama's (rope on
+/// adjacent pairs, SwiGLU, no soft-capping, no sliding window).
+pub(crate) fn read(h: &Hparams) -> Result<LlamaConfig> {
+    let f = h.f;
+    let n_embd = h.count("embedding_length", None, MAX_WIDTH)?;
+    let n_heads = h.count("attention.head_count", None, MAX_HEADS)?;
+    let n_kv_heads = h.count("attention.head_count_kv", Some(n_heads), MAX_HEADS)?;
+    if n_heads % n_kv_heads != 0 {
+        return Err(h.error(format!("{n_heads} query heads are no multiple of {n_kv_heads} KV heads")));
+    }
+    let head_dim = match has(h, "attention.key_length") {
+        true => h.count("attention.key_length", None, MAX_WIDTH)?,
+        false if n_embd % n_heads == 0 => n_embd / n_heads,
+        false => return Err(h.error(format!("width {n_embd} is no multiple of {n_heads} heads"))),
+    };
+    let value_dim = h.count("attention.value_length", Some(head_dim), MAX_WIDTH)?;
+    if value_dim != head_dim {
+        return Err(unsupported(h, format!("values of {value_dim} dims with keys of {head_dim}")));
+    }
+    h.product("query width (heads × head dims)", n_heads, head_dim)?;
+    let rope_dims = h.count("rope.dimension_count", Some(head_dim), MAX_WIDTH)?;
+    if rope_dims > head_dim || rope_dims % 2 != 0 {
+        return Err(h.error(format!("rope over {rope_dims} dims does not fit heads of {head_dim} (even, at most D)")));
+    }
+    let scaling = h.text("rope.scaling.type")?.unwrap_or("none");
+    let factor = h.number("rope.scaling.factor", 1.0, |x| x > 0.0, "above 0")?;
+    let rope_scale = match scaling {
+        "none" => 1.0,
+        "linear" => 1.0 / factor,
+        other => return Err(unsupported(h, format!("rope scaling '{other}' (factor {factor})"))),
+    };
+    refuse_unsupported(h)?;
+    let n_vocab = vocabulary(h, n_embd)?;
+    Ok(LlamaConfig {
+        arch: h.arch.to_string(),
+        n_layers: h.count("block_count", None, MAX_LAYERS)?,
+        n_embd,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        n_ff: h.count("feed_forward_length", None, MAX_WIDTH << 4)?,
+        n_vocab,
+        n_ctx_train: h.count("context_length", Some(2048), MAX_CONTEXT)?,
+        rms_eps: h.number("attention.layer_norm_rms_epsilon", 1e-5, |x| x > 0.0 && x < 1.0, "above 0, below 1")?,
+        rope_base: h.number("rope.freq_base", 10000.0, |x| x > 0.0, "above 0")?,
+        rope_scale,
+        rope_dims,
+        rope_mode: RopeMode::Normal,
+        tied_output: f.tensor("output.weight").is_none(),
+        ffn_act: Activation::Silu,
+        embd_scale: None,
+        attn_scale: 1.0 / (head_dim as f32).sqrt(),
+        attn_softcap: None,
+        final_softcap: None,
+        sliding_window: None,
+        swa_layers: vec![],
+        rope_swa: (0.0, 0.0),
+    })
+}
+
+fn has(h: &Hparams, key: &str) -> bool {
+    h.f.get(&format!("{}.{key}", h.arch)).is_some()
+}
+
+/// Settings of real files that would change what the model computes, which this runner does not implement.
+fn refuse_unsupported(h: &Hparams) -> Result<()> {
+    let f = h.f;
+    if f.tensor("rope_freqs.weight").is_some() {
+        return Err(unsupported(
+            h,
+            "rope frequency factors (rope_freqs.weight, Llama 3.1's long-context scaling)".into(),
+        ));
+    }
+    if f.tensor("rope_factors_long.weight").is_some() {
+        return Err(unsupported(h, "LongRoPE factors (rope_factors_long.weight, Phi-3's 128k models)".into()));
+    }
+    if f.get(&format!("{}.expert_count", h.arch)).and_then(MetaValue::as_u64).is_some_and(|n| n > 0) {
+        return Err(unsupported(h, format!("a mixture of experts ({}.expert_count)", h.arch)));
+    }
+    if f.get("tokenizer.ggml.add_eos_token").and_then(MetaValue::as_bool) == Some(true) {
+        return Err(unsupported(h, "a tokenizer that appends EOS to prompts (tokenizer.ggml.add_eos_token)".into()));
+    }
+    Ok(())
+}
+
+/// V: the rows of `token_embd.weight` `[V, E]`, which the token list and `{arch}.vocab_size` must agree with.
+fn vocabulary(h: &Hparams, n_embd: usize) -> Result<usize> {
+    let f = h.f;
+    let embd = f.tensor("token_embd.weight").ok_or_else(|| h.error("no tensor token_embd.weight".into()))?;
+    if embd.shape.len() != 2 || embd.shape[1] != n_embd {
+        return Err(h.error(format!("token_embd.weight is {:?}, not [vocab, {n_embd}]", embd.shape)));
+    }
+    let n_vocab = embd.shape[0];
+    if let Some(tokens) = f.get("tokenizer.ggml.tokens").and_then(MetaValue::as_array) {
+        if tokens.len() != n_vocab {
+            let n = tokens.len();
+            return Err(
+                h.error(format!("tokenizer.ggml.tokens has {n} entries but token_embd.weight has {n_vocab} rows"))
+            );
+        }
+    }
+    if let Some(v) = h.count("vocab_size", Some(n_vocab), usize::MAX).ok().filter(|&v| v != n_vocab) {
+        return Err(h.error(format!("{}.vocab_size is {v} but token_embd.weight has {n_vocab} rows", h.arch)));
+    }
+    Ok(n_vocab)
+}
+
+/// Sliding-window attention from `{arch}.attention.sliding_window` (none when absent), on the layers
+/// `is_swa(l)` marks; those layers' rope is `rope_swa` (base, linear scale).
+pub(crate) fn sliding_window(
+    h: &Hparams,
+    cfg: &mut LlamaConfig,
+    is_swa: impl Fn(usize) -> bool,
+    rope_swa: (f32, f32),
+) -> Result<()> {
+    if !has(h, "attention.sliding_window") {
+        return Ok(());
+    }
+    cfg.sliding_window = Some(h.count("attention.sliding_window", None, MAX_CONTEXT)?);
+    cfg.swa_layers = (0..cfg.n_layers).map(is_swa).collect();
+    cfg.rope_swa = rope_swa;
+    Ok(())
+}
+
+/// `{arch}.{key}` as a soft-capping value (finite, above 0), if present.
+pub(crate) fn softcap(h: &Hparams, key: &str) -> Result<Option<f32>> {
+    if !has(h, key) {
+        return Ok(None);
+    }
+    h.number(key, 0.0, |x| x > 0.0, "above 0").map(Some)
+}
+
+/// The parts a block has beyond llama's.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Extras {
+    /// Biases of Q, K and V (`blk.N.attn_{q,k,v}.bias`).
+    pub qkv_bias: bool,
+    /// Per-head RMS norms of Q and K (`blk.N.attn_{q,k}_norm.weight`).
+    pub qk_norm: bool,
+    /// Norms of the attention's and the feed-forward's outputs (`blk.N.post_attention_norm`, `post_ffw_norm`).
+    pub post_norms: bool,
+}
+
+/// Block `l` with llama's tensor names (`attn_norm`, `attn_q`, `attn_k`, `attn_v`, `attn_output`, `ffn_norm`,
+/// `ffn_gate`, `ffn_up`, `ffn_down`) and the `extras` the architecture has, every one required.
+pub(crate) fn block(ld: &Loader, l: usize, cfg: &LlamaConfig, extras: Extras) -> Result<Block> {
+    let (e, hd, kv, ff, d) =
+        (cfg.n_embd, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.n_ff, cfg.head_dim);
+    let w = |s: &str| format!("blk.{l}.{s}.weight");
+    let opt = |on: bool, name: String, shape: &[usize]| on.then(|| ld.tensor(&name, shape)).transpose();
+    let b = |s: &str| format!("blk.{l}.{s}.bias");
+    Ok(Block {
+        attn_norm: ld.tensor(&w("attn_norm"), &[e])?,
+        wq: ld.tensor(&w("attn_q"), &[hd, e])?,
+        wk: ld.tensor(&w("attn_k"), &[kv, e])?,
+        wv: ld.tensor(&w("attn_v"), &[kv, e])?,
+        bq: opt(extras.qkv_bias, b("attn_q"), &[hd])?,
+        bk: opt(extras.qkv_bias, b("attn_k"), &[kv])?,
+        bv: opt(extras.qkv_bias, b("attn_v"), &[kv])?,
+        q_norm: opt(extras.qk_norm, w("attn_q_norm"), &[d])?,
+        k_norm: opt(extras.qk_norm, w("attn_k_norm"), &[d])?,
+        wo: ld.tensor(&w("attn_output"), &[e, hd])?,
+        post_attn_norm: opt(extras.post_norms, w("post_attention_norm"), &[e])?,
+        ffn_norm: ld.tensor(&w("ffn_norm"), &[e])?,
+        w_gate: ld.tensor(&w("ffn_gate"), &[ff, e])?,
+        w_up: ld.tensor(&w("ffn_up"), &[ff, e])?,
+        w_down: ld.tensor(&w("ffn_down"), &[e, ff])?,
+        post_ffn_norm: opt(extras.post_norms, w("post_ffw_norm"), &[e])?,
+    })
+}

@@ -1,0 +1,68 @@
+//! Weights from a GGUF file onto a device, each checked against the shape the metadata implies and a dtype some
+//! kernel takes, before any byte moves: whole tensors, optional ones, and the parts of fused ones.
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::io::gguf::{GgufFile, TensorInfo};
+use crate::models::hparams::{vector_dtype, weight_dtype};
+use crate::resident::Resident;
+
+/// Uploads the tensors of one file to one device.
+pub(crate) struct Loader<'a> {
+    pub device: &'a Device,
+    pub f: &'a GgufFile,
+}
+
+impl Loader<'_> {
+    fn error(&self, message: String) -> Error {
+        Error::Format { path: self.f.source().into(), message }
+    }
+
+    /// The tensor `name`, which must have `shape` (numpy order) and a dtype a kernel takes for it.
+    fn info(&self, name: &str, shape: &[usize]) -> Result<&TensorInfo> {
+        let t = self.f.tensor(name).ok_or_else(|| self.error(format!("no tensor {name}")))?;
+        if t.shape != shape {
+            return Err(self.error(format!("tensor {name} is {:?}, expected {shape:?}", t.shape)));
+        }
+        // a norm's weight or a bias scales or shifts elementwise (f32, f16); a matrix is a matmul weight or the
+        // embedding table
+        let (ok, want) = if shape.len() == 1 {
+            (vector_dtype(t.dtype), "f32 or f16")
+        } else {
+            (weight_dtype(t.dtype), "a float or block type")
+        };
+        if !ok {
+            return Err(self.error(format!("tensor {name} is {}, which no kernel takes here ({want})", t.dtype)));
+        }
+        Ok(t)
+    }
+
+    /// The tensor `name` of `shape`, resident.
+    ///
+    /// # Errors
+    /// [`Error::Format`] naming the file and the tensor when it is missing, of another shape or of a dtype no
+    /// kernel takes; device errors from uploading.
+    pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Resident> {
+        let t = self.info(name, shape)?;
+        self.device.upload_bytes(name, t.dtype, &t.shape, self.f.data(t))
+    }
+
+    /// Row blocks of the matrix `name` of `shape` `[Σ rows, in]`, one resident each (`rows` in order): the Q,
+    /// K and V of a fused `attn_qkv`, the gate and up of a fused `ffn_up`. A row of any dtype is whole bytes (a
+    /// block type's rows are whole blocks), so each part is a byte range of the tensor, used in place.
+    pub fn split_rows(&self, name: &str, shape: &[usize], rows: &[usize]) -> Result<Vec<Resident>> {
+        let t = self.info(name, shape)?;
+        debug_assert_eq!(rows.iter().sum::<usize>(), shape[0]);
+        let row_bytes = t.bytes as usize / shape[0];
+        let data = self.f.data(t);
+        let mut start = 0;
+        rows.iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let part = data.slice(start * row_bytes..(start + n) * row_bytes)?;
+                start += n;
+                self.device.upload_bytes(&format!("{name}[{i}]"), t.dtype, &[n, shape[1]], part)
+            })
+            .collect()
+    }
+}

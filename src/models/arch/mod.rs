@@ -1,0 +1,86 @@
+//! The decoder architectures the runner ([`crate::models::llama::Llama`]) runs, each from GGUF metadata alone,
+//! as llama.cpp does: one file per family maps its metadata keys and tensor names onto one [`LlamaConfig`] and
+//! one block layout, whose parts (biases, q/k norms, post-norms, soft-capping, sliding windows, GeGLU, NeoX rope,
+//! embedding scaling) the shared graph builds. Adding an architecture is a file here and a line in `ARCHS`.
+//!
+//! | `general.architecture` | models |
+//! |---|---|
+//! | `llama` | SmolLM2, TinyLlama, Llama 2 and 3.x (without Llama 3.1's rope factors), Mistral |
+//! | `qwen2`, `qwen3` | Qwen2, Qwen2.5, Qwen3 (dense) |
+//! | `phi3` | Phi-3, Phi-3.5 mini (without LongRoPE) |
+//! | `gemma`, `gemma2`, `gemma3` | Gemma 1, 2, 3 (text) |
+
+mod common;
+mod gemma;
+mod llama;
+pub(crate) mod loader;
+mod phi3;
+mod qwen;
+pub(crate) mod spec;
+
+use self::loader::Loader;
+use self::spec::{Arch, LlamaConfig, Weights};
+use crate::device::Device;
+use crate::error::Result;
+use crate::io::gguf::{GgufFile, MetaValue};
+use crate::models::hparams::Hparams;
+
+/// Every architecture, by `general.architecture`.
+const ARCHS: &[Arch] =
+    &[llama::LLAMA, qwen::QWEN2, qwen::QWEN3, phi3::PHI3, gemma::GEMMA, gemma::GEMMA2, gemma::GEMMA3];
+
+/// The `general.architecture` names the runner supports, with the models each is known by.
+pub fn supported() -> impl Iterator<Item = (&'static str, &'static str)> {
+    ARCHS.iter().map(|a| (a.name, a.models))
+}
+
+/// The file's `general.architecture` (`(none)` when it has none).
+pub fn architecture(f: &GgufFile) -> &str {
+    f.get("general.architecture").and_then(MetaValue::as_str).unwrap_or("(none)")
+}
+
+fn find(f: &GgufFile) -> Result<&'static Arch> {
+    let name = architecture(f);
+    ARCHS.iter().find(|a| a.name == name).ok_or_else(|| {
+        let known: Vec<&str> = ARCHS.iter().map(|a| a.name).collect();
+        let h = Hparams { f, arch: "general" };
+        h.error(format!("architecture '{name}' is not supported (webtensor runs {})", known.join(", ")))
+    })
+}
+
+impl LlamaConfig {
+    /// The configuration of the model in `f`, for any architecture of [`supported`], checked: every count an
+    /// integer from 1 to a bound, epsilons and rope bases finite and positive, widths that fit together without
+    /// overflow, the tensors of the shapes and dtypes the metadata implies (checked again as they are uploaded),
+    /// and no setting this runner would ignore (mixtures of experts, a separate value width, an EOS appended to
+    /// prompts).
+    ///
+    /// # Errors
+    /// [`Error::Format`](crate::Error::Format) naming the file and the key or tensor: an architecture not in
+    /// [`supported`] (named), a required value missing, of the wrong type or out of range, widths that do not
+    /// fit together (H not a multiple of Hkv, rope dims above D, a token embedding that is not `[V, E]`, a
+    /// vocabulary whose token list has another length), and for what the runner does not implement, saying so:
+    /// rope scaling other than linear, rope frequency factors (`rope_freqs.weight`, Llama 3.1's long-context
+    /// scaling), LongRoPE, experts, a value width other than the key width, an EOS appended to prompts.
+    pub fn from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
+        let arch = find(f)?;
+        let h = Hparams { f, arch: arch.name };
+        let mut cfg = common::read(&h)?;
+        (arch.configure)(&h, &mut cfg)?;
+        Ok(cfg)
+    }
+}
+
+/// The weights of the model in `f`, of `cfg`'s architecture, uploaded to `device`.
+pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig) -> Result<Weights> {
+    let arch = find(f)?;
+    let ld = Loader { device, f };
+    let (e, v) = (cfg.n_embd, cfg.n_vocab);
+    let blocks = (0..cfg.n_layers).map(|l| (arch.block)(&ld, l, cfg)).collect::<Result<Vec<_>>>()?;
+    Ok(Weights {
+        token_embd: ld.tensor("token_embd.weight", &[v, e])?,
+        blocks,
+        output_norm: ld.tensor("output_norm.weight", &[e])?,
+        output: if cfg.tied_output { None } else { Some(ld.tensor("output.weight", &[v, e])?) },
+    })
+}

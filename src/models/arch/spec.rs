@@ -1,0 +1,126 @@
+//! What every decoder architecture reduces to: a [`LlamaConfig`] (widths, heads, rope, norms and the settings that
+//! tell the families apart) and the [`Weights`] of its blocks, some optional (biases, q/k norms, post-norms). The
+//! architecture files fill them from GGUF metadata and tensor names; the runner builds its graphs from them alone.
+
+use super::loader::Loader;
+use crate::error::Result;
+use crate::models::hparams::Hparams;
+use crate::ops::RopeMode;
+use crate::resident::Resident;
+
+/// A decoder-only transformer's shape, as llama.cpp's `llama_hparams` holds it. Widths in elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// The file's `general.architecture` (`llama`, `qwen2`, `qwen3`, `phi3`, `gemma`, `gemma2`, `gemma3`).
+    pub arch: String,
+    /// Transformer blocks (`{arch}.block_count`).
+    pub n_layers: usize,
+    /// Residual-stream width E (`{arch}.embedding_length`).
+    pub n_embd: usize,
+    /// Query heads H (`{arch}.attention.head_count`).
+    pub n_heads: usize,
+    /// Key/value heads Hkv, dividing H (`{arch}.attention.head_count_kv`; H when absent).
+    pub n_kv_heads: usize,
+    /// Dims per head D (`{arch}.attention.key_length`; E / H when absent).
+    pub head_dim: usize,
+    /// Feed-forward width F (`{arch}.feed_forward_length`).
+    pub n_ff: usize,
+    /// Vocabulary size V (rows of `token_embd.weight`).
+    pub n_vocab: usize,
+    /// Positions the model was trained for (`{arch}.context_length`).
+    pub n_ctx_train: usize,
+    /// RMS norm epsilon (`{arch}.attention.layer_norm_rms_epsilon`).
+    pub rms_eps: f32,
+    /// Rope θ base (`{arch}.rope.freq_base`, 10000 when absent) of full-attention layers.
+    pub rope_base: f32,
+    /// Linear rope scaling of full-attention layers: positions are multiplied by this (1 / `rope.scaling.factor`).
+    pub rope_scale: f32,
+    /// Dims of each head that rotate (`{arch}.rope.dimension_count`; D when absent).
+    pub rope_dims: usize,
+    /// Which pairs turn: llama's adjacent pairs (its converter permutes Q and K for them), or halves (the
+    /// NeoX layout of Qwen, Phi-3 and Gemma).
+    pub rope_mode: RopeMode,
+    /// Whether the output head is its own tensor (`output.weight`) or the token embedding (tied).
+    pub tied_output: bool,
+    /// The feed-forward gate's activation: SiLU (SwiGLU) or GELU's tanh form (GeGLU, Gemma).
+    pub ffn_act: Activation,
+    /// Multiplies the token embeddings (Gemma: √E); `None` for 1.
+    pub embd_scale: Option<f32>,
+    /// Multiplies `q·kᵀ` (1/√D unless the architecture says otherwise).
+    pub attn_scale: f32,
+    /// Attention logit soft-capping c: scores become `c · tanh(s / c)` (Gemma 2's `attn_logit_softcapping`).
+    pub attn_softcap: Option<f32>,
+    /// Output logit soft-capping (Gemma 2's `final_logit_softcapping`).
+    pub final_softcap: Option<f32>,
+    /// Sliding-window attention: a query at position p sees keys at p − W + 1 ..= p on the layers marked in
+    /// `swa_layers` (`{arch}.attention.sliding_window`).
+    pub sliding_window: Option<usize>,
+    /// Per layer: whether it attends over the sliding window (empty when there is none).
+    pub swa_layers: Vec<bool>,
+    /// Rope θ base and linear scale of the sliding-window layers (Gemma 3's local layers: 10000 and 1).
+    pub rope_swa: (f32, f32),
+}
+
+impl LlamaConfig {
+    /// Whether layer `l` attends over the sliding window.
+    pub fn is_swa(&self, l: usize) -> bool {
+        self.sliding_window.is_some() && self.swa_layers.get(l).copied().unwrap_or(false)
+    }
+}
+
+/// A gated feed-forward's activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu(gate) · up` (ggml_swiglu).
+    Silu,
+    /// `gelu_tanh(gate) · up` (ggml_geglu).
+    GeluTanh,
+}
+
+/// One block's weights, resident on the device (GGUF names `blk.N.*`; matrices `[out, in]`). Fused tensors
+/// (Phi-3's `attn_qkv`, `ffn_up` holding gate and up) are split into their parts at load.
+pub(crate) struct Block {
+    pub attn_norm: Resident,
+    pub wq: Resident,
+    pub wk: Resident,
+    pub wv: Resident,
+    /// Biases of the Q, K and V projections (Qwen2).
+    pub bq: Option<Resident>,
+    pub bk: Option<Resident>,
+    pub bv: Option<Resident>,
+    /// RMS norms of each head's queries and keys before rope, `[D]` (Qwen3, Gemma 3).
+    pub q_norm: Option<Resident>,
+    pub k_norm: Option<Resident>,
+    pub wo: Resident,
+    /// Norm of the attention's output before the residual add (Gemma 2 and 3).
+    pub post_attn_norm: Option<Resident>,
+    pub ffn_norm: Resident,
+    pub w_gate: Resident,
+    pub w_up: Resident,
+    pub w_down: Resident,
+    /// Norm of the feed-forward's output before the residual add (Gemma 2 and 3).
+    pub post_ffn_norm: Option<Resident>,
+}
+
+/// Every weight of the model, resident.
+pub(crate) struct Weights {
+    pub token_embd: Resident,
+    pub blocks: Vec<Block>,
+    pub output_norm: Resident,
+    /// `output.weight`, or `None` when the head is tied to the token embedding.
+    pub output: Option<Resident>,
+}
+
+/// One architecture: how its metadata and tensor names map onto a [`LlamaConfig`] and [`Block`]s.
+pub(crate) struct Arch {
+    /// Its `general.architecture`.
+    pub name: &'static str,
+    /// The models it is known by, for messages and `inspect`.
+    pub models: &'static str,
+    /// Sets what tells this architecture apart on `cfg`, whose common hyperparameters [`common::read`] filled.
+    ///
+    /// [`common::read`]: super::common::read
+    pub configure: fn(&Hparams, &mut LlamaConfig) -> Result<()>,
+    /// Block `l`'s weights.
+    pub block: fn(&Loader, usize, &LlamaConfig) -> Result<Block>,
+}

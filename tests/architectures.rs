@@ -1,0 +1,176 @@
+//! Every decoder architecture of `webtensor::models::arch` against an independent float64 numpy forward pass:
+//! `scripts/arch_models.py` writes a small random-weight GGUF file per architecture with the real tensor names
+//! and metadata keys (llama, a Mistral-style llama with a sliding window, qwen2, qwen3, phi3, gemma2, gemma3) and
+//! the reference logits at every position of three prompts. Each file runs on the CPU backend and the GPU devices
+//! of the suite, with f32 and f16 KV caches, as one prefill (in chunks of up to 4 tokens, and whole) and as
+//! decode steps, and its logits must match within 1e-3 of their largest magnitude (f32 and f16 caches).
+//! The batched decode (several sequences in one step, each with its own mask and window) must give each
+//! sequence the tokens it gets alone.
+#![cfg(feature = "cli")]
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use webtensor::models::llama::batch::{Batch, BatchEvent, BatchOptions};
+use webtensor::models::{GenerateOptions, Llama, LlamaOptions};
+use webtensor::Device;
+
+/// The directory of the written cases (once per test binary), or `None` when the Python packages are missing.
+fn cases() -> Option<&'static PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = common::cli::scratch("architectures");
+        let out = std::process::Command::new("python3")
+            .arg(common::repo_file("scripts/arch_models.py"))
+            .arg(&dir)
+            .output()
+            .expect("python3 runs");
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(std::env::var("REQUIRE_MODELS").as_deref() != Ok("1"), "arch_models.py failed: {err}");
+            println!("SKIPPED: scripts/arch_models.py needs numpy and gguf: {err}");
+            return None;
+        }
+        Some(dir)
+    })
+    .as_ref()
+}
+
+struct Prompt {
+    ids: Vec<u32>,
+    /// The reference logits after each position.
+    logits: Vec<Vec<f64>>,
+}
+
+fn reference(case: &str) -> Vec<Prompt> {
+    let path = cases().unwrap().join(format!("{case}.json"));
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let nums =
+        |v: &serde_json::Value| -> Vec<f64> { v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
+    j["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| Prompt {
+            ids: nums(&p["ids"]).into_iter().map(|x| x as u32).collect(),
+            logits: p["logits"].as_array().unwrap().iter().map(nums).collect(),
+        })
+        .collect()
+}
+
+/// max |got − want| / max |want|.
+fn rel_err(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "vocabulary size");
+    let diff = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w).abs()).fold(0.0, f64::max);
+    diff / want.iter().map(|w| w.abs()).fold(0.0, f64::max)
+}
+
+fn load(case: &str, device: &Device, f32_cache: bool, max_chunk: usize) -> Llama {
+    let path = cases().unwrap().join(format!("{case}.gguf"));
+    let options = LlamaOptions { context: 32, f32_cache, max_chunk, ..Default::default() };
+    Llama::load(device, path.to_str().unwrap(), options).unwrap_or_else(|e| panic!("{case}: {e}"))
+}
+
+/// The largest relative error of `case`'s logits on `device`: each prompt prefilled at once (chunks of up to
+/// `max_chunk`), then token by token (decode steps).
+fn worst_error(case: &str, device: &Device, f32_cache: bool, max_chunk: usize) -> f64 {
+    let mut m = load(case, device, f32_cache, max_chunk);
+    let mut worst: f64 = 0.0;
+    for p in reference(case) {
+        m.reset();
+        let got = m.logits(&p.ids).unwrap();
+        worst = worst.max(rel_err(&got, p.logits.last().unwrap()));
+        m.reset();
+        for (i, &id) in p.ids.iter().enumerate() {
+            let got = m.logits(&[id]).unwrap();
+            worst = worst.max(rel_err(&got, &p.logits[i]));
+        }
+    }
+    worst
+}
+
+fn check(case: &str) {
+    if cases().is_none() {
+        return;
+    }
+    for device in common::devices() {
+        for (f32_cache, max_chunk, tol) in [(true, 4, 1e-3), (true, 256, 1e-3), (false, 4, 1e-3)] {
+            let err = worst_error(case, device, f32_cache, max_chunk);
+            println!("{case} on {device:?}, f32 cache {f32_cache}, chunks of {max_chunk}: relative error {err:.2e}");
+            assert!(err <= tol, "{case} on {device:?} (f32 cache {f32_cache}, chunks {max_chunk}): {err:.2e} > {tol}");
+        }
+    }
+}
+
+/// Greedy tokens of three prompts decoded together in one batch equal each alone.
+fn batched_as_alone(case: &str) {
+    if cases().is_none() {
+        return;
+    }
+    let opts = GenerateOptions { max_tokens: 10, ignore_eos: true, ..Default::default() };
+    for device in common::devices() {
+        let prompts: Vec<Vec<u32>> = reference(case).into_iter().map(|p| p.ids).collect();
+        let mut m = load(case, device, true, 4);
+        let alone: Vec<Vec<u32>> = prompts
+            .iter()
+            .map(|p| {
+                m.reset();
+                m.generate(p, &opts, |_, _| true).unwrap().tokens
+            })
+            .collect();
+        let mut batch = Batch::new(m, BatchOptions { slots: 3, prefill_tokens: 8 }).unwrap();
+        let ids: Vec<_> = prompts.iter().map(|p| batch.add(p, &opts).unwrap()).collect();
+        let mut got = vec![vec![]; prompts.len()];
+        for _ in 0..100 {
+            for e in batch.step().unwrap() {
+                if let BatchEvent::Finished(id, g) = e {
+                    got[ids.iter().position(|&i| i == id).unwrap()] = g.tokens;
+                }
+            }
+            if batch.active() == 0 {
+                break;
+            }
+        }
+        assert_eq!(got, alone, "{case} on {device:?}: batched as alone");
+    }
+}
+
+#[test]
+fn llama() {
+    check("llama");
+}
+
+#[test]
+fn mistral_sliding_window() {
+    check("mistral");
+    batched_as_alone("mistral");
+}
+
+#[test]
+fn qwen2_qkv_bias() {
+    check("qwen2");
+}
+
+#[test]
+fn qwen3_qk_norm() {
+    check("qwen3");
+}
+
+#[test]
+fn phi3_fused_qkv_and_gate_up() {
+    check("phi3");
+    batched_as_alone("phi3");
+}
+
+#[test]
+fn gemma2_softcapping_and_alternating_windows() {
+    check("gemma2");
+    batched_as_alone("gemma2");
+}
+
+#[test]
+fn gemma3_qk_norm_and_local_rope() {
+    check("gemma3");
+    batched_as_alone("gemma3");
+}
