@@ -16,7 +16,8 @@ Conventions followed (llama.cpp's graphs, which match the published HF definitio
   * rms_norm(x)·w with rms_norm(x) = x / sqrt(mean(x²) + eps); causal grouped-query attention, query head h reading
     KV head h // (H / Hkv), scores scaled by 1/sqrt(head_dim); a sliding window of n lets query q see key k iff
     0 <= q - k < n (llama.cpp's LLAMA_SWA_TYPE_STANDARD, HF's sliding_window).
-  * rope angle of pair i at position p: p·scale·base^(-2i/n_rot). NORMAL (arch llama) rotates (x[2i], x[2i+1]) --
+  * rope angle of pair i at position p: p·scale·base^(-2i/n_rot) / factor[i], with the factors of Llama 3's rope
+    scaling stored as rope_freqs.weight as convert_hf_to_gguf computes them (1 without the tensor). NORMAL (arch llama) rotates (x[2i], x[2i+1]) --
     llama.cpp's converter has permuted the Q/K rows for it; NEOX (every other arch) rotates (x[i], x[i + n_rot/2]).
   * qwen2: Q/K/V biases. qwen3, gemma3: per-head RMS norms of q and k before rope, head_dim from key_length.
   * phi3: fused attn_qkv (q, k, v rows) and fused ffn_up (gate rows, then up rows).
@@ -40,9 +41,12 @@ import gguf
 
 BASE = dict(E=64, H=4, Hkv=2, D=16, F=96, L=2, eps=1e-5, base=10000.0, tied=False, window=None, bias=False,
             qk_norm=False, fused=False, gemma=False, attn_cap=None, final_cap=None, rope_linear=None,
-            head_dim_keys=False, qk_gain=1.0, pre="default")
+            head_dim_keys=False, qk_gain=1.0, pre="default", llama3_rope=None)
 CASES = {
     "llama": dict(arch="llama"),
+    # Llama 3.1's rope scaling at a small original context, so that most pairs are scaled within the prompts
+    "llama3": dict(arch="llama", base=10000.0, llama3_rope=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                                              original_max_position_embeddings=32)),
     "mistral": dict(arch="llama", tied=True, window=5),
     "qwen2": dict(arch="qwen2", bias=True, tied=True, base=1e6, eps=1e-6, pre="qwen2"),
     "qwen3": dict(arch="qwen3", E=48, qk_norm=True, eps=1e-6, head_dim_keys=True, pre="qwen2"),
@@ -110,7 +114,26 @@ def make_weights(c, rng):
         W[p + "ffn_down.weight"] = mat(E, F)
         if c["gemma"]:
             W[p + "post_attention_norm.weight"], W[p + "post_ffw_norm.weight"] = norm(E), norm(E)
+    if c["llama3_rope"]:
+        W["rope_freqs.weight"] = llama3_factors(c["base"], D, **c["llama3_rope"])
     return W
+
+
+def llama3_factors(base, dim, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings):
+    """Each rope pair's frequency divisor under Llama 3's rope scaling, as convert_hf_to_gguf writes rope_freqs."""
+    old = original_max_position_embeddings
+    low_wavelen, high_wavelen = old / low_freq_factor, old / high_freq_factor
+    out = []
+    for i in range(0, dim, 2):
+        wavelen = 2 * math.pi * base ** (i / dim)
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def write_gguf(path, name, c, W):
@@ -183,10 +206,11 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, neox):
-    """Rotate x [T, heads, n] at positions pos [T] (NEOX halves or NORMAL adjacent pairs)."""
+def rope(x, pos, base, neox, factors=None):
+    """Rotate x [T, heads, n] at positions pos [T] (NEOX halves or NORMAL adjacent pairs), pair i's angle divided by
+    factors[i] where there are factors."""
     n = x.shape[-1]
-    angle = pos[:, None, None] * base ** (-np.arange(0, n, 2) / n)
+    angle = pos[:, None, None] * base ** (-np.arange(0, n, 2) / n) / (1.0 if factors is None else factors)
     cos, sin = np.cos(angle), np.sin(angle)
     x0, x1 = (x[..., : n // 2], x[..., n // 2:]) if neox else (x[..., 0::2], x[..., 1::2])
     r0, r1 = x0 * cos - x1 * sin, x0 * sin + x1 * cos
@@ -205,7 +229,8 @@ def attention(hp, W, layer, x):
         k = rms_norm(k, W[p + "attn_k_norm.weight"], hp["eps"])
     window, base, scale = layer_attention(hp, layer)
     pos = np.arange(T, dtype=np.float64)
-    q, k = rope(q, pos * scale, base, hp["neox"]), rope(k, pos * scale, base, hp["neox"])
+    f = W.get("rope_freqs.weight")
+    q, k = rope(q, pos * scale, base, hp["neox"], f), rope(k, pos * scale, base, hp["neox"], f)
     k, v = np.repeat(k, H // Hkv, axis=1), np.repeat(v, H // Hkv, axis=1)
     s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(D)
     if hp["attn_cap"]:
@@ -250,7 +275,7 @@ def forward(hp, W, ids):
     return logits
 
 
-HF_CLASSES = {"llama": ("llama", "LlamaForCausalLM"), "mistral": ("mistral", "MistralForCausalLM"),
+HF_CLASSES = {"llama": ("llama", "LlamaForCausalLM"), "llama3": ("llama", "LlamaForCausalLM"), "mistral": ("mistral", "MistralForCausalLM"),
               "qwen2": ("qwen2", "Qwen2ForCausalLM"), "qwen3": ("qwen3", "Qwen3ForCausalLM"),
               "phi3": ("phi3", "Phi3ForCausalLM"), "gemma2": ("gemma2", "Gemma2ForCausalLM"),
               "gemma3": ("gemma3_text", "Gemma3ForCausalLM")}
@@ -271,6 +296,8 @@ def hf_state_dict(hp, W):
            "output.weight": "lm_head.weight"}
     sd = {}
     for name, a in W.items():
+        if name == "rope_freqs.weight":  # HF computes the factors from rope_parameters
+            continue
         m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", name)
         if m and not hp["neox"] and m[2] in ("attn_q", "attn_k"):  # inverse of convert_hf_to_gguf's permute
             heads = hp["H"] if m[2] == "attn_q" else hp["Hkv"]
@@ -296,6 +323,8 @@ def check_hf(name, hp, W, prompts):
     if hp["gemma"]:
         cfg.update(query_pre_attn_scalar=hp["D"], hidden_activation="gelu_pytorch_tanh",
                    attn_logit_softcapping=hp["attn_cap"], final_logit_softcapping=hp["final_cap"])
+    if name == "llama3":
+        cfg["rope_parameters"] = {"rope_type": "llama3", "rope_theta": hp["base"], **CASES[name]["llama3_rope"]}
     if model_type == "gemma3_text":
         cfg["rope_parameters"] = {
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},

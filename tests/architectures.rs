@@ -1,6 +1,7 @@
 //! Every decoder architecture of `webtensor::models::arch` against an independent float64 numpy forward pass:
 //! `scripts/arch_models.py` writes a small random-weight GGUF file per architecture with the real tensor names
-//! and metadata keys (llama, a Mistral-style llama with a sliding window, qwen2, qwen3, phi3, gemma2, gemma3) and
+//! and metadata keys (llama, Llama 3's rope frequency factors, a Mistral-style llama with a sliding window, qwen2,
+//! qwen3, phi3, gemma2, gemma3) and
 //! the reference logits at every position of three prompts. Each file runs on the CPU backend and the GPU devices
 //! of the suite, with f32 and f16 KV caches, as one prefill (in chunks of up to 4 tokens, and whole) and as
 //! decode steps, and its logits must match within 1e-3 of their largest magnitude (f32 and f16 caches).
@@ -142,6 +143,12 @@ fn llama() {
 }
 
 #[test]
+fn llama3_rope_frequency_factors() {
+    check("llama3");
+    batched_as_alone("llama3");
+}
+
+#[test]
 fn mistral_sliding_window() {
     check("mistral");
     batched_as_alone("mistral");
@@ -173,4 +180,26 @@ fn gemma2_softcapping_and_alternating_windows() {
 fn gemma3_qk_norm_and_local_rope() {
     check("gemma3");
     batched_as_alone("gemma3");
+}
+
+/// `inspect` names each file's architecture, says that it runs, and gives the widths its metadata declares.
+#[test]
+fn inspect_names_the_architecture() {
+    let Some(dir) = cases() else { return };
+    for (case, arch) in [
+        ("llama", "llama"),
+        ("llama3", "llama"),
+        ("mistral", "llama"),
+        ("qwen2", "qwen2"),
+        ("qwen3", "qwen3"),
+        ("phi3", "phi3"),
+        ("gemma2", "gemma2"),
+        ("gemma3", "gemma3"),
+    ] {
+        let path = dir.join(format!("{case}.gguf"));
+        let out = common::cli::assert_success(&common::cli::webtensor(dir, &["inspect", path.to_str().unwrap()]));
+        let line = out.lines().nth(1).unwrap_or_default();
+        assert!(line.starts_with(&format!("architecture: {arch} (")), "{case}: {line}");
+        assert!(line.contains("supported by generate, chat and serve") && line.contains(" layers, width "), "{line}");
+    }
 }

@@ -405,7 +405,8 @@ fn fusion_keeps_every_intermediate_in_its_dtype() {
 /// `[T, H·D]`, `set_rows(cache, idx, ·)`): on every backend the rope is computed by the write (one dispatch
 /// fewer, kernel `rope+set_rows`), the cache holds what the unfused plan writes bit for bit (a rope of f16
 /// rounded to f16 before an f32 cache), and both match the f64 reference. Rows not written keep their zeros;
-/// with repeated indices the last row wins; the positions serve as the indices (one binding) or not.
+/// with repeated indices the last row wins; the positions serve as the indices (one binding) or not; with and
+/// without frequency factors.
 #[test]
 fn rope_is_fused_into_the_kv_cache_write() {
     use webtensor::DType::{F16, I32};
@@ -414,14 +415,24 @@ fn rope_is_fused_into_the_kv_cache_write() {
     let xv: Vec<f32> = (0..t * h * d).map(|i| ((i * 37 % 23) as f32 - 11.0) / 8.0).collect();
     let positions = [2i32, 0, 2];
     for device in common::devices() {
-        for (rope_dtype, cache_dtype, same_idx) in [(F32, F32, true), (F32, F16, false), (F16, F32, true)] {
-            let case = format!("rope {rope_dtype:?}, cache {cache_dtype:?}, indices = positions: {same_idx}");
+        let cases = [
+            (F32, F32, true, false),
+            (F32, F16, false, false),
+            (F16, F32, true, false),
+            (F32, F16, true, true),
+            (F32, F32, false, true),
+        ];
+        for (rope_dtype, cache_dtype, same_idx, with_factors) in cases {
+            let case = format!(
+                "rope {rope_dtype:?}, cache {cache_dtype:?}, indices = positions: {same_idx}, factors: {with_factors}"
+            );
             let cache = device.state("cache", cache_dtype, &[cap, h * d]).unwrap();
             let mut g = Graph::new();
             let x = g.input("x", rope_dtype, &[t, h, d]).unwrap();
             let pos = g.input("pos", I32, &[t]).unwrap();
             let idx = if same_idx { pos } else { g.input("idx", I32, &[t]).unwrap() };
-            let k = g.rope(x, pos, &rope).unwrap();
+            let factors = with_factors.then(|| g.input("factors", F32, &[3]).unwrap());
+            let k = g.rope_ext(x, pos, factors, &rope).unwrap();
             let k = g.reshape(k, &[t, h * d]).unwrap();
             let c = g.state(&cache).unwrap();
             let c = g.set_rows(c, idx, k).unwrap();
@@ -434,6 +445,11 @@ fn rope_is_fused_into_the_kv_cache_write() {
             let mut inputs = vec![(x, &xh), (pos, &ih)];
             if !same_idx {
                 inputs.push((idx, &ih));
+            }
+            let fv = [1.0f32, 2.5, 8.0];
+            let fh = webtensor::HostTensor::f32(&[3], fv.to_vec()).unwrap();
+            if let Some(f) = factors {
+                inputs.push((f, &fh));
             }
             let run = |no_fusion| {
                 cache.zero().unwrap();
@@ -451,7 +467,9 @@ fn rope_is_fused_into_the_kv_cache_write() {
             // the reference: the rows of the last occurrence of each index, zeros elsewhere
             let xr = Arr::new(&[t, h, d], xh.data.to_f32().iter().map(|&v| v as f64).collect());
             let pr = Arr::new(&[t], positions.iter().map(|&p| p as f64).collect());
-            let want = r::rope(&xr, &pr, rope.n_dims, true, rope.freq_base, rope.freq_scale);
+            let fr = Arr::new(&[3], fv.iter().map(|&v| v as f64).collect());
+            let fr = with_factors.then_some(&fr);
+            let want = r::rope_ext(&xr, &pr, fr, rope.n_dims, true, rope.freq_base, rope.freq_scale);
             let tol = if rope_dtype == F16 || cache_dtype == F16 { 2e-3 } else { 1e-5 };
             for row in 0..cap {
                 let from = positions.iter().rposition(|&p| p as usize == row);

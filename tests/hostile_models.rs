@@ -325,3 +325,27 @@ fn recommended_sampling_is_read_within_range() {
     assert!(r.ignored.iter().all(|i| i.len() < 60), "no value printed whole: {:?}", r.ignored);
     assert_eq!(m.chat_sampling(1), SamplingOptions::chat(1));
 }
+
+/// Rope frequency factors (`rope_freqs.weight`, Llama 3's rope scaling) divide each pair's angle: they must be
+/// f32 `[rope dims / 2]`, finite and above 0; valid ones load.
+#[test]
+fn rope_factors_that_cannot_divide_are_refused() {
+    let with = |ggml_type: u32, shape: &[usize], values: &[f32]| {
+        let mut t = TinyLlama::new();
+        let bytes = if ggml_type == 0 {
+            values.iter().flat_map(|v| v.to_le_bytes()).collect()
+        } else {
+            values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()
+        };
+        let spec = common::tiny_gguf::TensorSpec { ggml_type, shape: shape.to_vec(), bytes: Some(bytes), offset: None };
+        t.tensors.push(("rope_freqs.weight".into(), spec));
+        t
+    };
+    // heads of 4 dims: 2 pairs
+    assert!(load(&with(0, &[2], &[1.0, 8.0])).is_ok());
+    refused("3 factors", with(0, &[3], &[1.0, 2.0, 3.0]), &["rope_freqs.weight", "[3]", "expected [2]", "tiny.gguf"]);
+    refused("f16 factors", with(1, &[2], &[1.0, 2.0]), &["rope_freqs.weight", "float16", "expected float32"]);
+    for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+        refused(&format!("a factor {bad}"), with(0, &[2], &[1.0, bad]), &["rope_freqs.weight[1]", "above 0"]);
+    }
+}

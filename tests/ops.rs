@@ -668,6 +668,21 @@ fn rope() {
             },
             move |x| r::rope(&x[0].permute(&[1, 0, 2]), &x[1], 64, neox, 100000.0, 0.5),
         ));
+        // frequency factors per pair (Llama 3's rope scaling: 1 for high frequencies, up to 8 for low ones)
+        let rope = Rope { n_dims: 32, mode, freq_base: 500000.0, freq_scale: 1.0 };
+        let factors: Vec<f64> = (0..16).map(|i| [1.0, 1.0, 1.5, 3.25, 8.0, 8.0, 2.0, 0.75][i % 8]).collect();
+        for dtype in [F32, F16] {
+            cases.push(Case::new(
+                format!("rope/{mode:?}/{dtype}/factors"),
+                vec![
+                    inp(dtype, &[2, 7, 3, 48], 1),
+                    inp_given(I32, &[7], positions(7)),
+                    inp_given(F32, &[16], factors.clone()),
+                ],
+                move |g, x| g.rope_ext(x[0], x[1], Some(x[2]), &rope),
+                move |x| r::rope_ext(&x[0], &x[1], Some(&x[2]), 32, neox, 500000.0, 1.0),
+            ));
+        }
     }
     run_suite("rope", &cases);
 }

@@ -40,6 +40,35 @@ fn width<'a>(cells: impl Iterator<Item = &'a str>, max: usize) -> usize {
     cells.map(|c| c.chars().count()).max().unwrap_or(0).min(max)
 }
 
+/// One line naming the file's architecture and whether webtensor runs it (with the model's widths when it
+/// does, or why not).
+fn model_line(f: &GgufFile) -> String {
+    use webtensor::models::arch::{architecture, supported};
+    let name = escape_control(architecture(f));
+    if f.get("general.architecture").is_none() {
+        return "architecture: none (general.architecture is missing): not a model webtensor runs\n".into();
+    }
+    match webtensor::models::llama::LlamaConfig::from_gguf(f) {
+        Ok(c) => {
+            let models = supported().find(|(a, _)| *a == c.arch).map_or("", |(_, m)| m);
+            format!(
+                "architecture: {name} ({models}): supported by generate, chat and serve; {} layers, width {}, \
+                 {} heads ({} key/value) of {} dims, feed-forward {}, vocabulary {}, trained context {} tokens\n",
+                c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.n_vocab, c.n_ctx_train
+            )
+        }
+        Err(e) => match supported().find(|(a, _)| *a == architecture(f)) {
+            Some((_, models)) => {
+                format!("architecture: {name} ({models}): cannot run this file: {}\n", escape_control(&e.to_string()))
+            }
+            None => {
+                let known: Vec<&str> = supported().map(|(a, _)| a).collect();
+                format!("architecture: {name}: not supported (webtensor runs {})\n", known.join(", "))
+            }
+        },
+    }
+}
+
 fn gguf(path: &str) -> Result<String, CliError> {
     let f = GgufFile::open(path)?;
     let mut out = format!(
@@ -50,6 +79,7 @@ fn gguf(path: &str) -> Result<String, CliError> {
         f.metadata.len(),
         f.tensors.len()
     );
+    out += &model_line(&f);
     let keys: Vec<String> = f.metadata.iter().map(|(k, _)| escape_control(k)).collect();
     let kw = width(keys.iter().map(String::as_str), 60);
     for (k, (_, v)) in keys.iter().zip(&f.metadata) {

@@ -204,11 +204,12 @@ fn fuse_rope_set_rows(p: &mut Program) {
     for &s in &p.steps {
         let Step::Op(Op::SetRows { dst, idx, src: v }) = p.nodes[s].step else { continue };
         let Step::Op(Op::View { src: r }) = p.nodes[v].step else { continue };
-        let Step::Op(Op::Rope { x, pos, rope }) = p.nodes[r].step else { continue };
+        let Step::Op(Op::Rope { x, pos, factors, rope }) = p.nodes[r].step else { continue };
         let (lv, lr) = (&p.nodes[v].layout, &p.nodes[r].layout);
         let reshape = lv.is_contiguous() && lv.offset == 0 && lv.numel() == lr.numel() && lr.is_contiguous();
         if reshape && sole(v) && sole(r) && p.nodes[r].storage == r && !reads_state(p, r) {
-            fused.push((s, r, Step::RopeSetRows { dst, idx, x, pos, rope, rope_dtype: p.nodes[r].dtype }));
+            let rope_dtype = p.nodes[r].dtype;
+            fused.push((s, r, Step::RopeSetRows { dst, idx, x, pos, factors, rope, rope_dtype }));
         }
     }
     for (s, r, step) in fused {

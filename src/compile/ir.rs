@@ -85,7 +85,15 @@ pub(crate) enum Step {
     Row { op: RowOp, x: NodeId, mask: Option<NodeId>, params: RowParams },
     /// `set_rows(dst, idx, reshape(rope(x, pos)))`: the rotated rows written straight into `dst` (a KV cache),
     /// each value rounded to `rope_dtype` (the rope's own dtype) first, as the unfused plan stores it.
-    RopeSetRows { dst: NodeId, idx: NodeId, x: NodeId, pos: NodeId, rope: Rope, rope_dtype: DType },
+    RopeSetRows {
+        dst: NodeId,
+        idx: NodeId,
+        x: NodeId,
+        pos: NodeId,
+        factors: Option<NodeId>,
+        rope: Rope,
+        rope_dtype: DType,
+    },
 }
 
 impl Step {
@@ -99,7 +107,9 @@ impl Step {
                 [*a, *b].into_iter().chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
             }
             Step::Row { x, mask, .. } => std::iter::once(*x).chain(*mask).collect(),
-            Step::RopeSetRows { dst, idx, x, pos, .. } => vec![*dst, *idx, *x, *pos],
+            Step::RopeSetRows { dst, idx, x, pos, factors, .. } => {
+                [*dst, *idx, *x, *pos].into_iter().chain(*factors).collect()
+            }
         }
     }
 

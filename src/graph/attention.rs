@@ -19,8 +19,25 @@ impl Graph {
     /// [`Error::InvalidShape`] for another rank, an `n_dims` of 0, odd, or above D; [`Error::ShapeMismatch`] when
     /// pos is not `[T]`; [`Error::UnsupportedDType`] for i32 x or non-i32 positions.
     /// # Reference
-    /// ggml_rope_ext (modes normal and neox, `ext_factor = 0`, `attn_factor = 1`).
+    /// ggml_rope_ext (modes normal and neox, no frequency factors, `ext_factor = 0`, `attn_factor = 1`).
     pub fn rope(&mut self, x: Tensor, pos: Tensor, rope: &Rope) -> Result<Tensor> {
+        self.rope_ext(x, pos, None, rope)
+    }
+
+    /// [`rope`](Self::rope) with an optional frequency factor per pair: pair `i` turns by
+    /// `pos[t] · freq_scale · freq_base^(-2i / n_dims) / factors[i]` radians, as Llama 3's rope scaling
+    /// (`rope_freqs.weight` in its GGUF files) and LongRoPE describe it.
+    ///
+    /// # Shapes
+    /// As [`rope`](Self::rope); factors `[n_dims / 2]`.
+    /// # DTypes
+    /// As [`rope`](Self::rope); factors f32.
+    /// # Errors
+    /// As [`rope`](Self::rope), and [`Error::ShapeMismatch`] or [`Error::UnsupportedDType`] for factors of
+    /// another shape or dtype.
+    /// # Reference
+    /// ggml_rope_ext with its `c` (freq_factors) operand (`ext_factor = 0`, `attn_factor = 1`).
+    pub fn rope_ext(&mut self, x: Tensor, pos: Tensor, factors: Option<Tensor>, rope: &Rope) -> Result<Tensor> {
         let (ix, dt, sx) = self.require_float("rope", x)?;
         let (ip, dp, sp) = self.info("rope", pos)?;
         if !(3..=4).contains(&sx.len())
@@ -44,7 +61,25 @@ impl Graph {
             let reason = "positions must be [T]".into();
             return Err(Error::ShapeMismatch { op: "rope", lhs: sx, rhs: sp, reason });
         }
-        self.push(Op::Rope { x: ix, pos: ip, rope: *rope }, dt, &sx)
+        let factors = match factors {
+            None => None,
+            Some(f) => Some(self.rope_factors(f, rope)?),
+        };
+        self.push(Op::Rope { x: ix, pos: ip, factors, rope: *rope }, dt, &sx)
+    }
+
+    /// Checks rope's frequency factors: f32 `[n_dims / 2]`.
+    fn rope_factors(&self, f: Tensor, rope: &Rope) -> Result<NodeId> {
+        let (id, d, s) = self.info("rope", f)?;
+        if d != DType::F32 {
+            let reason = "frequency factors must be f32".into();
+            return Err(Error::UnsupportedDType { op: "rope", dtype: d, shape: s, reason });
+        }
+        if s != [rope.n_dims / 2] {
+            let reason = format!("frequency factors must be [n_dims / 2] = [{}]", rope.n_dims / 2);
+            return Err(Error::ShapeMismatch { op: "rope", lhs: vec![rope.n_dims], rhs: s, reason });
+        }
+        Ok(id)
     }
 
     /// Scaled dot-product attention, `softmax(q·kᵀ·scale + mask)·v` over the keys, in one op: flash attention on

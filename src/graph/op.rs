@@ -28,10 +28,11 @@ pub(crate) enum Op {
         dst: NodeId,
         src: NodeId,
     },
-    /// Rotary position embedding of `x` at positions `pos`.
+    /// Rotary position embedding of `x` at positions `pos`, each pair's angle divided by its frequency factor.
     Rope {
         x: NodeId,
         pos: NodeId,
+        factors: Option<NodeId>,
         rope: crate::ops::Rope,
     },
     /// Flash attention (see `Graph::attention`).
@@ -127,7 +128,7 @@ impl Op {
             Op::Input { .. } | Op::External { .. } => vec![],
             Op::SetRows { dst, idx, src } => vec![dst, idx, src],
             Op::CopyInto { dst, src } => vec![dst, src],
-            Op::Rope { x, pos, .. } => vec![x, pos],
+            Op::Rope { x, pos, factors, .. } => [x, pos].into_iter().chain(factors).collect(),
             Op::Attention { q, k, v, mask, kv_len, .. } => [q, k, v].into_iter().chain(mask).chain(kv_len).collect(),
             Op::View { src } => vec![src],
             Op::Unary { x, .. } | Op::Cast { x } | Op::Reduce { x, .. } => vec![x],

@@ -28,14 +28,15 @@ impl Rope {
     }
 
     /// The angle in radians by which pair `i` of a head at position `pos` turns, computed in f32 as ggml does (and
-    /// as the GPU kernel does, so both agree): `freq_scale · (pos · theta_scale · .. · theta_scale)`, `i` factors.
-    pub(crate) fn theta(&self, pos: i32, i: usize) -> f32 {
+    /// as the GPU kernel does, so both agree): `freq_scale · (pos · theta_scale · .. · theta_scale / factor)`, `i`
+    /// factors of `theta_scale`, `factor` the pair's frequency factor (1 without them).
+    pub(crate) fn theta(&self, pos: i32, i: usize, factor: f32) -> f32 {
         let ts = self.theta_scale();
         let mut theta = pos as f32;
         for _ in 0..i {
             theta *= ts;
         }
-        self.freq_scale * theta
+        self.freq_scale * (theta / factor)
     }
 
     /// The element indices (within a head) of pair `i`.

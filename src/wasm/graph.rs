@@ -157,7 +157,9 @@ impl WebGraph {
 
     /// Rotary position embedding (ggml_rope_ext): the first `nDims` dims of each head of `x` `[T, H, D]` or
     /// `[B, T, H, D]` turn in pairs by `pos[t] · freqScale · freqBase^(-2i / nDims)` radians; `pos` is int32
-    /// `[T]`; `mode` is `"normal"` (adjacent pairs) or `"neox"` (halves).
+    /// `[T]`; `mode` is `"normal"` (adjacent pairs) or `"neox"` (halves); `factors` (optional float32
+    /// `[nDims / 2]`) divides each pair's angle (Llama 3's rope scaling).
+    #[allow(clippy::too_many_arguments)]
     pub fn rope(
         &mut self,
         x: &WebTensor,
@@ -166,13 +168,16 @@ impl WebGraph {
         #[wasm_bindgen(unchecked_param_type = "\"normal\" | \"neox\"")] mode: &str,
         #[wasm_bindgen(js_name = freqBase)] freq_base: f32,
         #[wasm_bindgen(js_name = freqScale)] freq_scale: f32,
+        #[wasm_bindgen(unchecked_optional_param_type = "Tensor | null")] factors: JsValue,
     ) -> R {
         let mode = match mode {
             "normal" => RopeMode::Normal,
             "neox" => RopeMode::Neox,
             other => return Err(JsError::new(&format!("rope: unknown mode '{other}' (normal, neox)"))),
         };
-        wrap(self.inner.rope(x.inner, pos.inner, &Rope { n_dims: n_dims as usize, mode, freq_base, freq_scale }))
+        let factors = opt_tensor(&factors, "rope: factors")?;
+        let rope = Rope { n_dims: n_dims as usize, mode, freq_base, freq_scale };
+        wrap(self.inner.rope_ext(x.inner, pos.inner, factors, &rope))
     }
 
     /// `softmax(q·kᵀ·scale + mask)·v` in one op (flash attention on the GPU): q `[.., H, T, D]`, k `[.., Hkv, S, D]`,

@@ -527,8 +527,22 @@ pub fn u(i: usize, seed: u64) -> f64 {
 }
 
 /// Rotary position embedding of x `[.., T, H, D]` at positions `pos` (f64 angles from the f32 ones ggml computes:
-/// `theta_i = freq_scale · pos · ts^i` with `ts = f32(freq_base^(-2/n_dims))` multiplied in f32).
+/// `theta_i = freq_scale · pos · ts^i / factors[i]` with `ts = f32(freq_base^(-2/n_dims))` multiplied in f32, the
+/// frequency factors 1 where there are none).
 pub fn rope(x: &Arr, pos: &Arr, n_dims: usize, neox: bool, freq_base: f32, freq_scale: f32) -> Arr {
+    rope_ext(x, pos, None, n_dims, neox, freq_base, freq_scale)
+}
+
+/// [`rope`] with frequency factors `[n_dims / 2]`.
+pub fn rope_ext(
+    x: &Arr,
+    pos: &Arr,
+    factors: Option<&Arr>,
+    n_dims: usize,
+    neox: bool,
+    freq_base: f32,
+    freq_scale: f32,
+) -> Arr {
     let r = x.shape.len();
     let (t, h, d) = (x.shape[r - 3], x.shape[r - 2], x.shape[r - 1]);
     let ts = freq_base.powf(-2.0 / n_dims as f32);
@@ -543,7 +557,7 @@ pub fn rope(x: &Arr, pos: &Arr, n_dims: usize, neox: bool, freq_base: f32, freq_
                     for _ in 0..i {
                         theta *= ts;
                     }
-                    let theta = (freq_scale * theta) as f64;
+                    let theta = freq_scale as f64 * theta as f64 / factors.map_or(1.0, |f| f.data[i]);
                     let (x0, x1) = (x.data[base + a], x.data[base + c]);
                     out.data[base + a] = x0 * theta.cos() - x1 * theta.sin();
                     out.data[base + c] = x0 * theta.sin() + x1 * theta.cos();

@@ -18,6 +18,8 @@ pub(crate) struct RopeKernel {
     pub out_dtype: DType,
     pub x: Leaf,
     pub pos: Leaf,
+    /// Each pair's frequency factor (`[n_dims / 2]`, f32).
+    pub factors: Option<Leaf>,
     pub rope: Rope,
 }
 
@@ -42,15 +44,22 @@ impl RopeKernel {
         let l = &self.x.layout;
         let st = l.strides[l.rank() - 1];
         let mut row = vec![0f32; d];
+        let factors: Vec<f32> = match &self.factors {
+            Some(f) => {
+                let v = mem.view(f.storage, f.dtype);
+                (0..self.rope.n_dims / 2).map(|i| v.get(f.layout.index_of(i))).collect()
+            }
+            None => vec![1.0; self.rope.n_dims / 2],
+        };
         for bi in 0..b {
             for ti in 0..t {
                 let p = pos.get_i32(self.pos.layout.index_of(ti));
                 for hi in 0..h {
                     let first = ((bi * t + ti) * h + hi) * d;
                     x.row_f32(l.index_of(first), st, &mut row);
-                    for i in 0..self.rope.n_dims / 2 {
+                    for (i, &factor) in factors.iter().enumerate() {
                         let (a, c) = self.rope.pair(i);
-                        let (sin, cos) = self.rope.theta(p, i).sin_cos();
+                        let (sin, cos) = self.rope.theta(p, i, factor).sin_cos();
                         let (x0, x1) = (row[a], row[c]);
                         row[a] = x0 * cos - x1 * sin;
                         row[c] = x0 * sin + x1 * cos;

@@ -184,17 +184,27 @@ impl CpuTarget {
                 let src = leaf(p, *src, Some(&dst.layout.shape));
                 CpuKernel::CopyInto(CopyIntoKernel { dst, src })
             }
-            Step::Op(Op::Rope { x, pos, rope }) => CpuKernel::Rope(RopeKernel {
+            Step::Op(Op::Rope { x, pos, factors, rope }) => CpuKernel::Rope(RopeKernel {
                 out,
                 out_dtype,
                 x: leaf(p, *x, None),
                 pos: leaf(p, *pos, None),
+                factors: factors.map(|f| leaf(p, f, None)),
                 rope: *rope,
             }),
-            &Step::RopeSetRows { dst, idx, x, pos, rope, rope_dtype } => CpuKernel::RopeSetRows(RopeSetRowsKernel {
-                rope: RopeKernel { out, out_dtype: rope_dtype, x: leaf(p, x, None), pos: leaf(p, pos, None), rope },
-                set: SetRowsKernel { dst: leaf(p, dst, None), idx: leaf(p, idx, None), src: leaf(p, x, None) },
-            }),
+            &Step::RopeSetRows { dst, idx, x, pos, factors, rope, rope_dtype } => {
+                CpuKernel::RopeSetRows(RopeSetRowsKernel {
+                    rope: RopeKernel {
+                        out,
+                        out_dtype: rope_dtype,
+                        x: leaf(p, x, None),
+                        pos: leaf(p, pos, None),
+                        factors: factors.map(|f| leaf(p, f, None)),
+                        rope,
+                    },
+                    set: SetRowsKernel { dst: leaf(p, dst, None), idx: leaf(p, idx, None), src: leaf(p, x, None) },
+                })
+            }
             Step::Op(Op::Attention { q, k, v, mask, kv_len, scale, causal }) => {
                 let q = leaf(p, *q, None);
                 let k = leaf(p, *k, None);

@@ -90,12 +90,6 @@ fn has(h: &Hparams, key: &str) -> bool {
 /// Settings of real files that would change what the model computes, which this runner does not implement.
 fn refuse_unsupported(h: &Hparams) -> Result<()> {
     let f = h.f;
-    if f.tensor("rope_freqs.weight").is_some() {
-        return Err(unsupported(
-            h,
-            "rope frequency factors (rope_freqs.weight, Llama 3.1's long-context scaling)".into(),
-        ));
-    }
     if f.tensor("rope_factors_long.weight").is_some() {
         return Err(unsupported(h, "LongRoPE factors (rope_factors_long.weight, Phi-3's 128k models)".into()));
     }

@@ -2,6 +2,7 @@
 //! kernel takes, before any byte moves: whole tensors, optional ones, and the parts of fused ones.
 
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::io::gguf::{GgufFile, TensorInfo};
 use crate::models::hparams::{vector_dtype, weight_dtype};
@@ -45,6 +46,30 @@ impl Loader<'_> {
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Resident> {
         let t = self.info(name, shape)?;
         self.device.upload_bytes(name, t.dtype, &t.shape, self.f.data(t))
+    }
+
+    /// The optional f32 vector `name` of `n` elements, each finite and above 0 (factors something is divided by:
+    /// rope's frequency factors), resident.
+    ///
+    /// # Errors
+    /// [`Error::Format`] naming the file and the tensor when it is of another shape or dtype, or holds a value
+    /// that is not finite and positive; device errors from uploading.
+    pub fn factors(&self, name: &str, n: usize) -> Result<Option<Resident>> {
+        if self.f.tensor(name).is_none() {
+            return Ok(None);
+        }
+        let t = self.info(name, &[n])?;
+        if t.dtype != DType::F32 {
+            return Err(self.error(format!("tensor {name} is {}, expected {}", t.dtype, DType::F32)));
+        }
+        let data = self.f.data(t);
+        for (i, b) in data.as_slice().chunks_exact(4).enumerate() {
+            let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            if !(v.is_finite() && v > 0.0) {
+                return Err(self.error(format!("tensor {name}[{i}] is {v}: factors must be finite and above 0")));
+            }
+        }
+        self.device.upload_bytes(name, t.dtype, &t.shape, data).map(Some)
     }
 
     /// Row blocks of the matrix `name` of `shape` `[Σ rows, in]`, one resident each (`rows` in order): the Q,

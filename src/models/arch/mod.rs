@@ -5,7 +5,7 @@
 //!
 //! | `general.architecture` | models |
 //! |---|---|
-//! | `llama` | SmolLM2, TinyLlama, Llama 2 and 3.x (without Llama 3.1's rope factors), Mistral |
+//! | `llama` | SmolLM2, TinyLlama, Llama 2, Llama 3.x (with its rope frequency factors), Mistral |
 //! | `qwen2`, `qwen3` | Qwen2, Qwen2.5, Qwen3 (dense) |
 //! | `phi3` | Phi-3, Phi-3.5 mini (without LongRoPE) |
 //! | `gemma`, `gemma2`, `gemma3` | Gemma 1, 2, 3 (text) |
@@ -60,8 +60,7 @@ impl LlamaConfig {
     /// [`supported`] (named), a required value missing, of the wrong type or out of range, widths that do not
     /// fit together (H not a multiple of Hkv, rope dims above D, a token embedding that is not `[V, E]`, a
     /// vocabulary whose token list has another length), and for what the runner does not implement, saying so:
-    /// rope scaling other than linear, rope frequency factors (`rope_freqs.weight`, Llama 3.1's long-context
-    /// scaling), LongRoPE, experts, a value width other than the key width, an EOS appended to prompts.
+    /// rope scaling other than linear, LongRoPE, experts, a value width other than the key width, an EOS appended to prompts.
     pub fn from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
         let arch = find(f)?;
         let h = Hparams { f, arch: arch.name };
@@ -82,5 +81,6 @@ pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig) -> 
         blocks,
         output_norm: ld.tensor("output_norm.weight", &[e])?,
         output: if cfg.tied_output { None } else { Some(ld.tensor("output.weight", &[v, e])?) },
+        rope_factors: ld.factors("rope_freqs.weight", cfg.rope_dims / 2)?,
     })
 }

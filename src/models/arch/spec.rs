@@ -109,6 +109,8 @@ pub(crate) struct Weights {
     pub output_norm: Resident,
     /// `output.weight`, or `None` when the head is tied to the token embedding.
     pub output: Option<Resident>,
+    /// `rope_freqs.weight`: each rope pair's frequency factor, f32 `[rope_dims / 2]` (Llama 3.1's rope scaling).
+    pub rope_factors: Option<Resident>,
 }
 
 /// One architecture: how its metadata and tensor names map onto a [`LlamaConfig`] and [`Block`]s.

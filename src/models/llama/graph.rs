@@ -53,6 +53,8 @@ struct Io {
     swa_mask: Option<Tensor>,
     /// One sequence's rows (first cache row, positions), or `n` sequences, one per slot from the first.
     view: View,
+    /// Rope's frequency factors, where the model has them.
+    rope_factors: Option<Tensor>,
 }
 
 #[derive(Clone, Copy)]
@@ -71,7 +73,9 @@ pub(crate) fn build_step(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, t: usi
     let kv_len = g.input("kv_len", DType::I32, &[1])?;
     let mask = cfg.attn_softcap.map(|_| g.input("mask", DType::F32, &[t, cap])).transpose()?;
     let swa_mask = cfg.sliding_window.map(|_| g.input("swa_mask", DType::F32, &[t, cap])).transpose()?;
-    let io = Io { pos, rows, kv_len, mask, swa_mask, view: View::Step { first: slot * cap, len: cap } };
+    let rope_factors = w.rope_factors.as_ref().map(|f| g.resident(f)).transpose()?;
+    let view = View::Step { first: slot * cap, len: cap };
+    let io = Io { pos, rows, kv_len, mask, swa_mask, view, rope_factors };
     let mut h = embed(&mut g, cfg, w, tokens)?;
     for (l, b) in w.blocks.iter().enumerate() {
         h = layer(&mut g, cfg, (l, b), cache, h, &io)?;
@@ -94,7 +98,8 @@ pub(crate) fn build_decode_batch(cfg: &LlamaConfig, w: &Weights, cache: &KvCache
     let mask = g.input("mask", DType::F32, &[n, 1, 1, cap])?;
     let kv_len = g.input("kv_len", DType::I32, &[1])?;
     let swa_mask = cfg.sliding_window.map(|_| g.input("swa_mask", DType::F32, &[n, 1, 1, cap])).transpose()?;
-    let io = Io { pos, rows, kv_len, mask: Some(mask), swa_mask, view: View::Batch { n } };
+    let rope_factors = w.rope_factors.as_ref().map(|f| g.resident(f)).transpose()?;
+    let io = Io { pos, rows, kv_len, mask: Some(mask), swa_mask, view: View::Batch { n }, rope_factors };
     let mut x = embed(&mut g, cfg, w, tokens)?;
     for (l, b) in w.blocks.iter().enumerate() {
         x = layer(&mut g, cfg, (l, b), cache, x, &io)?;
@@ -169,7 +174,7 @@ fn layer(
     io: &Io,
 ) -> Result<Tensor> {
     let x = nn::rms_norm(g, h, &b.attn_norm, cfg.rms_eps)?;
-    let (q, k, v) = qkv(g, cfg, (l, b), x, io.pos)?;
+    let (q, k, v) = qkv(g, cfg, (l, b), x, io)?;
     let (kc, vc) = write_kv(g, (&cache.k[l], &cache.v[l]), io.rows, k, v)?;
     let o = attention(g, cfg, l, q, (kc, vc), cache.capacity, io)?;
     let a = nn::linear(g, o, &b.wo, None)?;
@@ -182,13 +187,14 @@ fn layer(
 }
 
 /// The Q `[R, H, D]`, K and V `[R, Hkv · D]` projections of `[R, E]` rows (biased, and Q and K normed per head,
-/// where the block has those), Q and K roped at `pos` (with the sliding-window layers' rope on those).
+/// where the block has those), Q and K roped at `io.pos` (with the sliding-window layers' rope on those, and the
+/// model's frequency factors where it has them).
 fn qkv(
     g: &mut Graph,
     cfg: &LlamaConfig,
     (l, b): (usize, &Block),
     x: Tensor,
-    pos: Tensor,
+    io: &Io,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let r = g.shape(x)?[0];
     let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
@@ -197,11 +203,11 @@ fn qkv(
     let q = nn::linear(g, x, &b.wq, b.bq.as_ref())?;
     let q = g.reshape(q, &[r, h, d])?;
     let q = nn::maybe_rms_norm(g, q, b.q_norm.as_ref(), cfg.rms_eps)?;
-    let q = g.rope(q, pos, &rope)?;
+    let q = g.rope_ext(q, io.pos, io.rope_factors, &rope)?;
     let k = nn::linear(g, x, &b.wk, b.bk.as_ref())?;
     let k = g.reshape(k, &[r, hkv, d])?;
     let k = nn::maybe_rms_norm(g, k, b.k_norm.as_ref(), cfg.rms_eps)?;
-    let k = g.rope(k, pos, &rope)?;
+    let k = g.rope_ext(k, io.pos, io.rope_factors, &rope)?;
     let k = g.reshape(k, &[r, hkv * d])?;
     let v = nn::linear(g, x, &b.wv, b.bv.as_ref())?;
     Ok((q, k, v))

@@ -12,8 +12,14 @@ use crate::graph::{NodeId, Op};
 use crate::ops::RopeMode;
 
 const ROPE: &str = include_str!("rope.wgsl");
-/// `rope_value(i)`, shared with the rope fused into a KV-cache write (`rope_set_rows.rs`).
-pub(crate) const ROTATE: &str = include_str!("rope_rotate.wgsl");
+const ROTATE: &str = include_str!("rope_rotate.wgsl");
+
+/// `rope_value(i)`, shared with the rope fused into a KV-cache write (`rope_set_rows.rs`): each pair's angle
+/// divided by its frequency factor read from the binding `factors` names, or by none.
+pub(crate) fn rotate(factors: Option<&str>) -> String {
+    let theta = factors.map_or("theta".into(), |b| format!("(theta / f32(ld_{b}(pair)))"));
+    render(ROTATE, &[("THETA", theta)])
+}
 
 params! {
     /// `rope.wgsl`: rotary position embedding of a `[B, T, H, D]` tensor.
@@ -54,19 +60,22 @@ impl Family for Rope {
         RopeParams::layout()
     }
 
+    /// x, positions and (a third input) the frequency factors.
     fn bindings(&self, key: &KernelKey) -> Vec<Binding> {
-        vec![Binding::output("out", key.out), Binding::input("src0", key.ins[0]), Binding::input("src1", key.ins[1])]
+        let ins = ["src0", "src1", "src2"].into_iter().zip(&key.ins).map(|(name, &d)| Binding::input(name, d));
+        std::iter::once(Binding::output("out", key.out)).chain(ins).collect()
     }
 
     fn wgsl(&self, key: &KernelKey, bindings: String) -> String {
-        render(ROPE, &[("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into())]) + ROTATE
+        let factors = (key.ins.len() == 3).then_some("src2");
+        render(ROPE, &[("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into())]) + &rotate(factors)
     }
 }
 
 /// Lowers rope.
 pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
     let nodes = &p.nodes;
-    let Step::Op(Op::Rope { x, pos, rope }) = &nodes[id].step else { return None };
+    let Step::Op(Op::Rope { x, pos, factors, rope }) = &nodes[id].step else { return None };
     let lx = &nodes[*x].layout;
     let (shape, strides) = lx.padded4();
     let lp = &nodes[*pos].layout;
@@ -83,15 +92,17 @@ pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec
         shape: vec4(shape),
         x_strides: vec4(strides),
     };
-    let key = KernelKey::new(KernelKind::new(Rope), nodes[id].dtype, vec![nodes[*x].dtype, nodes[*pos].dtype]);
-    let bindings = vec![nodes[id].storage, nodes[*x].storage, nodes[*pos].storage];
+    let ins = [*x, *pos].into_iter().chain(*factors);
+    let key = KernelKey::new(KernelKind::new(Rope), nodes[id].dtype, ins.clone().map(|n| nodes[n].dtype).collect());
+    let bindings = std::iter::once(id).chain(ins).map(|n| nodes[n].storage).collect();
     let workgroups = grid("rope", (count as u64).div_ceil(256), t.max_groups);
     Some(workgroups.map(|g| vec![dispatch(key, Params::new(params), bindings, g)]))
 }
 
-/// f32 and f16, positions i32.
+/// f32 and f16, positions i32, with and without f32 frequency factors.
 pub(crate) fn variants(keys: &mut Vec<KernelKey>) {
     for d in [DType::F32, DType::F16] {
         keys.push(KernelKey::new(KernelKind::new(Rope), d, vec![d, DType::I32]));
+        keys.push(KernelKey::new(KernelKind::new(Rope), d, vec![d, DType::I32, DType::F32]));
     }
 }

@@ -2,7 +2,7 @@
 //! rope's output seen as rows (llama.cpp's rope + set_rows fusion), one invocation per rotated element; the
 //! compiler makes the step (`compile/fuse.rs`), saving the rope's dispatch and its memory.
 
-use super::rope::ROTATE;
+use super::rope::rotate;
 use super::set_rows::TARGET_ROW;
 use crate::backend::gpu::kernel::{Binding, Dispatch, Family, KernelKey, KernelKind};
 use crate::backend::gpu::params::{params, vec4, Params, ParamsBlock, ParamsLayout};
@@ -73,7 +73,7 @@ impl Family for RopeSetRows {
     }
 
     fn bindings(&self, key: &KernelKey) -> Vec<Binding> {
-        let ins = ["src0", "src1", "src2"].into_iter().zip(&key.ins).map(|(name, &d)| Binding::input(name, d));
+        let ins = ["src0", "src1", "src2", "src3"].into_iter().zip(&key.ins).map(|(name, &d)| Binding::input(name, d));
         std::iter::once(Binding::output("out", key.out)).chain(ins).collect()
     }
 
@@ -81,14 +81,14 @@ impl Family for RopeSetRows {
         let round = if self.rope_dtype == DType::F16 { "f16_round(v)" } else { "v" };
         let subs = [("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into()), ("ROUND", round.into())];
         let target = render(TARGET_ROW, &[("IDX", "src2".into())]);
-        render(ROPE_SET_ROWS, &subs) + ROTATE + &target
+        render(ROPE_SET_ROWS, &subs) + &rotate((key.ins.len() == 4).then_some("src3")) + &target
     }
 }
 
 /// Lowers the fused step: the destination is written in place.
 pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
     let nodes = &p.nodes;
-    let Step::RopeSetRows { dst, idx, x, pos, rope, rope_dtype } = nodes[id].step else { return None };
+    let Step::RopeSetRows { dst, idx, x, pos, factors, rope, rope_dtype } = nodes[id].step else { return None };
     let (lx, ld, li, lp) = (&nodes[x].layout, &nodes[dst].layout, &nodes[idx].layout, &nodes[pos].layout);
     let (shape, x_strides) = lx.padded4();
     let count = lx.numel();
@@ -112,9 +112,10 @@ pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec
         idx_stride: li.strides[0] as u32,
         _pad0: 0,
     };
-    let ins = vec![nodes[x].dtype, nodes[pos].dtype, nodes[idx].dtype];
+    let srcs = [x, pos, idx].into_iter().chain(factors);
+    let ins = srcs.clone().map(|n| nodes[n].dtype).collect();
     let key = KernelKey::new(KernelKind::new(RopeSetRows { rope_dtype }), nodes[dst].dtype, ins);
-    let bindings = vec![nodes[id].storage, nodes[x].storage, nodes[pos].storage, nodes[idx].storage];
+    let bindings = std::iter::once(id).chain(srcs).map(|n| nodes[n].storage).collect();
     let workgroups = grid("rope+set_rows", (count as u64).div_ceil(256), t.max_groups);
     Some(workgroups.map(|g| vec![dispatch(key, Params::new(params), bindings, g)]))
 }
@@ -124,9 +125,13 @@ pub(crate) fn variants(keys: &mut Vec<KernelKey>) {
     use DType::{F16, F32, I32};
     for (dst, rope) in [(F32, F32), (F16, F32), (F16, F16), (F32, F16)] {
         keys.push(KernelKey::new(KernelKind::new(RopeSetRows { rope_dtype: rope }), dst, vec![rope, I32, I32]));
+        keys.push(KernelKey::new(KernelKind::new(RopeSetRows { rope_dtype: rope }), dst, vec![rope, I32, I32, F32]));
     }
     // the rope's positions are the rows written (a language model's KV cache): one binding
     let mut same = KernelKey::new(KernelKind::new(RopeSetRows { rope_dtype: F32 }), F16, vec![F32, I32, I32]);
     same.alias = vec![0, 1, 2, 2];
+    keys.push(same);
+    let mut same = KernelKey::new(KernelKind::new(RopeSetRows { rope_dtype: F32 }), F16, vec![F32, I32, I32, F32]);
+    same.alias = vec![0, 1, 2, 2, 4];
     keys.push(same);
 }

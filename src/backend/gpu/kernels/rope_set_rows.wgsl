@@ -2,7 +2,8 @@
 // of rope's output seen as [N, dim] rows (a contiguous reshape), each value rounded to the rope's dtype first
 // ({{ROUND}}) as the unfused plan stores it; rows as target_row (set_rows_target.wgsl) picks them.
 // Bindings: 0 P (RopeSetRowsParams), 1 out (the destination: a state), 2 src0 (x, any strides), 3 src1 (rope's
-// positions, i32), 4 src2 (the i32 row indices).
+// positions, i32), 4 src2 (the i32 row indices), 5 src3 (the frequency factors, f32 [n_dims / 2], where the
+// variant has them).
 // Dispatch: ceil(count / 256) workgroups of 256, split over x and y. CPU reference: src/backend/cpu/attention.rs.
 {{BINDINGS}}
 
