@@ -8,7 +8,8 @@ transformers and sentence-transformers, entirely in float64:
     tokenize   tokenizer.json (WordPiece, lowercasing), [CLS] ... [SEP], truncated to
                max_seq_length (256, from sentence_bert_config.json); a batch pads to its
                longest sentence and an attention mask marks the real tokens
-    embed      word[ids] + position[0..T] + token_type[0], then LayerNorm
+    embed      word[ids] + position[0..T] + token_type[0], then LayerNorm (RoBERTa's family:
+               positions from pad_token_id + 1; no token_type term where the model has none)
     6 layers   (BERT, post-LayerNorm)
                h = LayerNorm(h + Dense(SelfAttention(h)))        12 heads of 32
                h = LayerNorm(h + Dense(GELU_erf(Dense(h))))      384 -> 1536 -> 384
@@ -89,8 +90,12 @@ class Model:
         self.max_seq_length = load_json(directory / "sentence_bert_config.json")["max_seq_length"]
         self.check_modules(directory)
         weights = read_safetensors(directory / "model.safetensors")
-        # Some exports prefix every name with "bert."; accept both.
-        self.w = {name.removeprefix("bert."): t for name, t in weights.items()}
+        # Some exports prefix every name with "bert." or "roberta."; accept both.
+        self.w = {name.removeprefix("bert.").removeprefix("roberta."): t for name, t in weights.items()}
+        # RoBERTa's family numbers positions from past the padding id (transformers'
+        # create_position_ids_from_input_ids: padding_idx + 1 for the first token)
+        roberta = self.config.get("model_type", "bert") in ("roberta", "xlm-roberta", "camembert")
+        self.position_offset = self.config["pad_token_id"] + 1 if roberta else 0
         self.layers = self.config["num_hidden_layers"]
         self.heads = self.config["num_attention_heads"]
         self.eps = self.config["layer_norm_eps"]
@@ -166,10 +171,11 @@ def softmax(x):
 
 def embeddings(model, ids):
     w = model.w
-    length = ids.shape[1]
+    length, offset = ids.shape[1], model.position_offset
     h = (w["embeddings.word_embeddings.weight"][ids]
-         + w["embeddings.position_embeddings.weight"][:length]
-         + w["embeddings.token_type_embeddings.weight"][0])
+         + w["embeddings.position_embeddings.weight"][offset:offset + length])
+    if "embeddings.token_type_embeddings.weight" in w:  # some models have no token types
+        h = h + w["embeddings.token_type_embeddings.weight"][0]
     return layer_norm(h, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], model.eps)
 
 

@@ -5,6 +5,8 @@
 
 #[cfg(all(feature = "cli", not(target_arch = "wasm32")))]
 pub mod cli;
+#[cfg(all(feature = "cli", not(target_arch = "wasm32")))]
+pub mod minilm;
 pub mod reference;
 pub mod tiny_gguf;
 

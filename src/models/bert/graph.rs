@@ -41,7 +41,8 @@ pub(crate) struct Dense {
 pub(crate) struct Weights {
     pub word: Resident,
     pub position: Resident,
-    pub token_type: Resident,
+    /// Absent in models without token types.
+    pub token_type: Option<Resident>,
     pub embd_norm: Norm,
     pub layers: Vec<Layer>,
     pub dense: Option<Dense>,
@@ -60,18 +61,29 @@ pub struct BertConfig {
     pub intermediate: usize,
     /// LayerNorm epsilon (`layer_norm_eps`).
     pub eps: f32,
-    /// Positions (`max_position_embeddings`).
+    /// Rows of the position table (`max_position_embeddings`).
     pub max_positions: usize,
+    /// The position id of a sentence's first token: 0 for BERT; `pad_token_id + 1` for RoBERTa, XLM-R and
+    /// CamemBERT (`model_type` `roberta`, `xlm-roberta`, `camembert`), whose positions count from past the
+    /// padding id, as Hugging Face's `create_position_ids_from_input_ids` numbers them.
+    pub position_offset: usize,
     /// Vocabulary size (`vocab_size`).
     pub vocab: usize,
+}
+
+impl BertConfig {
+    /// Tokens a sentence may have at most, special tokens included: the position table's rows past the offset.
+    pub fn max_tokens(&self) -> usize {
+        self.max_positions - self.position_offset
+    }
 }
 
 /// A batch graph's inputs and output.
 pub(crate) struct BatchGraph {
     pub graph: Graph,
-    /// i32 `[B·T]`: token ids, token types, positions.
+    /// i32 `[B·T]`: token ids, token types (where the model has them), positions.
     pub ids: Tensor,
-    pub types: Tensor,
+    pub types: Option<Tensor>,
     pub pos: Tensor,
     /// f32 `[B, 1, 1, T]`: 0 for a real token, −inf for padding.
     pub mask: Tensor,
@@ -105,14 +117,14 @@ pub(crate) fn build_batch(cfg: &BertConfig, w: &Weights, b: usize, t: usize, max
     let (e, h) = (cfg.hidden, cfg.heads);
     let d = e / h;
     let ids = g.input("ids", DType::I32, &[b * t])?;
-    let types = g.input("types", DType::I32, &[b * t])?;
+    let types = w.token_type.as_ref().map(|_| g.input("types", DType::I32, &[b * t])).transpose()?;
     let pos = g.input("pos", DType::I32, &[b * t])?;
     let mask = g.input("mask", DType::F32, &[b, 1, 1, t])?;
     let pool_shape = if max { [b, t, 1] } else { [b, 1, t] };
     let pool = g.input("pool", DType::F32, &pool_shape)?;
-    let tables = [(&w.word, ids), (&w.position, pos), (&w.token_type, types)];
+    let tables = [(Some(&w.word), Some(ids)), (Some(&w.position), Some(pos)), (w.token_type.as_ref(), types)];
     let mut x: Option<Tensor> = None;
-    for (table, idx) in tables {
+    for (table, idx) in tables.into_iter().filter_map(|(t, i)| Some((t?, i?))) {
         let tt = g.resident(table)?;
         let rows = g.get_rows(tt, idx)?;
         x = Some(match x {
@@ -120,7 +132,7 @@ pub(crate) fn build_batch(cfg: &BertConfig, w: &Weights, b: usize, t: usize, max
             None => rows,
         });
     }
-    let mut x = norm(&mut g, x.expect("three tables"), &w.embd_norm, cfg.eps)?;
+    let mut x = norm(&mut g, x.expect("the word table"), &w.embd_norm, cfg.eps)?;
     let heads = |g: &mut Graph, y: Tensor| -> Result<Tensor> {
         let y = g.reshape(y, &[b, t, h, d])?;
         g.permute(y, &[0, 2, 1, 3]) // [B, H, T, D]

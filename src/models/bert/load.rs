@@ -43,10 +43,14 @@ pub(super) fn config(p: &str, j: &Json) -> Result<BertConfig> {
         intermediate: num("intermediate_size", 1 << 18)?,
         eps,
         max_positions: num("max_position_embeddings", 1 << 20)?,
+        position_offset: position_offset(j).map_err(bad)?,
         vocab: num("vocab_size", 1 << 24)?,
     };
-    if c.max_positions < 2 {
-        return Err(bad(format!("max_position_embeddings is {}: a sentence needs [CLS] and [SEP]", c.max_positions)));
+    if c.max_positions < c.position_offset + 2 {
+        return Err(bad(format!(
+            "max_position_embeddings is {} with positions from {}: a sentence needs [CLS] and [SEP]",
+            c.max_positions, c.position_offset
+        )));
     }
     if !c.hidden.is_multiple_of(c.heads) {
         return Err(bad(format!("{} heads do not divide width {}", c.heads, c.hidden)));
@@ -57,6 +61,19 @@ pub(super) fn config(p: &str, j: &Json) -> Result<BertConfig> {
         return Err(Error::Unsupported { op: "bert".into(), backend: "webtensor::models::bert".into(), reason });
     }
     Ok(c)
+}
+
+/// The first position id: `pad_token_id + 1` for the RoBERTa family (its positions count past the padding id),
+/// else 0.
+fn position_offset(j: &Json) -> std::result::Result<usize, String> {
+    let model_type = j["model_type"].as_str().unwrap_or("bert");
+    if !matches!(model_type, "roberta" | "xlm-roberta" | "camembert") {
+        return Ok(0);
+    }
+    match j["pad_token_id"].as_u64() {
+        Some(p) if p < 1 << 20 => Ok(p as usize + 1),
+        _ => Err(format!("pad_token_id is {}: a {model_type} model numbers positions from it", j["pad_token_id"])),
+    }
 }
 
 /// The pooling mode of `1_Pooling/config.json` (mean when there is no such file).
@@ -199,10 +216,16 @@ pub(super) struct Tensors {
 }
 
 impl Tensors {
+    /// The entry `name`, or under a checkpoint's prefix (`bert.`, `roberta.`).
+    fn entry(&self, name: &str) -> Option<&crate::io::safetensors::SafetensorsEntry> {
+        let prefixed = ["bert.", "roberta."].into_iter().find_map(|p| self.file.entry(&format!("{p}{name}")));
+        self.file.entry(name).or(prefixed)
+    }
+
     fn upload(&self, device: &Device, name: &str, shape: &[usize], f16: bool) -> Result<Resident> {
-        let found = self.file.entry(name).or_else(|| self.file.entry(&format!("bert.{name}")));
-        let entry =
-            found.ok_or_else(|| Error::Format { path: self.path.clone(), message: format!("no tensor {name}") })?;
+        let entry = self
+            .entry(name)
+            .ok_or_else(|| Error::Format { path: self.path.clone(), message: format!("no tensor {name}") })?;
         let got = &entry.shape;
         if got != shape {
             return Err(Error::Format {
@@ -262,15 +285,15 @@ pub(super) fn weights(device: &Device, t: &Tensors, c: &BertConfig, f16: bool) -
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let types = t
-        .file
-        .entry("embeddings.token_type_embeddings.weight")
-        .or_else(|| t.file.entry("bert.embeddings.token_type_embeddings.weight"));
-    let n_types = types.and_then(|e| e.shape.first().copied()).unwrap_or(2);
+    let types = t.entry("embeddings.token_type_embeddings.weight");
+    let token_type = match types.and_then(|e| e.shape.first().copied()) {
+        None => None,
+        Some(n) => Some(t.upload(device, "embeddings.token_type_embeddings.weight", &[n.max(1), e], false)?),
+    };
     Ok(Weights {
         word: t.upload(device, "embeddings.word_embeddings.weight", &[c.vocab, e], false)?,
         position: t.upload(device, "embeddings.position_embeddings.weight", &[c.max_positions, e], false)?,
-        token_type: t.upload(device, "embeddings.token_type_embeddings.weight", &[n_types, e], false)?,
+        token_type,
         embd_norm: norm("embeddings.LayerNorm")?,
         layers,
         dense: None,

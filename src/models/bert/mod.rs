@@ -2,7 +2,8 @@
 //! kin), as `SentenceTransformer.encode` computes them: the text stripped, tokenized by the model's
 //! `tokenizer.json` (through Hugging Face's `tokenizers` crate) without padding and truncated at
 //! `max_seq_length`; a batch padded to its longest sentence, with a padding mask; the encoder
-//! (`BertModel`, post-LayerNorm, exact erf GELU); pooling over the real tokens as `1_Pooling/config.json` says
+//! (`BertModel`, post-LayerNorm, exact erf GELU; RoBERTa's family with positions from `pad_token_id + 1`, and
+//! models without token-type embeddings); pooling over the real tokens as `1_Pooling/config.json` says
 //! (mean, CLS, max, last token, mean over √n, position-weighted mean; one mode); the modules `modules.json`
 //! lists after pooling (`Dense`, `Normalize`) applied in order, any other module refused.
 //!
@@ -208,7 +209,7 @@ impl SentenceEmbedder {
         let longest = ids.iter().map(Vec::len).max().unwrap_or(1).max(1);
         let cpu = self.device.capabilities().backend == crate::caps::BackendKind::Cpu;
         let t = padded_len(longest, cpu);
-        let t = t.min(self.config.max_positions).max(longest);
+        let t = t.min(self.config.max_tokens()).max(longest);
         // an id the tokenizer gives past the embedding table (a sloppy tokenizer.json) is an error on every
         // backend, before anything runs
         if let Some(&bad) = ids.iter().flatten().find(|&&id| id as usize >= self.config.vocab) {
@@ -236,14 +237,17 @@ impl SentenceEmbedder {
             }
         }
         let types = vec![0i32; b * t];
-        let pos: Vec<i32> = (0..b * t).map(|i| (i % t) as i32).collect();
-        let inputs = [
+        let offset = self.config.position_offset;
+        let pos: Vec<i32> = (0..b * t).map(|i| (i % t + offset) as i32).collect();
+        let mut inputs = vec![
             (g.ids, Value::I32(&tok)),
-            (g.types, Value::I32(&types)),
             (g.pos, Value::I32(&pos)),
             (g.mask, Value::F32(&mask)),
             (g.pool, Value::F32(&pool)),
         ];
+        if let Some(ty) = g.types {
+            inputs.push((ty, Value::I32(&types)));
+        }
         let out = plan.run_with_async(&inputs, &[]).await?.swap_remove(0).expect("fetched").data.to_f32();
         let e = self.weights.dense.as_ref().map_or(self.config.hidden, |d| d.out);
         Ok(out
@@ -284,8 +288,7 @@ fn from_files(
     tokenizer.with_padding(None);
     tokenizer.with_truncation(None).map_err(tok_err)?;
     let max_seq_length = json("sentence_bert_config.json")?.and_then(|j| j["max_seq_length"].as_u64());
-    let max_seq_length =
-        (max_seq_length.unwrap_or(config.max_positions as u64) as usize).clamp(2, config.max_positions);
+    let max_seq_length = (max_seq_length.unwrap_or(config.max_tokens() as u64) as usize).clamp(2, config.max_tokens());
     let pooling = load::pooling(&path("1_Pooling/config.json"), json("1_Pooling/config.json")?.as_ref())?;
     let modules = load::modules(&path("modules.json"), json("modules.json")?.as_ref())?;
     let st_path = path("model.safetensors");
