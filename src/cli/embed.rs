@@ -1,5 +1,5 @@
 //! `webtensor embed --model DIR [TEXT ...] [--file lines.txt]`: sentence embeddings from a sentence-transformers
-//! directory, printed as JSON or written as .npy, or the file's lines ranked by cosine similarity to a query.
+//! directory or a BERT GGUF file, printed as JSON or written as .npy, or the file's lines ranked by cosine similarity to a query.
 
 use super::util::{emit, outln};
 use super::{choose_device, describe, CliError};
@@ -8,8 +8,9 @@ use webtensor::{io, HostTensor};
 
 #[derive(clap::Args)]
 pub struct EmbedArgs {
-    /// A sentence-transformers directory (all-MiniLM-L6-v2: config.json, tokenizer.json, model.safetensors, ...).
-    #[arg(long, value_name = "DIR")]
+    /// A sentence-transformers directory (all-MiniLM-L6-v2: config.json, tokenizer.json, model.safetensors, ...)
+    /// or a BERT GGUF file as llama.cpp's converter writes it.
+    #[arg(long, value_name = "DIR|FILE.gguf")]
     model: String,
     /// Texts to embed.
     texts: Vec<String>,

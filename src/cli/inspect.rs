@@ -48,6 +48,19 @@ fn model_line(f: &GgufFile) -> String {
     if f.get("general.architecture").is_none() {
         return "architecture: none (general.architecture is missing): not a model webtensor runs\n".into();
     }
+    if architecture(f) == "bert" {
+        return match webtensor::models::bert::BertConfig::from_gguf(f) {
+            Ok(c) => format!(
+                "architecture: bert (BERT sentence embedders): supported by embed and serve --embedding-model; {} \
+                 layers, width {}, {} heads, feed-forward {}, vocabulary {}, {} positions\n",
+                c.layers, c.hidden, c.heads, c.intermediate, c.vocab, c.max_positions
+            ),
+            Err(e) => format!(
+                "architecture: bert (BERT sentence embedders): cannot run this file: {}\n",
+                escape_control(&e.to_string())
+            ),
+        };
+    }
     match webtensor::models::llama::LlamaConfig::from_gguf(f) {
         Ok(c) => {
             let models = supported().find(|(a, _)| *a == c.arch).map_or("", |(_, m)| m);

@@ -38,7 +38,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Multiply two tensors read from .npy or .safetensors files and write the product as .npy.
     Matmul(matmul::MatmulArgs),
-    /// Sentence embeddings from a sentence-transformers directory (JSON, .npy, or texts ranked by a query).
+    /// Sentence embeddings from a sentence-transformers directory or a BERT GGUF file (JSON, .npy, or texts ranked by
+    /// a query).
     Embed(embed::EmbedArgs),
     /// Generate text with a GGUF language model (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3), streamed to stdout.
     Generate(generate::GenerateArgs),

@@ -123,6 +123,17 @@ impl Target for CpuTarget {
     }
 }
 
+/// The rope of `x` at `pos` (with frequency factors where given) into `out` of `dtype`.
+fn rope_kernel(
+    p: &Program,
+    (out, out_dtype): (NodeId, DType),
+    (x, pos, factors): (NodeId, NodeId, Option<NodeId>),
+    rope: crate::ops::Rope,
+) -> RopeKernel {
+    let (x, pos) = (leaf(p, x, None), leaf(p, pos, None));
+    RopeKernel { out, out_dtype, x, pos, factors: factors.map(|f| leaf(p, f, None)), rope }
+}
+
 impl CpuTarget {
     fn kernel(&self, p: &Program, id: NodeId) -> Result<CpuKernel> {
         let node = &p.nodes[id];
@@ -184,24 +195,12 @@ impl CpuTarget {
                 let src = leaf(p, *src, Some(&dst.layout.shape));
                 CpuKernel::CopyInto(CopyIntoKernel { dst, src })
             }
-            Step::Op(Op::Rope { x, pos, factors, rope }) => CpuKernel::Rope(RopeKernel {
-                out,
-                out_dtype,
-                x: leaf(p, *x, None),
-                pos: leaf(p, *pos, None),
-                factors: factors.map(|f| leaf(p, f, None)),
-                rope: *rope,
-            }),
+            &Step::Op(Op::Rope { x, pos, factors, rope }) => {
+                CpuKernel::Rope(rope_kernel(p, (out, out_dtype), (x, pos, factors), rope))
+            }
             &Step::RopeSetRows { dst, idx, x, pos, factors, rope, rope_dtype } => {
                 CpuKernel::RopeSetRows(RopeSetRowsKernel {
-                    rope: RopeKernel {
-                        out,
-                        out_dtype: rope_dtype,
-                        x: leaf(p, x, None),
-                        pos: leaf(p, pos, None),
-                        factors: factors.map(|f| leaf(p, f, None)),
-                        rope,
-                    },
+                    rope: rope_kernel(p, (out, rope_dtype), (x, pos, factors), rope),
                     set: SetRowsKernel { dst: leaf(p, dst, None), idx: leaf(p, idx, None), src: leaf(p, x, None) },
                 })
             }

@@ -22,8 +22,8 @@ pub struct ServeArgs {
     /// The language model: a GGUF file of the llama architecture (SmolLM2, TinyLlama, Llama 3.2, ...).
     #[arg(long, value_name = "FILE.gguf")]
     model: Option<String>,
-    /// A sentence-transformers directory for /v1/embeddings (MiniLM, BGE, ...).
-    #[arg(long, value_name = "DIR")]
+    /// A sentence-transformers directory (MiniLM, BGE, E5, ...) or a BERT GGUF file for /v1/embeddings.
+    #[arg(long, value_name = "DIR|FILE.gguf")]
     embedding_model: Option<String>,
     /// The language model's name in the API (requests' `model`, /v1/models); default: its file name without
     /// `.gguf`.
@@ -110,7 +110,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         embedding_id: args
             .embedding_model
             .as_deref()
-            .map(|p| args.embedding_alias.clone().unwrap_or_else(|| stem(p, ""))),
+            .map(|p| args.embedding_alias.clone().unwrap_or_else(|| stem(p, ".gguf"))),
         engine,
         embedder,
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),

@@ -16,6 +16,7 @@
 //! # Ok(()) }
 //! ```
 
+mod gguf;
 mod graph;
 mod load;
 mod pooling;
@@ -88,7 +89,8 @@ fn batch_len(sorted: &[Vec<u32>], batch: usize, budget: usize) -> usize {
 }
 
 impl SentenceEmbedder {
-    /// Loads the sentence-transformers directory `dir` onto `device`.
+    /// Loads the sentence-transformers directory `dir` onto `device`, or the BERT GGUF file `dir` when it is a
+    /// file named `*.gguf` (see [`SentenceEmbedder::from_gguf`]).
     ///
     /// # Errors
     /// [`Error::Io`] naming the file for a missing or unreadable `config.json`, `tokenizer.json`,
@@ -96,6 +98,9 @@ impl SentenceEmbedder {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn load(device: &Device, dir: &str, options: EmbedderOptions) -> Result<SentenceEmbedder> {
         let root = std::path::Path::new(dir);
+        if root.is_file() && dir.ends_with(".gguf") {
+            return SentenceEmbedder::from_gguf(device, &crate::io::gguf::GgufFile::open(dir)?, options);
+        }
         if !root.is_dir() {
             let what = if root.exists() { "not a directory" } else { "no such directory" };
             let message = format!(
@@ -129,6 +134,36 @@ impl SentenceEmbedder {
         options: EmbedderOptions,
     ) -> Result<SentenceEmbedder> {
         from_files(device, source, read, options)
+    }
+
+    /// The BERT encoder of a GGUF file as llama.cpp's converter writes it (`general.architecture` `bert`: its
+    /// hyperparameters, weights in any dtype the kernels take, WordPiece vocabulary and `bert.pooling_type`:
+    /// mean, CLS or last token), embedding as llama.cpp's `llama-embedding` does: L2-normalized vectors,
+    /// sentences truncated at `bert.context_length` tokens. The WordPiece tokenizer lower-cases and strips
+    /// accents (BERT's uncased normalizer, as the embedding models converted to GGUF are). The weights are used
+    /// in the file's dtypes (`options.f16_weights` does not apply).
+    ///
+    /// # Errors
+    /// [`Error::Format`] naming the file and the key or tensor: another architecture, a hyperparameter missing
+    /// or out of range, a tensor missing or of another shape or dtype, a vocabulary that is not WordPiece or
+    /// lacks `[CLS]`, `[SEP]` or `[UNK]`, a pooling type other than mean, CLS or last token.
+    pub fn from_gguf(
+        device: &Device,
+        f: &crate::io::gguf::GgufFile,
+        options: EmbedderOptions,
+    ) -> Result<SentenceEmbedder> {
+        let m = gguf::load(device, f)?;
+        Ok(SentenceEmbedder {
+            max_seq_length: m.config.max_tokens(),
+            config: m.config,
+            pooling: m.pooling,
+            normalize: true,
+            tokenizer: m.tokenizer,
+            device: device.clone(),
+            weights: m.weights,
+            options,
+            plans: Default::default(),
+        })
     }
 
     /// The device the embedder runs on.
