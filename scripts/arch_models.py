@@ -39,6 +39,8 @@ import re
 import numpy as np
 import gguf
 
+from gguf_fixtures import byte_chars
+
 BASE = dict(E=64, H=4, Hkv=2, D=16, F=96, L=2, eps=1e-5, base=10000.0, tied=False, window=None, bias=False,
             qk_norm=False, fused=False, gemma=False, attn_cap=None, final_cap=None, rope_linear=None,
             head_dim_keys=False, qk_gain=1.0, pre="default", llama3_rope=None)
@@ -62,16 +64,6 @@ PROMPT_LENGTHS = (1, 7, 13)
 MERGES = ["Ġ t", "h e", "i n", "Ġt he"]
 
 
-def byte_chars():
-    """The 256 GPT-2 byte-level characters, in byte order (bytes_to_unicode)."""
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for _, c in sorted(zip(bs, cs))]
 
 
 TOKENS = byte_chars() + [m.replace(" ", "") for m in MERGES] + ["<|end|>"]

@@ -27,6 +27,12 @@ step "TypeScript check of pkg/webtensor.d.ts"
 step "the package in Node.js (tests/e2e/node.mjs)"
 node tests/e2e/node.mjs 2>&1 | tee artifacts/node.log
 
+step "every decoder architecture in the wasm package against the native CLI (tests/e2e/arch.mjs)"
+if [ ! -x "$native_target/release/webtensor" ]; then
+  CARGO_TARGET_DIR="$native_target" cargo build --release --bin webtensor
+fi
+WEBTENSOR_BIN="$native_target/release/webtensor" node tests/e2e/arch.mjs 2>&1 | tee artifacts/arch.log
+
 step "demo end to end (tests/e2e/demo.mjs)"
 node tests/e2e/demo.mjs 2>&1 | tee artifacts/e2e.log
 

@@ -6,6 +6,8 @@ import json, os, struct
 import numpy as np
 import gguf
 
+from gguf_fixtures import byte_chars as byte_level_chars
+
 root = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus")
 rng = np.random.default_rng(0)
 
@@ -65,16 +67,6 @@ gguf_file("meta-only.gguf", [])
 # ---- the tokenizer rebuilt from GGUF metadata: small vocabularies of both kinds (no tensors needed) ----------
 os.makedirs(os.path.join(root, "tokenizer"), exist_ok=True)
 
-
-def byte_level_chars():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for _, c in sorted(zip(bs, cs))]
 
 
 def vocab_file(name, model, tokens, merges=None, scores=None, pre="gpt2", extra=()):

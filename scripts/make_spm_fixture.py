@@ -9,13 +9,16 @@ llama model's vocabulary needs (no tensors). The reference ids come from llama.c
 (`Llama(vocab_only=True).tokenize(add_bos=True)`): an implementation independent of webtensor's.
 
     pip install gguf llama-cpp-python
-    python3 scripts/make_spm_fixture.py   # writes tests/data/spm_vocab.gguf and tests/data/spm_reference.json
+    python3 scripts/make_spm_fixture.py   # writes tests/data/spm_vocab.gguf, spm_nospace_vocab.gguf (Gemma's
+                                          # add_space_prefix = false) and tests/data/spm_reference.json
 """
 import collections
 import json
 import os
 
 import gguf
+
+from gguf_fixtures import vocab_only_hparams
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data")
 CORPUS = """The quick brown fox jumps over the lazy dog. The dog sleeps; the fox runs away.
@@ -68,19 +71,10 @@ def vocabulary():
     return tokens, scores, types
 
 
-def main():
-    path = os.path.join(HERE, "spm_vocab.gguf")
+def write(path, space_prefix):
     tokens, scores, types = vocabulary()
     w = gguf.GGUFWriter(path, "llama")
-    # the hyper-parameters llama.cpp reads before the vocabulary (no tensors follow)
-    w.add_context_length(64)
-    w.add_embedding_length(8)
-    w.add_block_count(1)
-    w.add_feed_forward_length(16)
-    w.add_head_count(2)
-    w.add_head_count_kv(2)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(4)
+    vocab_only_hparams(w)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores(scores)
@@ -89,6 +83,8 @@ def main():
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
+    if not space_prefix:
+        w.add_add_space_prefix(False)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -97,10 +93,18 @@ def main():
 
     m = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
     cases = [{"text": t, "ids": m.tokenize(t.encode(), add_bos=True, special=False)} for t in TEXTS]
-    ref = {"source": f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), vocab_only", "cases": cases}
+    print(f"{path}: {len(tokens)} tokens; {len(cases)} texts")
+    return cases, llama_cpp.__version__
+
+
+def main():
+    cases, version = write(os.path.join(HERE, "spm_vocab.gguf"), True)
+    ref = {"source": f"llama.cpp {version} (llama-cpp-python), vocab_only", "cases": cases}
+    # Gemma's vocabularies: no space prefix (tokenizer.ggml.add_space_prefix = false)
+    ref["no_space_prefix"] = {"file": "tests/data/spm_nospace_vocab.gguf",
+                              "cases": write(os.path.join(HERE, "spm_nospace_vocab.gguf"), False)[0]}
     with open(os.path.join(HERE, "spm_reference.json"), "w") as f:
         json.dump(ref, f, ensure_ascii=False, indent=1)
-    print(f"{len(tokens)} tokens; {len(cases)} texts")
 
 
 if __name__ == "__main__":

@@ -13,20 +13,13 @@ import sys
 import numpy as np
 import gguf
 
+from gguf_fixtures import byte_chars
+
 out, count, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 os.makedirs(out, exist_ok=True)
 rng = np.random.default_rng(seed)
 
 
-def byte_chars():
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for _, c in sorted(zip(bs, cs))]
 
 
 def pick(*options):

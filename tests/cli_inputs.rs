@@ -122,8 +122,13 @@ fn paths_that_are_not_model_files_are_one_error() {
     assert_one_error(&webtensor(&dir, &["matmul", "/dev/zero", "/dev/zero", "-o", "x.npy"]), 1, &["/dev/zero"]);
     let m = dir.join("model.gguf");
     std::fs::write(&m, b"").unwrap();
+    // an empty .gguf file is read as a BERT GGUF file, and refused as one; another file is not a directory
     let out = webtensor(&dir, &["embed", "--model", m.to_str().unwrap(), "hi", "--backend", "cpu"]);
-    assert_error_last(&out, 1, &["model.gguf", "not a directory"]);
+    assert_error_last(&out, 1, &["model.gguf", "magic"]);
+    let m = dir.join("model.bin");
+    std::fs::write(&m, b"").unwrap();
+    let out = webtensor(&dir, &["embed", "--model", m.to_str().unwrap(), "hi", "--backend", "cpu"]);
+    assert_error_last(&out, 1, &["model.bin", "not a directory"]);
     assert_one_error(
         &webtensor(&dir, &["embed", "--model", &d, "--file", "/dev/zero"]),
         1,

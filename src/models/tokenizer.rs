@@ -26,6 +26,14 @@ const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{
 const QWEN2: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// llama.cpp's own `default` pre-tokenizer: these regexes in turn, each splitting the pieces of the one before.
+const LLAMA_CPP_DEFAULT: [&str; 4] = [
+    r"[\p{P}\$\+<=>\^~\|]+",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+    r"\p{N}+",
+    r"[0-9][0-9][0-9]",
+];
+
 /// Longest SentencePiece piece (bytes) derived from merges (SentencePiece's own limit is 16 characters).
 const MAX_MERGED_PIECE: usize = 256;
 
@@ -218,17 +226,25 @@ fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenize
     let byte_level = |regex: bool| PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, regex));
     let steps = match pre {
         "smollm" => vec![split(r"\p{N}")?, split(GPT2)?, byte_level(false)],
-        "gpt2" | "default" => vec![byte_level(true)],
+        "gpt2" | "gpt-2" => vec![byte_level(true)],
+        "default" => {
+            LLAMA_CPP_DEFAULT.iter().map(|re| split(re)).chain([Ok(byte_level(false))]).collect::<Result<_>>()?
+        }
         "llama-bpe" | "llama3" => vec![split(LLAMA3)?, byte_level(false)],
         "qwen2" => vec![split(QWEN2)?, byte_level(false)],
         other => {
             return Err(fmt_err(
                 f,
-                format!("pre-tokenizer '{other}' is not supported (smollm, gpt2, default, llama-bpe, qwen2)"),
+                format!("pre-tokenizer '{other}' is not supported (smollm, gpt-2, default, llama-bpe, qwen2)"),
             ))
         }
     };
     let mut t = tokenizers::Tokenizer::new(bpe);
+    if pre == "qwen2" {
+        // Qwen2's tokenizer.json composes the text first (llama.cpp does not: a decomposed accent differs there)
+        t.with_normalizer(Some(NormalizerWrapper::NFC(tokenizers::normalizers::unicode::NFC)))
+            .map_err(|e| tk_err("normalizer", e))?;
+    }
     t.with_pre_tokenizer(Some(Sequence::new(steps)));
     t.with_decoder(Some(ByteLevel::default()));
     Ok((t, missing))

@@ -1,4 +1,4 @@
-//! `SentenceEmbedder` in JS: sentence-transformers directories over [`SentenceEmbedder`].
+//! `SentenceEmbedder` in JS: sentence-transformers directories and BERT GGUF files over [`SentenceEmbedder`].
 
 use super::convert::{init_console, js_bytes, js_err};
 use super::device::WebDevice;
@@ -63,6 +63,23 @@ impl WebEmbedder {
         }
         let read = |name: &str| -> crate::error::Result<Option<Bytes>> { Ok(files.get(name).cloned()) };
         WebEmbedder::from_read(device, &read, &options)
+    }
+
+    /// The BERT encoder of a GGUF file as llama.cpp's converter writes it (`general.architecture` `bert`), from
+    /// its bytes: its WordPiece vocabulary, `bert.pooling_type` (mean, CLS, last token) and weights in the file's
+    /// dtypes; vectors L2-normalized, as the native `SentenceEmbedder::from_gguf`.
+    ///
+    /// Rejects naming what the file lacks or gets wrong (another architecture, a missing tensor or key).
+    #[wasm_bindgen(js_name = fromGguf)]
+    pub fn from_gguf(
+        device: &WebDevice,
+        #[wasm_bindgen(unchecked_param_type = "Uint8Array | ArrayBuffer")] bytes: JsValue,
+    ) -> Result<WebEmbedder, JsError> {
+        init_console();
+        let bytes = Bytes::from_vec(js_bytes("model.gguf", &bytes).map_err(js_err)?);
+        let file = crate::io::gguf::GgufFile::from_bytes("model.gguf", bytes).map_err(js_err)?;
+        let e = SentenceEmbedder::from_gguf(&device.inner, &file, EmbedderOptions::default()).map_err(js_err)?;
+        Ok(WebEmbedder { inner: RefCell::new(e) })
     }
 
     /// Width of the embeddings (384 for MiniLM).

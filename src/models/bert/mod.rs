@@ -104,7 +104,8 @@ impl SentenceEmbedder {
         if !root.is_dir() {
             let what = if root.exists() { "not a directory" } else { "no such directory" };
             let message = format!(
-                "{what}; expected a sentence-transformers directory (config.json, tokenizer.json, model.safetensors)"
+                "{what}; expected a sentence-transformers directory (config.json, tokenizer.json, model.safetensors) \
+                 or a BERT .gguf file"
             );
             return Err(Error::Io { path: dir.into(), message });
         }

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""A random-weight GGUF file with a real model's shapes, block types and tensor names, for speed comparisons with
+llama.cpp on the same file (`webtensor bench generate --model OUT`): speed does not depend on the values.
+
+    python3 scripts/real_shape_gguf.py SHAPE OUT.gguf
+
+SHAPE is one of SHAPES below (each a published model's config.json: widths, layers, heads, vocabulary); the
+matrices are stored as llama.cpp's Q4_K_M mixture stores them (Q4_K, with Q6_K for attn_v and ffn_down in half
+of the layers, as llama-quantize's Q4_K_M rule does, Q5_0 and Q8_0 for them where a row is not whole 256-wide
+super-blocks, as llama-quantize falls back; the token embedding Q8_0), norms f32 ones, Qwen2's Q/K/V
+biases f32 zeros. Blocks are random bytes with small f16 scales, so the network stays calm. The tokenizer is a
+byte-level BPE of the real vocabulary's size (256 byte tokens, then placeholder pieces), which llama-bench's method
+(fixed token ids, no text) does not read. Needs numpy and gguf.
+"""
+import argparse
+
+import numpy as np
+import gguf
+
+from gguf_fixtures import byte_chars
+
+SHAPES = {
+    # Qwen/Qwen2.5-0.5B-Instruct
+    "qwen2.5-0.5b": dict(arch="qwen2", E=896, L=24, H=14, Hkv=2, F=4864, V=151936, base=1e6, eps=1e-6, tied=True,
+                         bias=True, pre="qwen2"),
+    # meta-llama/Llama-3.2-1B-Instruct (its rope frequency factors included)
+    "llama3.2-1b": dict(arch="llama", E=2048, L=16, H=32, Hkv=8, F=8192, V=128256, base=5e5, eps=1e-5, tied=True,
+                        bias=False, pre="llama-bpe", rope_freqs=True),
+}
+Q = gguf.GGMLQuantizationType
+BLOCK = {Q.Q4_K: (256, 144), Q.Q6_K: (256, 210), Q.Q5_0: (32, 22), Q.Q8_0: (32, 34)}
+# llama-quantize's fallback for rows not a whole number of 256-wide super-blocks (Qwen2.5-0.5B's width 896)
+FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q6_K: Q.Q8_0}
+
+
+def random_blocks(kind, rows, cols, rng):
+    """rows × cols weights of block type `kind` as bytes [rows, row bytes]: random quants, small f16 scales."""
+    per, size = BLOCK[kind]
+    n = rows * cols // per
+    b = rng.integers(0, 256, size=(n, size), dtype=np.uint8)
+    small = lambda k: np.full((n, 1), 0.002 / k, dtype=np.float16).view(np.uint8).reshape(n, 2)  # noqa: E731
+    if kind == Q.Q4_K:  # d, dmin (f16), 12 scale bytes, 128 nibble bytes
+        b[:, 0:2], b[:, 2:4] = small(1), small(4)
+    elif kind == Q.Q6_K:  # 128 ql, 64 qh, 16 int8 scales, d (f16)
+        b[:, 192:208] = rng.integers(-8, 8, size=(n, 16)).astype(np.int8).view(np.uint8)
+        b[:, 208:210] = small(2)
+    else:  # Q5_0: d (f16), 4 bytes of fifth bits, 16 nibble bytes; Q8_0: d (f16), 32 int8
+        b[:, 0:2] = small(8)
+    return b.reshape(rows, cols // per * size)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("shape", choices=sorted(SHAPES))
+    ap.add_argument("out")
+    args = ap.parse_args()
+    c = SHAPES[args.shape]
+    rng = np.random.default_rng(7)
+    E, L, H, Hkv, F, V = c["E"], c["L"], c["H"], c["Hkv"], c["F"], c["V"]
+    D = E // H
+    w = gguf.GGUFWriter(args.out, c["arch"])
+    w.add_name(f"{args.shape} (random weights, real shapes)")
+    w.add_context_length(32768)
+    w.add_embedding_length(E)
+    w.add_feed_forward_length(F)
+    w.add_block_count(L)
+    w.add_head_count(H)
+    w.add_head_count_kv(Hkv)
+    w.add_layer_norm_rms_eps(c["eps"])
+    w.add_rope_freq_base(c["base"])
+    w.add_rope_dimension_count(D)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    tokens = byte_chars() + ["to", "tok"] + [f"tok{i}" for i in range(V - 256 - 3)] + ["<|endoftext|>"]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(c["pre"])
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.NORMAL] * (V - 1) + [gguf.TokenType.CONTROL])
+    w.add_token_merges(["t o", "to k"])
+    w.add_eos_token_id(V - 1)
+    w.add_add_bos_token(False)
+
+    def mat(name, rows, cols, kind):
+        kind = FALLBACK.get(kind, kind) if cols % 256 else kind
+        w.add_tensor(name, random_blocks(kind, rows, cols, rng), raw_dtype=kind)
+
+    mat("token_embd.weight", V, E, Q.Q8_0)
+    w.add_tensor("output_norm.weight", np.ones(E, dtype=np.float32))
+    if c.get("rope_freqs"):  # Llama 3.2's: factor 32, low 1, high 4, original context 8192
+        i = np.arange(0, D, 2)
+        wavelen = 2 * np.pi * c["base"] ** (i / D)
+        smooth = (8192 / wavelen - 1) / 3
+        f = np.where(wavelen < 2048, 1.0, np.where(wavelen > 8192, 32.0, 1 / ((1 - smooth) / 32 + smooth)))
+        w.add_tensor("rope_freqs.weight", f.astype(np.float32))
+    for layer in range(L):
+        p = f"blk.{layer}."
+        more = layer < L // 4 or layer >= 3 * L // 4 or (layer - L // 4) % 3 == 2  # llama-quantize's use_more_bits
+        w.add_tensor(p + "attn_norm.weight", np.ones(E, dtype=np.float32))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(E, dtype=np.float32))
+        mat(p + "attn_q.weight", H * D, E, Q.Q4_K)
+        mat(p + "attn_k.weight", Hkv * D, E, Q.Q4_K)
+        mat(p + "attn_v.weight", Hkv * D, E, Q.Q6_K if more else Q.Q4_K)
+        if c["bias"]:
+            for n, rows in (("q", H * D), ("k", Hkv * D), ("v", Hkv * D)):
+                w.add_tensor(p + f"attn_{n}.bias", np.zeros(rows, dtype=np.float32))
+        mat(p + "attn_output.weight", E, H * D, Q.Q4_K)
+        mat(p + "ffn_gate.weight", F, E, Q.Q4_K)
+        mat(p + "ffn_up.weight", F, E, Q.Q4_K)
+        mat(p + "ffn_down.weight", E, F, Q.Q6_K if more else Q.Q4_K)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"wrote {args.out}: {args.shape}, {c['arch']}, {L} layers, width {E}, vocabulary {V}, Q4_K_M mixture")
+
+
+if __name__ == "__main__":
+    main()
