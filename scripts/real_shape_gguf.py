@@ -17,6 +17,7 @@ import argparse
 import numpy as np
 import gguf
 
+from arch_models import llama3_factors
 from gguf_fixtures import byte_chars
 
 SHAPES = {
@@ -86,11 +87,7 @@ def main():
     mat("token_embd.weight", V, E, Q.Q8_0)
     w.add_tensor("output_norm.weight", np.ones(E, dtype=np.float32))
     if c.get("rope_freqs"):  # Llama 3.2's: factor 32, low 1, high 4, original context 8192
-        i = np.arange(0, D, 2)
-        wavelen = 2 * np.pi * c["base"] ** (i / D)
-        smooth = (8192 / wavelen - 1) / 3
-        f = np.where(wavelen < 2048, 1.0, np.where(wavelen > 8192, 32.0, 1 / ((1 - smooth) / 32 + smooth)))
-        w.add_tensor("rope_freqs.weight", f.astype(np.float32))
+        w.add_tensor("rope_freqs.weight", llama3_factors(c["base"], D, 32.0, 1.0, 4.0, 8192))
     for layer in range(L):
         p = f"blk.{layer}."
         more = layer < L // 4 or layer >= 3 * L // 4 or (layer - L // 4) % 3 == 2  # llama-quantize's use_more_bits

@@ -94,11 +94,33 @@ macro_rules! kernels {
                 })
             }
 
-            // the portable kernels of these types, compiled here with this module's features (vectorized loops)
+            /// 0xff in byte j of the result where bit j of `bits` is set, 0 elsewhere (ggml's `bytes_from_bits_32`).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn bytes_from_bits(bits: [u8; 4]) -> __m256i {
+                let spread =
+                    _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000);
+                let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(i32::from_le_bytes(bits)), spread);
+                // every bit but bit (j mod 8) set in byte j: all ones exactly where that bit was set
+                let others = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+                _mm256_cmpeq_epi8(others, _mm256_set1_epi64x(-1))
+            }
+
+            /// Q5_0: each value `(nibble | fifth bit << 4) − 16`, formed as the nibble with 0xf0 or-ed in where the
+            /// fifth bit is clear (so the byte reads as `nibble − 16`), dotted with the activations as Q4_0 is.
             #[target_feature(enable = $features)]
             fn q5_0(w: &[u8], a: &Q8Row) -> f32 {
-                scalar::q5_0(w, a)
+                let t = f16_table();
+                let w = blocks::<BlockQ5_0>(w);
+                four_way(w.len(), |b| {
+                    let high = _mm256_andnot_si256(bytes_from_bits(w[b].qh), _mm256_set1_epi8(0xf0u8 as i8));
+                    let q = _mm256_or_si256(nibbles(&w[b].qs), high);
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b * QK)));
+                    (dot, f16_of(t, w[b].d) * a.d[b])
+                })
             }
+
+            // the portable kernels of these types, compiled here with this module's features (vectorized loops)
             #[target_feature(enable = $features)]
             fn q5_1(w: &[u8], a: &Q8Row) -> f32 {
                 scalar::q5_1(w, a)
