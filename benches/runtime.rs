@@ -34,7 +34,7 @@ fn decode_step(device: &webtensor::Device, capacity: usize, len: usize) -> impl 
     let v = g.input("v", DType::F32, &[1, hkv * d]).unwrap();
     let pos = g.input("pos", DType::I32, &[1]).unwrap();
     let kv_len = g.input("kv_len", DType::I32, &[1]).unwrap();
-    let rope = Rope { n_dims: d, mode: RopeMode::Normal, freq_base: 1e5, freq_scale: 1.0 };
+    let rope = Rope::new(d, RopeMode::Normal, 1e5);
     let q = g.rope(q_in, pos, &rope).unwrap();
     let (ks, vs) = (g.state(&kc).unwrap(), g.state(&vc).unwrap());
     let ks = g.set_rows(ks, pos, k).unwrap();

@@ -17,8 +17,11 @@ Conventions followed (llama.cpp's graphs, which match the published HF definitio
     KV head h // (H / Hkv), scores scaled by 1/sqrt(head_dim); a sliding window of n lets query q see key k iff
     0 <= q - k < n (llama.cpp's LLAMA_SWA_TYPE_STANDARD, HF's sliding_window).
   * rope angle of pair i at position p: p·scale·base^(-2i/n_rot) / factor[i], with the factors of Llama 3's rope
-    scaling stored as rope_freqs.weight as convert_hf_to_gguf computes them (1 without the tensor). NORMAL (arch llama) rotates (x[2i], x[2i+1]) --
-    llama.cpp's converter has permuted the Q/K rows for it; NEOX (every other arch) rotates (x[i], x[i + n_rot/2]).
+    scaling stored as rope_freqs.weight as convert_hf_to_gguf computes them (1 without the tensor), or LongRoPE's
+    (Phi-3: rope_factors_long/short.weight, the long ones where the context exceeds the original one, as llama.cpp
+    chooses, cos and sin scaled by rope.scaling.attn_factor); YaRN's frequencies and scale (qwen2_yarn) as
+    transformers computes them. NORMAL (arch llama) rotates (x[2i], x[2i+1]) -- llama.cpp's converter has
+    permuted the Q/K rows for it; NEOX (every other arch) rotates (x[i], x[i + n_rot/2]).
   * qwen2: Q/K/V biases. qwen3, gemma3: per-head RMS norms of q and k before rope, head_dim from key_length.
   * phi3: fused attn_qkv (q, k, v rows) and fused ffn_up (gate rows, then up rows).
   * gemma2/gemma3: embeddings times sqrt(E); post-attention and post-FFN norms; GeGLU with tanh-gelu; norm weights
@@ -43,7 +46,7 @@ from gguf_fixtures import byte_chars
 
 BASE = dict(E=64, H=4, Hkv=2, D=16, F=96, L=2, eps=1e-5, base=10000.0, tied=False, window=None, bias=False,
             qk_norm=False, fused=False, gemma=False, attn_cap=None, final_cap=None, rope_linear=None,
-            head_dim_keys=False, qk_gain=1.0, pre="default", llama3_rope=None)
+            head_dim_keys=False, qk_gain=1.0, pre="default", llama3_rope=None, yarn=None, longrope=None)
 CASES = {
     "llama": dict(arch="llama"),
     # Llama 3.1's rope scaling at a small original context, so that most pairs are scaled within the prompts
@@ -51,8 +54,16 @@ CASES = {
                                                               original_max_position_embeddings=32)),
     "mistral": dict(arch="llama", tied=True, window=5),
     "qwen2": dict(arch="qwen2", bias=True, tied=True, base=1e6, eps=1e-6, pre="qwen2"),
+    # YaRN as Qwen2.5's long-context setting writes it; an original context of 4096 puts the ramp at pairs 2..6 of
+    # 8, so that some pairs keep their angle, some are scaled and some are mixed
+    "qwen2_yarn": dict(arch="qwen2", bias=True, tied=True, base=10000.0, eps=1e-6, pre="qwen2",
+                       yarn=dict(factor=4.0, original_max_position_embeddings=4096)),
     "qwen3": dict(arch="qwen3", E=48, qk_norm=True, eps=1e-6, head_dim_keys=True, pre="qwen2"),
     "phi3": dict(arch="phi3", Hkv=4, fused=True, window=6),
+    # Phi-3.5-mini's LongRoPE at a small original context: the context (64) exceeds it, so the long factors apply
+    "phi3_longrope": dict(arch="phi3", Hkv=4, fused=True, longrope=dict(
+        original_max_position_embeddings=16, long_factor=[1.0, 1.2, 1.9, 3.1, 4.7, 6.3, 7.6, 8.4],
+        short_factor=[1.0, 1.0, 1.05, 1.1, 1.2, 1.3, 1.4, 1.5])),
     # q/k weights twice as large, so that attention scores (std ~4) reach well into the soft-cap's tanh
     "gemma2": dict(arch="gemma2", L=3, gemma=True, tied=True, window=4, attn_cap=5.0, final_cap=4.0, eps=1e-6,
                    head_dim_keys=True, qk_gain=2.0),
@@ -108,6 +119,9 @@ def make_weights(c, rng):
             W[p + "post_attention_norm.weight"], W[p + "post_ffw_norm.weight"] = norm(E), norm(E)
     if c["llama3_rope"]:
         W["rope_freqs.weight"] = llama3_factors(c["base"], D, **c["llama3_rope"])
+    if c["longrope"]:
+        W["rope_factors_long.weight"] = np.array(c["longrope"]["long_factor"], dtype=np.float32)
+        W["rope_factors_short.weight"] = np.array(c["longrope"]["short_factor"], dtype=np.float32)
     return W
 
 
@@ -126,6 +140,12 @@ def llama3_factors(base, dim, factor, low_freq_factor, high_freq_factor, origina
             smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
             out.append(1 / ((1 - smooth) / factor + smooth))
     return np.array(out, dtype=np.float32)
+
+
+def longrope_attn_factor(context, orig):
+    """LongRoPE's cos/sin scale, sqrt(1 + ln(s) / ln(orig)) for the context's scale s = context / orig."""
+    scale = context / orig
+    return math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0
 
 
 def write_gguf(path, name, c, W):
@@ -152,6 +172,14 @@ def write_gguf(path, name, c, W):
     if c["rope_linear"]:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(c["rope_linear"])
+    if c["longrope"]:  # as convert_hf_to_gguf writes Phi-3's: the original context and the attention factor
+        orig = c["longrope"]["original_max_position_embeddings"]
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_rope_scaling_attn_factors(longrope_attn_factor(CONTEXT, orig))
+    if c["yarn"]:  # as convert_hf_to_gguf writes Qwen2's rope_scaling
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(c["yarn"]["factor"])
+        w.add_rope_scaling_orig_ctx_len(c["yarn"]["original_max_position_embeddings"])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(c["pre"])
     w.add_token_list(TOKENS)
@@ -179,6 +207,10 @@ def load(path):
               window=k("attention.sliding_window"), attn_cap=k("attn_logit_softcapping"),
               final_cap=k("final_logit_softcapping"), gemma=arch.startswith("gemma"), neox=arch != "llama",
               factor=k("rope.scaling.factor", 1.0) if k("rope.scaling.type") == "linear" else 1.0,
+              yarn=(k("rope.scaling.factor"), k("rope.scaling.original_context_length"))
+              if k("rope.scaling.type") == "yarn" else None,
+              orig=k("rope.scaling.original_context_length", k("context_length")),
+              attn_factor=k("rope.scaling.attn_factor", 1.0),
               V=len(meta["tokenizer.ggml.tokens"]))
     assert k("rope.dimension_count") == hp["D"], "the reference rotates whole heads"
     return hp, {t.name: np.array(t.data, dtype=np.float64) for t in r.tensors}
@@ -198,12 +230,27 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, neox, factors=None):
+def yarn_inv_freq(n, base, factor, orig, beta_fast=32.0, beta_slow=1.0):
+    """YaRN's frequencies and cos/sin scale, from the paper as transformers' `_compute_yarn_parameters` writes it:
+    pairs turning more than beta_fast times over the original context keep their frequency, those turning fewer
+    than beta_slow times are divided by the factor, a linear ramp between (correction range floored and ceiled)."""
+    inv = base ** (-np.arange(0, n, 2) / n)
+    corr = lambda rot: n * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))  # noqa: E731
+    low, high = max(math.floor(corr(beta_fast)), 0), min(math.ceil(corr(beta_slow)), n - 1)
+    ramp = np.clip((np.arange(n // 2) - low) / max(high - low, 0.001), 0, 1)
+    keep = 1 - ramp
+    return inv / factor * (1 - keep) + inv * keep, 0.1 * math.log(factor) + 1.0
+
+
+def rope(x, pos, base, neox, factors=None, yarn=None, attn_factor=1.0):
     """Rotate x [T, heads, n] at positions pos [T] (NEOX halves or NORMAL adjacent pairs), pair i's angle divided by
-    factors[i] where there are factors."""
+    factors[i] where there are factors; YaRN's frequencies and scale where yarn is (factor, original context); cos
+    and sin scaled by attn_factor."""
     n = x.shape[-1]
-    angle = pos[:, None, None] * base ** (-np.arange(0, n, 2) / n) / (1.0 if factors is None else factors)
-    cos, sin = np.cos(angle), np.sin(angle)
+    inv, mscale = (base ** (-np.arange(0, n, 2) / n), 1.0) if yarn is None else yarn_inv_freq(n, base, *yarn)
+    mscale *= attn_factor
+    angle = pos[:, None, None] * inv / (1.0 if factors is None else factors)
+    cos, sin = np.cos(angle) * mscale, np.sin(angle) * mscale
     x0, x1 = (x[..., : n // 2], x[..., n // 2:]) if neox else (x[..., 0::2], x[..., 1::2])
     r0, r1 = x0 * cos - x1 * sin, x0 * sin + x1 * cos
     return np.concatenate([r0, r1], axis=-1) if neox else np.stack([r0, r1], axis=-1).reshape(x.shape)
@@ -222,7 +269,9 @@ def attention(hp, W, layer, x):
     window, base, scale = layer_attention(hp, layer)
     pos = np.arange(T, dtype=np.float64)
     f = W.get("rope_freqs.weight")
-    q, k = rope(q, pos * scale, base, hp["neox"], f), rope(k, pos * scale, base, hp["neox"], f)
+    if "rope_factors_long.weight" in W:  # LongRoPE: llama.cpp takes the long factors for a context beyond the original
+        f = W["rope_factors_long.weight" if CONTEXT > hp["orig"] else "rope_factors_short.weight"]
+    q, k = (rope(t, pos * scale, base, hp["neox"], f, hp["yarn"], hp["attn_factor"]) for t in (q, k))
     k, v = np.repeat(k, H // Hkv, axis=1), np.repeat(v, H // Hkv, axis=1)
     s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(D)
     if hp["attn_cap"]:
@@ -267,9 +316,11 @@ def forward(hp, W, ids):
     return logits
 
 
-HF_CLASSES = {"llama": ("llama", "LlamaForCausalLM"), "llama3": ("llama", "LlamaForCausalLM"), "mistral": ("mistral", "MistralForCausalLM"),
+HF_CLASSES = {"llama": ("llama", "LlamaForCausalLM"), "llama3": ("llama", "LlamaForCausalLM"),
+              "qwen2_yarn": ("qwen2", "Qwen2ForCausalLM"), "mistral": ("mistral", "MistralForCausalLM"),
               "qwen2": ("qwen2", "Qwen2ForCausalLM"), "qwen3": ("qwen3", "Qwen3ForCausalLM"),
-              "phi3": ("phi3", "Phi3ForCausalLM"), "gemma2": ("gemma2", "Gemma2ForCausalLM"),
+              "phi3": ("phi3", "Phi3ForCausalLM"), "phi3_longrope": ("phi3", "Phi3ForCausalLM"),
+              "gemma2": ("gemma2", "Gemma2ForCausalLM"),
               "gemma3": ("gemma3_text", "Gemma3ForCausalLM")}
 
 
@@ -288,7 +339,7 @@ def hf_state_dict(hp, W):
            "output.weight": "lm_head.weight"}
     sd = {}
     for name, a in W.items():
-        if name == "rope_freqs.weight":  # HF computes the factors from rope_parameters
+        if name.startswith("rope_f"):  # HF computes or holds the factors in rope_parameters
             continue
         m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", name)
         if m and not hp["neox"] and m[2] in ("attn_q", "attn_k"):  # inverse of convert_hf_to_gguf's permute
@@ -317,6 +368,15 @@ def check_hf(name, hp, W, prompts):
                    attn_logit_softcapping=hp["attn_cap"], final_logit_softcapping=hp["final_cap"])
     if name == "llama3":
         cfg["rope_parameters"] = {"rope_type": "llama3", "rope_theta": hp["base"], **CASES[name]["llama3_rope"]}
+    if name == "phi3_longrope":  # transformers picks the factors by prompt length: its short ones are set to the
+        lr = CASES[name]["longrope"]  # long ones, which llama.cpp (and webtensor) take at this context
+        cfg["rope_parameters"] = {"rope_type": "longrope", "rope_theta": hp["base"], "long_factor": lr["long_factor"],
+                                  "short_factor": lr["long_factor"],
+                                  "original_max_position_embeddings": lr["original_max_position_embeddings"]}
+    if name == "qwen2_yarn":  # max_position_embeddings = factor x original, as transformers' YaRN expects
+        y = CASES[name]["yarn"]
+        cfg.update(max_position_embeddings=int(y["factor"] * y["original_max_position_embeddings"]),
+                   rope_parameters={"rope_type": "yarn", "rope_theta": hp["base"], **y})
     if model_type == "gemma3_text":
         cfg["rope_parameters"] = {
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},

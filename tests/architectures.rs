@@ -160,6 +160,11 @@ fn qwen2_qkv_bias() {
 }
 
 #[test]
+fn qwen2_yarn_rope_scaling() {
+    check("qwen2_yarn");
+}
+
+#[test]
 fn qwen3_qk_norm() {
     check("qwen3");
 }
@@ -168,6 +173,11 @@ fn qwen3_qk_norm() {
 fn phi3_fused_qkv_and_gate_up() {
     check("phi3");
     batched_as_alone("phi3");
+}
+
+#[test]
+fn phi3_longrope() {
+    check("phi3_longrope");
 }
 
 #[test]

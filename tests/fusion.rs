@@ -411,7 +411,14 @@ fn fusion_keeps_every_intermediate_in_its_dtype() {
 fn rope_is_fused_into_the_kv_cache_write() {
     use webtensor::DType::{F16, I32};
     let (t, h, d, cap) = (3usize, 2usize, 8usize, 5usize);
-    let rope = webtensor::Rope { n_dims: 6, mode: webtensor::RopeMode::Neox, freq_base: 10000.0, freq_scale: 1.0 };
+    // YaRN's ramp over the middle pair and a cos/sin scale, so that the fused kernel carries every parameter
+    let rope = webtensor::Rope {
+        freq_scale: 0.25,
+        ext_factor: 1.0,
+        attn_factor: 1.25,
+        corr_dims: [0.6, 1.6],
+        ..webtensor::Rope::new(6, webtensor::RopeMode::Neox, 10000.0)
+    };
     let xv: Vec<f32> = (0..t * h * d).map(|i| ((i * 37 % 23) as f32 - 11.0) / 8.0).collect();
     let positions = [2i32, 0, 2];
     for device in common::devices() {
@@ -469,7 +476,7 @@ fn rope_is_fused_into_the_kv_cache_write() {
             let pr = Arr::new(&[t], positions.iter().map(|&p| p as f64).collect());
             let fr = Arr::new(&[3], fv.iter().map(|&v| v as f64).collect());
             let fr = with_factors.then_some(&fr);
-            let want = r::rope_ext(&xr, &pr, fr, rope.n_dims, true, rope.freq_base, rope.freq_scale);
+            let want = r::rope_ext(&xr, &pr, fr, &rope);
             let tol = if rope_dtype == F16 || cache_dtype == F16 { 2e-3 } else { 1e-5 };
             for row in 0..cap {
                 let from = positions.iter().rposition(|&p| p as usize == row);

@@ -102,6 +102,36 @@ fn hyperparameters_out_of_range_are_refused_by_key() {
     );
 }
 
+/// YaRN's settings (`rope.scaling.type` yarn, as Qwen2.5's long-context files have it) are checked by key; a file
+/// with them loads and generates, one with a scaling type webtensor does not implement is refused by name.
+#[test]
+fn rope_scaling_settings_are_checked_by_key() {
+    let yarn = || {
+        TinyLlama::new()
+            .set("llama.rope.scaling.type", Meta::Str("yarn".into()))
+            .set("llama.rope.scaling.factor", Meta::F32(4.0))
+            .set("llama.rope.scaling.original_context_length", Meta::U32(4096))
+    };
+    let mut m = load(&yarn()).expect("a YaRN file loads");
+    let prompt = m.tokenizer.encode("hello the").unwrap();
+    m.generate(&prompt, &GenerateOptions { max_tokens: 3, ..Default::default() }, |_, _| true).unwrap();
+    for (k, v, needle) in [
+        ("rope.scaling.original_context_length", Meta::U32(0), "from 1 to"),
+        ("rope.scaling.yarn_ext_factor", Meta::F32(2.0), "from 0 to 1"),
+        ("rope.scaling.yarn_beta_fast", Meta::F32(-1.0), "above 0"),
+        ("rope.scaling.yarn_beta_slow", Meta::F32(f32::NAN), "finite"),
+        ("rope.scaling.attn_factor", Meta::F32(0.0), "above 0"),
+        ("rope.scaling.factor", Meta::F32(f32::INFINITY), "finite"),
+    ] {
+        let name = format!("llama.{k}");
+        refused(&format!("{name} = {v:?}"), yarn().set(&name, v.clone()), &[needle, name.as_str(), "tiny.gguf"]);
+    }
+    let log_mul = yarn().set("llama.rope.scaling.yarn_log_multiplier", Meta::F32(0.1));
+    refused("a YaRN log multiplier", log_mul, &["yarn_log_multiplier", "not supported"]);
+    let other = TinyLlama::new().set("llama.rope.scaling.type", Meta::Str("longrope".into()));
+    refused("another scaling type", other, &["rope scaling 'longrope'", "not supported"]);
+}
+
 #[test]
 fn tables_and_tensors_that_disagree_are_refused() {
     let n = 256 + 5;
@@ -331,15 +361,7 @@ fn recommended_sampling_is_read_within_range() {
 #[test]
 fn rope_factors_that_cannot_divide_are_refused() {
     let with = |ggml_type: u32, shape: &[usize], values: &[f32]| {
-        let mut t = TinyLlama::new();
-        let bytes = if ggml_type == 0 {
-            values.iter().flat_map(|v| v.to_le_bytes()).collect()
-        } else {
-            values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()
-        };
-        let spec = common::tiny_gguf::TensorSpec { ggml_type, shape: shape.to_vec(), bytes: Some(bytes), offset: None };
-        t.tensors.push(("rope_freqs.weight".into(), spec));
-        t
+        factors(TinyLlama::new(), "rope_freqs", ggml_type, shape, values)
     };
     // heads of 4 dims: 2 pairs
     assert!(load(&with(0, &[2], &[1.0, 8.0])).is_ok());
@@ -348,4 +370,28 @@ fn rope_factors_that_cannot_divide_are_refused() {
     for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
         refused(&format!("a factor {bad}"), with(0, &[2], &[1.0, bad]), &["rope_freqs.weight[1]", "above 0"]);
     }
+    // LongRoPE (Phi-3's 128k models): both tables, each checked as rope_freqs is
+    let long_rope = |long: &[f32], short: Option<&[f32]>| {
+        let t = factors(TinyLlama::new(), "rope_factors_long", 0, &[long.len()], long);
+        match short {
+            Some(s) => factors(t, "rope_factors_short", 0, &[s.len()], s),
+            None => t,
+        }
+    };
+    assert!(load(&long_rope(&[1.0, 4.0], Some(&[1.0, 1.5]))).is_ok());
+    refused("long factors alone", long_rope(&[1.0, 4.0], None), &["rope_factors_short.weight", "tiny.gguf"]);
+    refused("3 long factors", long_rope(&[1.0, 2.0, 3.0], Some(&[1.0, 1.0])), &["rope_factors_long.weight", "[3]"]);
+    refused("a short factor -1", long_rope(&[1.0, 2.0], Some(&[1.0, -1.0])), &["rope_factors_short.weight[1]"]);
+}
+
+/// `t` with the tensor `{name}.weight` of `values` (f32 for ggml type 0, else f16).
+fn factors(mut t: TinyLlama, name: &str, ggml_type: u32, shape: &[usize], values: &[f32]) -> TinyLlama {
+    let bytes = if ggml_type == 0 {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    } else {
+        values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()
+    };
+    let spec = common::tiny_gguf::TensorSpec { ggml_type, shape: shape.to_vec(), bytes: Some(bytes), offset: None };
+    t.tensors.push((format!("{name}.weight"), spec));
+    t
 }

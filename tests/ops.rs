@@ -634,59 +634,6 @@ fn state_writes() {
     run_suite("state-writes", &cases);
 }
 
-/// Rotary position embedding (ggml_rope_ext): modes normal and neox, all or the first n_dims of each head, large
-/// positions, a strided input, f32 and f16, with and without a batch dim.
-#[test]
-fn rope() {
-    use webtensor::{Rope, RopeMode};
-    let mut cases = Vec::new();
-    let positions = |t: usize| (0..t).map(|i| [0.0, 1.0, 7.0, 100.0, 4000.0, 8191.0, 3.0][i % 7]).collect::<Vec<f64>>();
-    for (mode, neox) in [(RopeMode::Normal, false), (RopeMode::Neox, true)] {
-        for (shape, n_dims, dtype) in [
-            (vec![7usize, 3, 64], 64usize, F32),
-            (vec![7, 3, 64], 32, F32),
-            (vec![2, 5, 2, 16], 16, F32),
-            (vec![6, 2, 32], 32, F16),
-        ] {
-            let t = shape[shape.len() - 3];
-            let rope = Rope { n_dims, mode, freq_base: 10000.0, freq_scale: 1.0 };
-            cases.push(Case::new(
-                format!("rope/{mode:?}/{dtype}/{shape:?}/n_dims={n_dims}"),
-                vec![inp(dtype, &shape, 1), inp_given(I32, &[t], positions(t))],
-                move |g, x| g.rope(x[0], x[1], &rope),
-                move |x| r::rope(&x[0], &x[1], n_dims, neox, 10000.0, 1.0),
-            ));
-        }
-        // a strided input: [H, T, D] stored, presented as [T, H, D]; another base and a position scale
-        let rope = Rope { n_dims: 64, mode, freq_base: 100000.0, freq_scale: 0.5 };
-        cases.push(Case::new(
-            format!("rope/{mode:?}/strided"),
-            vec![inp(F32, &[3, 9, 64], 1), inp_given(I32, &[9], positions(9))],
-            move |g, x| {
-                let v = g.permute(x[0], &[1, 0, 2])?;
-                g.rope(v, x[1], &rope)
-            },
-            move |x| r::rope(&x[0].permute(&[1, 0, 2]), &x[1], 64, neox, 100000.0, 0.5),
-        ));
-        // frequency factors per pair (Llama 3's rope scaling: 1 for high frequencies, up to 8 for low ones)
-        let rope = Rope { n_dims: 32, mode, freq_base: 500000.0, freq_scale: 1.0 };
-        let factors: Vec<f64> = (0..16).map(|i| [1.0, 1.0, 1.5, 3.25, 8.0, 8.0, 2.0, 0.75][i % 8]).collect();
-        for dtype in [F32, F16] {
-            cases.push(Case::new(
-                format!("rope/{mode:?}/{dtype}/factors"),
-                vec![
-                    inp(dtype, &[2, 7, 3, 48], 1),
-                    inp_given(I32, &[7], positions(7)),
-                    inp_given(F32, &[16], factors.clone()),
-                ],
-                move |g, x| g.rope_ext(x[0], x[1], Some(x[2]), &rope),
-                move |x| r::rope_ext(&x[0], &x[1], Some(&x[2]), 32, neox, 500000.0, 1.0),
-            ));
-        }
-    }
-    run_suite("rope", &cases);
-}
-
 /// Attention (flash on the GPU): odd lengths, GQA ratios 1, 3 and 8, causal and masked (rows fully masked),
 /// KV lengths 1 and 4097 (the split-key decode path), a run-time KV length, f16 K/V, batches with a padding
 /// mask, and K/V read as views of a KV-cache state.

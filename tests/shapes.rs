@@ -225,8 +225,7 @@ fn model_ops_follow_their_shape_rules() {
                 return Ok(());
             };
             let pos = g.input("pos", DType::I32, &sb).unwrap();
-            let rope =
-                webtensor::Rope { n_dims: nd, mode: webtensor::RopeMode::Normal, freq_base: 1e4, freq_scale: 1.0 };
+            let rope = webtensor::Rope::new(nd, webtensor::RopeMode::Normal, 1e4);
             let r = no_panic("rope", || g.rope(a, pos, &rope))?;
             let fits = (sa.len() == 3 || sa.len() == 4) && sb.len() == 1 && sb[0] == sa[sa.len() - 3];
             let legal = fits && dt == DType::F32 && nd > 0 && nd % 2 == 0 && nd <= sa[sa.len() - 1];

@@ -9,17 +9,20 @@ use crate::shape::broadcast_shapes;
 
 impl Graph {
     /// Rotary position embedding of every head of `x` at the positions `pos`: the first `n_dims` dims of each head
-    /// turn in pairs by `pos[t] · freq_scale · freq_base^(-2i / n_dims)` radians (pair `i`), in f32.
+    /// turn in pairs by `pos[t] · freq_scale · freq_base^(-2i / n_dims)` radians (pair `i`), in f32, with
+    /// YaRN's mix and cos/sin scaling where `rope` asks for them ([`Rope`]).
     ///
     /// # Shapes
     /// x `[T, H, D]` or `[B, T, H, D]`, pos `[T]` → x's shape (contiguous).
     /// # DTypes
     /// x f32 or f16 (the output has its dtype); pos i32.
     /// # Errors
-    /// [`Error::InvalidShape`] for another rank, an `n_dims` of 0, odd, or above D; [`Error::ShapeMismatch`] when
-    /// pos is not `[T]`; [`Error::UnsupportedDType`] for i32 x or non-i32 positions.
+    /// [`Error::InvalidShape`] for another rank, an `n_dims` of 0, odd, or above D, or a `freq_base` or
+    /// `freq_scale` not finite and above 0, or another parameter not finite; [`Error::ShapeMismatch`] when pos is
+    /// not `[T]`; [`Error::UnsupportedDType`] for i32 x or non-i32 positions.
     /// # Reference
-    /// ggml_rope_ext (modes normal and neox, no frequency factors, `ext_factor = 0`, `attn_factor = 1`).
+    /// ggml_rope_ext (modes normal and neox, no frequency factors; YaRN as its `ext_factor`, `attn_factor` and
+    /// `ggml_rope_yarn_corr_dims` describe it).
     pub fn rope(&mut self, x: Tensor, pos: Tensor, rope: &Rope) -> Result<Tensor> {
         self.rope_ext(x, pos, None, rope)
     }
@@ -36,7 +39,7 @@ impl Graph {
     /// As [`rope`](Self::rope), and [`Error::ShapeMismatch`] or [`Error::UnsupportedDType`] for factors of
     /// another shape or dtype.
     /// # Reference
-    /// ggml_rope_ext with its `c` (freq_factors) operand (`ext_factor = 0`, `attn_factor = 1`).
+    /// ggml_rope_ext with its `c` (freq_factors) operand.
     pub fn rope_ext(&mut self, x: Tensor, pos: Tensor, factors: Option<Tensor>, rope: &Rope) -> Result<Tensor> {
         let (ix, dt, sx) = self.require_float("rope", x)?;
         let (ip, dp, sp) = self.info("rope", pos)?;
@@ -47,6 +50,12 @@ impl Graph {
         {
             let reason =
                 format!("x must be [T, H, D] or [B, T, H, D] with an even n_dims ≤ D (n_dims {})", rope.n_dims);
+            return Err(Error::InvalidShape { op: "rope", shape: sx, reason });
+        }
+        let positive = |v: f32| v.is_finite() && v > 0.0;
+        let finite = [rope.ext_factor, rope.attn_factor, rope.corr_dims[0], rope.corr_dims[1]];
+        if !positive(rope.freq_base) || !positive(rope.freq_scale) || !finite.iter().all(|v| v.is_finite()) {
+            let reason = format!("rope parameters must be finite, freq_base and freq_scale above 0: {rope:?}");
             return Err(Error::InvalidShape { op: "rope", shape: sx, reason });
         }
         if dp != DType::I32 {

@@ -176,7 +176,7 @@ impl WebGraph {
             other => return Err(JsError::new(&format!("rope: unknown mode '{other}' (normal, neox)"))),
         };
         let factors = opt_tensor(&factors, "rope: factors")?;
-        let rope = Rope { n_dims: n_dims as usize, mode, freq_base, freq_scale };
+        let rope = Rope { freq_scale, ..Rope::new(n_dims as usize, mode, freq_base) };
         wrap(self.inner.rope_ext(x.inner, pos.inner, factors, &rope))
     }
 

@@ -526,26 +526,22 @@ pub fn u(i: usize, seed: u64) -> f64 {
     (z >> 40) as f64 / (1u64 << 23) as f64 - 1.0
 }
 
-/// Rotary position embedding of x `[.., T, H, D]` at positions `pos` (f64 angles from the f32 ones ggml computes:
-/// `theta_i = freq_scale · pos · ts^i / factors[i]` with `ts = f32(freq_base^(-2/n_dims))` multiplied in f32, the
-/// frequency factors 1 where there are none).
-pub fn rope(x: &Arr, pos: &Arr, n_dims: usize, neox: bool, freq_base: f32, freq_scale: f32) -> Arr {
-    rope_ext(x, pos, None, n_dims, neox, freq_base, freq_scale)
+/// Rotary position embedding of x `[.., T, H, D]` at positions `pos` as ggml_rope_ext defines it: the extrapolated
+/// angle `theta_e = pos · ts^i / factors[i]` with `ts = f32(freq_base^(-2/n_dims))` multiplied in f32 as ggml does
+/// (factors 1 where there are none), then in f64: `theta = freq_scale · theta_e`, YaRN's ramp where `ext_factor`
+/// is not 0 (pair i below `corr_dims[0]` keeps `theta_e`, above `corr_dims[1]` takes `theta`, linear between, cos
+/// and sin scaled by `1 + 0.1 ln(1 / freq_scale)`), cos and sin scaled by `attn_factor`.
+pub fn rope(x: &Arr, pos: &Arr, rope: &webtensor::Rope) -> Arr {
+    rope_ext(x, pos, None, rope)
 }
 
 /// [`rope`] with frequency factors `[n_dims / 2]`.
-pub fn rope_ext(
-    x: &Arr,
-    pos: &Arr,
-    factors: Option<&Arr>,
-    n_dims: usize,
-    neox: bool,
-    freq_base: f32,
-    freq_scale: f32,
-) -> Arr {
+pub fn rope_ext(x: &Arr, pos: &Arr, factors: Option<&Arr>, rope: &webtensor::Rope) -> Arr {
     let r = x.shape.len();
     let (t, h, d) = (x.shape[r - 3], x.shape[r - 2], x.shape[r - 1]);
-    let ts = freq_base.powf(-2.0 / n_dims as f32);
+    let (n_dims, neox) = (rope.n_dims, rope.mode == webtensor::RopeMode::Neox);
+    let ts = rope.freq_base.powf(-2.0 / n_dims as f32);
+    let freq_scale = rope.freq_scale as f64;
     let mut out = x.clone();
     for b in 0..x.numel() / (t * h * d) {
         for ti in 0..t {
@@ -557,10 +553,19 @@ pub fn rope_ext(
                     for _ in 0..i {
                         theta *= ts;
                     }
-                    let theta = freq_scale as f64 * theta as f64 / factors.map_or(1.0, |f| f.data[i]);
+                    let extrap = theta as f64 / factors.map_or(1.0, |f| f.data[i]);
+                    let (mut theta, mut mscale) = (freq_scale * extrap, rope.attn_factor as f64);
+                    if rope.ext_factor != 0.0 {
+                        let [low, high] = rope.corr_dims.map(f64::from);
+                        let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                        let mix = ramp * rope.ext_factor as f64;
+                        theta = theta * (1.0 - mix) + extrap * mix;
+                        mscale *= 1.0 + 0.1 * (1.0 / freq_scale).ln();
+                    }
+                    let (sin, cos) = (theta.sin() * mscale, theta.cos() * mscale);
                     let (x0, x1) = (x.data[base + a], x.data[base + c]);
-                    out.data[base + a] = x0 * theta.cos() - x1 * theta.sin();
-                    out.data[base + c] = x0 * theta.sin() + x1 * theta.cos();
+                    out.data[base + a] = x0 * cos - x1 * sin;
+                    out.data[base + c] = x0 * sin + x1 * cos;
                 }
             }
         }

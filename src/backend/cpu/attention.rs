@@ -59,7 +59,7 @@ impl RopeKernel {
                     x.row_f32(l.index_of(first), st, &mut row);
                     for (i, &factor) in factors.iter().enumerate() {
                         let (a, c) = self.rope.pair(i);
-                        let (sin, cos) = self.rope.theta(p, i, factor).sin_cos();
+                        let (sin, cos) = self.rope.sin_cos(p, i, factor);
                         let (x0, x1) = (row[a], row[c]);
                         row[a] = x0 * cos - x1 * sin;
                         row[c] = x0 * sin + x1 * cos;

@@ -7,7 +7,7 @@ use super::spec::{Activation, Block, LlamaConfig};
 use crate::error::{Error, Result};
 use crate::io::gguf::MetaValue;
 use crate::models::hparams::Hparams;
-use crate::ops::RopeMode;
+use crate::ops::{Rope, RopeMode};
 
 /// Largest values a hostile file may claim (no real model comes near): widths, heads, layers, positions.
 const MAX_WIDTH: usize = 1 << 20;
@@ -22,8 +22,8 @@ pub(crate) fn unsupported(h: &Hparams, what: String) -> Error {
 
 /// The hyperparameters under `h.arch`'s prefix, checked: every count an integer from 1 to a bound, epsilons
 /// and rope bases finite and positive, widths that fit together without overflow, a token embedding `[V, E]`
-/// matching the vocabulary, and no setting the runner would ignore (experts, a separate value width, rope
-/// frequency factors, an EOS appended to prompts). The architecture's own settings start at llama's (rope on
+/// matching the vocabulary, and no setting the runner would ignore (experts, a separate value width, an EOS
+/// appended to prompts). The architecture's own settings start at llama's (rope on
 /// adjacent pairs, SwiGLU, no soft-capping, no sliding window).
 pub(crate) fn read(h: &Hparams) -> Result<LlamaConfig> {
     let f = h.f;
@@ -47,13 +47,18 @@ pub(crate) fn read(h: &Hparams) -> Result<LlamaConfig> {
     if rope_dims > head_dim || rope_dims % 2 != 0 {
         return Err(h.error(format!("rope over {rope_dims} dims does not fit heads of {head_dim} (even, at most D)")));
     }
+    let n_ctx_train = h.count("context_length", Some(2048), MAX_CONTEXT)?;
+    let rope_base = h.number("rope.freq_base", 10000.0, |x| x > 0.0, "above 0")?;
+    let n_ctx_orig = h.count("rope.scaling.original_context_length", Some(n_ctx_train), MAX_CONTEXT)?;
     let scaling = h.text("rope.scaling.type")?.unwrap_or("none");
     let factor = h.number("rope.scaling.factor", 1.0, |x| x > 0.0, "above 0")?;
-    let rope_scale = match scaling {
-        "none" => 1.0,
-        "linear" => 1.0 / factor,
+    let (rope_scale, rope_yarn) = match scaling {
+        "none" => (1.0, None),
+        "linear" => (1.0 / factor, None),
+        "yarn" => (1.0 / factor, Some(yarn(h, rope_dims, rope_base, n_ctx_orig)?)),
         other => return Err(unsupported(h, format!("rope scaling '{other}' (factor {factor})"))),
     };
+    let rope_attn_factor = h.number("rope.scaling.attn_factor", 1.0, |x| x > 0.0, "above 0")?;
     refuse_unsupported(h)?;
     let n_vocab = vocabulary(h, n_embd)?;
     Ok(LlamaConfig {
@@ -65,10 +70,13 @@ pub(crate) fn read(h: &Hparams) -> Result<LlamaConfig> {
         head_dim,
         n_ff: h.count("feed_forward_length", None, MAX_WIDTH << 4)?,
         n_vocab,
-        n_ctx_train: h.count("context_length", Some(2048), MAX_CONTEXT)?,
+        n_ctx_train,
         rms_eps: h.number("attention.layer_norm_rms_epsilon", 1e-5, |x| x > 0.0 && x < 1.0, "above 0, below 1")?,
-        rope_base: h.number("rope.freq_base", 10000.0, |x| x > 0.0, "above 0")?,
+        rope_base,
         rope_scale,
+        rope_yarn,
+        rope_attn_factor,
+        n_ctx_orig,
         rope_dims,
         rope_mode: RopeMode::Normal,
         tied_output: f.tensor("output.weight").is_none(),
@@ -83,6 +91,19 @@ pub(crate) fn read(h: &Hparams) -> Result<LlamaConfig> {
     })
 }
 
+/// YaRN's `ext_factor` and ramp as llama.cpp sets them from the file: `ext_factor` 1 and betas 32 and 1 unless
+/// the file says otherwise, over the `n_ctx_orig` positions of the original training. DeepSeek's log multiplier
+/// is refused.
+fn yarn(h: &Hparams, rope_dims: usize, base: f32, n_ctx_orig: usize) -> Result<(f32, [f32; 2])> {
+    if h.number("rope.scaling.yarn_log_multiplier", 0.0, |_| true, "")? != 0.0 {
+        return Err(unsupported(h, "YaRN with a log multiplier (rope.scaling.yarn_log_multiplier)".into()));
+    }
+    let ext_factor = h.number("rope.scaling.yarn_ext_factor", 1.0, |x| (0.0..=1.0).contains(&x), "from 0 to 1")?;
+    let beta_fast = h.number("rope.scaling.yarn_beta_fast", 32.0, |x| x > 0.0, "above 0")?;
+    let beta_slow = h.number("rope.scaling.yarn_beta_slow", 1.0, |x| x > 0.0, "above 0")?;
+    Ok((ext_factor, Rope::yarn_corr_dims(rope_dims, n_ctx_orig, base, beta_fast, beta_slow)))
+}
+
 fn has(h: &Hparams, key: &str) -> bool {
     h.f.get(&format!("{}.{key}", h.arch)).is_some()
 }
@@ -90,9 +111,6 @@ fn has(h: &Hparams, key: &str) -> bool {
 /// Settings of real files that would change what the model computes, which this runner does not implement.
 fn refuse_unsupported(h: &Hparams) -> Result<()> {
     let f = h.f;
-    if f.tensor("rope_factors_long.weight").is_some() {
-        return Err(unsupported(h, "LongRoPE factors (rope_factors_long.weight, Phi-3's 128k models)".into()));
-    }
     if f.get(&format!("{}.expert_count", h.arch)).and_then(MetaValue::as_u64).is_some_and(|n| n > 0) {
         return Err(unsupported(h, format!("a mixture of experts ({}.expert_count)", h.arch)));
     }

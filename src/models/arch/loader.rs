@@ -15,7 +15,7 @@ pub(crate) struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn error(&self, message: String) -> Error {
+    pub(crate) fn error(&self, message: String) -> Error {
         Error::Format { path: self.f.source().into(), message }
     }
 

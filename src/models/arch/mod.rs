@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `llama` | SmolLM2, TinyLlama, Llama 2, Llama 3.x (with its rope frequency factors), Mistral |
 //! | `qwen2`, `qwen3` | Qwen2, Qwen2.5, Qwen3 (dense) |
-//! | `phi3` | Phi-3, Phi-3.5 mini (without LongRoPE) |
+//! | `phi3` | Phi-3, Phi-3.5 mini (their 128k models' LongRoPE included) |
 //! | `gemma`, `gemma2`, `gemma3` | Gemma 1, 2, 3 (text) |
 
 mod common;
@@ -28,6 +28,17 @@ use crate::models::hparams::Hparams;
 /// Every architecture, by `general.architecture`.
 const ARCHS: &[Arch] =
     &[llama::LLAMA, qwen::QWEN2, qwen::QWEN3, phi3::PHI3, gemma::GEMMA, gemma::GEMMA2, gemma::GEMMA3];
+
+/// LongRoPE's factors for `context` positions, when the file has them (both or neither).
+fn long_rope(ld: &Loader, cfg: &LlamaConfig, context: usize) -> Result<Option<crate::resident::Resident>> {
+    let n = cfg.rope_dims / 2;
+    let (long, short) = (ld.factors("rope_factors_long.weight", n)?, ld.factors("rope_factors_short.weight", n)?);
+    match (long, short) {
+        (None, None) => Ok(None),
+        (Some(long), Some(short)) => Ok(Some(if context > cfg.n_ctx_orig { long } else { short })),
+        _ => Err(ld.error("LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight".into())),
+    }
+}
 
 /// The `general.architecture` names the runner supports, with the models each is known by.
 pub fn supported() -> impl Iterator<Item = (&'static str, &'static str)> {
@@ -60,7 +71,8 @@ impl LlamaConfig {
     /// [`supported`] (named), a required value missing, of the wrong type or out of range, widths that do not
     /// fit together (H not a multiple of Hkv, rope dims above D, a token embedding that is not `[V, E]`, a
     /// vocabulary whose token list has another length), and for what the runner does not implement, saying so:
-    /// rope scaling other than linear, LongRoPE, experts, a value width other than the key width, an EOS appended to prompts.
+    /// rope scaling other than linear or YaRN, experts, a value width other than the key width, an EOS appended
+    /// to prompts.
     pub fn from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
         let arch = find(f)?;
         let h = Hparams { f, arch: arch.name };
@@ -70,8 +82,11 @@ impl LlamaConfig {
     }
 }
 
-/// The weights of the model in `f`, of `cfg`'s architecture, uploaded to `device`.
-pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig) -> Result<Weights> {
+/// The weights of the model in `f`, of `cfg`'s architecture, uploaded to `device`, for a KV cache of `context`
+/// positions: rope's frequency factors are `rope_freqs.weight` (Llama 3) or, for LongRoPE (Phi-3's 128k models),
+/// `rope_factors_long.weight` when `context` exceeds the original context and `rope_factors_short.weight`
+/// otherwise, as llama.cpp chooses them.
+pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig, context: usize) -> Result<Weights> {
     let arch = find(f)?;
     let ld = Loader { device, f };
     let (e, v) = (cfg.n_embd, cfg.n_vocab);
@@ -81,6 +96,9 @@ pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig) -> 
         blocks,
         output_norm: ld.tensor("output_norm.weight", &[e])?,
         output: if cfg.tied_output { None } else { Some(ld.tensor("output.weight", &[v, e])?) },
-        rope_factors: ld.factors("rope_freqs.weight", cfg.rope_dims / 2)?,
+        rope_factors: match ld.factors("rope_freqs.weight", cfg.rope_dims / 2)? {
+            Some(factors) => Some(factors),
+            None => long_rope(&ld, cfg, context)?,
+        },
     })
 }

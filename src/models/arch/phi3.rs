@@ -1,7 +1,8 @@
 //! phi3 (llama.cpp's `LLM_ARCH_PHI3`): Phi-3 and Phi-3.5 mini. One fused QKV projection (`attn_qkv`: Q's rows,
 //! then K's, then V's) and one fused gate-and-up (`ffn_up`: F gate rows, then F up rows), split into their parts
 //! at load; NeoX rope; SwiGLU; sliding-window attention on every layer when the file gives a window.
-//! The 128k-context models' LongRoPE factors are refused (see `common`).
+//! The 128k-context models' LongRoPE (factors long and short, and `rope.scaling.attn_factor`) as llama.cpp
+//! applies it: see `load_weights`.
 //!
 //! Reference: Hugging Face's `modeling_phi3.py`; llama.cpp's `llm_build_phi3`.
 

@@ -5,7 +5,7 @@
 use super::loader::Loader;
 use crate::error::Result;
 use crate::models::hparams::Hparams;
-use crate::ops::RopeMode;
+use crate::ops::{Rope, RopeMode};
 use crate::resident::Resident;
 
 /// A decoder-only transformer's shape, as llama.cpp's `llama_hparams` holds it. Widths in elements.
@@ -33,8 +33,17 @@ pub struct LlamaConfig {
     pub rms_eps: f32,
     /// Rope θ base (`{arch}.rope.freq_base`, 10000 when absent) of full-attention layers.
     pub rope_base: f32,
-    /// Linear rope scaling of full-attention layers: positions are multiplied by this (1 / `rope.scaling.factor`).
+    /// Rope scaling of full-attention layers, linear or YaRN's: positions are multiplied by this
+    /// (1 / `rope.scaling.factor`).
     pub rope_scale: f32,
+    /// YaRN (`rope.scaling.type` yarn): its `ext_factor` and its ramp's first and last pairs
+    /// ([`Rope::yarn_corr_dims`] of `rope.scaling.original_context_length` and the beta keys); `None` otherwise.
+    pub rope_yarn: Option<(f32, [f32; 2])>,
+    /// Scale of rope's cos and sin (`rope.scaling.attn_factor`; 1 when absent).
+    pub rope_attn_factor: f32,
+    /// Positions the model was trained for before its rope was scaled (`rope.scaling.original_context_length`;
+    /// `n_ctx_train` when absent): YaRN's ramp and LongRoPE's choice of factors depend on it.
+    pub n_ctx_orig: usize,
     /// Dims of each head that rotate (`{arch}.rope.dimension_count`; D when absent).
     pub rope_dims: usize,
     /// Which pairs turn: llama's adjacent pairs (its converter permutes Q and K for them), or halves (the
@@ -65,6 +74,19 @@ impl LlamaConfig {
     /// Whether layer `l` attends over the sliding window.
     pub fn is_swa(&self, l: usize) -> bool {
         self.sliding_window.is_some() && self.swa_layers.get(l).copied().unwrap_or(false)
+    }
+
+    /// Layer `l`'s rope (ggml_rope_ext's parameters as llama.cpp sets them from the file).
+    pub fn rope(&self, l: usize) -> Rope {
+        let (freq_base, freq_scale) = if self.is_swa(l) { self.rope_swa } else { (self.rope_base, self.rope_scale) };
+        let (ext_factor, corr_dims) = self.rope_yarn.unwrap_or((0.0, [0.0, 0.0]));
+        Rope {
+            freq_scale,
+            ext_factor,
+            attn_factor: self.rope_attn_factor,
+            corr_dims,
+            ..Rope::new(self.rope_dims, self.rope_mode, freq_base)
+        }
     }
 }
 

@@ -9,7 +9,6 @@ use crate::error::Result;
 use crate::graph::{Graph, Tensor};
 use crate::models::arch::spec::{Block, LlamaConfig, Weights};
 use crate::models::nn::{self, AttendSpec};
-use crate::ops::Rope;
 use crate::resident::State;
 
 /// The KV cache of several sequences (slots): per block, keys and values `[slots · capacity, Hkv · D]`, sequence `s` in
@@ -198,8 +197,7 @@ fn qkv(
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let r = g.shape(x)?[0];
     let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-    let (freq_base, freq_scale) = if cfg.is_swa(l) { cfg.rope_swa } else { (cfg.rope_base, cfg.rope_scale) };
-    let rope = Rope { n_dims: cfg.rope_dims, mode: cfg.rope_mode, freq_base, freq_scale };
+    let rope = cfg.rope(l);
     let q = nn::linear(g, x, &b.wq, b.bq.as_ref())?;
     let q = g.reshape(q, &[r, h, d])?;
     let q = nn::maybe_rms_norm(g, q, b.q_norm.as_ref(), cfg.rms_eps)?;

@@ -114,11 +114,11 @@ impl Llama {
             ChatTemplate::new(src)
                 .map_err(|e| format!("the model's chat template (tokenizer.chat_template) does not compile: {e}"))
         });
-        let weights = crate::models::arch::load_weights(device, file, &config)?;
         let context = match options.context {
             0 => config.n_ctx_train.min(4096),
             n => n,
         };
+        let weights = crate::models::arch::load_weights(device, file, &config, context)?;
         let cache = new_cache(device, &config, context, 1, options.f32_cache)?;
         let options = LlamaOptions { max_chunk: options.max_chunk.clamp(1, 4096), ..options };
         Ok(Llama {

@@ -32,8 +32,16 @@ params! {
         neox: u32,
         /// `freq_base^(-2 / n_dims)`.
         theta_scale: f32,
-        /// Linear position scaling.
+        /// Position scaling (linear or YaRN's).
         freq_scale: f32,
+        /// YaRN's weight of the extrapolated angle (0: none).
+        ext_factor: f32,
+        /// Scale of cos and sin.
+        attn_factor: f32,
+        /// YaRN's ramp: its first pair.
+        corr_low: f32,
+        /// YaRN's ramp: its last pair.
+        corr_high: f32,
         /// x's offset within its binding.
         x_offset: u32,
         /// The positions' offset within their binding.
@@ -86,6 +94,10 @@ pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec
         neox: (rope.mode == RopeMode::Neox) as u32,
         theta_scale: rope.theta_scale(),
         freq_scale: rope.freq_scale,
+        ext_factor: rope.ext_factor,
+        attn_factor: rope.attn_factor,
+        corr_low: rope.corr_dims[0],
+        corr_high: rope.corr_dims[1],
         x_offset: lx.offset as u32,
         pos_offset: lp.offset as u32,
         pos_stride: lp.strides[0] as u32,
