@@ -113,6 +113,24 @@ pub(crate) fn scale_min_k4(q: &[u8; 12], j: usize) -> (u8, u8) {
     }
 }
 
+/// All eight 6-bit scales and mins of a Q4_K / Q5_K block's packed `scales` as `[sc0..sc7, m0..m7]` (what
+/// [`scale_min_k4`] gives for j = 0..8), unpacked a 32-bit word at a time.
+#[inline]
+pub(crate) fn scales_mins_k4(q: &[u8; 12]) -> [u8; 16] {
+    let word = |k: usize| u32::from_le_bytes([q[4 * k], q[4 * k + 1], q[4 * k + 2], q[4 * k + 3]]);
+    let (w0, w1, w2) = (word(0), word(1), word(2));
+    let (low6, low4, top2) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+    let sc_lo = w0 & low6;
+    let sc_hi = (w2 & low4) | (((w0 >> 6) & top2) << 4);
+    let m_lo = w1 & low6;
+    let m_hi = ((w2 >> 4) & low4) | (((w1 >> 6) & top2) << 4);
+    let mut out = [0u8; 16];
+    for (k, w) in [sc_lo, sc_hi, m_lo, m_hi].into_iter().enumerate() {
+        out[4 * k..4 * k + 4].copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
 impl BlockQ3K {
     /// The sixteen group scales, unpacked from 6 bits and centred (`sc − 32`), as ggml's `dequantize_row_q3_K`.
     pub(crate) fn scales(&self) -> [i8; 16] {
@@ -131,5 +149,24 @@ impl BlockQ3K {
             *o = v as i8 - 32;
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The word-at-a-time unpacking gives what ggml's per-index `get_scale_min_k4` gives, for every bit pattern
+    /// of each byte position.
+    #[test]
+    fn scales_mins_k4_unpacks_as_scale_min_k4() {
+        for seed in 0..2000u32 {
+            let q: [u8; 12] =
+                std::array::from_fn(|i| (seed.wrapping_mul(2654435761).rotate_left(i as u32 * 3) >> 7) as u8);
+            let all = scales_mins_k4(&q);
+            for j in 0..8 {
+                assert_eq!((all[j], all[8 + j]), scale_min_k4(&q, j), "{q:?}, j = {j}");
+            }
+        }
     }
 }

@@ -57,9 +57,14 @@ unsafe fn dpbusd(u: std::arch::x86_64::__m256i, s: std::arch::x86_64::__m256i) -
     _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 }
 
+/// Bytes ahead of the block being read that the kernels of the larger types prefetch (rows are read
+/// front to back, one after another).
+const PREFETCH: usize = 1024;
+
 macro_rules! kernels {
     ($name:ident, $features:literal, $dot:ident) => {
         mod $name {
+            use super::PREFETCH;
             use crate::backend::cpu::qdot::row::{f16_table, DotFn, DotRowsFn, Q8Row, QK};
             use crate::backend::cpu::qdot::scalar;
             use crate::dtype::DType;
@@ -111,8 +116,10 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             fn q5_0(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
+                let bytes = w;
                 let w = blocks::<BlockQ5_0>(w);
                 four_way(w.len(), |b| {
+                    prefetch(bytes, b * size_of::<BlockQ5_0>() + PREFETCH);
                     let high = _mm256_andnot_si256(bytes_from_bits(w[b].qh), _mm256_set1_epi8(0xf0u8 as i8));
                     let q = _mm256_or_si256(nibbles(&w[b].qs), high);
                     let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b * QK)));
@@ -208,8 +215,10 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             fn q4_0(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
+                let bytes = w;
                 let w = blocks::<BlockQ4_0>(w);
                 four_way(w.len(), |b| {
+                    prefetch(bytes, b * size_of::<BlockQ4_0>() + PREFETCH);
                     let q = _mm256_sub_epi8(nibbles(&w[b].qs), _mm256_set1_epi8(8));
                     let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b * QK)));
                     (dot, f16_of(t, w[b].d) * a.d[b])
@@ -232,9 +241,11 @@ macro_rules! kernels {
                 // blocks' four f16 scales converted together, multiplied by the activations' d and s together
                 let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
                 let mut offs = _mm_setzero_ps();
+                let bytes = w;
                 let w = blocks::<BlockQ4_1>(w);
                 let pairs = w.chunks_exact(2).zip(a.qs.chunks_exact(2 * QK)).zip(a.ds.chunks_exact(4));
-                for ((blk, qa), dsa) in pairs {
+                for (p, ((blk, qa), dsa)) in pairs.enumerate() {
+                    prefetch(bytes, 2 * p * size_of::<BlockQ4_1>() + PREFETCH);
                     let dot0 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(&blk[0].qs), load32(qa, 0)));
                     let dot1 = _mm256_cvtepi32_ps(dot_u8_i8(nibbles(&blk[1].qs), load32(qa, QK)));
                     // [d0·da0, m0·sa0, d1·da1, m1·sa1]; dsa is [da0, sa0, da1, sa1]
@@ -354,39 +365,80 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             fn q8_0(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
+                let bytes = w;
                 let w = blocks::<BlockQ8_0>(w);
                 four_way(w.len(), |b| {
+                    prefetch(bytes, b * size_of::<BlockQ8_0>() + PREFETCH);
                     let dot = _mm256_cvtepi32_ps(dot_i8_i8(load32(&w[b].qs, 0), load32(&a.qs, b * QK)));
                     (dot, f16_of(t, w[b].d) * a.d[b])
                 })
             }
 
+            /// Q4_K: per super-block, its eight scales and mins unpacked together and turned into f32 vectors
+            /// (`d·sc·da` for each 32-block's dot, `dmin·m` against the activations' sums: one vector multiply-add
+            /// for all eight mins), so the loop over the 32-blocks is vector work only: a dot, a conversion and a
+            /// multiply-add by the block's scale, broadcast from memory.
             #[target_feature(enable = $features)]
             fn q4_k(w: &[u8], a: &Q8Row) -> f32 {
                 let t = f16_table();
                 // four accumulators: independent multiply-add chains
                 let mut acc = [_mm256_setzero_ps(); 4];
-                let mut mins = 0f32;
+                let mut mins = _mm256_setzero_ps();
                 let m4 = _mm256_set1_epi8(0x0f);
                 for (sb, blk) in blocks::<BlockQ4K>(w).iter().enumerate() {
+                    prefetch_span(w, sb * size_of::<BlockQ4K>() + PREFETCH, size_of::<BlockQ4K>());
                     let (d, dmin) = (f16_of(t, blk.d), f16_of(t, blk.dmin));
+                    let sm = scales_mins_k4(&blk.scales);
+                    let widen = |at: usize| {
+                        let bytes = i64::from_le_bytes(sm[at..at + 8].try_into().expect("8 bytes"));
+                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi64x(0, bytes)))
+                    };
+                    let b0 = sb * 8;
+                    let (ad, sa) = (loadu8(&a.d, b0), loadu8(&a.s, b0));
+                    // (d·sc)·da per 32-block, as the scalar kernel rounds it
+                    let mut scale = [0f32; 8];
+                    let ds = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), widen(0)), ad);
+                    // SAFETY: scale holds 8 f32; the store is unaligned.
+                    unsafe { _mm256_storeu_ps(scale.as_mut_ptr(), ds) };
+                    mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), widen(8)), sa, mins);
                     for j in 0..4 {
                         let q = load32(&blk.qs, 32 * j);
-                        let b = sb * 8 + 2 * j;
-                        let (sc0, m0) = scale_min_k4(&blk.scales, 2 * j);
-                        let (sc1, m1) = scale_min_k4(&blk.scales, 2 * j + 1);
-                        let (sc0, m0, sc1, m1) = (sc0 as f32, m0 as f32, sc1 as f32, m1 as f32);
+                        let b = b0 + 2 * j;
                         let lo = _mm256_cvtepi32_ps(dot_u8_i8(_mm256_and_si256(q, m4), load32(&a.qs, b * QK)));
                         let hi = _mm256_cvtepi32_ps(dot_u8_i8(
                             _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
                             load32(&a.qs, (b + 1) * QK),
                         ));
-                        acc[j % 2] = _mm256_fmadd_ps(lo, _mm256_set1_ps(d * sc0 * a.d[b]), acc[j % 2]);
-                        acc[2 + j % 2] = _mm256_fmadd_ps(hi, _mm256_set1_ps(d * sc1 * a.d[b + 1]), acc[2 + j % 2]);
-                        mins += dmin * (m0 * a.s[b] + m1 * a.s[b + 1]);
+                        acc[j % 2] = _mm256_fmadd_ps(lo, _mm256_set1_ps(scale[2 * j]), acc[j % 2]);
+                        acc[2 + j % 2] = _mm256_fmadd_ps(hi, _mm256_set1_ps(scale[2 * j + 1]), acc[2 + j % 2]);
                     }
                 }
-                hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) - mins
+                hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) - hsum(mins)
+            }
+
+            /// Asks for the cache line `at` bytes into `w` (or past its end: a prefetch never faults) ahead of use.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn prefetch(w: &[u8], at: usize) {
+                _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(at) as *const i8);
+            }
+
+            /// [`prefetch`] of every cache line of `len` bytes from `at`.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn prefetch_span(w: &[u8], at: usize, len: usize) {
+                for line in (0..len + 63).step_by(64) {
+                    prefetch(w, at + line.min(len - 1));
+                }
+            }
+
+            /// 8 f32 of `s` from element `at` (bounds-checked).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn loadu8(s: &[f32], at: usize) -> __m256 {
+                let v = &s[at..at + 8];
+                // SAFETY: `v` holds 8 f32; the load is unaligned.
+                unsafe { _mm256_loadu_ps(v.as_ptr()) }
             }
 
             /// Bits `shift`, `shift + 1` of each byte of `h`, moved to bits 4 and 5 (Q6_K's high bits).
@@ -409,6 +461,7 @@ macro_rules! kernels {
                 let mut acc = [_mm256_setzero_ps(); 4];
                 let (m4, c32) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(32));
                 for (sb, blk) in blocks::<BlockQ6K>(w).iter().enumerate() {
+                    prefetch_span(w, sb * size_of::<BlockQ6K>() + PREFETCH, size_of::<BlockQ6K>());
                     let d = f16_of(t, blk.d);
                     for n in 0..2 {
                         let (l0, l1, h) =
