@@ -651,6 +651,9 @@ fn attention() {
         (9, 3, 1, 4097, 64, true),
         (4, 2, 1, 300, 32, false),
         (2, 2, 33, 40, 16, true),
+        // the CPU's matrix-product path for long prefills (64 query rows or more)
+        (4, 2, 70, 70, 32, true),
+        (2, 1, 64, 100, 16, false),
     ] {
         for (dq, dkv) in [(F32, F32), (F32, F16)] {
             let scale = 1.0 / (d as f32).sqrt();
@@ -667,7 +670,7 @@ fn attention() {
     for (t, s, l, computed) in
         [(1usize, 300usize, 77usize, false), (5, 300, 77, false), (1, 300, 1, false), (1, 300, 299, false)]
             .into_iter()
-            .chain([(1, 2048, 600, false), (1, 2048, 600, true), (1, 2048, 2048, false)])
+            .chain([(1, 2048, 600, false), (1, 2048, 600, true), (1, 2048, 2048, false), (64, 300, 150, false)])
     {
         let len = l;
         let mut ins = vec![
@@ -701,6 +704,7 @@ fn attention() {
         |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.25, causal: false, mask: Some(x[3]), kv_len: None }),
         |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.25, false, 9),
     ));
+    sliding_window_case(&mut cases);
     cases.push(Case::new(
         "attention/batch/padding-mask",
         vec![inp(F32, &[3, 4, 6, 32], 1), inp(F32, &[3, 2, 6, 32], 2), inp(F32, &[3, 2, 6, 32], 3), {
@@ -733,6 +737,21 @@ fn attention() {
         .with_state(inp(F16, &[64, 64], 3)),
     );
     run_suite("attention", &cases);
+}
+
+/// A sliding window of 8 as a mask over 64 queries (the CPU's matrix-product path), rows near the start seeing
+/// fewer keys.
+fn sliding_window_case(cases: &mut Vec<Case>) {
+    use webtensor::Attention;
+    let window = |i: usize| if (i / 64).abs_diff(i % 64) < 8 && i % 64 <= i / 64 { 0.0 } else { f64::NEG_INFINITY };
+    cases.push(Case::new(
+        "attention/mask/sliding-window",
+        vec![inp(F32, &[2, 64, 16], 1), inp(F16, &[2, 64, 16], 2), inp(F16, &[2, 64, 16], 3), {
+            inp_given(F32, &[64, 64], (0..64 * 64).map(window).collect())
+        }],
+        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.25, causal: false, mask: Some(x[3]), kv_len: None }),
+        |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.25, false, 64),
+    ));
 }
 
 /// `WEBTENSOR_CASE=...` runs the cases whose `suite/name` contains one of its comma-separated parts.

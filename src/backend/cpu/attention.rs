@@ -3,8 +3,10 @@
 use super::buffer::Memory;
 use super::elementwise::Leaf;
 use super::gather::SetRowsKernel;
+use super::matmul::product;
 use super::parallel::{for_chunks, threads};
 use super::qdot::dot_f32;
+use super::sgemm::Operand;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
@@ -92,6 +94,12 @@ impl RopeSetRowsKernel {
     }
 }
 
+/// Query rows from which a prefill's attention runs as matrix products (below, a row at a time, where packing
+/// the operands for `gemm` would cost more than it saves).
+const GEMM_ROWS: usize = 64;
+/// Scores a prefill's block of query rows holds at most (f32 values: 16 MiB).
+const SCORES: usize = 1 << 22;
+
 /// `softmax(q·kᵀ·scale + mask)·v` per (batch, head, query), written as `[.., T, H, Dv]`.
 #[derive(Clone, Debug)]
 pub(crate) struct AttentionKernel {
@@ -110,6 +118,15 @@ pub(crate) struct AttentionKernel {
     pub causal: bool,
 }
 
+/// Attention's sizes: query heads H, query rows T, key width D, KV heads Hkv, value width Dv.
+struct Dims {
+    h: usize,
+    t: usize,
+    d: usize,
+    hkv: usize,
+    dv: usize,
+}
+
 /// Start of `[.., a, b, :]` in a rank-r layout and the stride of its last dim.
 fn row_at(l: &Layout, batch: usize, a: usize, b: usize) -> (usize, usize) {
     let r = l.rank();
@@ -121,6 +138,12 @@ fn row_at(l: &Layout, batch: usize, a: usize, b: usize) -> (usize, usize) {
 }
 
 impl AttentionKernel {
+    fn dims(&self) -> Dims {
+        let (q, k, v) = (&self.q.layout, &self.k.layout, &self.v.layout);
+        let r = q.rank();
+        Dims { h: q.shape[r - 3], t: q.shape[r - 2], d: q.shape[r - 1], hkv: k.shape[r - 3], dv: v.shape[r - 1] }
+    }
+
     /// The KV length of this run: the run-time length, checked, or S.
     fn length(&self, mem: &Memory, s: usize) -> Result<usize> {
         let Some(l) = &self.kv_len else { return Ok(s) };
@@ -137,8 +160,9 @@ impl AttentionKernel {
     /// # Errors
     /// [`Error::BadInput`] when the run-time KV length is outside `1..=S`.
     ///
-    /// Multithreaded over the query rows of every batch element and head together. A prefill (T > 1) first
-    /// converts every K and V row to contiguous f32 once, so each query row reads them without conversion; a
+    /// A prefill (T > 1) first converts every K and V row to contiguous f32 once; from [`GEMM_ROWS`] query
+    /// rows it runs per (batch element, head) as matrix products (`prefill_head`), below a row at a time
+    /// multithreaded over the rows of every batch element and head together, reading the converted rows; a
     /// decode step (T = 1) reads them in place.
     pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
         let (q, k, v) = (&self.q.layout, &self.k.layout, &self.v.layout);
@@ -155,21 +179,30 @@ impl AttentionKernel {
         };
         // res [batches, h, t, dv]: one row per (b, head, query)
         let mut res = vec![0f32; batches * h * t * dv];
-        let rows = (batches * h * t).div_ceil(4 * threads()).max(1);
-        for_chunks(&mut res, rows * dv, |ci, chunk| {
-            let mut scratch = Scratch::new(len, d, dv);
-            for (j, o) in chunk.chunks_exact_mut(dv).enumerate() {
-                let row = ci * rows + j;
-                let (b, hi, ti) = (row / (h * t), row / t % h, row % t);
-                // this element's converted rows, or none (read in place)
+        if t >= GEMM_ROWS {
+            // a long prefill: per (batch element, head), scores and weighted values as matrix products
+            for_chunks(&mut res, t * dv, |ci, o| {
+                let (b, hi) = (ci / h, ci % h);
                 let (nk, nv) = (hkv * len * d, hkv * len * dv);
-                let kv = match t > 1 {
-                    true => (&kf[b * nk..(b + 1) * nk], &vf[b * nv..(b + 1) * nv]),
-                    false => (&[][..], &[][..]),
-                };
-                self.row(mem, (b, hi, ti), (len, s), kv, &mut scratch, o);
-            }
-        });
+                self.prefill_head(mem, (b, hi), (len, s), (&kf[b * nk..(b + 1) * nk], &vf[b * nv..(b + 1) * nv]), o);
+            });
+        } else {
+            let rows = (batches * h * t).div_ceil(4 * threads()).max(1);
+            for_chunks(&mut res, rows * dv, |ci, chunk| {
+                let mut scratch = Scratch::new(len, d, dv);
+                for (j, o) in chunk.chunks_exact_mut(dv).enumerate() {
+                    let row = ci * rows + j;
+                    let (b, hi, ti) = (row / (h * t), row / t % h, row % t);
+                    // this element's converted rows, or none (read in place)
+                    let (nk, nv) = (hkv * len * d, hkv * len * dv);
+                    let kv = match t > 1 {
+                        true => (&kf[b * nk..(b + 1) * nk], &vf[b * nv..(b + 1) * nv]),
+                        false => (&[][..], &[][..]),
+                    };
+                    self.row(mem, (b, hi, ti), (len, s), kv, &mut scratch, o);
+                }
+            });
+        }
         // written as [.., t, h, dv]
         let out = mem.view(self.out, self.out_dtype);
         for (row, src) in res.chunks_exact(dv).enumerate() {
@@ -197,6 +230,73 @@ impl AttentionKernel {
         out
     }
 
+    /// Every query row of head `hi` of batch element `b` (a prefill), into `out [T, Dv]`: `S = q·kᵀ·scale` for
+    /// a block of query rows at a time by `gemm` (K and V converted to f32 `[Hkv, len, ·]` in `kf`/`vf`), the
+    /// mask added, each row's softmax over its visible keys (a row with none gives zeros), then `P·v` by `gemm`
+    /// and each row divided by its sum. Blocks of rows keep `S` within [`SCORES`] values.
+    fn prefill_head(
+        &self,
+        mem: &Memory,
+        (b, hi): (usize, usize),
+        (len, s): (usize, usize),
+        (kf, vf): (&[f32], &[f32]),
+        out: &mut [f32],
+    ) {
+        let q = &self.q.layout;
+        let Dims { h, t, d, hkv, dv } = self.dims();
+        let g = hi / (h / hkv);
+        let (kg, vg) = (&kf[g * len * d..(g + 1) * len * d], &vf[g * len * dv..(g + 1) * len * dv]);
+        let block = (SCORES / len).clamp(1, t);
+        let (mut qb, mut sc) = (vec![0f32; block * d], vec![0f32; block * len]);
+        let (qv, mv) =
+            (mem.view(self.q.storage, self.q.dtype), self.mask.as_ref().map(|m| mem.view(m.storage, m.dtype)));
+        for t0 in (0..t).step_by(block) {
+            let rows = block.min(t - t0);
+            for (i, row) in qb.chunks_exact_mut(d).take(rows).enumerate() {
+                let (qo, qs) = row_at(q, b, hi, t0 + i);
+                qv.row_f32(qo, qs, row);
+            }
+            let (qm, km) = (
+                Operand { ptr: qb.as_ptr(), rs: d as isize, cs: 1 },
+                Operand { ptr: kg.as_ptr(), rs: 1, cs: d as isize },
+            );
+            // SAFETY: qb holds rows × d, kg len × d (read as its transpose), sc rows × len.
+            unsafe { product(rows, len, d, qm, km, &mut sc[..rows * len]) };
+            let mut sums = vec![0f32; rows];
+            for (i, x) in sc.chunks_exact_mut(len).take(rows).enumerate() {
+                let ti = t0 + i;
+                let visible = if self.causal { (len + ti + 1).saturating_sub(t).min(len) } else { len };
+                x.iter_mut().for_each(|e| *e *= self.scale);
+                if let (Some(m), Some(view)) = (&self.mask, &mv) {
+                    let ml = &m.layout;
+                    let (mo, ms) = (ml.index_of(((b * h + hi) * t + ti) * s), ml.strides[ml.rank() - 1]);
+                    let mut mask = vec![0f32; visible];
+                    view.row_f32(mo, ms, &mut mask);
+                    x.iter_mut().zip(&mask).for_each(|(e, m)| *e += m);
+                }
+                let max = x[..visible].iter().fold(f32::NEG_INFINITY, |a, &e| a.max(e));
+                if max == f32::NEG_INFINITY {
+                    x.iter_mut().for_each(|e| *e = 0.0);
+                    continue;
+                }
+                x[..visible].iter_mut().for_each(|e| *e = (*e - max).exp());
+                x[visible..].iter_mut().for_each(|e| *e = 0.0);
+                sums[i] = x[..visible].iter().sum();
+            }
+            let o = &mut out[t0 * dv..(t0 + rows) * dv];
+            let (pm, vm) = (
+                Operand { ptr: sc.as_ptr(), rs: len as isize, cs: 1 },
+                Operand { ptr: vg.as_ptr(), rs: dv as isize, cs: 1 },
+            );
+            // SAFETY: sc holds rows × len, vg len × dv, o rows × dv.
+            unsafe { product(rows, dv, len, pm, vm, o) };
+            for (row, &sum) in o.chunks_exact_mut(dv).zip(&sums) {
+                let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+                row.iter_mut().for_each(|a| *a *= inv);
+            }
+        }
+    }
+
     /// One query row `(b, head, t)`: its scores over the visible keys, their softmax, the weighted sum of V
     /// into `out [Dv]`. `kf`/`vf` hold the keys and values as f32 when converted (else they are read in place).
     #[allow(clippy::too_many_arguments)]
@@ -209,10 +309,8 @@ impl AttentionKernel {
         sc: &mut Scratch,
         out: &mut [f32],
     ) {
-        let (q, k, v) = (&self.q.layout, &self.k.layout, &self.v.layout);
-        let r = q.rank();
-        let (h, t, d) = (q.shape[r - 3], q.shape[r - 2], q.shape[r - 1]);
-        let (hkv, dv) = (k.shape[r - 3], v.shape[r - 1]);
+        let q = &self.q.layout;
+        let Dims { h, t, d, hkv, dv } = self.dims();
         let g = hi / (h / hkv);
         let (qo, qs) = row_at(q, b, hi, ti);
         mem.view(self.q.storage, self.q.dtype).row_f32(qo, qs, &mut sc.q);
@@ -230,7 +328,7 @@ impl AttentionKernel {
         let mut max = f32::NEG_INFINITY;
         for si in 0..visible {
             let key: &[f32] = if kf.is_empty() {
-                let (ko, ks) = row_at(k, b, g, si);
+                let (ko, ks) = row_at(&self.k.layout, b, g, si);
                 kv.row_f32(ko, ks, &mut sc.k);
                 &sc.k
             } else {
@@ -250,7 +348,7 @@ impl AttentionKernel {
                 let p = (sc.scores[si] - max).exp();
                 sum += p;
                 let val: &[f32] = if vf.is_empty() {
-                    let (vo, vs) = row_at(v, b, g, si);
+                    let (vo, vs) = row_at(&self.v.layout, b, g, si);
                     vv.row_f32(vo, vs, &mut sc.v);
                     &sc.v
                 } else {

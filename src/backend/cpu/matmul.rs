@@ -92,15 +92,73 @@ fn transpose(w: &[f32], r: usize, k: usize) -> Vec<f32> {
 }
 
 /// `w [r, k]` (row-major) transposed into `out [k, r]`, in 32 × 32 tiles (each read and written within the
-/// cache).
+/// cache): 8 × 8 blocks in AVX registers where the CPU has AVX, elementwise otherwise and at the edges.
 pub(crate) fn transpose_into(w: &[f32], r: usize, k: usize, out: &mut [f32]) {
-    const T: usize = 32;
     assert!(w.len() == r * k && out.len() == r * k, "a transpose of [{r}, {k}]");
+    let (r8, k8) = (r / 8 * 8, k / 8 * 8);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU has AVX (checked); the blocks lie within w and out (asserted shapes, r8 ≤ r, k8 ≤ k).
+        unsafe { transpose_blocks_avx(w, (r, k), (r8, k8), out) };
+        transpose_edges(w, (r, k), (r8, k8), out);
+        return;
+    }
+    transpose_edges(w, (r, k), (0, 0), out);
+}
+
+/// The elements of `w [r, k]` outside its first `r8` rows' first `k8` columns, transposed into `out`.
+fn transpose_edges(w: &[f32], (r, k): (usize, usize), (r8, k8): (usize, usize), out: &mut [f32]) {
+    const T: usize = 32;
     for i0 in (0..r).step_by(T) {
         for j0 in (0..k).step_by(T) {
             for i in i0..(i0 + T).min(r) {
-                for j in j0..(j0 + T).min(k) {
+                let from = if i < r8 { j0.max(k8) } else { j0 };
+                for j in from..(j0 + T).min(k) {
                     out[j * r + i] = w[i * k + j];
+                }
+            }
+        }
+    }
+}
+
+/// The first `r8` rows' first `k8` columns of `w [r, k]` transposed into `out [k, r]`, 8 × 8 blocks at a time
+/// (unpack, shuffle and lane permutes), in 32 × 32 tiles.
+///
+/// # Safety
+/// The CPU has AVX; `w` and `out` hold `r · k` values; `r8 ≤ r` and `k8 ≤ k` are multiples of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose_blocks_avx(w: &[f32], (r, k): (usize, usize), (r8, k8): (usize, usize), out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (src, dst) = (w.as_ptr(), out.as_mut_ptr());
+    for i0 in (0..r8).step_by(32) {
+        for j0 in (0..k8).step_by(32) {
+            for i in (i0..(i0 + 32).min(r8)).step_by(8) {
+                for j in (j0..(j0 + 32).min(k8)).step_by(8) {
+                    let row = |a: usize| _mm256_loadu_ps(src.add((i + a) * k + j));
+                    let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+                    let (r4, r5, r6, r7) = (row(4), row(5), row(6), row(7));
+                    let (t0, t1) = (_mm256_unpacklo_ps(r0, r1), _mm256_unpackhi_ps(r0, r1));
+                    let (t2, t3) = (_mm256_unpacklo_ps(r2, r3), _mm256_unpackhi_ps(r2, r3));
+                    let (t4, t5) = (_mm256_unpacklo_ps(r4, r5), _mm256_unpackhi_ps(r4, r5));
+                    let (t6, t7) = (_mm256_unpacklo_ps(r6, r7), _mm256_unpackhi_ps(r6, r7));
+                    let (u0, u1) = (_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xee>(t0, t2));
+                    let (u2, u3) = (_mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xee>(t1, t3));
+                    let (u4, u5) = (_mm256_shuffle_ps::<0x44>(t4, t6), _mm256_shuffle_ps::<0xee>(t4, t6));
+                    let (u6, u7) = (_mm256_shuffle_ps::<0x44>(t5, t7), _mm256_shuffle_ps::<0xee>(t5, t7));
+                    let column = [
+                        _mm256_permute2f128_ps::<0x20>(u0, u4),
+                        _mm256_permute2f128_ps::<0x20>(u1, u5),
+                        _mm256_permute2f128_ps::<0x20>(u2, u6),
+                        _mm256_permute2f128_ps::<0x20>(u3, u7),
+                        _mm256_permute2f128_ps::<0x31>(u0, u4),
+                        _mm256_permute2f128_ps::<0x31>(u1, u5),
+                        _mm256_permute2f128_ps::<0x31>(u2, u6),
+                        _mm256_permute2f128_ps::<0x31>(u3, u7),
+                    ];
+                    for (c, v) in column.into_iter().enumerate() {
+                        _mm256_storeu_ps(dst.add((j + c) * r + i), v);
+                    }
                 }
             }
         }
@@ -132,7 +190,7 @@ pub(crate) fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
 ///
 /// # Safety
 /// As [`sgemm`]: the operands' strides address only their storage.
-unsafe fn product(m: usize, n: usize, k: usize, a: Operand, b: Operand, dst: &mut [f32]) {
+pub(crate) unsafe fn product(m: usize, n: usize, k: usize, a: Operand, b: Operand, dst: &mut [f32]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if m >= 16 {
         return sgemm(m, n, k, a, b, dst);
@@ -222,6 +280,24 @@ impl MatmulKernel {
             (None, None) => {}
             (None, Some(c)) => out.write_f32(0, c),
             (Some((expr, leaves)), acc) => epilogue(mem, (self.out, self.out_dtype, total), expr, leaves, acc),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every element lands at its transposed place, in 8 × 8 blocks and at the edges of every shape around them.
+    #[test]
+    fn transpose_into_transposes() {
+        for (r, k) in [(1, 1), (8, 8), (7, 9), (9, 7), (16, 40), (33, 17), (128, 264), (3, 70)] {
+            let w: Vec<f32> = (0..r * k).map(|i| i as f32).collect();
+            let mut out = vec![f32::NAN; r * k];
+            super::transpose_into(&w, r, k, &mut out);
+            for i in 0..r {
+                for j in 0..k {
+                    assert_eq!(out[j * r + i], w[i * k + j], "[{r}, {k}] at ({i}, {j})");
+                }
+            }
         }
     }
 }

@@ -64,7 +64,7 @@ const PREFETCH: usize = 1024;
 macro_rules! kernels {
     ($name:ident, $features:literal, $dot:ident) => {
         mod $name {
-            use super::PREFETCH;
+            use crate::backend::cpu::qdot::avx2::PREFETCH;
             use crate::backend::cpu::qdot::row::{f16_table, DotFn, DotRowsFn, Q8Row, QK};
             use crate::backend::cpu::qdot::scalar;
             use crate::dtype::DType;
@@ -277,8 +277,10 @@ macro_rules! kernels {
                 let t = f16_table();
                 let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
                 let mut offs = [_mm_setzero_ps(); R];
+                let bytes = w;
                 let w = blocks::<BlockQ4_1>(w);
                 for (p, blk) in w.chunks_exact(2).enumerate() {
+                    prefetch(bytes, 2 * p * size_of::<BlockQ4_1>() + PREFETCH);
                     let (n0, n1) = (nibbles(&blk[0].qs), nibbles(&blk[1].qs));
                     let scales = f16_pairs(&blk[0], &blk[1]);
                     for r in 0..R {
@@ -329,10 +331,12 @@ macro_rules! kernels {
             #[target_feature(enable = $features)]
             fn q8_0_rows<const R: usize>(w: &[u8], a: [&Q8Row; R], out: &mut [f32]) {
                 let t = f16_table();
+                let bytes = w;
                 let w = blocks::<BlockQ8_0>(w);
                 let nb = w.len();
                 let mut acc = [[_mm256_setzero_ps(); 4]; R];
                 for b in 0..nb {
+                    prefetch(bytes, b * size_of::<BlockQ8_0>() + PREFETCH);
                     // four_way's accumulator of block b
                     let j = if b < nb / 4 * 4 { b % 4 } else { 0 };
                     let x = load32(&w[b].qs, 0);
