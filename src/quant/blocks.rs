@@ -114,7 +114,8 @@ pub(crate) fn scale_min_k4(q: &[u8; 12], j: usize) -> (u8, u8) {
 }
 
 /// All eight 6-bit scales and mins of a Q4_K / Q5_K block's packed `scales` as `[sc0..sc7, m0..m7]` (what
-/// [`scale_min_k4`] gives for j = 0..8), unpacked a 32-bit word at a time.
+/// [`scale_min_k4`] gives for j = 0..8), unpacked a 32-bit word at a time (the x86 kernels').
+#[cfg(any(target_arch = "x86_64", test))]
 #[inline]
 pub(crate) fn scales_mins_k4(q: &[u8; 12]) -> [u8; 16] {
     let word = |k: usize| u32::from_le_bytes([q[4 * k], q[4 * k + 1], q[4 * k + 2], q[4 * k + 3]]);

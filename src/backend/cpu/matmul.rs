@@ -95,9 +95,9 @@ fn transpose(w: &[f32], r: usize, k: usize) -> Vec<f32> {
 /// cache): 8 × 8 blocks in AVX registers where the CPU has AVX, elementwise otherwise and at the edges.
 pub(crate) fn transpose_into(w: &[f32], r: usize, k: usize, out: &mut [f32]) {
     assert!(w.len() == r * k && out.len() == r * k, "a transpose of [{r}, {k}]");
-    let (r8, k8) = (r / 8 * 8, k / 8 * 8);
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx") {
+        let (r8, k8) = (r / 8 * 8, k / 8 * 8);
         // SAFETY: the CPU has AVX (checked); the blocks lie within w and out (asserted shapes, r8 ≤ r, k8 ≤ k).
         unsafe { transpose_blocks_avx(w, (r, k), (r8, k8), out) };
         transpose_edges(w, (r, k), (r8, k8), out);
