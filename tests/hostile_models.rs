@@ -128,6 +128,14 @@ fn rope_scaling_settings_are_checked_by_key() {
     }
     let log_mul = yarn().set("llama.rope.scaling.yarn_log_multiplier", Meta::F32(0.1));
     refused("a YaRN log multiplier", log_mul, &["yarn_log_multiplier", "not supported"]);
+    // without a type the factor scales linearly, as llama.cpp reads it (also under the old key)
+    for key in ["llama.rope.scaling.factor", "llama.rope.scale_linear"] {
+        let linear = |factor: f32| load(&TinyLlama::new().set(key, Meta::F32(factor))).unwrap();
+        assert_eq!(linear(4.0).config.rope_scale, 0.25, "{key}");
+        refused(&format!("{key} = 0"), TinyLlama::new().set(key, Meta::F32(0.0)), &[key, "above 0"]);
+    }
+    let none = TinyLlama::new().set("llama.rope.scaling.type", Meta::Str("none".into()));
+    assert_eq!(load(&none.set("llama.rope.scaling.factor", Meta::F32(4.0))).unwrap().config.rope_scale, 1.0);
     let other = TinyLlama::new().set("llama.rope.scaling.type", Meta::Str("longrope".into()));
     refused("another scaling type", other, &["rope scaling 'longrope'", "not supported"]);
 }

@@ -50,8 +50,12 @@ pub(crate) fn read(h: &Hparams) -> Result<LlamaConfig> {
     let n_ctx_train = h.count("context_length", Some(2048), MAX_CONTEXT)?;
     let rope_base = h.number("rope.freq_base", 10000.0, |x| x > 0.0, "above 0")?;
     let n_ctx_orig = h.count("rope.scaling.original_context_length", Some(n_ctx_train), MAX_CONTEXT)?;
-    let scaling = h.text("rope.scaling.type")?.unwrap_or("none");
-    let factor = h.number("rope.scaling.factor", 1.0, |x| x > 0.0, "above 0")?;
+    // as llama.cpp: linear unless the file says otherwise, the factor under its current or its old key
+    let scaling = h.text("rope.scaling.type")?.unwrap_or("linear");
+    let factor = match has(h, "rope.scaling.factor") {
+        true => h.number("rope.scaling.factor", 1.0, |x| x > 0.0, "above 0")?,
+        false => h.number("rope.scale_linear", 1.0, |x| x > 0.0, "above 0")?,
+    };
     let (rope_scale, rope_yarn) = match scaling {
         "none" => (1.0, None),
         "linear" => (1.0 / factor, None),
