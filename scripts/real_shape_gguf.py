@@ -8,7 +8,7 @@ SHAPE is one of SHAPES below (each a published model's config.json: widths, laye
 matrices are stored as llama.cpp's Q4_K_M mixture stores them (Q4_K, with Q6_K for attn_v and ffn_down in half
 of the layers, as llama-quantize's Q4_K_M rule does, Q5_0 and Q8_0 for them where a row is not whole 256-wide
 super-blocks, as llama-quantize falls back; the token embedding Q8_0), norms f32 ones, Qwen2's Q/K/V
-biases f32 zeros. Blocks are random bytes with small f16 scales, so the network stays calm. The tokenizer is a
+biases f32 zeros, Gemma 2's post-norms, soft-caps and sliding window as its config sets them. Blocks are random bytes with small f16 scales, so the network stays calm. The tokenizer is a
 byte-level BPE of the real vocabulary's size (256 byte tokens, then placeholder pieces), which llama-bench's method
 (fixed token ids, no text) does not read. Needs numpy and gguf.
 """
@@ -27,6 +27,10 @@ SHAPES = {
     # meta-llama/Llama-3.2-1B-Instruct (its rope frequency factors included)
     "llama3.2-1b": dict(arch="llama", E=2048, L=16, H=32, Hkv=8, F=8192, V=128256, base=5e5, eps=1e-5, tied=True,
                         bias=False, pre="llama-bpe", rope_freqs=True),
+    # google/gemma-2-2b-it: heads of 256 (H·D = 2048 < E), soft-capping, a sliding window on alternate layers,
+    # post-norms
+    "gemma2-2b": dict(arch="gemma2", E=2304, L=26, H=8, Hkv=4, D=256, F=9216, V=256000, base=1e4, eps=1e-6,
+                      tied=True, bias=False, pre="default", gemma2=dict(attn_cap=50.0, final_cap=30.0, window=4096)),
 }
 Q = gguf.GGMLQuantizationType
 BLOCK = {Q.Q4_K: (256, 144), Q.Q6_K: (256, 210), Q.Q5_0: (32, 22), Q.Q8_0: (32, 34)}
@@ -58,7 +62,7 @@ def main():
     c = SHAPES[args.shape]
     rng = np.random.default_rng(7)
     E, L, H, Hkv, F, V = c["E"], c["L"], c["H"], c["Hkv"], c["F"], c["V"]
-    D = E // H
+    D = c.get("D", E // H)
     w = gguf.GGUFWriter(args.out, c["arch"])
     w.add_name(f"{args.shape} (random weights, real shapes)")
     w.add_context_length(32768)
@@ -70,6 +74,13 @@ def main():
     w.add_layer_norm_rms_eps(c["eps"])
     w.add_rope_freq_base(c["base"])
     w.add_rope_dimension_count(D)
+    if c.get("D"):
+        w.add_key_length(D)
+        w.add_value_length(D)
+    if c.get("gemma2"):
+        w.add_attn_logit_softcapping(c["gemma2"]["attn_cap"])
+        w.add_final_logit_softcapping(c["gemma2"]["final_cap"])
+        w.add_sliding_window(c["gemma2"]["window"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     tokens = byte_chars() + ["to", "tok"] + [f"tok{i}" for i in range(V - 256 - 3)] + ["<|endoftext|>"]
     w.add_tokenizer_model("gpt2")
@@ -93,6 +104,9 @@ def main():
         more = layer < L // 4 or layer >= 3 * L // 4 or (layer - L // 4) % 3 == 2  # llama-quantize's use_more_bits
         w.add_tensor(p + "attn_norm.weight", np.ones(E, dtype=np.float32))
         w.add_tensor(p + "ffn_norm.weight", np.ones(E, dtype=np.float32))
+        if c.get("gemma2"):
+            w.add_tensor(p + "post_attention_norm.weight", np.ones(E, dtype=np.float32))
+            w.add_tensor(p + "post_ffw_norm.weight", np.ones(E, dtype=np.float32))
         mat(p + "attn_q.weight", H * D, E, Q.Q4_K)
         mat(p + "attn_k.weight", Hkv * D, E, Q.Q4_K)
         mat(p + "attn_v.weight", Hkv * D, E, Q.Q6_K if more else Q.Q4_K)

@@ -57,9 +57,9 @@ unsafe fn dpbusd(u: std::arch::x86_64::__m256i, s: std::arch::x86_64::__m256i) -
     _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 }
 
-/// Bytes ahead of the block being read that the kernels of the larger types prefetch (rows are read
+/// Bytes ahead of the block being read that the kernels prefetch (rows are read
 /// front to back, one after another).
-const PREFETCH: usize = 1024;
+const PREFETCH: usize = 4096;
 
 macro_rules! kernels {
     ($name:ident, $features:literal, $dot:ident) => {
