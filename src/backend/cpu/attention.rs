@@ -138,6 +138,25 @@ fn row_at(l: &Layout, batch: usize, a: usize, b: usize) -> (usize, usize) {
 }
 
 impl AttentionKernel {
+    /// Keys query row `ti` of `t` sees among `len`: all, or with causal masking those up to its position.
+    fn visible(&self, len: usize, t: usize, ti: usize) -> usize {
+        if self.causal {
+            (len + ti + 1).saturating_sub(t).min(len)
+        } else {
+            len
+        }
+    }
+
+    /// The mask's row for query `(b, head, ti)` (its first `out.len()` keys) into `out`; false without a mask.
+    fn mask_row(&self, mem: &Memory, (b, hi, ti): (usize, usize, usize), s: usize, out: &mut [f32]) -> bool {
+        let Some(m) = &self.mask else { return false };
+        let Dims { h, t, .. } = self.dims();
+        let ml = &m.layout;
+        let (mo, ms) = (ml.index_of(((b * h + hi) * t + ti) * s), ml.strides[ml.rank() - 1]);
+        mem.view(m.storage, m.dtype).row_f32(mo, ms, out);
+        true
+    }
+
     fn dims(&self) -> Dims {
         let (q, k, v) = (&self.q.layout, &self.k.layout, &self.v.layout);
         let r = q.rank();
@@ -247,9 +266,8 @@ impl AttentionKernel {
         let g = hi / (h / hkv);
         let (kg, vg) = (&kf[g * len * d..(g + 1) * len * d], &vf[g * len * dv..(g + 1) * len * dv]);
         let block = (SCORES / len).clamp(1, t);
-        let (mut qb, mut sc) = (vec![0f32; block * d], vec![0f32; block * len]);
-        let (qv, mv) =
-            (mem.view(self.q.storage, self.q.dtype), self.mask.as_ref().map(|m| mem.view(m.storage, m.dtype)));
+        let (mut qb, mut sc, mut mask) = (vec![0f32; block * d], vec![0f32; block * len], vec![0f32; len]);
+        let qv = mem.view(self.q.storage, self.q.dtype);
         for t0 in (0..t).step_by(block) {
             let rows = block.min(t - t0);
             for (i, row) in qb.chunks_exact_mut(d).take(rows).enumerate() {
@@ -265,14 +283,10 @@ impl AttentionKernel {
             let mut sums = vec![0f32; rows];
             for (i, x) in sc.chunks_exact_mut(len).take(rows).enumerate() {
                 let ti = t0 + i;
-                let visible = if self.causal { (len + ti + 1).saturating_sub(t).min(len) } else { len };
+                let visible = self.visible(len, t, ti);
                 x.iter_mut().for_each(|e| *e *= self.scale);
-                if let (Some(m), Some(view)) = (&self.mask, &mv) {
-                    let ml = &m.layout;
-                    let (mo, ms) = (ml.index_of(((b * h + hi) * t + ti) * s), ml.strides[ml.rank() - 1]);
-                    let mut mask = vec![0f32; visible];
-                    view.row_f32(mo, ms, &mut mask);
-                    x.iter_mut().zip(&mask).for_each(|(e, m)| *e += m);
+                if self.mask_row(mem, (b, hi, ti), s, &mut mask[..visible]) {
+                    x.iter_mut().zip(&mask[..visible]).for_each(|(e, m)| *e += m);
                 }
                 let max = x[..visible].iter().fold(f32::NEG_INFINITY, |a, &e| a.max(e));
                 if max == f32::NEG_INFINITY {
@@ -315,16 +329,8 @@ impl AttentionKernel {
         let (qo, qs) = row_at(q, b, hi, ti);
         mem.view(self.q.storage, self.q.dtype).row_f32(qo, qs, &mut sc.q);
         let (kv, vv) = (mem.view(self.k.storage, self.k.dtype), mem.view(self.v.storage, self.v.dtype));
-        let visible = if self.causal { (len + ti + 1).saturating_sub(t).min(len) } else { len };
-        let masked = match &self.mask {
-            Some(m) => {
-                let ml = &m.layout;
-                let (mo, ms) = (ml.index_of(((b * h + hi) * t + ti) * s), ml.strides[ml.rank() - 1]);
-                mem.view(m.storage, m.dtype).row_f32(mo, ms, &mut sc.mask[..visible]);
-                true
-            }
-            None => false,
-        };
+        let visible = self.visible(len, t, ti);
+        let masked = self.mask_row(mem, (b, hi, ti), s, &mut sc.mask[..visible]);
         let mut max = f32::NEG_INFINITY;
         for si in 0..visible {
             let key: &[f32] = if kf.is_empty() {
