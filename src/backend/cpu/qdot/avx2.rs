@@ -66,7 +66,6 @@ macro_rules! kernels {
         mod $name {
             use crate::backend::cpu::qdot::avx2::PREFETCH;
             use crate::backend::cpu::qdot::row::{f16_table, DotFn, DotRowsFn, Q8Row, QK};
-            use crate::backend::cpu::qdot::scalar;
             use crate::dtype::DType;
             use crate::quant::*;
             use std::arch::x86_64::*;
@@ -127,22 +126,90 @@ macro_rules! kernels {
                 })
             }
 
-            // the portable kernels of these types, compiled here with this module's features (vectorized loops)
+            /// Q5_1: each value `nibble | fifth bit << 4` (0..32, unsigned against the signed activations), plus the
+            /// block's offset `m` against the activations' sum.
             #[target_feature(enable = $features)]
             fn q5_1(w: &[u8], a: &Q8Row) -> f32 {
-                scalar::q5_1(w, a)
+                let t = f16_table();
+                let bytes = w;
+                let w = blocks::<BlockQ5_1>(w);
+                let dots = four_way(w.len(), |b| {
+                    prefetch(bytes, b * size_of::<BlockQ5_1>() + PREFETCH);
+                    let high = _mm256_and_si256(bytes_from_bits(w[b].qh), _mm256_set1_epi8(0x10));
+                    let q = _mm256_or_si256(nibbles(&w[b].qs), high);
+                    let dot = _mm256_cvtepi32_ps(dot_u8_i8(q, load32(&a.qs, b * QK)));
+                    (dot, f16_of(t, w[b].d) * a.d[b])
+                });
+                // the offsets: the row's blocks are in the cache now
+                dots + w.iter().zip(&a.s).map(|(blk, s)| f16_of(t, blk.m) * s).sum::<f32>()
             }
+
+            /// The two 16-element halves of a 32-lane product of pairs (`maddubs`' 16 i16 sums: the low 128 bits
+            /// are the first half) weighted by `lo` and `hi` and summed into 8 i32 lanes.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn weigh_halves(pairs: __m256i, lo: i16, hi: i16) -> __m256i {
+                _mm256_madd_epi16(pairs, _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)))
+            }
+
+            /// Q2_K: per 32-block of activations, two 16-groups `d·(sc & 15)·q − dmin·(sc >> 4)` with q the 2 bits at
+            /// `2·j` of 32 bytes of `qs`: the products and the activations' own pair sums (for the mins) weighted by
+            /// each half's scale in one `madd`.
             #[target_feature(enable = $features)]
             fn q2_k(w: &[u8], a: &Q8Row) -> f32 {
-                scalar::q2_k(w, a)
+                let t = f16_table();
+                let (mut acc, mut mins) = ([_mm256_setzero_ps(); 2], [_mm256_setzero_ps(); 2]);
+                let (m2, ones) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+                for (sb, blk) in blocks::<BlockQ2K>(w).iter().enumerate() {
+                    prefetch_span(w, sb * size_of::<BlockQ2K>() + PREFETCH, size_of::<BlockQ2K>());
+                    let (d, dmin) = (f16_of(t, blk.d), f16_of(t, blk.dmin));
+                    for n in 0..2 {
+                        let bits = load32(&blk.qs, 32 * n);
+                        for j in 0..4 {
+                            let q = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * j as i32)), m2);
+                            let b = sb * 8 + 4 * n + j;
+                            let y = load32(&a.qs, b * QK);
+                            let (s0, s1) = (blk.scales[8 * n + 2 * j], blk.scales[8 * n + 2 * j + 1]);
+                            let dot = weigh_halves(_mm256_maddubs_epi16(q, y), (s0 & 15) as i16, (s1 & 15) as i16);
+                            let sum = weigh_halves(_mm256_maddubs_epi16(ones, y), (s0 >> 4) as i16, (s1 >> 4) as i16);
+                            acc[j % 2] =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.d[b]), acc[j % 2]);
+                            mins[j % 2] =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(dmin * a.d[b]), mins[j % 2]);
+                        }
+                    }
+                }
+                hsum(_mm256_add_ps(acc[0], acc[1])) - hsum(_mm256_add_ps(mins[0], mins[1]))
             }
+
+            /// Q3_K: per 32-block of activations, two 16-groups `d·sc·q` with q the 2 bits at `2·j` of 32 bytes of
+            /// `qs`, less 4 where the group's `hmask` bit is clear (−4..4, signed: dotted as Q6_K is).
             #[target_feature(enable = $features)]
             fn q3_k(w: &[u8], a: &Q8Row) -> f32 {
-                scalar::q3_k(w, a)
-            }
-            #[target_feature(enable = $features)]
-            fn q5_k(w: &[u8], a: &Q8Row) -> f32 {
-                scalar::q5_k(w, a)
+                let t = f16_table();
+                let mut acc = [_mm256_setzero_ps(); 2];
+                let (m2, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+                for (sb, blk) in blocks::<BlockQ3K>(w).iter().enumerate() {
+                    prefetch_span(w, sb * size_of::<BlockQ3K>() + PREFETCH, size_of::<BlockQ3K>());
+                    let (d, scales, hm) = (f16_of(t, blk.d), blk.scales(), load32(&blk.hmask, 0));
+                    for n in 0..2 {
+                        let bits = load32(&blk.qs, 32 * n);
+                        for j in 0..4 {
+                            let low = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * j as i32)), m2);
+                            let bit = _mm256_set1_epi8((1u8 << (4 * n + j)) as i8);
+                            let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
+                            let q = _mm256_sub_epi8(low, _mm256_and_si256(clear, four));
+                            let b = sb * 8 + 4 * n + j;
+                            let y = load32(&a.qs, b * QK);
+                            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+                            let (s0, s1) = (scales[8 * n + 2 * j], scales[8 * n + 2 * j + 1]);
+                            let dot = weigh_halves(pairs, s0 as i16, s1 as i16);
+                            acc[j % 2] =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.d[b]), acc[j % 2]);
+                        }
+                    }
+                }
+                hsum(_mm256_add_ps(acc[0], acc[1]))
             }
 
             /// A block's f16 field through the conversion table (a scalar `vcvtph2ps` costs a dependency on the
@@ -413,6 +480,49 @@ macro_rules! kernels {
                             _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
                             load32(&a.qs, (b + 1) * QK),
                         ));
+                        acc[j % 2] = _mm256_fmadd_ps(lo, _mm256_set1_ps(scale[2 * j]), acc[j % 2]);
+                        acc[2 + j % 2] = _mm256_fmadd_ps(hi, _mm256_set1_ps(scale[2 * j + 1]), acc[2 + j % 2]);
+                    }
+                }
+                hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) - hsum(mins)
+            }
+
+            /// Q5_K: Q4_K's scheme (scales and mins unpacked a word at a time into f32 vectors) with each 32-block's
+            /// fifth bit, bit `sub` of the super-block's 32 `qh` bytes, turned into 16 by a compare.
+            #[target_feature(enable = $features)]
+            fn q5_k(w: &[u8], a: &Q8Row) -> f32 {
+                let t = f16_table();
+                let mut acc = [_mm256_setzero_ps(); 4];
+                let mut mins = _mm256_setzero_ps();
+                let (m4, sixteen) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(16));
+                for (sb, blk) in blocks::<BlockQ5K>(w).iter().enumerate() {
+                    prefetch_span(w, sb * size_of::<BlockQ5K>() + PREFETCH, size_of::<BlockQ5K>());
+                    let (d, dmin) = (f16_of(t, blk.d), f16_of(t, blk.dmin));
+                    let sm = scales_mins_k4(&blk.scales);
+                    let widen = |at: usize| {
+                        let bytes = i64::from_le_bytes(sm[at..at + 8].try_into().expect("8 bytes"));
+                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi64x(0, bytes)))
+                    };
+                    let b0 = sb * 8;
+                    let (ad, sa) = (loadu8(&a.d, b0), loadu8(&a.s, b0));
+                    let mut scale = [0f32; 8];
+                    let ds = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), widen(0)), ad);
+                    // SAFETY: scale holds 8 f32; the store is unaligned.
+                    unsafe { _mm256_storeu_ps(scale.as_mut_ptr(), ds) };
+                    mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), widen(8)), sa, mins);
+                    let qh = load32(&blk.qh, 0);
+                    let fifth = |sub: i32| {
+                        let bit = _mm256_set1_epi8((1u8 << sub) as i8);
+                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), sixteen)
+                    };
+                    for j in 0..4 {
+                        let q = load32(&blk.qs, 32 * j);
+                        let b = b0 + 2 * j;
+                        let lo = _mm256_or_si256(_mm256_and_si256(q, m4), fifth(2 * j as i32));
+                        let hi =
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), fifth(2 * j as i32 + 1));
+                        let lo = _mm256_cvtepi32_ps(dot_u8_i8(lo, load32(&a.qs, b * QK)));
+                        let hi = _mm256_cvtepi32_ps(dot_u8_i8(hi, load32(&a.qs, (b + 1) * QK)));
                         acc[j % 2] = _mm256_fmadd_ps(lo, _mm256_set1_ps(scale[2 * j]), acc[j % 2]);
                         acc[2 + j % 2] = _mm256_fmadd_ps(hi, _mm256_set1_ps(scale[2 * j + 1]), acc[2 + j % 2]);
                     }

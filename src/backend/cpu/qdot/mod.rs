@@ -6,7 +6,7 @@
 //!
 //! Every block type has an integer kernel: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (blocks of 32) and Q2_K, Q3_K, Q4_K,
 //! Q5_K, Q6_K (super-blocks of 256). A portable scalar kernel defines each; where the CPU has AVX2, FMA and F16C
-//! kernels chosen at run time: hand-written intrinsics for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K (llama.cpp's
+//! kernels chosen at run time: hand-written intrinsics for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K (llama.cpp's
 //! mixes' main types), and for the others the portable kernels (unpack a block to bytes, then plain dot loops)
 //! compiled with AVX2, which the compiler vectorizes. On wasm, simd128 kernels (Q4_0, Q4_1, Q8_0) where the
 //! build enables simd128 (it does: `.cargo/config.toml`). bf16 and f16 weights decode to f32 (`quant.rs`).
