@@ -403,3 +403,88 @@ fn factors(mut t: TinyLlama, name: &str, ggml_type: u32, shape: &[usize], values
     t.tensors.push((format!("{name}.weight"), spec));
     t
 }
+
+/// The tiny BERT GGUF `t` as an embedder on the CPU backend.
+fn bert(t: &TinyLlama) -> webtensor::Result<webtensor::models::bert::SentenceEmbedder> {
+    let f = webtensor::gguf::GgufFile::from_bytes("tiny-bert.gguf", webtensor::Bytes::from_vec(t.bytes()))?;
+    webtensor::models::bert::SentenceEmbedder::from_gguf(&Device::cpu(), &f, Default::default())
+}
+
+/// BERT GGUF files (`embed --model x.gguf`) a careless converter or a hostile author could write: each
+/// hyperparameter out of range or disagreeing with another, special token ids past the vocabulary, tensors of
+/// the wrong shape or a dtype no kernel takes, a causal or token-level model. One error naming the file and the
+/// key or tensor each; the valid file embeds (unit vectors).
+#[test]
+fn bert_files_are_checked_by_key_and_tensor() {
+    let mut e = bert(&TinyLlama::bert()).expect("the valid tiny BERT loads");
+    let v = e.embed(&["hello world!", "a"]).unwrap();
+    for row in &v {
+        let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!(row.len() == 8 && (norm - 1.0).abs() < 1e-4, "{row:?}");
+    }
+    let count = |key: &str, v: Meta, needles: &[&'static str]| {
+        (format!("{key} = {v:?}"), TinyLlama::bert().set(key, v), needles.to_vec())
+    };
+    let mut cases = vec![
+        count("bert.block_count", Meta::U32(0), &["bert.block_count is 0"]),
+        count("bert.block_count", Meta::I32(-3), &["bert.block_count is -3"]),
+        count("bert.embedding_length", Meta::U64(1 << 40), &["bert.embedding_length"]),
+        count("bert.attention.head_count", Meta::U32(3), &["head_count 3 does not divide", "embedding_length 8"]),
+        count("bert.attention.head_count", Meta::Str("two".into()), &["bert.attention.head_count is a string"]),
+        count("bert.context_length", Meta::U32(1), &["bert.context_length is 1"]),
+        count("bert.context_length", Meta::U32(u32::MAX), &["bert.context_length"]),
+        count("bert.context_length", Meta::U32(32), &["position_embd.weight"]),
+        count("bert.feed_forward_length", Meta::U32(0), &["bert.feed_forward_length is 0"]),
+        count("bert.attention.layer_norm_epsilon", Meta::F32(f32::NAN), &["layer_norm_epsilon is NaN"]),
+        count("bert.attention.layer_norm_epsilon", Meta::F32(-1e-5), &["layer_norm_epsilon is -0.00001: it must be"]),
+        count("bert.attention.causal", Meta::Bool(true), &["bert.attention.causal is true"]),
+        count("bert.pooling_type", Meta::U32(0), &["bert.pooling_type is 0"]),
+        count("bert.pooling_type", Meta::U32(77), &["bert.pooling_type is 77: 1 mean"]),
+        count("bert.pooling_type", Meta::Str("cls".into()), &["bert.pooling_type is not an integer"]),
+        count("tokenizer.ggml.model", Meta::Str("gpt2".into()), &["tokenizer model 'gpt2'"]),
+        count("tokenizer.ggml.cls_token_id", Meta::U32(9), &["cls_token_id 9 is outside the vocabulary"]),
+        count("tokenizer.ggml.unknown_token_id", Meta::U32(u32::MAX), &["unknown_token_id"]),
+        count("tokenizer.ggml.tokens", Meta::Strs(vec!["[CLS]".into()]), &["token_embd.weight has 9 rows", "1 tokens"]),
+        count("tokenizer.ggml.tokens", Meta::I32s(vec![1; 9]), &["tokenizer.ggml.tokens is missing or not strings"]),
+        count("general.architecture", Meta::Str("nomic-bert".into()), &["nomic-bert"]),
+    ];
+    let mut tensor =
+        |what: &str, name: &str, f: &dyn Fn(&mut common::tiny_gguf::TensorSpec), needles: &[&'static str]| {
+            let mut t = TinyLlama::bert();
+            f(t.tensor(name));
+            cases.push((what.to_string(), t, needles.to_vec()));
+        };
+    tensor(
+        "a query weight of the wrong shape",
+        "blk.0.attn_q.weight",
+        &|t| t.shape = vec![8, 9],
+        &["blk.0.attn_q.weight"],
+    );
+    tensor("a bias of the wrong length", "blk.0.ffn_up.bias", &|t| t.shape = vec![15], &["blk.0.ffn_up.bias"]);
+    tensor(
+        "a norm of i32",
+        "blk.0.layer_output_norm.weight",
+        &|t| {
+            t.ggml_type = 26;
+            t.bytes = Some(vec![0; 32]);
+        },
+        &["blk.0.layer_output_norm.weight", "int32"],
+    );
+    tensor("a token-type table of no rows", "token_types.weight", &|t| t.shape = vec![0, 8], &["token_types.weight"]);
+    let mut missing = TinyLlama::bert();
+    missing.tensors.retain(|(n, _)| n != "blk.0.ffn_down.weight");
+    cases.push(("a missing weight".into(), missing, vec!["blk.0.ffn_down.weight"]));
+    for (what, t, needles) in cases {
+        match bert(&t) {
+            Ok(_) => panic!("{what}: loaded"),
+            Err(e) => {
+                let m = e.to_string();
+                println!("{what}: {m}");
+                assert!(!m.contains('\n') && m.contains("tiny-bert.gguf"), "{what}: one line naming the file: {m}");
+                for n in &needles {
+                    assert!(m.contains(n), "{what}: {m:?} lacks {n:?}");
+                }
+            }
+        }
+    }
+}

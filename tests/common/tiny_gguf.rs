@@ -99,6 +99,58 @@ impl TinyLlama {
         TinyLlama { meta, tensors }
     }
 
+    /// A tiny BERT encoder as llama.cpp's converter writes one (`bert` architecture: 1 layer, width 8, 2 heads, 16
+    /// positions, a WordPiece vocabulary of 9 pieces in llama.cpp's phantom-space spelling, mean pooling).
+    pub fn bert() -> TinyLlama {
+        let (e, ff, positions) = (Self::WIDTH, 16, 16);
+        let tokens =
+            ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "\u{2581}hello", "\u{2581}world", "s", "\u{2581}a", "\u{2581}!"];
+        let types: Vec<i32> = tokens.iter().map(|t| if t.starts_with('[') { 3 } else { 1 }).collect();
+        let mut meta = BTreeMap::new();
+        let mut set = |k: &str, v: Meta| {
+            meta.insert(k.to_string(), v);
+        };
+        set("general.architecture", Meta::Str("bert".into()));
+        set("bert.block_count", Meta::U32(1));
+        set("bert.context_length", Meta::U32(positions as u32));
+        set("bert.embedding_length", Meta::U32(e as u32));
+        set("bert.feed_forward_length", Meta::U32(ff as u32));
+        set("bert.attention.head_count", Meta::U32(2));
+        set("bert.attention.layer_norm_epsilon", Meta::F32(1e-12));
+        set("bert.attention.causal", Meta::Bool(false));
+        set("bert.pooling_type", Meta::U32(1));
+        set("tokenizer.ggml.model", Meta::Str("bert".into()));
+        set("tokenizer.ggml.tokens", Meta::Strs(tokens.map(String::from).to_vec()));
+        set("tokenizer.ggml.token_type", Meta::I32s(types));
+        set("tokenizer.ggml.unknown_token_id", Meta::U32(1));
+        set("tokenizer.ggml.cls_token_id", Meta::U32(2));
+        set("tokenizer.ggml.seperator_token_id", Meta::U32(3));
+        set("tokenizer.ggml.padding_token_id", Meta::U32(0));
+        let f32t = |shape: &[usize]| TensorSpec { ggml_type: 0, shape: shape.to_vec(), bytes: None, offset: None };
+        let mut tensors: Vec<(String, TensorSpec)> = vec![
+            ("token_embd.weight".into(), f32t(&[tokens.len(), e])),
+            ("position_embd.weight".into(), f32t(&[positions, e])),
+            ("token_types.weight".into(), f32t(&[2, e])),
+            ("token_embd_norm.weight".into(), f32t(&[e])),
+            ("token_embd_norm.bias".into(), f32t(&[e])),
+        ];
+        for (name, out, inp) in [
+            ("attn_q", e, e),
+            ("attn_k", e, e),
+            ("attn_v", e, e),
+            ("attn_output", e, e),
+            ("attn_output_norm", e, 0),
+            ("ffn_up", ff, e),
+            ("ffn_down", e, ff),
+            ("layer_output_norm", e, 0),
+        ] {
+            let weight = if inp == 0 { vec![out] } else { vec![out, inp] };
+            tensors.push((format!("blk.0.{name}.weight"), f32t(&weight)));
+            tensors.push((format!("blk.0.{name}.bias"), f32t(&[out])));
+        }
+        TinyLlama { meta, tensors }
+    }
+
     pub fn set(mut self, key: &str, v: Meta) -> TinyLlama {
         self.meta.insert(key.to_string(), v);
         self

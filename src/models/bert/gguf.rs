@@ -45,7 +45,10 @@ pub(super) fn load(device: &Device, f: &GgufFile) -> Result<Model> {
         Some(Some(3)) => Pooling::LastToken,
         Some(Some(0)) => return Err(h.error("bert.pooling_type is 0 (none: a vector per token), not supported".into())),
         Some(Some(4)) => return Err(h.error("bert.pooling_type is 4 (rank: a reranker), not supported".into())),
-        Some(other) => return Err(h.error(format!("bert.pooling_type is {other:?}: 1 mean, 2 CLS or 3 last token"))),
+        Some(other) => {
+            let shown = other.map_or("not an integer".to_string(), |n| n.to_string());
+            return Err(h.error(format!("bert.pooling_type is {shown}: 1 mean, 2 CLS or 3 last token")));
+        }
     };
     let tokenizer = wordpiece(f, config.vocab)?;
     let weights = weights(&Loader { device, f }, f, &config)?;
