@@ -1,6 +1,6 @@
-//! Model runners built on the graph API: llama-architecture language models from GGUF files ([`llama`]), with
-//! their tokenizers ([`tokenizer`], through Hugging Face's `tokenizers` crate), chat templates ([`chat`], through
-//! `minijinja`) and samplers ([`sampling`]). Enabled by the `models` feature (on by default).
+//! Model runners built on the graph API: GGUF language models of every architecture [`arch`] maps ([`llama`]
+//! runs them), with their tokenizers ([`tokenizer`], through Hugging Face's `tokenizers` crate), chat templates
+//! ([`chat`], through `minijinja`) and samplers ([`sampling`]). Enabled by the `models` feature (on by default).
 
 pub mod arch;
 pub mod bert;

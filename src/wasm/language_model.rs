@@ -1,4 +1,5 @@
-//! `LanguageModel` in JS: llama-architecture GGUF files over [`Llama`], with their generation options.
+//! `LanguageModel` in JS: GGUF language models (every architecture webtensor runs) over [`Llama`], with their
+//! generation options.
 
 use super::convert::{init_console, js_bytes, js_err};
 use super::device::WebDevice;
@@ -197,7 +198,7 @@ async fn yield_to_event_loop() {
     }
 }
 
-/// A llama-architecture language model from a GGUF file (SmolLM2, TinyLlama, Llama 3.2, ...), with its KV cache:
+/// A language model from a GGUF file (SmolLM2, Llama 3.2, Qwen2.5, Gemma 2, Phi-3, ...), with its KV cache:
 /// a conversation's state. Made by `LanguageModel.load`.
 #[wasm_bindgen(js_name = LanguageModel)]
 pub struct WebLanguageModel {
@@ -211,8 +212,8 @@ impl WebLanguageModel {
     /// backend they are used where they lie. `options.context` sets the positions of the KV cache (default: the
     /// model's training context, at most 4096).
     ///
-    /// Rejects for a file that is not a valid GGUF or not a llama-architecture model (naming what is wrong), or
-    /// when the device runs out of memory.
+    /// Rejects for a file that is not a valid GGUF or not a language model of an architecture webtensor runs
+    /// (naming what is wrong), or when the device runs out of memory.
     pub async fn load(
         device: &WebDevice,
         #[wasm_bindgen(unchecked_param_type = "ArrayBuffer | ArrayBufferView")] bytes: JsValue,

@@ -14,7 +14,7 @@ const SCRIPT: &str = include_str!("../../../scripts/peer_llama.py");
 
 #[derive(clap::Args)]
 pub struct GenerateBenchArgs {
-    /// The model: a llama-architecture GGUF file.
+    /// The model: a GGUF language model of an architecture webtensor runs (`webtensor inspect FILE` says).
     #[arg(long, value_name = "FILE.gguf")]
     model: String,
     /// Prompt tokens of the prefill test (llama-bench's -p).

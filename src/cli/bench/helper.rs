@@ -39,8 +39,35 @@ impl Helper {
 
     fn read(&mut self) -> Result<Value, String> {
         let mut line = String::new();
-        self.stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+        let n = self.stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err(self.ended());
+        }
         serde_json::from_str(&line).map_err(|e| format!("peer reply {line:?}: {e}"))
+    }
+
+    /// Why the peer stopped answering: its exit status or the signal that ended it (its own error, if it printed
+    /// one, is on stderr above).
+    fn ended(&mut self) -> String {
+        let status = match self.child.wait() {
+            Ok(s) => s,
+            Err(e) => return format!("the peer process ended without a reply ({e})"),
+        };
+        #[cfg(unix)]
+        if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&status) {
+            let name = match sig {
+                4 => " (SIGILL: an instruction this CPU lacks: was it built for another CPU?)",
+                6 => " (SIGABRT)",
+                9 => " (SIGKILL: out of memory?)",
+                11 => " (SIGSEGV)",
+                _ => "",
+            };
+            return format!("the peer process was killed by signal {sig}{name} before replying");
+        }
+        match status.code() {
+            Some(c) => format!("the peer process exited with status {c} before replying (its error is above)"),
+            None => "the peer process ended without a reply".into(),
+        }
     }
 
     /// Sends `req` and returns the reply, or its `error`.

@@ -1,6 +1,6 @@
 //! `webtensor serve`: an OpenAI-compatible HTTP server, as llama.cpp's `llama-server`. Chat and text completions
-//! from a llama-architecture GGUF model, decoded several at once in one step (continuous batching over
-//! `--parallel` slots: [`webtensor::models::llama::Batch`]), and embeddings from a sentence-transformers
+//! from a GGUF language model (any architecture webtensor runs), decoded several at once in one step (continuous
+//! batching over `--parallel` slots: [`webtensor::models::llama::Batch`]), and embeddings from a sentence-transformers
 //! directory, concurrent requests embedded together.
 //!
 //! Threads: tokio's runtime runs the HTTP side (axum on hyper); the model runs on an engine thread of its own
@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// `webtensor serve` arguments.
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// The language model: a GGUF file of the llama architecture (SmolLM2, TinyLlama, Llama 3.2, ...).
+    /// The language model: a GGUF file of an architecture webtensor runs (Llama, Qwen, Gemma, Phi-3, Mistral, ...).
     #[arg(long, value_name = "FILE.gguf")]
     model: Option<String>,
     /// A sentence-transformers directory (MiniLM, BGE, E5, ...) or a BERT GGUF file for /v1/embeddings.

@@ -93,8 +93,8 @@ impl Llama {
     /// Loads the GGUF file at `path` (memory-mapped) onto `device`.
     ///
     /// # Errors
-    /// [`Error::Io`] and [`Error::Format`] for a file that cannot be read or is not a llama-architecture GGUF
-    /// (the message names the architecture), as [`Llama::from_gguf`].
+    /// [`Error::Io`] and [`Error::Format`] for a file that cannot be read or is not a GGUF language model of an
+    /// architecture webtensor runs (the message names the architecture), as [`Llama::from_gguf`].
     #[cfg(not(target_arch = "wasm32"))]
     pub fn load(device: &Device, path: &str, options: LlamaOptions) -> Result<Llama> {
         Llama::from_gguf(device, &GgufFile::open(path)?, options)
