@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's llama-server (the peer of scripts/bench_serve.py) from the vendor/llama.cpp tree of
-# llama-cpp-python 0.3.36's sdist, as `webtensor bench generate`'s llama.cpp is built: CPU, GGML_NATIVE=ON.
+# llama-cpp-python 0.3.36's sdist, as `webtensor bench generate`'s llama.cpp is built: CPU, the flags of
+# scripts/ggml-cpu-flags.sh (GGML_NATIVE=ON, or this CPU's extensions named where it lists AMX).
 # cmake and ninja come from PyPI as wheels when missing; gcc/g++ must be present. About 10 minutes on 2 cores.
 # Prints the binary's path last.  Usage: scripts/build-llama-server.sh [BUILD_DIR]   (default target/llama-server)
 set -euo pipefail
@@ -14,7 +15,8 @@ if [ ! -d "$out/src/vendor/llama.cpp" ]; then
   mkdir -p "$out/src"
   tar -xzf "$out/sdist/llama_cpp_python-0.3.36.tar.gz" -C "$out/src" --strip-components=1
 fi
-cmake -S "$out/src/vendor/llama.cpp" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+# shellcheck disable=SC2046 # the flags are words
+cmake -S "$out/src/vendor/llama.cpp" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $(scripts/ggml-cpu-flags.sh) \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON > "$out/cmake.log"
 cmake --build "$out/build" --target llama-server -j "$(nproc)" > "$out/build.log"
