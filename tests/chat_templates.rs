@@ -70,6 +70,67 @@ fn hostile_templates_stop_within_a_second_and_bounded_memory() {
     assert!(grown < 512 << 10, "peak memory grew by {grown} KiB");
 }
 
+/// Templates whose cost hides inside one instruction or one value: a tag that parses into a tree as deep as it is
+/// long (the compiler would overflow the stack), shared references printed or passed to a filter (10^11 bytes
+/// from a 60-byte template), a folded constant of 2^62 items, a `batch` or `slice` of 10^12 groups, loops of
+/// `in`, `sum`, `==` and `.count()` on large values, values nested 100,000 deep. Each is an error within a
+/// second, with the process's peak memory growing by less than 256 MiB over all of them; the harmless forms
+/// still render.
+#[test]
+fn costs_inside_one_instruction_or_value_are_bounded() {
+    let before = common::peak_rss_kib();
+    let deep = [
+        format!("{{{{ {}true }}}}", "not ".repeat(50_000)),
+        format!("{{{{ 'a'{} }}}}", "|lower".repeat(100_000)),
+        format!("{{{{ {}'a' }}}}", "'a' ~ ".repeat(100_000)),
+        format!("{{{{ messages{} }}}}", ".a".repeat(200_000)),
+        format!("{{{{ {}1 }}}}", "-".repeat(200_000)),
+        "{{ ([1, 2] * 2**61)|length }}".to_string(),
+    ];
+    for src in &deep {
+        let e = ChatTemplate::new(src).err().unwrap_or_else(|| panic!("compiled: {}", &src[..40]));
+        println!("{}..: {e}", &src[..20]);
+    }
+    let refused = [
+        "{% set a = ['x' * 1000] * 10000 %}{% set b = [a] * 10000 %}{{ b }}",
+        "{% set a = ['x' * 1000] * 10000 %}{% set b = [a] * 10000 %}{{ b ~ '' }}",
+        "{% set a = ['x' * 1000] * 10000 %}{% set b = [a] * 10000 %}{{ b|join(',') }}",
+        "{% set a = ['x' * 1000] * 10000 %}{% set b = [a] * 10000 %}{{ b|upper }}",
+        "{% set a = ['x' * 1000] * 10000 %}{% set b = [a] * 10000 %}{{ raise_exception(b) }}",
+        "{% set a = ['x' * 1000] * 10000 %}{% set b = [a] * 10000 %}{{ 'z' in b|string }}",
+        "{{ [1, 2, 3, 4, 5, 6, 7, 8] * 2**61 }}",
+        "{{ range(10)|batch(10**12, fill_with='x')|list }}",
+        "{{ range(10)|slice(10**12)|list }}",
+        "{% set a = range(100000)|list %}{% for i in range(100000) %}{% if -1 in a %}{% endif %}{% endfor %}",
+        "{% set a = range(100000)|list %}{% for i in range(100000) %}{{ a|sum }}{% endfor %}",
+        "{% set a = range(100000)|list %}{% set b = range(100000)|list %}{% for i in range(100000) %}{{ a == b }}{% endfor %}",
+        "{% set s = 'a' * 10000000 %}{% for i in range(100000) %}{{ s.count('b') }}{% endfor %}",
+        "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+        "{% set ns = namespace(x={}) %}{% for i in range(100000) %}{% set ns.x = {'k': ns.x} %}{% endfor %}{{ 1 }}",
+    ];
+    for src in refused {
+        let start = Instant::now();
+        let r = ChatTemplate::new(src).and_then(|t| t.render(&[Message::new("user", "hi")], true, "<s>", "</s>"));
+        let took = start.elapsed();
+        let e = r.expect_err(src);
+        println!("{took:?} {src}: {e}");
+        assert!(took < Duration::from_secs(1), "{src} took {took:?}");
+    }
+    let grown = common::peak_rss_kib().saturating_sub(before);
+    assert!(grown < 256 << 10, "peak memory grew by {grown} KiB");
+    let fine = [
+        ("{{ range(5)|batch(10**12)|list }}", "[[0, 1, 2, 3, 4]]"),
+        ("{{ 2 in [1, 2] }} {{ 'b' in 'abc' }} {{ 'k' in {'k': 1} }} {{ 3 in [1, 2] }}", "True True True False"),
+        ("{{ [1, [2]] == [1, [2]] }} {{ {'a': 1} != {'a': 2} }} {{ 'a' < 'b' }} {{ 2 >= 3 }}", "True True True False"),
+        ("{% set m = {'b': 1, 'a': 2} %}{% for k, v in m.items() %}{{ k }}{{ v }}{% endfor %}", "b1a2"),
+        ("{{ ([0] * 3)|length }}{{ messages|length }}", "31"),
+    ];
+    for (src, want) in fine {
+        let got = ChatTemplate::new(src).unwrap().render(&[Message::new("user", "hi")], true, "<s>", "</s>").unwrap();
+        assert_eq!(got, want, "{src}");
+    }
+}
+
 /// The Jinja that real templates use beyond the fixtures: loop controls, macros, namespaces, Python's string
 /// and dict methods, whitespace control as transformers sets it.
 #[test]

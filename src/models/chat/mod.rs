@@ -22,7 +22,9 @@ impl Message {
 }
 
 /// A chat template, checked when made and rendered within bounds (every string the template builds or emits is
-/// charged to a budget of 16 MiB per render, instructions to a fuel, recursion to 64 levels): Hugging Face's Jinja
+/// charged to a budget of 16 MiB per render, instructions to a fuel, the work of `in`, comparisons, filters and
+/// methods on large values to a work budget, recursion and the nesting of values to 64 levels, a tag to 512
+/// tokens): Hugging Face's Jinja
 /// dialect as `apply_chat_template` renders it (`trim_blocks`, `lstrip_blocks`; `raise_exception`,
 /// `strftime_now`, Python's `tojson`; Python's string, list and dict methods through minijinja-contrib's
 /// `pycompat`; macros, `namespace`, `break`/`continue`).
@@ -40,7 +42,8 @@ impl ChatTemplate {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] with the template engine's message for a template that does not parse, uses a
-    /// filter webtensor does not offer, or is larger than 1 MiB.
+    /// filter webtensor does not offer, has a tag of more than 512 tokens or a constant of more than 65536 items,
+    /// or is larger than 1 MiB.
     pub fn new(source: &str) -> Result<ChatTemplate> {
         ChatTemplate::with_date(source, None)
     }

@@ -3,7 +3,7 @@
 //! keys in insertion order), and the filters and methods that can multiply a string's size checked against the
 //! render's budget before they build anything (see [`super::budget`]).
 
-use super::budget::{charge as charge_ahead, BUDGET_BYTES};
+use super::budget::{charge as charge_ahead, fits, BUDGET_BYTES};
 use minijinja::value::{Kwargs, Rest, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 
@@ -13,8 +13,14 @@ fn invalid(msg: impl Into<String>) -> Error {
 
 /// Adds the functions and the checked filters to `env`; `today` is the date `strftime_now` reports.
 pub(crate) fn add_to(env: &mut Environment<'static>, today: Option<(i64, u32, u32)>) {
-    env.add_function("raise_exception", |msg: String| -> Result<Value, Error> { Err(invalid(msg)) });
-    env.add_function("strftime_now", move |format: String| -> Result<Value, Error> {
+    env.add_function("raise_exception", |state: &State, msg: Value| -> Result<Value, Error> {
+        fits(state, std::slice::from_ref(&msg))?;
+        Err(invalid(msg.to_string()))
+    });
+    env.add_function("strftime_now", move |state: &State, format: Value| -> Result<Value, Error> {
+        fits(state, std::slice::from_ref(&format))?;
+        let format = format.to_string();
+        charge_ahead(state, format.len().saturating_mul(4))?;
         let (y, m, d, secs) = match today {
             Some((y, m, d)) => (y, m, d, 0),
             None => now_utc(),

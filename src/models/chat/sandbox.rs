@@ -9,13 +9,17 @@
 //! `replace`, `join`, `indent`, `center`, `format`, `wordwrap`, `tojson` — are replaced by versions that check
 //! first). Python's string, list and dict methods (minijinja-contrib's pycompat) are charged the same way, and
 //! emitted values through the formatter. Literal text is written without a call, so its total is bounded by the
-//! fuel times the longest literal: the fuel is lowered for templates with long literals.
+//! fuel times the longest literal: the fuel is lowered for templates with long literals. A value is measured
+//! before anything prints it (shared references make a small value print huge); `in`, the comparisons, list and
+//! map literals, filters and methods charge the size of what they read to a work budget (one instruction can
+//! read a 10 MB string) and refuse values nested over 64 deep; folded constants and tags are bounded when
+//! compiled.
 
-use minijinja::machinery::{CompiledTemplate, Instruction, TemplateConfig, WhitespaceConfig};
-use minijinja::value::{Rest, Value, ValueKind};
+use minijinja::machinery::{tokenize, CompiledTemplate, Instruction, TemplateConfig, Token, WhitespaceConfig};
+use minijinja::value::{ObjectRepr, Rest, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 
-use super::budget::{charge, charge_value};
+use super::budget::{charge, charge_value, fits, walk};
 use std::sync::Arc;
 
 /// Instructions a render may execute (real templates take thousands for a conversation).
@@ -26,6 +30,12 @@ const LITERAL_BYTES: u64 = 64 << 20;
 const RECURSION: usize = 64;
 /// Largest template source accepted, in bytes.
 pub(crate) const MAX_SOURCE: usize = 1 << 20;
+/// Tokens one tag (`{{ .. }}` or `{% .. %}`) may hold. minijinja's parser bounds the nesting of brackets and
+/// statements, but a chain of operators, filters or attribute lookups (`not not ..`, `a ~ a ~ ..`, `x|lower|..`)
+/// parses into a tree as deep as the chain is long, which the code generator and the tree's drop walk
+/// recursively: 50,000 links overflowed the stack. A tag's tree is no deeper than its tokens; the real templates
+/// have at most 40 in a tag (tests/data/chat_templates).
+const MAX_TAG_TOKENS: usize = 512;
 
 /// The filter table: `FILTERS`, the filters a template may use (minijinja's builtins that Hugging Face's renderer,
 /// Jinja2, has too), and `FILTER_CALLS`, the charged function each is rerouted to (`__webtensor_filter_NAME`), in
@@ -95,8 +105,12 @@ fn invalid(msg: String) -> Error {
     Error::new(ErrorKind::InvalidOperation, msg)
 }
 
+/// Items a constant of the compiled template may have (minijinja folds `[1, 2] * 2**61` into one, lazily).
+const MAX_CONST_ITEMS: usize = 1 << 16;
+
 /// `a ~ b`: both formatted as strings.
 fn concat(state: &State, a: Value, b: Value) -> Result<Value, Error> {
+    fits(state, &[a.clone(), b.clone()])?;
     let (a, b) = (a.to_string(), b.to_string());
     charge(state, a.len() + b.len())?;
     Ok(Value::from(a + &b))
@@ -157,9 +171,70 @@ fn arithmetic(
     Ok(Value::from(float(x, y)))
 }
 
+/// `needle in container`, as minijinja's VM computes it, its cost charged as work first.
+fn contains(state: &State, needle: Value, container: Value) -> Result<Value, Error> {
+    walk(state, &container, usize::MAX / 2)?;
+    if container.is_undefined() {
+        return Ok(Value::from(false));
+    }
+    let found = if let Some(s) = container.as_str() {
+        match needle.as_str() {
+            Some(n) => s.contains(n),
+            None => {
+                fits(state, std::slice::from_ref(&needle))?;
+                s.contains(&needle.to_string())
+            }
+        }
+    } else if let Some(obj) = container.as_object() {
+        match obj.repr() {
+            ObjectRepr::Map => obj.get_value(&needle).is_some(),
+            ObjectRepr::Seq | ObjectRepr::Iterable => obj.try_iter().into_iter().flatten().any(|v| v == needle),
+            _ => false,
+        }
+    } else {
+        return Err(invalid("cannot perform a containment check on this value".into()));
+    };
+    Ok(Value::from(found))
+}
+
+/// A comparison (`==`, `!=`, `<`, `<=`, `>`, `>=`) of two values, as minijinja's VM computes it, its cost (the
+/// values' sizes) charged as work first.
+fn compare(state: &State, a: Value, b: Value, op: fn(&Value, &Value) -> bool) -> Result<Value, Error> {
+    walk(state, &a, usize::MAX / 2)?;
+    walk(state, &b, usize::MAX / 2)?;
+    Ok(Value::from(op(&a, &b)))
+}
+
+/// A list literal `[a, b, ..]`, its items checked for nesting depth.
+fn list(state: &State, items: Rest<Value>) -> Result<Value, Error> {
+    let items = items.0;
+    let list = Value::from(items);
+    walk(state, &list, usize::MAX / 2)?;
+    Ok(list)
+}
+
+/// A map literal `{k: v, ..}` (its keys and values in turn), its values checked for nesting depth.
+fn map(state: &State, kv: Rest<Value>) -> Result<Value, Error> {
+    let map: Value = kv.0.chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect();
+    walk(state, &map, usize::MAX / 2)?;
+    Ok(map)
+}
+
 /// A filter application: the filter's result, charged (the amplifying filters are replaced: see [`environment`]).
+/// Its arguments must print within the budget (a filter taking a string formats a list it is given) and are
+/// charged as work; `batch` and `slice` are checked for the number of groups they would make.
 fn apply(state: &State, name: &str, args: &[Value]) -> Result<Value, Error> {
-    let out = state.apply_filter(name, args)?;
+    fits(state, args)?;
+    let mut args = args.to_vec();
+    if let ("batch" | "slice", Some(n)) = (name, args.get(1).and_then(Value::as_usize)) {
+        let len = args[0].len().unwrap_or(0);
+        match name {
+            // more per batch than there are items, unfilled: one batch of them all
+            "batch" if n > len && args.len() == 2 => args[1] = Value::from(len.max(1)),
+            _ => charge(state, n.saturating_mul(16))?,
+        }
+    }
+    let out = state.apply_filter(name, &args)?;
     charge_value(state, &out)?;
     Ok(out)
 }
@@ -176,6 +251,10 @@ pub(crate) fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
         ws_config: WhitespaceConfig { keep_trailing_newline: false, lstrip_blocks: true, trim_blocks: true },
         default_auto_escape: Arc::new(|_: &str| minijinja::AutoEscape::None),
     };
+    let longest = longest_tag(source, &config)?;
+    if longest > MAX_TAG_TOKENS {
+        return Err(invalid(format!("a tag of the template has {longest} tokens (at most {MAX_TAG_TOKENS})")));
+    }
     let mut t = CompiledTemplate::new("chat_template", source, &config)?;
     let n = t.instructions.len() as u32;
     for i in 0..n {
@@ -184,6 +263,26 @@ pub(crate) fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
             Instruction::StringConcat => Instruction::CallFunction("__webtensor_concat", Some(2)),
             Instruction::Add => Instruction::CallFunction("__webtensor_add", Some(2)),
             Instruction::Mul => Instruction::CallFunction("__webtensor_mul", Some(2)),
+            Instruction::In => Instruction::CallFunction("__webtensor_in", Some(2)),
+            Instruction::Eq => Instruction::CallFunction("__webtensor_eq", Some(2)),
+            Instruction::Ne => Instruction::CallFunction("__webtensor_ne", Some(2)),
+            Instruction::Lt => Instruction::CallFunction("__webtensor_lt", Some(2)),
+            Instruction::Lte => Instruction::CallFunction("__webtensor_lte", Some(2)),
+            Instruction::Gt => Instruction::CallFunction("__webtensor_gt", Some(2)),
+            Instruction::Gte => Instruction::CallFunction("__webtensor_gte", Some(2)),
+            Instruction::BuildList(Some(n)) if *n <= u16::MAX as usize => {
+                Instruction::CallFunction("__webtensor_list", Some(*n as u16))
+            }
+            Instruction::BuildMap(n) if 2 * *n <= u16::MAX as usize => {
+                Instruction::CallFunction("__webtensor_map", Some(2 * *n as u16))
+            }
+            Instruction::LoadConst(v) => {
+                let items = if v.as_str().is_some() { 0 } else { v.len().unwrap_or(0) };
+                if items > MAX_CONST_ITEMS {
+                    return Err(invalid(format!("a constant of the template has {items} items")));
+                }
+                continue;
+            }
             Instruction::ApplyFilter(name, args, _) => {
                 let Some(f) = FILTERS.iter().position(|f| f == name) else {
                     return Err(invalid(format!("filter '{name}' is not available in chat templates")));
@@ -198,6 +297,22 @@ pub(crate) fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
         return Err(invalid("template blocks ({% block %}) are not used by chat templates".into()));
     }
     Ok(t)
+}
+
+/// The most tokens in one tag of `source`, counted by minijinja's lexer (which does not recurse).
+fn longest_tag(source: &str, config: &TemplateConfig) -> Result<usize, Error> {
+    let (mut current, mut longest) = (0usize, 0usize);
+    for token in tokenize(source, false, config.syntax_config.clone(), config.ws_config) {
+        match token?.0 {
+            Token::VariableStart | Token::BlockStart => current = 0,
+            Token::VariableEnd | Token::BlockEnd | Token::TemplateData(_) => {}
+            _ => {
+                current += 1;
+                longest = longest.max(current);
+            }
+        }
+    }
+    Ok(longest)
 }
 
 /// The fuel for a template whose longest literal text has `longest` bytes (see the module docs).
@@ -223,17 +338,31 @@ pub(crate) fn environment(today: Option<(i64, u32, u32)>) -> Environment<'static
     env.add_function("__webtensor_concat", concat);
     env.add_function("__webtensor_add", add);
     env.add_function("__webtensor_mul", mul);
+    env.add_function("__webtensor_in", contains);
+    env.add_function("__webtensor_eq", |st: &State, a, b| compare(st, a, b, |a, b| a == b));
+    env.add_function("__webtensor_ne", |st: &State, a, b| compare(st, a, b, |a, b| a != b));
+    env.add_function("__webtensor_lt", |st: &State, a, b| compare(st, a, b, |a, b| a < b));
+    env.add_function("__webtensor_lte", |st: &State, a, b| compare(st, a, b, |a, b| a <= b));
+    env.add_function("__webtensor_gt", |st: &State, a, b| compare(st, a, b, |a, b| a > b));
+    env.add_function("__webtensor_gte", |st: &State, a, b| compare(st, a, b, |a, b| a >= b));
+    env.add_function("__webtensor_list", list);
+    env.add_function("__webtensor_map", map);
     for (name, call) in FILTERS.iter().zip(FILTER_CALLS) {
         env.add_function(*call, move |state: &State, args: Rest<Value>| apply(state, name, &args));
     }
     super::pyfns::add_to(&mut env, today);
     env.set_unknown_method_callback(|state, value, method, args| {
+        fits(state, std::slice::from_ref(value))?;
+        fits(state, args)?;
         super::pyfns::check_method(state, value, method, args)?;
         let out = minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)?;
         charge_value(state, &out)?;
         Ok(out)
     });
     env.set_formatter(|out, state, value| {
+        if value.as_str().is_none() {
+            fits(state, std::slice::from_ref(value))?;
+        }
         charge(state, value.as_str().map_or_else(|| value.to_string().len(), str::len))?;
         minijinja::escape_formatter(out, state, value)
     });
