@@ -120,6 +120,14 @@ fn paths_that_are_not_model_files_are_one_error() {
         &["/dev/zero", "not a regular file"],
     );
     assert_one_error(&webtensor(&dir, &["matmul", "/dev/zero", "/dev/zero", "-o", "x.npy"]), 1, &["/dev/zero"]);
+    // a FIFO with no writer: opening it would wait forever, so it is refused before it is opened
+    let fifo = dir.join("pipe.gguf");
+    let _ = std::fs::remove_file(&fifo);
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let f = fifo.display().to_string();
+    for args in [vec!["generate", "--model", &f, "--prompt", "x"], vec!["inspect", &f], vec!["chat", "--model", &f]] {
+        assert_one_error(&webtensor(&dir, &args), 1, &["pipe.gguf", "not a regular file"]);
+    }
     let m = dir.join("model.gguf");
     std::fs::write(&m, b"").unwrap();
     // an empty .gguf file is read as a BERT GGUF file, and refused as one; another file is not a directory

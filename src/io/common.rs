@@ -65,12 +65,17 @@ pub(crate) fn write_atomic(path: &str, bytes: &[u8]) -> crate::error::Result<()>
 /// The whole file at `path`, memory-mapped read-only (nothing is copied into the heap).
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn map_file(path: &str) -> crate::error::Result<crate::resident::Bytes> {
-    let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
-    let meta = file.metadata().map_err(|e| io_err(path, e))?;
-    if !meta.is_file() {
+    let regular = |meta: std::fs::Metadata| {
+        if meta.is_file() {
+            return Ok(());
+        }
         let what = if meta.is_dir() { "a directory" } else { "not a regular file (a device, FIFO or socket)" };
-        return Err(io_err(path, format!("{what}; expected a model or tensor file")));
-    }
+        Err(io_err(path, format!("{what}; expected a model or tensor file")))
+    };
+    // checked before opening too: opening a FIFO waits for a writer
+    regular(std::fs::metadata(path).map_err(|e| io_err(path, e))?)?;
+    let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+    regular(file.metadata().map_err(|e| io_err(path, e))?)?;
     // SAFETY: the map is read-only and private to this process; a file truncated while mapped would fault, as
     // with any memory-mapped reader (llama.cpp's included), which callers accept by opening model files.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(path, e))?;
