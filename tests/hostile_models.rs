@@ -224,6 +224,24 @@ fn a_template_that_does_not_compile_leaves_plain_generation_working() {
     m.generate(&prompt, &GenerateOptions { max_tokens: 2, ..Default::default() }, |_, _| true).unwrap();
 }
 
+/// A prompt (rendered or given) longer than the context's tokens of the longest piece could be is refused before
+/// it is tokenized (an 8 MB prompt took 2-4 GB to tokenize before it was found too long), naming both lengths;
+/// one that could fit is tokenized and checked by its tokens as before.
+#[test]
+fn a_prompt_that_cannot_fit_is_refused_before_tokenizing() {
+    let t = TinyLlama::new().set("tokenizer.chat_template", Meta::Str("{{ 'a ' * 8000000 }}".into()));
+    let m = load(&t).unwrap();
+    let before = common::peak_rss_kib();
+    let e = m.chat_prompt(&[webtensor::models::Message::new("user", "hi")]).unwrap_err().to_string();
+    assert!(e.contains("16000000 bytes") && e.contains("64 tokens"), "{e}");
+    let long = "hello ".repeat(1 << 20);
+    let e = m.tokenizer.encode_within(&long, m.context()).unwrap_err().to_string();
+    assert!(e.contains("6291456 bytes"), "{e}");
+    let grown = common::peak_rss_kib().saturating_sub(before);
+    assert!(grown < 64 << 10, "tokenizing what cannot fit: peak memory grew by {grown} KiB");
+    assert_eq!(m.tokenizer.encode_within("hello", 64).unwrap(), m.tokenizer.encode("hello").unwrap());
+}
+
 #[test]
 fn a_context_larger_than_memory_is_refused_before_allocating() {
     let f = TinyLlama::new().file_result().unwrap();

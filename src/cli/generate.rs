@@ -192,7 +192,7 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
     let prompt = if args.chat {
         model.chat_prompt(&[Message::new("user", &args.prompt)])?
     } else {
-        model.tokenizer.encode(&args.prompt)?
+        model.tokenizer.encode_within(&args.prompt, model.context())?
     };
     let json = args.json;
     let out = model.generate(&prompt, &options, |piece, _| {

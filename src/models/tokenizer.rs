@@ -49,6 +49,10 @@ pub struct Tokenizer {
     pub eos_text: String,
     /// Control bytes the byte-level vocabulary has no token for (text with one is refused, not cut).
     missing_bytes: Vec<u8>,
+    /// The most bytes of text one token can stand for (the longest piece), where every byte of any text has a
+    /// token (byte-level BPE, SentencePiece with byte fallback); `None` where unknown text could fold into one
+    /// token of any length.
+    max_piece_bytes: Option<usize>,
 }
 
 fn fmt_err(f: &GgufFile, message: String) -> Error {
@@ -122,6 +126,8 @@ impl Tokenizer {
                 }
             }
         }
+        let byte_fallback = (0..=255u8).all(|b| tokens.iter().any(|t| *t == format!("<0x{b:02X}>")));
+        let max_piece_bytes = (kind == "gpt2" || byte_fallback).then(|| tokens.iter().map(|t| t.len()).max());
         let text = |i: Option<u32>| i.map(|i| tokens[i as usize].to_string()).unwrap_or_default();
         Ok(Tokenizer {
             inner,
@@ -130,6 +136,7 @@ impl Tokenizer {
             eos_text: text(eos),
             eog,
             missing_bytes,
+            max_piece_bytes: max_piece_bytes.flatten(),
         })
     }
 
@@ -146,6 +153,26 @@ impl Tokenizer {
         }
         let enc = self.inner.encode(text, false).map_err(|e| tk_err("encode", e))?;
         Ok(self.bos.into_iter().chain(enc.get_ids().iter().copied()).collect())
+    }
+
+    /// [`Tokenizer::encode`] of a text that must fit in `max_tokens` tokens: a text longer than `max_tokens` of
+    /// the vocabulary's longest pieces is refused before it is tokenized (tokenizing costs a few hundred bytes of
+    /// memory a byte: a 16 MB prompt took 4.4 GB to be found too long).
+    ///
+    /// # Errors
+    /// As [`Tokenizer::encode`], and [`Error::InvalidArgument`] naming both lengths for a text that cannot fit.
+    pub fn encode_within(&self, text: &str, max_tokens: usize) -> Result<Vec<u32>> {
+        if let Some(piece) = self.max_piece_bytes {
+            let most = max_tokens.saturating_mul(piece.max(1));
+            if text.len() > most {
+                let reason = format!(
+                    "the text has {} bytes: more than {max_tokens} tokens of at most {piece} bytes each can hold",
+                    text.len()
+                );
+                return Err(Error::InvalidArgument { op: "tokenizer", reason });
+            }
+        }
+        self.encode(text)
     }
 
     /// The text of `ids`; special tokens are left out when `skip_special`.

@@ -321,7 +321,8 @@ impl WebLanguageModel {
         let options = RunOptions::of(&options, SamplingOptions::default())?;
         let ids = match prompt.as_string() {
             Some(text) => {
-                self.inner.try_borrow().map_err(|_| busy("model"))?.tokenizer.encode(&text).map_err(js_err)?
+                let m = self.inner.try_borrow().map_err(|_| busy("model"))?;
+                m.tokenizer.encode_within(&text, m.context()).map_err(js_err)?
             }
             None => Uint32Array::new(&prompt).to_vec(),
         };

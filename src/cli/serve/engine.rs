@@ -157,7 +157,7 @@ fn admit(batch: &mut Batch, job: Job, live: &mut HashMap<SeqId, Live>) {
     }
     let model = batch.model();
     let ids = match job.prompt {
-        Prompt::Text(t) => model.tokenizer.encode(&t),
+        Prompt::Text(t) => model.tokenizer.encode_within(&t, model.context()),
         Prompt::Tokens(ids) => Ok(ids),
         Prompt::Chat(messages) => model.chat_prompt(&messages),
     };

@@ -134,7 +134,7 @@ impl Llama {
             reason: self.chat_template_error().unwrap_or_default(),
         })?;
         let text = t.render(messages, true, &self.tokenizer.bos_text, &self.tokenizer.eos_text)?;
-        let mut ids = self.tokenizer.encode(&text)?;
+        let mut ids = self.tokenizer.encode_within(&text, self.context())?;
         // a template that writes the BOS token itself gets no second one
         if self.tokenizer.bos.is_some() && ids.len() > 1 && ids[0] == ids[1] && Some(ids[0]) == self.tokenizer.bos {
             ids.remove(0);
