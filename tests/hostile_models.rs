@@ -176,6 +176,26 @@ fn tables_and_tensors_that_disagree_are_refused() {
     }
 }
 
+/// A file with tensors its metadata does not describe (a block count below the blocks present, a stray tensor)
+/// is refused naming them, as llama.cpp refuses it, where the extra blocks were dropped silently; a vocabulary
+/// size of 0 is refused like any other that disagrees with the embedding.
+#[test]
+fn tensors_the_metadata_does_not_describe_are_refused() {
+    refused(
+        "block count 1 of 2 blocks",
+        TinyLlama::new().set("llama.block_count", Meta::U32(1)),
+        &["9 tensors of the file are not part of the model", "blk.1.", "block count"],
+    );
+    let mut stray = TinyLlama::new();
+    stray.tensors.push(("blk.0.attn_q.bias.extra".into(), stray.tensors[1].1.clone()));
+    refused("a stray tensor", stray, &["1 tensors of the file", "blk.0.attn_q.bias.extra"]);
+    refused("vocab_size 0", TinyLlama::new().set("llama.vocab_size", Meta::U32(0)), &["llama.vocab_size is 0"]);
+    let mut bert_stray = TinyLlama::bert();
+    bert_stray.tensors.push(("blk.1.attn_q.weight".into(), bert_stray.tensors[5].1.clone()));
+    let e = bert(&bert_stray).err().expect("a BERT file with a second block's tensor").to_string();
+    assert!(e.contains("blk.1.attn_q.weight") && e.contains("not part of the model"), "{e}");
+}
+
 #[test]
 fn vocabularies_that_would_drop_bytes_or_take_quadratic_time_are_handled() {
     // a byte-level vocabulary without 'A' would drop every A: refused

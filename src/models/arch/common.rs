@@ -140,7 +140,8 @@ fn vocabulary(h: &Hparams, n_embd: usize) -> Result<usize> {
             );
         }
     }
-    if let Some(v) = h.count("vocab_size", Some(n_vocab), usize::MAX).ok().filter(|&v| v != n_vocab) {
+    let v = h.count("vocab_size", Some(n_vocab), usize::MAX)?;
+    if v != n_vocab {
         return Err(h.error(format!("{}.vocab_size is {v} but token_embd.weight has {n_vocab} rows", h.arch)));
     }
     Ok(n_vocab)

@@ -8,20 +8,47 @@ use crate::io::gguf::{GgufFile, TensorInfo};
 use crate::models::hparams::{vector_dtype, weight_dtype};
 use crate::resident::Resident;
 
-/// Uploads the tensors of one file to one device.
+/// Uploads the tensors of one file to one device, noting which it was asked for.
 pub(crate) struct Loader<'a> {
     pub device: &'a Device,
     pub f: &'a GgufFile,
+    used: std::cell::RefCell<std::collections::HashSet<String>>,
 }
 
-impl Loader<'_> {
+impl<'a> Loader<'a> {
+    pub(crate) fn new(device: &'a Device, f: &'a GgufFile) -> Loader<'a> {
+        Loader { device, f, used: Default::default() }
+    }
+
+    /// Every tensor of the file was asked for, as llama.cpp's loader requires ("wrong number of tensors"): a
+    /// file whose metadata describes less than its tensors (a block count below the blocks present) would
+    /// otherwise run a smaller model than the file holds.
+    ///
+    /// # Errors
+    /// [`Error::Format`] naming the first tensors not used and how many there are.
+    pub(crate) fn all_used(&self) -> Result<()> {
+        let used = self.used.borrow();
+        let unused: Vec<&str> = self.f.tensors.iter().map(|t| t.name.as_str()).filter(|n| !used.contains(*n)).collect();
+        if unused.is_empty() {
+            return Ok(());
+        }
+        let first: Vec<&str> = unused.iter().take(3).copied().collect();
+        Err(self.error(format!(
+            "{} tensors of the file are not part of the model its metadata describes ({}{}); is the block count right?",
+            unused.len(),
+            first.join(", "),
+            if unused.len() > 3 { ", ..." } else { "" }
+        )))
+    }
+
     pub(crate) fn error(&self, message: String) -> Error {
         Error::Format { path: self.f.source().into(), message }
     }
 
     /// The tensor `name`, which must have `shape` (numpy order) and a dtype a kernel takes for it.
-    fn info(&self, name: &str, shape: &[usize]) -> Result<&TensorInfo> {
+    fn info(&self, name: &str, shape: &[usize]) -> Result<&'a TensorInfo> {
         let t = self.f.tensor(name).ok_or_else(|| self.error(format!("no tensor {name}")))?;
+        self.used.borrow_mut().insert(name.to_string());
         if t.shape != shape {
             return Err(self.error(format!("tensor {name} is {:?}, expected {shape:?}", t.shape)));
         }

@@ -88,10 +88,10 @@ impl LlamaConfig {
 /// otherwise, as llama.cpp chooses them.
 pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig, context: usize) -> Result<Weights> {
     let arch = find(f)?;
-    let ld = Loader { device, f };
+    let ld = Loader::new(device, f);
     let (e, v) = (cfg.n_embd, cfg.n_vocab);
     let blocks = (0..cfg.n_layers).map(|l| (arch.block)(&ld, l, cfg)).collect::<Result<Vec<_>>>()?;
-    Ok(Weights {
+    let weights = Weights {
         token_embd: ld.tensor("token_embd.weight", &[v, e])?,
         blocks,
         output_norm: ld.tensor("output_norm.weight", &[e])?,
@@ -100,5 +100,7 @@ pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig, con
             Some(factors) => Some(factors),
             None => long_rope(&ld, cfg, context)?,
         },
-    })
+    };
+    ld.all_used()?;
+    Ok(weights)
 }

@@ -51,7 +51,9 @@ pub(super) fn load(device: &Device, f: &GgufFile) -> Result<Model> {
         }
     };
     let tokenizer = wordpiece(f, config.vocab)?;
-    let weights = weights(&Loader { device, f }, f, &config)?;
+    let ld = Loader::new(device, f);
+    let weights = weights(&ld, f, &config)?;
+    ld.all_used()?;
     Ok(Model { config, pooling, tokenizer, weights })
 }
 
