@@ -41,6 +41,44 @@ fn the_tiny_model_loads_and_generates() {
 
 /// The prefill reports its start and each chunk (powers of two of at most `max_chunk` tokens), counting only the tokens not
 /// already cached.
+/// The generation's text is the decoding of its tokens, also when they end inside a UTF-8 character (the bytes
+/// held back for the character's end came out as nothing), for every length from 1 to 16 tokens and prompts that
+/// make the tiny model choose byte tokens.
+#[test]
+fn the_text_is_the_decoding_of_the_tokens_to_the_end() {
+    // an embedding (tied to the output) whose only rows are bytes 0xC3 and 0xC4, opposite: every token chosen
+    // is one of these lead bytes of a 2-byte character, so every generation ends inside one
+    let mut t = TinyLlama::new();
+    let e = TinyLlama::WIDTH;
+    let rows = 256 + 5;
+    let mut table = vec![0f32; rows * e];
+    for j in 0..e {
+        table[0xC3 * e + j] = 0.5 + j as f32 * 0.1;
+        table[0xC4 * e + j] = -(0.5 + j as f32 * 0.1);
+    }
+    t.tensor("token_embd.weight").bytes = Some(table.iter().flat_map(|v| v.to_le_bytes()).collect());
+    let mut m = load(&t).unwrap();
+    let mut partial_endings = 0;
+    for prompt in ["\u{c3}", "\u{c4}\u{c3}", "a\u{c3}"] {
+        let ids = m.tokenizer.encode(prompt).unwrap();
+        for n in 1..=16 {
+            let mut streamed = String::new();
+            let options = GenerateOptions { max_tokens: n, ..Default::default() };
+            let g = m.generate(&ids, &options, |piece, _| {
+                streamed.push_str(piece);
+                true
+            });
+            let g = g.unwrap();
+            let whole = m.tokenizer.decode(&g.tokens, true).unwrap();
+            assert_eq!(g.text, whole, "{prompt:?}, {n} tokens {:?}", g.tokens);
+            assert_eq!(streamed, whole, "{prompt:?}, {n} tokens streamed");
+            partial_endings += whole.ends_with('\u{FFFD}') as usize;
+        }
+    }
+    println!("{partial_endings} generations ended inside a character");
+    assert!(partial_endings >= 24, "{partial_endings} of 48 generations ended inside a character");
+}
+
 #[test]
 fn prefill_progress_is_reported_per_chunk() {
     let bytes = webtensor::Bytes::from_vec(TinyLlama::new().bytes());

@@ -241,6 +241,9 @@ impl TokenStream {
         }
         self.pending = Some(next);
         let last = self.out.tokens.len() >= self.options.max_tokens;
+        if last {
+            self.flush_text();
+        }
         let text = self.release(last);
         if last {
             self.finish(StopReason::MaxTokens);
@@ -292,9 +295,17 @@ impl TokenStream {
     /// Ends the stream for `stop` (not a stop string); the held-back text, if any, comes back as a last token
     /// `id` (the token that ended it, or the last one generated).
     pub(super) fn end(&mut self, stop: StopReason, id: u32) -> Option<Token> {
+        self.flush_text();
         let tail = self.release(true);
         self.finish(stop);
         (!tail.is_empty()).then_some(Token { id, text: tail })
+    }
+
+    /// At the end: the text the detokenizer held back for an incomplete character goes out as it decodes (with
+    /// U+FFFD for the bytes that never completed one), as the whole generation's text decodes.
+    fn flush_text(&mut self) {
+        let held = std::mem::take(&mut self.text.held);
+        self.out.text.push_str(&held);
     }
 
     /// The finished generation.
@@ -319,6 +330,8 @@ pub(super) struct TextStream {
     prefix: String,
     /// Ids of the window already emitted through `prefix`.
     prefix_index: usize,
+    /// The window's text past `prefix` not emitted because it ends in an incomplete character.
+    held: String,
 }
 
 impl TextStream {
@@ -326,8 +339,10 @@ impl TextStream {
         self.ids.push(id);
         let text = tokenizer.decode(&self.ids, true)?;
         if text.len() <= self.prefix.len() || text.ends_with('\u{FFFD}') {
+            self.held = text.get(self.prefix.len()..).unwrap_or_default().to_string();
             return Ok(String::new());
         }
+        self.held.clear();
         let new = match text.strip_prefix(self.prefix.as_str()) {
             Some(n) => n.to_string(),
             None => text.get(self.prefix.len()..).unwrap_or_default().to_string(),
