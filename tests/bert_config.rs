@@ -130,6 +130,11 @@ fn configurations_it_cannot_honour_are_refused() {
     refuse("bad-eps", &[("config.json", config("layer_norm_eps=-1.0"))], "layer_norm_eps");
     refuse("one-position", &[("config.json", config("max_position_embeddings=1"))], "max_position_embeddings");
     refuse("huge-width", &[("config.json", config("hidden_size=4294967296"))], "hidden_size");
+    // a sentence length with no room for text (every text would embed alike), or not a count
+    for (name, v) in [("seq-0", "0"), ("seq-2", "2"), ("seq-neg", "-5"), ("seq-str", "\"128\""), ("seq-frac", "12.5")] {
+        let st = format!("{{\"max_seq_length\": {v}, \"do_lower_case\": false}}");
+        refuse(name, &[("sentence_bert_config.json", st)], "max_seq_length is");
+    }
 }
 
 #[test]

@@ -323,8 +323,17 @@ fn from_files(
     // sentence-transformers pads a batch to its longest sentence, not to the file's fixed length
     tokenizer.with_padding(None);
     tokenizer.with_truncation(None).map_err(tok_err)?;
-    let max_seq_length = json("sentence_bert_config.json")?.and_then(|j| j["max_seq_length"].as_u64());
-    let max_seq_length = (max_seq_length.unwrap_or(config.max_tokens() as u64) as usize).clamp(2, config.max_tokens());
+    let max_seq_length = match json("sentence_bert_config.json")?.map(|j| j["max_seq_length"].clone()) {
+        None | Some(serde_json::Value::Null) => config.max_tokens(),
+        // [CLS], a token of text, [SEP] at least; beyond the position table, the table's length
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 3 => (n as usize).min(config.max_tokens()),
+            _ => {
+                let message = format!("max_seq_length is {v}: an integer of at least 3 ([CLS], text, [SEP])");
+                return Err(Error::Format { path: path("sentence_bert_config.json"), message });
+            }
+        },
+    };
     let pooling = load::pooling(&path("1_Pooling/config.json"), json("1_Pooling/config.json")?.as_ref())?;
     let modules = load::modules(&path("modules.json"), json("modules.json")?.as_ref())?;
     let st_path = path("model.safetensors");
