@@ -79,6 +79,20 @@ fn the_text_is_the_decoding_of_the_tokens_to_the_end() {
     assert!(partial_endings >= 24, "{partial_endings} of 48 generations ended inside a character");
 }
 
+/// A model whose logits are NaN (an output norm of NaN) is an error when its logits are read (sampling), where
+/// it answered token 0 or ended as if the model had chosen to.
+#[test]
+fn nan_logits_are_an_error_when_sampling() {
+    let mut t = TinyLlama::new();
+    t.tensor("output_norm.weight").bytes = Some(f32::NAN.to_le_bytes().repeat(TinyLlama::WIDTH));
+    let mut m = load(&t).unwrap();
+    let ids = m.tokenizer.encode("hello").unwrap();
+    let sampling = webtensor::models::SamplingOptions { temperature: 0.8, seed: 1, ..Default::default() };
+    let options = GenerateOptions { max_tokens: 4, sampling, ..Default::default() };
+    let e = m.generate(&ids, &options, |_, _| true).err().expect("NaN logits").to_string();
+    assert!(e.contains("logits are NaN"), "{e}");
+}
+
 #[test]
 fn prefill_progress_is_reported_per_chunk() {
     let bytes = webtensor::Bytes::from_vec(TinyLlama::new().bytes());

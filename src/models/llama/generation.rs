@@ -1,7 +1,7 @@
 //! What generation takes and gives: options, the result with its timings, why it stopped, the stream of tokens
 //! in progress and its incremental detokenizer.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::models::sampling::{Sampler, SamplingOptions};
 use crate::models::tokenizer::Tokenizer;
 
@@ -211,6 +211,13 @@ impl TokenStream {
     /// ends the stream (an end-of-generation token, a stop string, the token limit).
     pub(super) fn accept(&mut self, tokenizer: &Tokenizer) -> Result<Option<Token>> {
         let step = self.step.take().expect("an evaluated step to sample from");
+        if step.logits.as_ref().is_some_and(|l| l.iter().any(|x| x.is_nan())) {
+            let reason = format!(
+                "the model's logits are NaN at token {} of the answer (a weight or an activation is not finite)",
+                self.out.tokens.len()
+            );
+            return Err(Error::InvalidArgument { op: "generate", reason });
+        }
         let mut next = match &step.logits {
             Some(l) => self.sampler.sample(l, &self.history),
             None => step.argmax,
