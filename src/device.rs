@@ -280,12 +280,11 @@ impl Device {
             });
         }
         // a size the caller chose (a context length): refused, not aborted on, when memory runs out
-        let mut zeros = Vec::new();
-        zeros.try_reserve_exact(bytes).map_err(|_| Error::OutOfMemory {
+        // (zeroed lazily: the backend copies what is not zero)
+        let zeros = crate::resident::try_zeroed::<u8>(bytes).ok_or_else(|| Error::OutOfMemory {
             what: format!("state {name} ({dtype} {shape:?})"),
             bytes: bytes as u64,
         })?;
-        zeros.resize(bytes, 0);
         Ok(State { inner: self.backend.upload(name, dtype, shape, Bytes::from_vec(zeros), true)? })
     }
 

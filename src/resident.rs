@@ -80,6 +80,21 @@ impl Bytes {
 }
 
 /// Checks that `bytes` hold exactly a tensor of `dtype` and `shape`; `what` names it in the error.
+/// `n` zeroed values in a new vector, or `None` when the allocator refuses: memory the system zeroes lazily
+/// (`calloc`), so untouched parts cost nothing until written (a KV cache of a long context).
+pub(crate) fn try_zeroed<T: bytemuck::Zeroable + Copy>(n: usize) -> Option<Vec<T>> {
+    let layout = std::alloc::Layout::array::<T>(n).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size; `alloc_zeroed` returns memory of that layout, valid as `n` values
+    // of `T` (all-zero bytes are a valid `T`: Zeroable), which the vector then owns with the same layout.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout) as *mut T;
+        (!p.is_null()).then(|| Vec::from_raw_parts(p, n, n))
+    }
+}
+
 pub(crate) fn check_bytes(what: &str, dtype: DType, shape: &[usize], bytes: usize) -> Result<()> {
     crate::shape::check_shape("upload", shape)?;
     let Some(want) = dtype.bytes_of_shape(shape) else {

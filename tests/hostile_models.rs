@@ -326,6 +326,23 @@ fn a_context_larger_than_memory_is_refused_before_allocating() {
     }
 }
 
+/// A KV cache costs its size only as it fills: made zeroed lazily (it was zeroed, then copied: twice its size at
+/// once, which turned a context that passed the memory check into an abort), so a 128 MiB cache raises the peak
+/// memory by less than half its size (about 2 MiB) until used, and the model runs.
+#[test]
+fn a_kv_cache_costs_memory_as_it_fills() {
+    let f = TinyLlama::new().file_result().unwrap();
+    let before = common::peak_rss_kib();
+    let options = LlamaOptions { context: 1 << 22, ..Default::default() };
+    let mut m = Llama::from_gguf(&Device::cpu(), &f, options).unwrap();
+    let grown = common::peak_rss_kib().saturating_sub(before);
+    println!("a KV cache of 4M positions (128 MiB): peak memory +{grown} KiB");
+    // (other tests of this binary run beside it, each within a few MiB)
+    assert!(grown < 64 << 10, "peak memory grew by {grown} KiB");
+    let prompt = m.tokenizer.encode("hello").unwrap();
+    m.generate(&prompt, &GenerateOptions { max_tokens: 2, ..Default::default() }, |_, _| true).unwrap();
+}
+
 #[test]
 fn metadata_costs_a_small_factor_of_the_file() {
     // a file of 1,000,000 one-byte array elements (u8) and as many empty strings

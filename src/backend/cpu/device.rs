@@ -129,8 +129,16 @@ impl Backend for CpuBackend {
         let align = if dtype.is_storage_format() { 1 } else { dtype.size_bytes() };
         let aligned = (bytes.as_slice().as_ptr() as usize).is_multiple_of(align);
         let memory: Box<dyn ExternalMemory> = if writable {
-            let mut words = vec![0u64; bytes.len().div_ceil(8)];
-            bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes.as_slice());
+            // zeroed lazily and only the pages with something to copy written: a state made of zeros (a KV cache)
+            // costs no memory until used, and never twice its size
+            let out_of_memory = || Error::OutOfMemory { what: format!("{name} ({dtype} {shape:?})"), bytes: size };
+            let mut words = crate::resident::try_zeroed::<u64>(bytes.len().div_ceil(8)).ok_or_else(out_of_memory)?;
+            let dst = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()];
+            for (d, s) in dst.chunks_mut(4096).zip(bytes.as_slice().chunks(4096)) {
+                if s.iter().any(|&b| b != 0) {
+                    d.copy_from_slice(s);
+                }
+            }
             Box::new(CpuState::new(words))
         } else if aligned {
             Box::new(CpuBytes { bytes, transposed: Default::default() })
