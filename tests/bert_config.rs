@@ -130,6 +130,14 @@ fn configurations_it_cannot_honour_are_refused() {
     refuse("bad-eps", &[("config.json", config("layer_norm_eps=-1.0"))], "layer_norm_eps");
     refuse("one-position", &[("config.json", config("max_position_embeddings=1"))], "max_position_embeddings");
     refuse("huge-width", &[("config.json", config("hidden_size=4294967296"))], "hidden_size");
+    refuse("odd-act", &[("config.json", config("hidden_act=\"nonsense\""))], "config.json: hidden_act 'nonsense'");
+    // a WordPiece vocabulary without its [UNK]: refused when loaded, not on the first unknown word
+    if let Some(d) = model_dir() {
+        let mut tk: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("tokenizer.json")).unwrap()).unwrap();
+        tk["model"]["vocab"].as_object_mut().unwrap().remove("[UNK]");
+        refuse("no-unk", &[("tokenizer.json", tk.to_string())], "tokenizer.json: the tokenizer cannot encode");
+    }
     // a sentence length with no room for text (every text would embed alike), or not a count
     for (name, v) in [("seq-0", "0"), ("seq-2", "2"), ("seq-neg", "-5"), ("seq-str", "\"128\""), ("seq-frac", "12.5")] {
         let st = format!("{{\"max_seq_length\": {v}, \"do_lower_case\": false}}");

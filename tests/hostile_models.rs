@@ -203,6 +203,16 @@ fn tables_and_tensors_that_disagree_are_refused() {
         &["tokenizer.ggml.tokens has 260 entries", "261 rows"],
     );
     refused(
+        "merges of pieces not in the vocabulary",
+        TinyLlama::new().set("tokenizer.ggml.merges", Meta::Strs(vec!["x y".into()])),
+        &["tiny.gguf", "tokenizer (BPE)", "xy"],
+    );
+    refused(
+        "tokens as one string",
+        TinyLlama::new().set("tokenizer.ggml.tokens", Meta::Str("abc".into())),
+        &["tokenizer.ggml.tokens is a string, not an array"],
+    );
+    refused(
         "eos past the vocabulary",
         TinyLlama::new().set("tokenizer.ggml.eos_token_id", Meta::U32(9999)),
         &["eos_token_id 9999"],
@@ -291,7 +301,14 @@ fn a_template_that_does_not_compile_leaves_plain_generation_working() {
     let mut m = load(&t).unwrap();
     assert!(m.chat_template().is_none());
     let e = m.chat_prompt(&[webtensor::models::Message::new("user", "hi")]).unwrap_err().to_string();
-    assert!(e.contains("does not compile"), "{e}");
+    assert!(e.contains("does not compile") && e.contains("tiny.gguf"), "{e}");
+    // a template that raises, and a file without one: errors naming the file
+    let raising = TinyLlama::new().set("tokenizer.chat_template", Meta::Str("{{ raise_exception('boom') }}".into()));
+    let e = load(&raising).unwrap().chat_prompt(&[webtensor::models::Message::new("user", "hi")]).unwrap_err();
+    assert!(e.to_string().contains("tiny.gguf: the chat template failed") && e.to_string().contains("boom"), "{e}");
+    let none = load(&TinyLlama::new().remove("tokenizer.chat_template")).unwrap();
+    let e = none.chat_prompt(&[webtensor::models::Message::new("user", "hi")]).unwrap_err().to_string();
+    assert!(e.contains("tiny.gguf: the model file has no chat template"), "{e}");
     let prompt = m.tokenizer.encode("hello").unwrap();
     m.generate(&prompt, &GenerateOptions { max_tokens: 2, ..Default::default() }, |_, _| true).unwrap();
 }
@@ -547,7 +564,7 @@ fn bert_files_are_checked_by_key_and_tensor() {
         count("bert.attention.causal", Meta::Bool(true), &["bert.attention.causal is true"]),
         count("bert.pooling_type", Meta::U32(0), &["bert.pooling_type is 0"]),
         count("bert.pooling_type", Meta::U32(77), &["bert.pooling_type is 77: 1 mean"]),
-        count("bert.pooling_type", Meta::Str("cls".into()), &["bert.pooling_type is not an integer"]),
+        count("bert.pooling_type", Meta::Str("cls".into()), &["bert.pooling_type is a string, not an integer"]),
         count("tokenizer.ggml.model", Meta::Str("gpt2".into()), &["tokenizer model 'gpt2'"]),
         count("tokenizer.ggml.cls_token_id", Meta::U32(9), &["cls_token_id 9 is outside the vocabulary"]),
         count("tokenizer.ggml.unknown_token_id", Meta::U32(u32::MAX), &["unknown_token_id"]),

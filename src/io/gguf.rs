@@ -320,7 +320,8 @@ impl<'a> Reader<'a> {
         let at = self.pos;
         let n = self.count(what, 1)?;
         let bytes = self.take(n, what)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| self.err(at, format!("{what} is not valid UTF-8")))
+        let noun = what.trim_end_matches("'s length");
+        String::from_utf8(bytes.to_vec()).map_err(|_| self.err(at, format!("{noun} is not valid UTF-8")))
     }
 
     /// A value of GGUF type id `t`.
@@ -502,7 +503,10 @@ fn parse(source: &str, b: &[u8]) -> Result<Parsed> {
             return Err(r.err(at, format!("duplicate key '{key}'")));
         }
         let t = r.u32("a value's type")?;
-        let v = r.value(t, 0)?;
+        let v = r.value(t, 0).map_err(|e| match e {
+            Error::Format { path, message } => Error::Format { path, message: format!("metadata {key}: {message}") },
+            other => other,
+        })?;
         metadata.push((key, v));
     }
     let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {

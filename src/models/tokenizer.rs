@@ -64,8 +64,12 @@ fn tk_err(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 fn strings<'a>(f: &'a GgufFile, key: &str) -> Result<Vec<&'a str>> {
-    let arr =
-        f.get(key).and_then(MetaValue::as_array).ok_or_else(|| fmt_err(f, format!("metadata {key} is missing")))?;
+    let arr = match f.get(key) {
+        None => return Err(fmt_err(f, format!("metadata {key} is missing"))),
+        Some(v) => {
+            v.as_array().ok_or_else(|| fmt_err(f, format!("metadata {key} is a {}, not an array", v.type_name())))?
+        }
+    };
     let strings = arr
         .as_strings()
         .ok_or_else(|| fmt_err(f, format!("{key} is an array of {}, not of strings", arr.element_type_name())))?;
@@ -101,7 +105,7 @@ impl Tokenizer {
             .filter(|&i| matches!(types.get(i).map(|&t| t as i64), Some(3) | Some(4)))
             .map(|i| AddedToken::from(tokens[i].to_string(), types[i] as i64 == 3))
             .collect();
-        inner.add_special_tokens(added).map_err(|e| tk_err("special tokens", e))?;
+        inner.add_special_tokens(added).map_err(|e| fmt_err(f, format!("tokenizer (special tokens): {e}")))?;
         for key in ["bos", "eos", "eot", "unknown", "padding"].map(|k| format!("tokenizer.ggml.{k}_token_id")) {
             match f.get(&key).map(|v| v.as_u64()) {
                 Some(Some(i)) if i as usize >= tokens.len() => {
@@ -243,11 +247,14 @@ fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenize
             Ok((m[..at].to_string(), m[at + 1..].to_string()))
         })
         .collect::<Result<Vec<_>>>()?;
-    let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| tk_err("BPE", e))?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| fmt_err(f, format!("tokenizer (BPE): {e}")))?;
     let pre = f.get("tokenizer.ggml.pre").and_then(MetaValue::as_str).unwrap_or("default");
     let split = |re: &str| -> Result<PreTokenizerWrapper> {
         let s = Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false)
-            .map_err(|e| tk_err("regex", e))?;
+            .map_err(|e| fmt_err(f, format!("tokenizer (regex): {e}")))?;
         Ok(s.into())
     };
     let byte_level = |regex: bool| PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, regex));
@@ -270,7 +277,7 @@ fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenize
     if pre == "qwen2" {
         // Qwen2's tokenizer.json composes the text first (llama.cpp does not: a decomposed accent differs there)
         t.with_normalizer(Some(NormalizerWrapper::NFC(tokenizers::normalizers::unicode::NFC)))
-            .map_err(|e| tk_err("normalizer", e))?;
+            .map_err(|e| fmt_err(f, format!("tokenizer (normalizer): {e}")))?;
     }
     t.with_pre_tokenizer(Some(Sequence::new(steps)));
     t.with_decoder(Some(ByteLevel::default()));
@@ -326,7 +333,7 @@ fn sentencepiece_bpe(f: &GgufFile, tokens: &[&str], types: &[f64]) -> Result<tok
     if let Some(u) = unk {
         builder = builder.unk_token(u.to_string());
     }
-    let bpe = builder.build().map_err(|e| tk_err("BPE", e))?;
+    let bpe = builder.build().map_err(|e| fmt_err(f, format!("tokenizer (BPE): {e}")))?;
     let mut t = tokenizers::Tokenizer::new(bpe);
     let space = f.get("tokenizer.ggml.add_space_prefix").and_then(MetaValue::as_bool).unwrap_or(true);
     let mut norm: Vec<NormalizerWrapper> = Vec::new();

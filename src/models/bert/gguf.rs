@@ -46,7 +46,12 @@ pub(super) fn load(device: &Device, f: &GgufFile) -> Result<Model> {
         Some(Some(0)) => return Err(h.error("bert.pooling_type is 0 (none: a vector per token), not supported".into())),
         Some(Some(4)) => return Err(h.error("bert.pooling_type is 4 (rank: a reranker), not supported".into())),
         Some(other) => {
-            let shown = other.map_or("not an integer".to_string(), |n| n.to_string());
+            let v = f.get("bert.pooling_type");
+            let shown = match (other, v.and_then(MetaValue::as_f64)) {
+                (Some(n), _) => n.to_string(),
+                (None, Some(x)) => x.to_string(),
+                (None, None) => format!("a {}, not an integer", v.map_or("value", MetaValue::type_name)),
+            };
             return Err(h.error(format!("bert.pooling_type is {shown}: 1 mean, 2 CLS or 3 last token")));
         }
     };

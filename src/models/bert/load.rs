@@ -57,8 +57,7 @@ pub(super) fn config(p: &str, j: &Json) -> Result<BertConfig> {
     }
     let act = j["hidden_act"].as_str().unwrap_or("gelu");
     if act != "gelu" {
-        let reason = format!("hidden_act '{act}' is not supported (gelu)");
-        return Err(Error::Unsupported { op: "bert".into(), backend: "webtensor::models::bert".into(), reason });
+        return Err(bad(format!("hidden_act '{act}' is not supported (gelu)")));
     }
     Ok(c)
 }
@@ -92,11 +91,7 @@ pub(super) fn pooling(p: &str, j: Option<&Json>) -> Result<Pooling> {
         ("pooling_mode_lasttoken", Pooling::LastToken),
     ];
     let on: Vec<&(&str, Pooling)> = modes.iter().filter(|(k, _)| j[*k].as_bool() == Some(true)).collect();
-    let unsupported = |reason: String| Error::Unsupported {
-        op: format!("pooling ({p})"),
-        backend: "webtensor::models::bert".into(),
-        reason,
-    };
+    let unsupported = |message: String| Error::Format { path: p.into(), message };
     if j["include_prompt"].as_bool() == Some(false) {
         return Err(unsupported(
             "include_prompt: false (pooling without the instruction's tokens) is not supported".into(),
@@ -130,11 +125,7 @@ pub(super) fn modules(p: &str, j: Option<&Json>) -> Result<Modules> {
     let Some(list) = j else { return Ok(m) };
     let list =
         list.as_array().ok_or_else(|| Error::Format { path: p.into(), message: "not a list of modules".into() })?;
-    let unsupported = |reason: String| Error::Unsupported {
-        op: format!("modules ({p})"),
-        backend: "webtensor::models::bert".into(),
-        reason,
-    };
+    let unsupported = |message: String| Error::Format { path: p.into(), message };
     let mut stage = 0;
     for module in list {
         let kind = module["type"].as_str().unwrap_or("(no type)");
@@ -191,13 +182,7 @@ pub(super) fn dense(
     let tanh = match act.rsplit('.').next() {
         Some("Tanh") => true,
         Some("Identity") => false,
-        _ => {
-            return Err(Error::Unsupported {
-                op: "Dense".into(),
-                backend: "webtensor::models::bert".into(),
-                reason: format!("activation {act} (Tanh, Identity)"),
-            })
-        }
+        _ => return Err(bad(format!("activation {act} is not supported (Tanh, Identity)"))),
     };
     let path = format!("{dir}/model.safetensors");
     let t = Tensors { path: path.clone(), file: SafetensorsFile::from_bytes(&path, need("model.safetensors")?)? };

@@ -323,6 +323,12 @@ fn from_files(
     // sentence-transformers pads a batch to its longest sentence, not to the file's fixed length
     tokenizer.with_padding(None);
     tokenizer.with_truncation(None).map_err(tok_err)?;
+    // a tokenizer that cannot encode a word it does not know (a WordPiece vocabulary without its [UNK]) fails here,
+    // not on the first such sentence
+    tokenizer.encode("webtensor \u{2603} \u{1F600} \u{10FFFF}", true).map_err(|e| Error::Format {
+        path: path("tokenizer.json"),
+        message: format!("the tokenizer cannot encode unknown words: {e}"),
+    })?;
     let max_seq_length = match json("sentence_bert_config.json")?.map(|j| j["max_seq_length"].clone()) {
         None | Some(serde_json::Value::Null) => config.max_tokens(),
         // [CLS], a token of text, [SEP] at least; beyond the position table, the table's length

@@ -133,7 +133,13 @@ impl Llama {
             op: "chat",
             reason: self.chat_template_error().unwrap_or_default(),
         })?;
-        let text = t.render(messages, true, &self.tokenizer.bos_text, &self.tokenizer.eos_text)?;
+        let text = t.render(messages, true, &self.tokenizer.bos_text, &self.tokenizer.eos_text).map_err(|e| {
+            let why = match e {
+                Error::InvalidArgument { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            Error::InvalidArgument { op: "chat", reason: format!("{}: the chat template failed: {why}", self.source) }
+        })?;
         let mut ids = self.tokenizer.encode_within(&text, self.context())?;
         // a template that writes the BOS token itself gets no second one
         if self.tokenizer.bos.is_some() && ids.len() > 1 && ids[0] == ids[1] && Some(ids[0]) == self.tokenizer.bos {

@@ -77,6 +77,8 @@ pub struct Llama {
     pub tokenizer: std::sync::Arc<Tokenizer>,
     /// The file's chat template, or why it does not compile.
     template: Option<std::result::Result<ChatTemplate, String>>,
+    /// The file's name, for the errors of its chat template.
+    source: String,
     /// The file's `general.sampling.*` keys.
     recommended: RecommendedSampling,
     device: Device,
@@ -125,6 +127,7 @@ impl Llama {
             config,
             tokenizer,
             template,
+            source: file.source().to_string(),
             recommended: RecommendedSampling::from_gguf(file),
             device: device.clone(),
             weights,
@@ -174,8 +177,8 @@ impl Llama {
     /// Why the file's chat template cannot be used: it has none, or it does not compile (`None` when it can).
     pub fn chat_template_error(&self) -> Option<String> {
         match &self.template {
-            None => Some("the model file has no chat template (tokenizer.chat_template)".into()),
-            Some(Err(e)) => Some(e.clone()),
+            None => Some(format!("{}: the model file has no chat template (tokenizer.chat_template)", self.source)),
+            Some(Err(e)) => Some(format!("{}: {e}", self.source)),
             Some(Ok(_)) => None,
         }
     }
