@@ -89,7 +89,7 @@ fn nan_logits_are_an_error_when_sampling() {
     let ids = m.tokenizer.encode("hello").unwrap();
     let sampling = webtensor::models::SamplingOptions { temperature: 0.8, seed: 1, ..Default::default() };
     let options = GenerateOptions { max_tokens: 4, sampling, ..Default::default() };
-    let e = m.generate(&ids, &options, |_, _| true).err().expect("NaN logits").to_string();
+    let e = m.generate(&ids, &options, |_, _| true).expect_err("NaN logits").to_string();
     assert!(e.contains("logits are NaN"), "{e}");
 }
 
