@@ -82,44 +82,60 @@ fn model_line(f: &GgufFile) -> String {
     }
 }
 
+/// Text written out a chunk at a time (a file of millions of keys or tensors is not held as one string).
+struct Chunks(String);
+
+impl Chunks {
+    fn push(&mut self, line: &str) {
+        self.0.push_str(line);
+        if self.0.len() > 1 << 16 {
+            emit(&self.0);
+            self.0.clear();
+        }
+    }
+}
+
+/// The longest of `lengths` (characters), at most `max`.
+fn widest(lengths: impl Iterator<Item = usize>, max: usize) -> usize {
+    lengths.max().unwrap_or(0).min(max)
+}
+
 fn gguf(path: &str) -> Result<String, CliError> {
     let f = GgufFile::open(path)?;
-    let mut out = format!(
+    let mut out = Chunks(format!(
         "{}: GGUF version {}, alignment {} bytes, {} metadata keys, {} tensors\n",
         escape_control(path),
         f.version,
         f.alignment,
         f.metadata.len(),
         f.tensors.len()
-    );
-    out += &model_line(&f);
-    let keys: Vec<String> = f.metadata.iter().map(|(k, _)| escape_control(k)).collect();
-    let kw = width(keys.iter().map(String::as_str), 60);
-    for (k, (_, v)) in keys.iter().zip(&f.metadata) {
-        out += &format!("  {k:<kw$} {:<7} {}\n", v.type_name(), show(v));
+    ));
+    out.push(&model_line(&f));
+    // column widths from each cell's length, the cells made again as each line is written
+    let kw = widest(f.metadata.iter().map(|(k, _)| escape_control(k).chars().count()), 60);
+    for (k, v) in &f.metadata {
+        out.push(&format!("  {:<kw$} {:<7} {}\n", escape_control(k), v.type_name(), show(v)));
     }
     let total: u64 = f.tensors.iter().map(|t| t.bytes).sum();
-    out += &format!("tensors ({} in all; shapes in numpy order, outermost first):\n", bytes(total));
-    let names: Vec<String> = f.tensors.iter().map(|t| escape_control(&t.name)).collect();
-    let shapes: Vec<String> = f.tensors.iter().map(|t| format!("{:?}", t.shape)).collect();
-    let sizes: Vec<String> = f.tensors.iter().map(|t| bytes(t.bytes)).collect();
+    out.push(&format!("tensors ({} in all; shapes in numpy order, outermost first):\n", bytes(total)));
+    let shape = |t: &webtensor::gguf::TensorInfo| format!("{:?}", t.shape);
     let (nw, dw, sw, bw) = (
-        width(names.iter().map(String::as_str), 60),
-        width(f.tensors.iter().map(|t| t.dtype.name()), 10),
-        width(shapes.iter().map(String::as_str), 40),
-        width(sizes.iter().map(String::as_str), 40),
+        widest(f.tensors.iter().map(|t| escape_control(&t.name).chars().count()), 60),
+        widest(f.tensors.iter().map(|t| t.dtype.name().len()), 10),
+        widest(f.tensors.iter().map(|t| shape(t).len()), 40),
+        widest(f.tensors.iter().map(|t| bytes(t.bytes).len()), 40),
     );
-    for (i, t) in f.tensors.iter().enumerate() {
-        out += &format!(
+    for t in &f.tensors {
+        out.push(&format!(
             "  {:<nw$} {:<dw$} {:<sw$} {:>bw$} at byte {}\n",
-            names[i],
+            escape_control(&t.name),
             t.dtype.name(),
-            shapes[i],
-            sizes[i],
+            shape(t),
+            bytes(t.bytes),
             t.offset
-        );
+        ));
     }
-    Ok(out)
+    Ok(out.0)
 }
 
 fn safetensors(path: &str) -> Result<String, CliError> {

@@ -56,26 +56,40 @@ fn dtype_bits(dtype: &str) -> Option<usize> {
     })
 }
 
-/// A JSON object's members in file order, duplicates kept (so that they can be refused).
-struct Members(Vec<(String, Value)>);
+/// A header member: a tensor's entry, made (and checked) as it is read, or the `__metadata__` object.
+enum Member {
+    Tensor(Result<SafetensorsEntry>),
+    Metadata(Value),
+}
 
-impl<'de> serde::Deserialize<'de> for Members {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Members, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Members;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
+/// Reads a header's members in file order, duplicates kept (so that they can be refused), each tensor's entry
+/// made as it is read: a header of a million entries is never held as JSON values (~1 KB an entry).
+struct Members<'a> {
+    path: &'a str,
+    base: usize,
+    data_len: usize,
+}
+
+impl<'de> Visitor<'de> for Members<'_> {
+    type Value = Vec<Member>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Vec<Member>, A::Error> {
+        let mut out = Vec::new();
+        let mut failed = false;
+        while let Some(name) = map.next_key::<String>()? {
+            let v: Value = map.next_value()?;
+            if failed {
+                continue; // the first bad entry is the error; the rest is only read through
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Members, A::Error> {
-                let mut out = Vec::new();
-                while let Some(kv) = map.next_entry::<String, Value>()? {
-                    out.push(kv);
-                }
-                Ok(Members(out))
-            }
+            out.push(match name.as_str() {
+                "__metadata__" => Member::Metadata(v),
+                _ => Member::Tensor(entry(self.path, name, &v, self.base, self.data_len)),
+            });
+            failed = matches!(out.last(), Some(Member::Tensor(Err(_))));
         }
-        d.deserialize_map(V)
+        Ok(out)
     }
 }
 
@@ -136,20 +150,28 @@ fn parse(path: &str, bytes: &[u8]) -> Result<Header> {
         return Err(fmt_err(path, format!("header length {n} bytes at byte 0: {why}")));
     }
     let base = 8 + n as usize;
-    let Members(members) = serde_json::from_slice(&bytes[8..base])
-        .map_err(|e| fmt_err(path, format!("the JSON header (bytes 8..{base}) does not parse: {e}")))?;
-    let (mut entries, mut meta) = (Vec::new(), Vec::new());
-    let mut seen = std::collections::HashSet::new();
-    for (name, v) in members {
-        if !seen.insert(name.clone()) {
-            return Err(fmt_err(path, format!("the header names tensor '{name}' twice")));
-        }
-        if name == "__metadata__" {
-            meta = metadata(path, &v)?;
-        } else {
-            entries.push(entry(path, name, &v, base, bytes.len() - base)?);
+    let unparsed =
+        |e: serde_json::Error| fmt_err(path, format!("the JSON header (bytes 8..{base}) does not parse: {e}"));
+    let mut de = serde_json::Deserializer::from_slice(&bytes[8..base]);
+    let members = de.deserialize_map(Members { path, base, data_len: bytes.len() - base }).map_err(unparsed)?;
+    de.end().map_err(unparsed)?;
+    let (mut entries, mut meta) = (Vec::with_capacity(members.len()), None);
+    for m in members {
+        match m {
+            Member::Tensor(e) => entries.push(e?),
+            Member::Metadata(_) if meta.is_some() => {
+                return Err(fmt_err(path, "the header names tensor '__metadata__' twice"));
+            }
+            Member::Metadata(v) => meta = Some(metadata(path, &v)?),
         }
     }
+    let mut order: Vec<u32> = (0..entries.len() as u32).collect();
+    order.sort_unstable_by(|&a, &b| entries[a as usize].name.cmp(&entries[b as usize].name));
+    if let Some(w) = order.windows(2).find(|w| entries[w[0] as usize].name == entries[w[1] as usize].name) {
+        let name = &entries[w[0] as usize].name;
+        return Err(fmt_err(path, format!("the header names tensor '{name}' twice")));
+    }
+    let meta = meta.unwrap_or_default();
     let mut ranges: Vec<&SafetensorsEntry> = entries.iter().filter(|e| !e.range.is_empty()).collect();
     ranges.sort_by_key(|e| e.range.start);
     if let Some(w) = ranges.windows(2).find(|w| w[1].range.start < w[0].range.end) {
