@@ -85,6 +85,7 @@ fn costs_inside_one_instruction_or_value_are_bounded() {
         format!("{{{{ {}'a' }}}}", "'a' ~ ".repeat(100_000)),
         format!("{{{{ messages{} }}}}", ".a".repeat(200_000)),
         format!("{{{{ {}1 }}}}", "-".repeat(200_000)),
+        format!("{{% if false %}}{}{{% endif %}}x", "{% elif false %}".repeat(10_000)),
         "{{ ([1, 2] * 2**61)|length }}".to_string(),
     ];
     for src in &deep {
@@ -107,6 +108,10 @@ fn costs_inside_one_instruction_or_value_are_bounded() {
         "{% set s = 'a' * 10000000 %}{% for i in range(100000) %}{{ s.count('b') }}{% endfor %}",
         "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
         "{% set ns = namespace(x={}) %}{% for i in range(100000) %}{% set ns.x = {'k': ns.x} %}{% endfor %}{{ 1 }}",
+        "{% set a = ['x' * 1000] * 10000 %}{% set b = [a] * 10000 %}{{ debug(b) }}",
+        "{{ 4 is divisibleby(0) }}",
+        "{{ '{:x>100000000000}'.format('a') }}",
+        "{{ '%(a)100000000000s'|format({'a': 'x'}) }}",
     ];
     for src in refused {
         let start = Instant::now();
@@ -116,6 +121,11 @@ fn costs_inside_one_instruction_or_value_are_bounded() {
         println!("{took:?} {src}: {e}");
         assert!(took < Duration::from_secs(1), "{src} took {took:?}");
     }
+    // nested 100,000 deep through namespaces: rendered (and dropped) on the template's own deep stack
+    let deep = "{% set ns = namespace(a=none) %}{% for i in range(100000) %}{% set ns.a = namespace(a=ns.a) %}\
+                {% endfor %}ok";
+    let t = ChatTemplate::new(deep).unwrap();
+    assert_eq!(t.render(&[Message::new("user", "hi")], true, "<s>", "</s>").unwrap(), "ok");
     let grown = common::peak_rss_kib().saturating_sub(before);
     assert!(grown < 256 << 10, "peak memory grew by {grown} KiB");
     let fine = [

@@ -258,10 +258,7 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
     args.model.checked_options(SamplingOptions::chat(seed))?;
     let (mut model, _) = args.model.load()?;
     if let Some(why) = model.chat_template_error() {
-        return Err(CliError::Msg(format!(
-            "{}: {why}; plain generation (webtensor generate without --chat) works",
-            args.model.model
-        )));
+        return Err(CliError::Msg(format!("{why}; plain generation (webtensor generate without --chat) works")));
     }
     ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst))
         .map_err(|e| CliError::Msg(format!("cannot catch Ctrl-C: {e}")))?;

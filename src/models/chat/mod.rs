@@ -54,9 +54,9 @@ impl ChatTemplate {
     /// # Errors
     /// As [`ChatTemplate::new`].
     pub fn with_date(source: &str, today: Option<(i64, u32, u32)>) -> Result<ChatTemplate> {
-        let compiled = sandbox::compile(source).map_err(err)?;
+        let compiled = on_deep_stack(|| sandbox::compile(source).map(|t| sandbox::fuel_for(&t)))?;
         let mut env = sandbox::environment(today);
-        env.set_fuel(Some(sandbox::fuel_for(&compiled)));
+        env.set_fuel(Some(compiled));
         Ok(ChatTemplate { source: source.to_string(), env })
     }
 
@@ -101,11 +101,34 @@ impl ChatTemplate {
             vm.eval(&t.instructions, ctx, &t.blocks, &mut output, minijinja::AutoEscape::None)?;
             Ok(out)
         };
-        // a panic inside the engine on a hostile template is an error, not a crash
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
-            Ok(r) => r.map_err(err),
-            Err(_) => Err(Error::InvalidArgument { op: "chat_template", reason: "the template engine failed".into() }),
+        on_deep_stack(run)
+    }
+}
+
+/// Runs `f` (compiling or rendering a template) on a thread with a 256 MiB stack, natively: minijinja's parser
+/// recurses once per `elif`, and dropping or printing nested values recurses once per level, which a hostile
+/// template can make tens of thousands deep (the stack is reserved, not used, until needed). On wasm (no
+/// threads) in place, where the tag, `elif` and nesting bounds keep the depth small. A panic in the engine on a
+/// hostile template is an error, not a crash.
+fn on_deep_stack<T: Send>(f: impl FnOnce() -> std::result::Result<T, minijinja::Error> + Send) -> Result<T> {
+    let failed = || Error::InvalidArgument { op: "chat_template", reason: "the template engine failed".into() };
+    let guarded = move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    #[cfg(not(target_arch = "wasm32"))]
+    let out = std::thread::scope(|s| {
+        let thread = std::thread::Builder::new().name("chat-template".into()).stack_size(256 << 20);
+        match thread.spawn_scoped(s, guarded) {
+            Ok(h) => h.join().unwrap_or_else(Err),
+            Err(e) => Ok(Err(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                format!("cannot start the template's thread: {e}"),
+            ))),
         }
+    });
+    #[cfg(target_arch = "wasm32")]
+    let out = guarded();
+    match out {
+        Ok(r) => r.map_err(err),
+        Err(_) => Err(failed()),
     }
 }
 

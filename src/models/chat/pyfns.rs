@@ -110,8 +110,16 @@ fn width_arg(state: &State, width: &Value, times: usize) -> Result<usize, Error>
     Ok(w)
 }
 
-/// `%`-format widths and precisions above 4096 are refused (a number there sizes the result).
+/// `%`-format widths and precisions above 4096 are refused (a number there sizes the result); so is any run of
+/// five or more digits, wherever a fill character or a mapping key put it.
 fn check_format_widths(fmt: &str) -> Result<(), Error> {
+    let mut run = 0usize;
+    for c in fmt.chars() {
+        run = if c.is_ascii_digit() { run + 1 } else { 0 };
+        if run > 4 {
+            return Err(invalid("a format string with a number of five or more digits (a width above 4096?)"));
+        }
+    }
     let mut digits = 0usize;
     let mut value = 0usize;
     let mut in_spec = false;

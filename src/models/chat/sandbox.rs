@@ -36,6 +36,8 @@ pub(crate) const MAX_SOURCE: usize = 1 << 20;
 /// recursively: 50,000 links overflowed the stack. A tag's tree is no deeper than its tokens; the real templates
 /// have at most 40 in a tag (tests/data/chat_templates).
 const MAX_TAG_TOKENS: usize = 512;
+/// `elif` tags a template may have (real ones have a few).
+const MAX_ELIFS: usize = 256;
 
 /// The filter table: `FILTERS`, the filters a template may use (minijinja's builtins that Hugging Face's renderer,
 /// Jinja2, has too), and `FILTER_CALLS`, the charged function each is rerouted to (`__webtensor_filter_NAME`), in
@@ -301,9 +303,18 @@ pub(crate) fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
 
 /// The most tokens in one tag of `source`, counted by minijinja's lexer (which does not recurse).
 fn longest_tag(source: &str, config: &TemplateConfig) -> Result<usize, Error> {
-    let (mut current, mut longest) = (0usize, 0usize);
+    let (mut current, mut longest, mut elifs) = (0usize, 0usize, 0usize);
     for token in tokenize(source, false, config.syntax_config.clone(), config.ws_config) {
         match token?.0 {
+            // the parser recurses once per elif of a chain, outside its nesting bound
+            Token::Ident("elif") if current == 0 => {
+                elifs += 1;
+                if elifs > MAX_ELIFS {
+                    return Err(invalid(format!("the template has more than {MAX_ELIFS} elif tags")));
+                }
+                current += 1;
+                longest = longest.max(current);
+            }
             Token::VariableStart | Token::BlockStart => current = 0,
             Token::VariableEnd | Token::BlockEnd | Token::TemplateData(_) => {}
             _ => {
@@ -351,6 +362,15 @@ pub(crate) fn environment(today: Option<(i64, u32, u32)>) -> Environment<'static
         env.add_function(*call, move |state: &State, args: Rest<Value>| apply(state, name, &args));
     }
     super::pyfns::add_to(&mut env, today);
+    // minijinja's debug() prints every value the template can see, unbounded; Jinja has no such global
+    env.remove_global("debug");
+    // minijinja's divisibleby panics on a zero divisor (i128 % 0)
+    env.add_test("divisibleby", |v: &Value, d: &Value| -> Result<bool, Error> {
+        if d.as_i64() == Some(0) || f64::try_from(d.clone()).is_ok_and(|x| x == 0.0) {
+            return Err(invalid("divisibleby(0): division by zero".into()));
+        }
+        Ok(minijinja::tests::is_divisibleby(v, d))
+    });
     env.set_unknown_method_callback(|state, value, method, args| {
         fits(state, std::slice::from_ref(value))?;
         fits(state, args)?;

@@ -37,7 +37,7 @@ use crate::backend::{CompileOptions, PlanStats};
 use crate::device::{Device, Plan};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::io::gguf::{GgufFile, MetaValue};
+use crate::io::gguf::GgufFile;
 use crate::models::arch::spec::Weights;
 use crate::run::{Fetch, Value};
 
@@ -75,8 +75,10 @@ pub(crate) struct StepPlan {
 pub struct Llama {
     pub config: LlamaConfig,
     pub tokenizer: std::sync::Arc<Tokenizer>,
-    /// The file's chat template, or why it does not compile.
-    template: Option<std::result::Result<ChatTemplate, String>>,
+    /// The file's chat template source (or why it cannot be one: not a string).
+    template_source: Option<std::result::Result<String, String>>,
+    /// The template compiled on first use (a file's template is not touched by plain generation), or why not.
+    template: std::sync::OnceLock<Option<std::result::Result<ChatTemplate, String>>>,
     /// The file's name, for the errors of its chat template.
     source: String,
     /// The file's `general.sampling.*` keys.
@@ -111,10 +113,11 @@ impl Llama {
     pub fn from_gguf(device: &Device, file: &GgufFile, options: LlamaOptions) -> Result<Llama> {
         let config = LlamaConfig::from_gguf(file)?;
         let tokenizer = std::sync::Arc::new(Tokenizer::from_gguf(file)?);
-        // a template that does not compile fails chat only: plain generation still works
-        let template = file.get("tokenizer.chat_template").and_then(MetaValue::as_str).map(|src| {
-            ChatTemplate::new(src)
-                .map_err(|e| format!("the model's chat template (tokenizer.chat_template) does not compile: {e}"))
+        // compiled when a chat first needs it: a template that does not compile (or is hostile) fails chat only,
+        // and plain generation never touches it
+        let template_source = file.get("tokenizer.chat_template").map(|v| match v.as_str() {
+            Some(src) => Ok(src.to_string()),
+            None => Err(format!("tokenizer.chat_template is a {}, not a string", v.type_name())),
         });
         let context = match options.context {
             0 => config.n_ctx_train.min(4096),
@@ -126,7 +129,8 @@ impl Llama {
         Ok(Llama {
             config,
             tokenizer,
-            template,
+            template_source,
+            template: Default::default(),
             source: file.source().to_string(),
             recommended: RecommendedSampling::from_gguf(file),
             device: device.clone(),
@@ -171,12 +175,22 @@ impl Llama {
 
     /// The chat template from the file's `tokenizer.chat_template`, if it has one that compiles.
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
-        self.template.as_ref().and_then(|t| t.as_ref().ok())
+        self.compiled_template().as_ref().and_then(|t| t.as_ref().ok())
+    }
+
+    fn compiled_template(&self) -> &Option<std::result::Result<ChatTemplate, String>> {
+        self.template.get_or_init(|| {
+            self.template_source.as_ref().map(|src| {
+                let src = src.as_ref().map_err(String::clone)?;
+                ChatTemplate::new(src)
+                    .map_err(|e| format!("the model's chat template (tokenizer.chat_template) does not compile: {e}"))
+            })
+        })
     }
 
     /// Why the file's chat template cannot be used: it has none, or it does not compile (`None` when it can).
     pub fn chat_template_error(&self) -> Option<String> {
-        match &self.template {
+        match self.compiled_template() {
             None => Some(format!("{}: the model file has no chat template (tokenizer.chat_template)", self.source)),
             Some(Err(e)) => Some(format!("{}: {e}", self.source)),
             Some(Ok(_)) => None,
