@@ -130,8 +130,12 @@ impl Tokenizer {
                 }
             }
         }
-        let byte_fallback = (0..=255u8).all(|b| tokens.iter().any(|t| *t == format!("<0x{b:02X}>")));
-        let max_piece_bytes = (kind == "gpt2" || byte_fallback).then(|| tokens.iter().map(|t| t.len()).max());
+        // every byte has a token: byte-level BPE (missing bytes are refused), or SentencePiece's byte pieces
+        let byte_fallback = || {
+            let pieces: std::collections::HashSet<&str> = tokens.iter().copied().filter(|t| t.len() == 6).collect();
+            (0..=255u8).all(|b| pieces.contains(format!("<0x{b:02X}>").as_str()))
+        };
+        let max_piece_bytes = (kind == "gpt2" || byte_fallback()).then(|| tokens.iter().map(|t| t.len()).max());
         let text = |i: Option<u32>| i.map(|i| tokens[i as usize].to_string()).unwrap_or_default();
         Ok(Tokenizer {
             inner,
