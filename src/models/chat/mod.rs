@@ -2,6 +2,8 @@
 //! rendered with the `minijinja` crate, within bounds (`sandbox.rs`).
 
 mod budget;
+mod consts;
+mod guards;
 mod pyfns;
 mod sandbox;
 
@@ -42,7 +44,8 @@ impl ChatTemplate {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] with the template engine's message for a template that does not parse, uses a
-    /// filter webtensor does not offer, has a tag of more than 512 tokens or a constant of more than 65536 items,
+    /// filter webtensor does not offer, has a tag of more than 512 tokens, a constant of more than 65536 items or a constant expression that
+    /// would fold into more than 1 MiB,
     /// or is larger than 1 MiB.
     pub fn new(source: &str) -> Result<ChatTemplate> {
         ChatTemplate::with_date(source, None)

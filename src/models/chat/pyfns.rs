@@ -11,8 +11,10 @@ fn invalid(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidOperation, msg.into())
 }
 
-/// Adds the functions and the checked filters to `env`; `today` is the date `strftime_now` reports.
-pub(crate) fn add_to(env: &mut Environment<'static>, today: Option<(i64, u32, u32)>) {
+/// Adds the functions to `env` and returns the checked filters (name, function), which the sandbox installs
+/// behind its charges; `today` is the date `strftime_now` reports.
+pub(crate) fn add_to(env: &mut Environment<'static>, today: Option<(i64, u32, u32)>) -> Vec<(&'static str, Value)> {
+    let mut filters = Vec::new();
     env.add_function("raise_exception", |state: &State, msg: Value| -> Result<Value, Error> {
         fits(state, std::slice::from_ref(&msg))?;
         Err(invalid(msg.to_string()))
@@ -27,80 +29,99 @@ pub(crate) fn add_to(env: &mut Environment<'static>, today: Option<(i64, u32, u3
         };
         strftime(&format, y, m, d, secs).map(Value::from)
     });
-    env.add_filter("tojson", tojson);
-    env.add_filter("replace", |state: &State, s: String, old: String, new: String, count: Option<usize>| {
-        charge_ahead(state, replaced_len(&s, &old, &new, count))?;
-        Ok::<_, Error>(match count {
-            Some(n) => s.replacen(&old, &new, n),
-            None => s.replace(&old, &new),
-        })
-    });
-    env.add_filter("join", |state: &State, items: Value, sep: Option<String>, attr: Option<String>| {
-        let sep = sep.unwrap_or_default();
-        let parts: Vec<String> = items
-            .try_iter()?
-            .map(|v| match &attr {
-                Some(a) => v.get_attr(a).map(|x| x.to_string()),
-                None => Ok(v.to_string()),
+    filters.push(("tojson", Value::from_function(tojson)));
+    filters.push((
+        "replace",
+        Value::from_function(|state: &State, s: String, old: String, new: String, count: Option<usize>| {
+            charge_ahead(state, replaced_len(&s, &old, &new, count))?;
+            Ok::<_, Error>(match count {
+                Some(n) => s.replacen(&old, &new, n),
+                None => s.replace(&old, &new),
             })
-            .collect::<Result<_, Error>>()?;
-        charge_ahead(state, parts.iter().map(String::len).sum::<usize>() + sep.len() * parts.len())?;
-        Ok::<_, Error>(parts.join(&sep))
-    });
-    env.add_filter("indent", |state: &State, s: String, width: Value, first: Option<bool>, blank: Option<bool>| {
-        let pad = match width.as_str() {
-            Some(p) => p.to_string(),
-            None => " ".repeat(width_arg(state, &width, s.lines().count() + 1)?),
-        };
-        charge_ahead(state, s.len() + pad.len() * (s.lines().count() + 1))?;
-        let mut out = String::new();
-        for (i, line) in s.split('\n').enumerate() {
-            if i > 0 {
+        }),
+    ));
+    filters.push((
+        "join",
+        Value::from_function(|state: &State, items: Value, sep: Option<String>, attr: Option<String>| {
+            let sep = sep.unwrap_or_default();
+            let parts: Vec<String> = items
+                .try_iter()?
+                .map(|v| match &attr {
+                    Some(a) => v.get_attr(a).map(|x| x.to_string()),
+                    None => Ok(v.to_string()),
+                })
+                .collect::<Result<_, Error>>()?;
+            charge_ahead(state, parts.iter().map(String::len).sum::<usize>() + sep.len() * parts.len())?;
+            Ok::<_, Error>(parts.join(&sep))
+        }),
+    ));
+    filters.push((
+        "indent",
+        Value::from_function(|state: &State, s: String, width: Value, first: Option<bool>, blank: Option<bool>| {
+            let pad = match width.as_str() {
+                Some(p) => p.to_string(),
+                None => " ".repeat(width_arg(state, &width, s.lines().count() + 1)?),
+            };
+            charge_ahead(state, s.len() + pad.len() * (s.lines().count() + 1))?;
+            let mut out = String::new();
+            for (i, line) in s.split('\n').enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                if (i > 0 || first == Some(true)) && (blank == Some(true) || !line.trim().is_empty()) {
+                    out.push_str(&pad);
+                }
+                out.push_str(line);
+            }
+            Ok::<_, Error>(out)
+        }),
+    ));
+    filters.push((
+        "center",
+        Value::from_function(|state: &State, s: String, width: Value| {
+            let w = width_arg(state, &width, 1)?;
+            let len = s.chars().count();
+            if w <= len {
+                return Ok::<_, Error>(s);
+            }
+            let left = (w - len) / 2;
+            Ok(format!("{}{s}{}", " ".repeat(left), " ".repeat(w - len - left)))
+        }),
+    ));
+    filters.push((
+        "wordwrap",
+        Value::from_function(|state: &State, s: String, width: Option<usize>| {
+            charge_ahead(state, 2 * s.len())?;
+            let width = width.unwrap_or(79).max(1);
+            let mut out = String::new();
+            for line in s.split('\n') {
+                let mut n = 0;
+                for word in line.split(' ') {
+                    if n > 0 && n + 1 + word.chars().count() > width {
+                        out.push('\n');
+                        n = 0;
+                    } else if n > 0 {
+                        out.push(' ');
+                        n += 1;
+                    }
+                    out.push_str(word);
+                    n += word.chars().count();
+                }
                 out.push('\n');
             }
-            if (i > 0 || first == Some(true)) && (blank == Some(true) || !line.trim().is_empty()) {
-                out.push_str(&pad);
-            }
-            out.push_str(line);
-        }
-        Ok::<_, Error>(out)
-    });
-    env.add_filter("center", |state: &State, s: String, width: Value| {
-        let w = width_arg(state, &width, 1)?;
-        let len = s.chars().count();
-        if w <= len {
-            return Ok::<_, Error>(s);
-        }
-        let left = (w - len) / 2;
-        Ok(format!("{}{s}{}", " ".repeat(left), " ".repeat(w - len - left)))
-    });
-    env.add_filter("wordwrap", |state: &State, s: String, width: Option<usize>| {
-        charge_ahead(state, 2 * s.len())?;
-        let width = width.unwrap_or(79).max(1);
-        let mut out = String::new();
-        for line in s.split('\n') {
-            let mut n = 0;
-            for word in line.split(' ') {
-                if n > 0 && n + 1 + word.chars().count() > width {
-                    out.push('\n');
-                    n = 0;
-                } else if n > 0 {
-                    out.push(' ');
-                    n += 1;
-                }
-                out.push_str(word);
-                n += word.chars().count();
-            }
-            out.push('\n');
-        }
-        out.pop();
-        Ok::<_, Error>(out)
-    });
-    env.add_filter("format", |state: &State, fmt: String, args: Rest<Value>| {
-        check_format_widths(&fmt)?;
-        charge_ahead(state, fmt.len() + args.iter().map(|a| a.to_string().len()).sum::<usize>())?;
-        minijinja::format_filter(minijinja::FormatStyle::Printf, &fmt, &args)
-    });
+            out.pop();
+            Ok::<_, Error>(out)
+        }),
+    ));
+    filters.push((
+        "format",
+        Value::from_function(|state: &State, fmt: String, args: Rest<Value>| {
+            check_format_widths(&fmt)?;
+            charge_ahead(state, fmt.len() + args.iter().map(|a| a.to_string().len()).sum::<usize>())?;
+            minijinja::format_filter(minijinja::FormatStyle::Printf, &fmt, &args)
+        }),
+    ));
+    filters
 }
 
 /// A width argument (`center`, `indent`), charged `times` over before anything is built.
@@ -154,7 +175,13 @@ fn replaced_len(s: &str, old: &str, new: &str, count: Option<usize>) -> usize {
 
 /// Checks, before minijinja-contrib's pycompat runs it, a string method that could multiply its input's size.
 pub(crate) fn check_method(state: &State, value: &Value, method: &str, args: &[Value]) -> Result<(), Error> {
-    let Some(s) = value.as_str() else { return Ok(()) };
+    let Some(s) = value.as_str() else {
+        // a map's items, keys or values: a list of them
+        return match (value.kind(), method) {
+            (ValueKind::Map, "items" | "keys" | "values") => charge_ahead(state, value.len().unwrap_or(0) * 16),
+            _ => Ok(()),
+        };
+    };
     let arg = |i: usize| args.get(i).and_then(Value::as_str).unwrap_or("");
     match method {
         "replace" => charge_ahead(state, replaced_len(s, arg(0), arg(1), args.get(2).and_then(Value::as_usize))),
@@ -168,6 +195,14 @@ pub(crate) fn check_method(state: &State, value: &Value, method: &str, args: &[V
             let items = args.first().map(|a| a.try_iter().map(|it| it.map(|v| v.to_string().len()).sum::<usize>()));
             let total = items.transpose()?.unwrap_or(0);
             charge_ahead(state, total + s.len() * args.first().and_then(|a| a.len()).unwrap_or(0))
+        }
+        // a list of up to one piece a separator (16 bytes each)
+        "split" | "rsplit" | "splitlines" => {
+            let pieces = match args.first().and_then(Value::as_str) {
+                Some(sep) if !sep.is_empty() => s.matches(sep).count() + 1,
+                _ => s.split_whitespace().count() + 1,
+            };
+            charge_ahead(state, pieces.saturating_mul(16))
         }
         "format" => {
             check_format_widths(s)?;

@@ -3,23 +3,23 @@
 //! recursion to a depth, so a template that loops forever, doubles a string or floods the output stops with an
 //! error in well under a second and a bounded memory.
 //!
-//! How: the template is compiled with minijinja's own compiler, then the instructions that make strings out of
-//! strings (`~`, `+`, `*`) become calls of functions that charge the result's size before building it, and every
-//! filter application becomes a call that charges its result (the filters that can multiply their input's size —
-//! `replace`, `join`, `indent`, `center`, `format`, `wordwrap`, `tojson` — are replaced by versions that check
-//! first). Python's string, list and dict methods (minijinja-contrib's pycompat) are charged the same way, and
-//! emitted values through the formatter. Literal text is written without a call, so its total is bounded by the
-//! fuel times the longest literal: the fuel is lowered for templates with long literals. A value is measured
-//! before anything prints it (shared references make a small value print huge); `in`, the comparisons, list and
-//! map literals, filters and methods charge the size of what they read to a work budget (one instruction can
-//! read a 10 MB string) and refuse values nested over 64 deep; folded constants and tags are bounded when
-//! compiled.
+//! How: the template is parsed first and its constant expressions measured before minijinja's compiler folds
+//! them (`consts.rs`); then it is compiled with minijinja's own compiler, and the instructions that make strings
+//! out of strings (`~`, `+`, `*`), `in`, the comparisons, list and map literals, subscripts, slices and
+//! `loop.changed` become calls of functions that charge what they read and build before doing it. Every filter
+//! (also those `map` applies), the tests that read values (also those `select` applies), `dict()` and Python's
+//! string, list and dict methods (minijinja-contrib's pycompat) are installed behind the same charges
+//! (`guards.rs`, `pyfns.rs`), and emitted values go through a formatter that charges them (escaped, under
+//! `{% autoescape %}`). Literal text is written without a call, so its total is bounded by the fuel times the
+//! longest literal: the fuel is lowered for templates with long literals. A value is measured before anything
+//! prints it (shared references make a small value print huge), and values nested over 64 deep are refused.
 
 use minijinja::machinery::{tokenize, CompiledTemplate, Instruction, TemplateConfig, Token, WhitespaceConfig};
 use minijinja::value::{ObjectRepr, Rest, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 
 use super::budget::{charge, charge_value, fits, walk};
+use super::guards;
 use std::sync::Arc;
 
 /// Instructions a render may execute (real templates take thousands for a conversation).
@@ -39,18 +39,9 @@ const MAX_TAG_TOKENS: usize = 512;
 /// `elif` tags a template may have (real ones have a few).
 const MAX_ELIFS: usize = 256;
 
-/// The filter table: `FILTERS`, the filters a template may use (minijinja's builtins that Hugging Face's renderer,
-/// Jinja2, has too), and `FILTER_CALLS`, the charged function each is rerouted to (`__webtensor_filter_NAME`), in
-/// the same order, from one list.
-macro_rules! filters {
-    ($($f:literal),* $(,)?) => {
-        /// The filters a template may use.
-        const FILTERS: &[&str] = &[$($f),*];
-        /// `__webtensor_filter_NAME` for each of [`FILTERS`], in order.
-        const FILTER_CALLS: &[&str] = &[$(concat!("__webtensor_filter_", $f)),*];
-    };
-}
-filters!(
+/// The filters a template may use: minijinja's builtins that Hugging Face's renderer, Jinja2, has too, each
+/// installed behind its charges (`guards.rs`).
+const FILTERS: &[&str] = &[
     "abs",
     "attr",
     "batch",
@@ -96,12 +87,11 @@ filters!(
     "trim",
     "unique",
     "upper",
-    "wordcount",
     "wordwrap",
     "lines",
     "chain",
     "zip",
-);
+];
 
 fn invalid(msg: String) -> Error {
     Error::new(ErrorKind::InvalidOperation, msg)
@@ -222,25 +212,6 @@ fn map(state: &State, kv: Rest<Value>) -> Result<Value, Error> {
     Ok(map)
 }
 
-/// A filter application: the filter's result, charged (the amplifying filters are replaced: see [`environment`]).
-/// Its arguments must print within the budget (a filter taking a string formats a list it is given) and are
-/// charged as work; `batch` and `slice` are checked for the number of groups they would make.
-fn apply(state: &State, name: &str, args: &[Value]) -> Result<Value, Error> {
-    fits(state, args)?;
-    let mut args = args.to_vec();
-    if let ("batch" | "slice", Some(n)) = (name, args.get(1).and_then(Value::as_usize)) {
-        let len = args[0].len().unwrap_or(0);
-        match name {
-            // more per batch than there are items, unfilled: one batch of them all
-            "batch" if n > len && args.len() == 2 => args[1] = Value::from(len.max(1)),
-            _ => charge(state, n.saturating_mul(16))?,
-        }
-    }
-    let out = state.apply_filter(name, &args)?;
-    charge_value(state, &out)?;
-    Ok(out)
-}
-
 /// The compiled template with its string-building instructions and filter applications routed through the
 /// charged functions; `Err` for a template that does not parse or uses a filter webtensor does not offer.
 pub(crate) fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
@@ -257,6 +228,7 @@ pub(crate) fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
     if longest > MAX_TAG_TOKENS {
         return Err(invalid(format!("a tag of the template has {longest} tokens (at most {MAX_TAG_TOKENS})")));
     }
+    super::consts::check(source, &config)?;
     let mut t = CompiledTemplate::new("chat_template", source, &config)?;
     let n = t.instructions.len() as u32;
     for i in 0..n {
@@ -285,12 +257,15 @@ pub(crate) fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
                 }
                 continue;
             }
-            Instruction::ApplyFilter(name, args, _) => {
-                let Some(f) = FILTERS.iter().position(|f| f == name) else {
+            Instruction::ApplyFilter(name, _, _) => {
+                if !FILTERS.contains(name) {
                     return Err(invalid(format!("filter '{name}' is not available in chat templates")));
-                };
-                Instruction::CallFunction(FILTER_CALLS[f], *args)
+                }
+                continue;
             }
+            Instruction::GetItem => Instruction::CallFunction("__webtensor_getitem", Some(2)),
+            Instruction::Slice => Instruction::CallFunction("__webtensor_slice", Some(4)),
+            Instruction::CallMethod("changed", n) => Instruction::CallFunction("__webtensor_loop_changed", *n),
             _ => continue,
         };
         *instr = replacement;
@@ -358,10 +333,13 @@ pub(crate) fn environment(today: Option<(i64, u32, u32)>) -> Environment<'static
     env.add_function("__webtensor_gte", |st: &State, a, b| compare(st, a, b, |a, b| a >= b));
     env.add_function("__webtensor_list", list);
     env.add_function("__webtensor_map", map);
-    for (name, call) in FILTERS.iter().zip(FILTER_CALLS) {
-        env.add_function(*call, move |state: &State, args: Rest<Value>| apply(state, name, &args));
-    }
-    super::pyfns::add_to(&mut env, today);
+    env.add_function("__webtensor_getitem", guards::get_item);
+    env.add_function("__webtensor_slice", guards::slice);
+    env.add_function("__webtensor_loop_changed", guards::loop_changed);
+    let own_filters = super::pyfns::add_to(&mut env, today);
+    guards::install_filters(&mut env, own_filters, FILTERS);
+    guards::install_tests(&mut env);
+    guards::install_dict(&mut env);
     // minijinja's debug() prints every value the template can see, unbounded; Jinja has no such global
     env.remove_global("debug");
     // minijinja's divisibleby panics on a zero divisor (i128 % 0)
@@ -383,7 +361,10 @@ pub(crate) fn environment(today: Option<(i64, u32, u32)>) -> Environment<'static
         if value.as_str().is_none() {
             fits(state, std::slice::from_ref(value))?;
         }
-        charge(state, value.as_str().map_or_else(|| value.to_string().len(), str::len))?;
+        // `{% autoescape %}` escapes while writing: up to six bytes a byte
+        let escaping = !matches!(state.auto_escape(), minijinja::AutoEscape::None) && !value.is_safe();
+        let len = |s: &str| if escaping { guards::escaped_len(s) } else { s.len() };
+        charge(state, value.as_str().map_or_else(|| len(&value.to_string()), len))?;
         minijinja::escape_formatter(out, state, value)
     });
     env
