@@ -5,6 +5,8 @@
 
 pub(crate) mod blocks;
 mod decode;
+mod finite;
 
 pub(crate) use blocks::*;
 pub(crate) use decode::decode;
+pub(crate) use finite::first_non_finite;

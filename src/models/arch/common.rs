@@ -48,7 +48,8 @@ pub(crate) fn read(h: &Hparams) -> Result<LlamaConfig> {
         return Err(h.error(format!("rope over {rope_dims} dims does not fit heads of {head_dim} (even, at most D)")));
     }
     let n_ctx_train = h.count("context_length", Some(2048), MAX_CONTEXT)?;
-    let rope_base = h.number("rope.freq_base", 10000.0, |x| x > 0.0, "above 0")?;
+    // a base of 1 or less turns every rotation into one of a radian or more a position, highest dims fastest
+    let rope_base = h.number("rope.freq_base", 10000.0, |x| x > 1.0, "above 1")?;
     let n_ctx_orig = h.count("rope.scaling.original_context_length", Some(n_ctx_train), MAX_CONTEXT)?;
     // as llama.cpp: linear unless the file says otherwise, the factor under its current or its old key
     let scaling = h.text("rope.scaling.type")?.unwrap_or("linear");

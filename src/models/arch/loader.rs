@@ -72,7 +72,19 @@ impl<'a> Loader<'a> {
     /// kernel takes; device errors from uploading.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Resident> {
         let t = self.info(name, shape)?;
-        self.device.upload_bytes(name, t.dtype, &t.shape, self.f.data(t))
+        self.device.upload_bytes(name, t.dtype, &t.shape, self.finite_data(name, t)?)
+    }
+
+    /// The data of tensor `name`, every value (or block scale) finite.
+    ///
+    /// # Errors
+    /// [`Error::Format`] naming the file, the tensor and the first element that is NaN or infinite.
+    pub(crate) fn finite_data(&self, name: &str, t: &TensorInfo) -> Result<crate::resident::Bytes> {
+        let data = self.f.data(t);
+        match crate::quant::first_non_finite(t.dtype, data.as_slice()) {
+            None => Ok(data),
+            Some((i, v)) => Err(self.error(non_finite_message(name, t.dtype, i, v))),
+        }
     }
 
     /// The optional f32 vector `name` of `n` elements, each finite and above 0 (factors something is divided by:
@@ -106,7 +118,7 @@ impl<'a> Loader<'a> {
         let t = self.info(name, shape)?;
         debug_assert_eq!(rows.iter().sum::<usize>(), shape[0]);
         let row_bytes = t.bytes as usize / shape[0];
-        let data = self.f.data(t);
+        let data = self.finite_data(name, t)?;
         let mut start = 0;
         rows.iter()
             .enumerate()
@@ -116,5 +128,17 @@ impl<'a> Loader<'a> {
                 self.device.upload_bytes(&format!("{name}[{i}]"), t.dtype, &[n, shape[1]], part)
             })
             .collect()
+    }
+}
+
+/// What [`Loader::finite_data`] reports: the tensor, the element and what it is (for a block type, the block's
+/// scale or min).
+pub(crate) fn non_finite_message(name: &str, dtype: DType, i: usize, v: f32) -> String {
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        format!(
+            "tensor {name} has a block (from element {i}) whose {dtype} scale or min is {v}: weights must be finite"
+        )
+    } else {
+        format!("tensor {name} has {v} at element {i}: weights must be finite")
     }
 }

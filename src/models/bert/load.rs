@@ -219,6 +219,16 @@ impl Tensors {
             });
         }
         let bytes = self.file.data(entry)?;
+        let dtype = match entry.dtype.as_str() {
+            "F32" => Some(DType::F32),
+            "F16" => Some(DType::F16),
+            "BF16" => Some(DType::BF16),
+            _ => None,
+        };
+        if let Some((i, v)) = dtype.and_then(|d| crate::quant::first_non_finite(d, bytes.as_slice())) {
+            let message = crate::models::arch::loader::non_finite_message(name, DType::F32, i, v);
+            return Err(Error::Format { path: self.path.clone(), message });
+        }
         // f32 as it lies; f16 and bf16 (checkpoints saved in half precision) widened to f32
         let values = match entry.dtype.as_str() {
             "F32" if !(f16 && shape.len() == 2) => return device.upload_bytes(name, DType::F32, shape, bytes),

@@ -49,6 +49,8 @@ pub struct SentenceEmbedder {
     /// Tokens per sentence at most, special tokens included.
     pub max_seq_length: usize,
     tokenizer: tokenizers::Tokenizer,
+    /// Bytes of a text that can reach the first `max_seq_length` tokens: the rest is cut before tokenizing.
+    text_bytes: usize,
     device: Device,
     weights: Weights,
     options: EmbedderOptions,
@@ -156,6 +158,7 @@ impl SentenceEmbedder {
         let m = gguf::load(device, f)?;
         Ok(SentenceEmbedder {
             max_seq_length: m.config.max_tokens(),
+            text_bytes: text_bytes(&m.tokenizer, m.config.max_tokens()),
             config: m.config,
             pooling: m.pooling,
             normalize: true,
@@ -177,8 +180,23 @@ impl SentenceEmbedder {
     /// # Errors
     /// [`Error::InvalidArgument`] if the tokenizer fails.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.tokenizer.encode(text.trim(), true).map_err(tok_err)?;
-        let mut ids = enc.get_ids().to_vec();
+        // a long text is cut before tokenizing (an 18 MB line took 1.8 GB), and cut longer while the words before
+        // the one cut make too few tokens (a word of over 100 characters is one token however long)
+        let (text, mut limit) = (text.trim(), self.text_bytes);
+        let content = self.max_seq_length.saturating_sub(2);
+        let mut ids = loop {
+            let mut end = limit.min(text.len());
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let enc = self.tokenizer.encode(&text[..end], true).map_err(tok_err)?;
+            let words = enc.get_word_ids();
+            let last = words.iter().rev().find_map(|w| *w);
+            if end == text.len() || words.iter().filter(|w| w.is_some() && **w != last).count() >= content {
+                break enc.get_ids().to_vec();
+            }
+            limit = limit.saturating_mul(4);
+        };
         if ids.len() > self.max_seq_length {
             // keep the final [SEP], as truncation with the post-processor does
             let last = *ids.last().expect("not empty");
@@ -285,6 +303,12 @@ impl SentenceEmbedder {
             inputs.push((ty, Value::I32(&types)));
         }
         let out = plan.run_with_async(&inputs, &[]).await?.swap_remove(0).expect("fetched").data.to_f32();
+        if out.iter().any(|x| !x.is_finite()) {
+            let reason = "the model's embeddings are not finite (NaN or infinite): an activation overflowed or a \
+                          weight is not finite"
+                .to_string();
+            return Err(Error::InvalidArgument { op: "embed", reason });
+        }
         let e = self.weights.dense.as_ref().map_or(self.config.hidden, |d| d.out);
         Ok(out
             .chunks_exact(e)
@@ -298,6 +322,14 @@ impl SentenceEmbedder {
             })
             .collect())
     }
+}
+
+/// Bytes of text that usually make more than `tokens` tokens with `tokenizer`: its longest piece, or at least 400
+/// bytes (WordPiece's 100 characters) a token, capped at 4 MiB (a sloppy vocabulary's megabyte-long piece would
+/// lift it to gigabytes). A text cut there that makes too few tokens is cut again four times longer.
+fn text_bytes(tokenizer: &tokenizers::Tokenizer, tokens: usize) -> usize {
+    let longest = tokenizer.get_vocab(true).keys().map(String::len).max().unwrap_or(0);
+    tokens.saturating_add(2).saturating_mul(longest.max(400)).min(4 << 20)
 }
 
 fn from_files(
@@ -355,6 +387,7 @@ fn from_files(
         pooling,
         normalize,
         max_seq_length,
+        text_bytes: text_bytes(&tokenizer, max_seq_length),
         tokenizer,
         device: device.clone(),
         weights,

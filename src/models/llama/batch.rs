@@ -306,7 +306,7 @@ impl Batch {
         let cap = self.cache.capacity;
         if let std::collections::hash_map::Entry::Vacant(entry) = self.decode.entry(n) {
             let g = build_decode_batch(&self.model.config, &self.model.weights, &self.cache, n)?;
-            let outputs = [g.logits, g.argmax];
+            let outputs = [g.logits, g.argmax, g.logits_sum];
             let plan = self.model.device.compile_async(&g.graph, &outputs, &self.model.options.compile).await?;
             entry.insert(DecodePlan { deps: plan.inputs(), plan, g });
         }
@@ -354,9 +354,10 @@ impl Batch {
         .chain(dp.g.swa_mask.zip(swa_mask.as_deref()).map(|(m, v)| (m, Value::F32(v))))
         .filter(|(t, _)| dp.deps.contains(t))
         .collect::<Vec<_>>();
-        let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All];
+        let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All, Fetch::All];
         let mut outs = dp.plan.run_with_async(&inputs, &fetch).await?;
         let argmax = outs[1].take().map(|a| a.data.to_f32()).unwrap_or_default();
+        let sums = outs[2].take().map(|s| s.data.to_f32()).unwrap_or_default();
         let logits = outs[0].take().map(|l| l.data.to_f32());
         let vocab = self.model.config.n_vocab;
         for &(i, token) in rows {
@@ -365,7 +366,8 @@ impl Batch {
             let seq = slot.seq.as_mut().expect("decoding");
             let wants = seq.stream.wants_logits();
             let logits = logits.as_ref().filter(|_| wants).map(|l| l[i * vocab..(i + 1) * vocab].to_vec());
-            seq.stream.step = Some(StepOut { logits, argmax: argmax.get(i).map_or(0, |&a| a as u32) });
+            let argmax = argmax.get(i).map_or(0, |&a| a as u32);
+            seq.stream.step = Some(StepOut { logits, argmax, finite: sums.get(i).is_some_and(|s| s.is_finite()) });
         }
         Ok(())
     }

@@ -119,6 +119,8 @@ pub(crate) fn now_ms() -> f64 {
 pub(crate) struct StepOut {
     pub logits: Option<Vec<f32>>,
     pub argmax: u32,
+    /// Every logit is finite.
+    pub finite: bool,
 }
 
 /// One generated token: its id and the UTF-8 text it releases (empty while a character's bytes are incomplete, or
@@ -211,9 +213,10 @@ impl TokenStream {
     /// ends the stream (an end-of-generation token, a stop string, the token limit).
     pub(super) fn accept(&mut self, tokenizer: &Tokenizer) -> Result<Option<Token>> {
         let step = self.step.take().expect("an evaluated step to sample from");
-        if step.logits.as_ref().is_some_and(|l| l.iter().any(|x| x.is_nan())) {
+        if !step.finite || step.logits.as_ref().is_some_and(|l| l.iter().any(|x| !x.is_finite())) {
             let reason = format!(
-                "the model's logits are NaN at token {} of the answer (a weight or an activation is not finite)",
+                "the model's logits are not finite (NaN or infinite) at token {} of the answer: an activation \
+                 overflowed or a weight is not finite",
                 self.out.tokens.len()
             );
             return Err(Error::InvalidArgument { op: "generate", reason });

@@ -40,6 +40,9 @@ pub(crate) struct StepGraph {
     pub logits: Tensor,
     /// i32 `[1]`: their argmax.
     pub argmax: Tensor,
+    /// f32 `[1, 1]`: the sum of their logits, finite exactly when every logit is (greedy decoding reads the argmax
+    /// only, and an argmax of NaN logits is a token like any other).
+    pub logits_sum: Tensor,
 }
 
 /// Where a graph's layers find their run-time inputs and how they view the cache.
@@ -80,8 +83,8 @@ pub(crate) fn build_step(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, t: usi
         h = layer(&mut g, cfg, (l, b), cache, h, &io)?;
     }
     let last = g.slice(h, 0, t - 1, t)?;
-    let (logits, argmax) = head(&mut g, cfg, w, last)?;
-    Ok(StepGraph { graph: g, tokens, pos, rows, kv_len, mask, swa_mask, logits, argmax })
+    let (logits, argmax, logits_sum) = head(&mut g, cfg, w, last)?;
+    Ok(StepGraph { graph: g, tokens, pos, rows, kv_len, mask, swa_mask, logits, argmax, logits_sum })
 }
 
 /// The graph of one decode step of the sequences in cache slots `0..n`: their tokens embedded and projected as
@@ -103,8 +106,8 @@ pub(crate) fn build_decode_batch(cfg: &LlamaConfig, w: &Weights, cache: &KvCache
     for (l, b) in w.blocks.iter().enumerate() {
         x = layer(&mut g, cfg, (l, b), cache, x, &io)?;
     }
-    let (logits, argmax) = head(&mut g, cfg, w, x)?;
-    Ok(BatchGraph { graph: g, tokens, pos, rows, mask, swa_mask, kv_len, logits, argmax })
+    let (logits, argmax, logits_sum) = head(&mut g, cfg, w, x)?;
+    Ok(BatchGraph { graph: g, tokens, pos, rows, mask, swa_mask, kv_len, logits, argmax, logits_sum })
 }
 
 /// A batched decode step's inputs and outputs (B sequences).
@@ -126,6 +129,8 @@ pub(crate) struct BatchGraph {
     pub logits: Tensor,
     /// i32 `[B, 1]`: their argmax.
     pub argmax: Tensor,
+    /// f32 `[B, 1]`: each row's sum of logits (see [`StepGraph::logits_sum`]).
+    pub logits_sum: Tensor,
 }
 
 /// An additive mask `[T, capacity]` for tokens at positions `start..start + t`: 0 where a token sees a key (its
@@ -150,8 +155,9 @@ fn embed(g: &mut Graph, cfg: &LlamaConfig, w: &Weights, tokens: Tensor) -> Resul
     }
 }
 
-/// The output norm, the head (soft-capped where the architecture says) and the argmax of rows `x`.
-fn head(g: &mut Graph, cfg: &LlamaConfig, w: &Weights, x: Tensor) -> Result<(Tensor, Tensor)> {
+/// The output norm, the head (soft-capped where the architecture says), the argmax and the sum of the logits
+/// of rows `x`.
+fn head(g: &mut Graph, cfg: &LlamaConfig, w: &Weights, x: Tensor) -> Result<(Tensor, Tensor, Tensor)> {
     let x = nn::rms_norm(g, x, &w.output_norm, cfg.rms_eps)?;
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
     let mut logits = nn::linear(g, x, head, None)?;
@@ -159,7 +165,8 @@ fn head(g: &mut Graph, cfg: &LlamaConfig, w: &Weights, x: Tensor) -> Result<(Ten
         logits = nn::softcap(g, logits, c)?;
     }
     let argmax = g.argmax(logits)?;
-    Ok((logits, argmax))
+    let sum = g.sum(logits)?;
+    Ok((logits, argmax, sum))
 }
 
 /// One transformer block over rows `h` `[R, E]`: attention (with its keys and values written to the cache) and

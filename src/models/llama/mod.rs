@@ -210,9 +210,17 @@ impl Llama {
     /// device; nothing else is read back).
     ///
     /// # Errors
-    /// As [`Llama::logits_async`].
+    /// As [`Llama::logits_async`]; [`Error::InvalidArgument`] when the logits are not finite (their argmax
+    /// would be a token like any other).
     pub async fn step_async(&mut self, token: u32) -> Result<u32> {
-        Ok(self.eval(&[token], false).await?.argmax)
+        let out = self.eval(&[token], false).await?;
+        if !out.finite {
+            let reason = "the model's logits are not finite (NaN or infinite): an activation overflowed or a weight \
+                          is not finite"
+                .to_string();
+            return Err(Error::InvalidArgument { op: "step", reason });
+        }
+        Ok(out.argmax)
     }
 
     /// The statistics of the step plans compiled so far, by their token count in increasing order (1: the decode
@@ -305,7 +313,8 @@ impl Llama {
         let t = tokens.len();
         if let std::collections::hash_map::Entry::Vacant(entry) = plans.entry(t) {
             let g = build_step(&self.config, &self.weights, cache, t, slot)?;
-            let plan = self.device.compile_async(&g.graph, &[g.logits, g.argmax], &self.options.compile).await?;
+            let outputs = [g.logits, g.argmax, g.logits_sum];
+            let plan = self.device.compile_async(&g.graph, &outputs, &self.options.compile).await?;
             entry.insert(StepPlan { deps: plan.inputs(), plan, g });
         }
         let sp = plans.get_mut(&t).expect("inserted above");
@@ -325,11 +334,12 @@ impl Llama {
         let swa_mask = sp.g.swa_mask.map(|m| (m, causal_mask(start, t, cap, self.config.sliding_window)));
         inputs.extend(mask.iter().chain(&swa_mask).map(|(m, v)| (*m, Value::F32(v))));
         inputs.retain(|(t, _)| sp.deps.contains(t));
-        let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All];
+        let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All, Fetch::All];
         let mut outs = sp.plan.run_with_async(&inputs, &fetch).await?;
         let argmax = outs[1].take().map(|a| a.data.to_f32()[0] as u32).unwrap_or(0);
+        let finite = outs[2].take().is_some_and(|s| s.data.to_f32()[0].is_finite());
         let logits = outs[0].take().map(|l| l.data.to_f32());
-        Ok(StepOut { logits, argmax })
+        Ok(StepOut { logits, argmax, finite })
     }
 
     /// Drops cached tokens after the first `n` (the next evaluation overwrites their cache rows).
