@@ -131,6 +131,20 @@ fn configurations_it_cannot_honour_are_refused() {
     refuse("one-position", &[("config.json", config("max_position_embeddings=1"))], "max_position_embeddings");
     refuse("huge-width", &[("config.json", config("hidden_size=4294967296"))], "hidden_size");
     refuse("odd-act", &[("config.json", config("hidden_act=\"nonsense\""))], "config.json: hidden_act 'nonsense'");
+    let relative = config("position_embedding_type=\"relative_key\"");
+    refuse("relative-key", &[("config.json", relative)], "config.json: position_embedding_type \"relative_key\"");
+    // layers the config does not count would be left out silently
+    refuse("fewer-layers", &[("config.json", config("num_hidden_layers=1"))], "encoder.layer.1.");
+    // an optional file there but unreadable is an error, not absent (a FIFO pooling config became mean pooling)
+    #[cfg(unix)]
+    if let Some(dir) = variant("fifo-pooling", &[("1_Pooling/config.json", pooling("cls_token"))]) {
+        let file = dir.join("1_Pooling/config.json");
+        std::fs::remove_file(&file).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&file).status().unwrap().success());
+        let e = SentenceEmbedder::load(&Device::cpu(), dir.to_str().unwrap(), EmbedderOptions::default());
+        let m = e.err().expect("a FIFO pooling config").to_string();
+        assert!(m.contains("1_Pooling/config.json: not a regular file"), "{m}");
+    }
     // a WordPiece vocabulary without its [UNK]: refused when loaded, not on the first unknown word
     if let Some(d) = model_dir() {
         let mut tk: serde_json::Value =

@@ -142,7 +142,17 @@ fn malformed_files_are_errors_naming_the_problem() {
     }
     refused(deep.u32(4).u64(1).u32(0), "nested deeper than 8");
     refused(Writer::new(3, 0, 2).str("k").u32(4).u32(1).str("k").u32(4).u32(2), "duplicate key 'k'");
-    refused(Writer::new(3, 0, 1).str("general.alignment").u32(4).u32(3), "power of two");
+    // a key's value, checked once all are read: no byte offset
+    for (w, needle) in [
+        (
+            Writer::new(3, 0, 1).str("general.alignment").u32(4).u32(3),
+            "general.alignment is 3: it must be a power of two",
+        ),
+        (Writer::new(3, 0, 1).str("general.alignment").u32(10).u64(32), "general.alignment is a u64, not a u32"),
+    ] {
+        let e = w.parse().err().expect("a bad alignment").to_string();
+        assert!(e.starts_with("bad.gguf: ") && e.contains(needle), "{e}");
+    }
     refused(Writer::new(3, 0, 1).str("k").u32(7).u8_bool(2), "a bool of value 2");
     refused(Writer::new(3, 0, 1).str("k").u32(8).u64(2).raw(&[0xff, 0xfe]), "not valid UTF-8");
     refused(Writer::new(3, 1, 0).tensor("t", &[1 << 33, 1 << 33], 0, 0), "overflows");

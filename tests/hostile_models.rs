@@ -139,6 +139,13 @@ fn hyperparameters_out_of_range_are_refused_by_key() {
         TinyLlama::new().set("general.architecture", Meta::Str("qwen9".into())),
         &["'qwen9'"],
     );
+    // keys of another type: named with the type, not read as absent or printed as Rust's debug text
+    let arch = TinyLlama::new().set("general.architecture", Meta::U32(5));
+    refused("a numeric architecture", arch, &["general.architecture is a u32, not a string", "tiny.gguf"]);
+    let bos = TinyLlama::new().set("tokenizer.ggml.add_bos_token", Meta::Str("true".into()));
+    refused("add_bos_token as text", bos, &["tokenizer.ggml.add_bos_token is a string, not a bool", "tiny.gguf"]);
+    let kv = TinyLlama::new().set("llama.attention.head_count_kv", Meta::I32s(vec![2, 2]));
+    refused("an array head count", kv, &["head_count_kv is an array, not an integer"]);
 }
 
 /// YaRN's settings (`rope.scaling.type` yarn, as Qwen2.5's long-context files have it) are checked by key; a file
@@ -278,8 +285,11 @@ fn vocabularies_that_would_drop_bytes_or_take_quadratic_time_are_handled() {
         .set("tokenizer.ggml.eos_token_id", Meta::U32(0));
     let f = t.file_result().unwrap();
     let start = std::time::Instant::now();
-    let _ = webtensor::models::Tokenizer::from_gguf(&f);
+    let tk = webtensor::models::Tokenizer::from_gguf(&f).unwrap();
     assert!(start.elapsed() < std::time::Duration::from_secs(2), "{:?} for {n} pieces of 20000 bytes", start.elapsed());
+    // its 20 KB pieces do not lift the prompt bound past 256 bytes a token (a 1 MB piece made it 4 GB)
+    let e = tk.encode_within(&"ab ".repeat(2000), 16).unwrap_err().to_string();
+    assert!(e.contains("6000 bytes: more than 16 tokens of at most 256 bytes"), "{e}");
 }
 
 #[test]

@@ -125,7 +125,7 @@ impl ModelArgs {
         let t = std::time::Instant::now();
         eprintln!("loading {} on {} ...", self.model, describe(&chosen.device));
         let options = LlamaOptions { context: self.ctx, ..Default::default() };
-        let model = Llama::from_gguf(&chosen.device, &file, options)?;
+        let model = Llama::from_gguf(&chosen.device, &file, options).map_err(|e| in_file(&self.model, e))?;
         let c = &model.config;
         eprintln!(
             "loaded in {:.0} ms: {} layers, width {}, {} heads ({} KV), vocabulary {}, context {} positions",
@@ -138,6 +138,17 @@ impl ModelArgs {
             model.context()
         );
         Ok((model, describe(&chosen.device)))
+    }
+}
+
+/// `e` naming the model file `path`, where it does not already (a prompt too long for the context, logits that
+/// are not finite, a KV cache that cannot be allocated).
+fn in_file(path: &str, e: webtensor::Error) -> CliError {
+    let m = e.to_string();
+    if m.contains(path) {
+        CliError::Lib(e)
+    } else {
+        CliError::Msg(format!("{path}: {m}"))
     }
 }
 
@@ -189,18 +200,22 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
     args.model.checked_options(generic)?;
     let (mut model, device) = args.model.load()?;
     let options = sampling_for(&model, &args.model, args.chat, seed)?;
+    let file = &args.model.model;
     let prompt = if args.chat {
-        model.chat_prompt(&[Message::new("user", &args.prompt)])?
+        model.chat_prompt(&[Message::new("user", &args.prompt)])
     } else {
-        model.tokenizer.encode_within(&args.prompt, model.context())?
+        model.tokenizer.encode_within(&args.prompt, model.context())
     };
+    let prompt = prompt.map_err(|e| in_file(file, e))?;
     let json = args.json;
-    let out = model.generate(&prompt, &options, |piece, _| {
-        if !json {
-            emit(piece);
-        }
-        true
-    })?;
+    let out = model
+        .generate(&prompt, &options, |piece, _| {
+            if !json {
+                emit(piece);
+            }
+            true
+        })
+        .map_err(|e| in_file(file, e))?;
     if json {
         let doc = serde_json::json!({
             "prompt_ids": out.prompt, "ids": out.tokens, "text": out.text, "stop": format!("{:?}", out.stop),

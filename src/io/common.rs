@@ -70,7 +70,7 @@ pub(crate) fn map_file(path: &str) -> crate::error::Result<crate::resident::Byte
             return Ok(());
         }
         let what = if meta.is_dir() { "a directory" } else { "not a regular file (a device, FIFO or socket)" };
-        Err(io_err(path, format!("{what}; expected a model or tensor file")))
+        Err(io_err(path, format!("{what}; expected a regular file")))
     };
     // checked before opening too: opening a FIFO waits for a writer
     regular(std::fs::metadata(path).map_err(|e| io_err(path, e))?)?;
@@ -78,7 +78,8 @@ pub(crate) fn map_file(path: &str) -> crate::error::Result<crate::resident::Byte
     regular(file.metadata().map_err(|e| io_err(path, e))?)?;
     // SAFETY: the map is read-only and private to this process; a file truncated while mapped would fault, as
     // with any memory-mapped reader (llama.cpp's included), which callers accept by opening model files.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(path, e))?;
+    let map =
+        unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(path, format!("cannot map it into memory: {e}")))?;
     let len = map.len();
     crate::resident::Bytes::from_owner(std::sync::Arc::new(map), 0..len)
 }

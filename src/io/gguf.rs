@@ -221,6 +221,13 @@ impl MetaValue {
             MetaValue::Array(_) => "array",
         }
     }
+
+    /// [`MetaValue::type_name`] with its article, for a sentence: "a u32", "an array", "an i8".
+    pub fn a_type_name(&self) -> String {
+        let name = self.type_name();
+        let article = if name.starts_with(['a', 'i', 'f']) { "an" } else { "a" };
+        format!("{article} {name}")
+    }
 }
 
 /// One tensor's description: its name, shape (numpy order), dtype, and where its data lies in the file.
@@ -514,7 +521,13 @@ fn parse(source: &str, b: &[u8]) -> Result<Parsed> {
         Some((_, v)) => match v {
             MetaValue::U32(a) if a.is_power_of_two() && *a <= 1 << 20 => *a as u64,
             other => {
-                return Err(r.err(0, format!("general.alignment must be a u32 power of two up to 1 MiB, not {other:?}")))
+                let message = match other {
+                    MetaValue::U32(a) => format!("general.alignment is {a}: it must be a power of two up to 1 MiB"),
+                    _ => {
+                        format!("general.alignment is {}, not a u32 (a power of two up to 1 MiB)", other.a_type_name())
+                    }
+                };
+                return Err(Error::Format { path: r.source.into(), message });
             }
         },
     };

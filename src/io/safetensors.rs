@@ -113,7 +113,10 @@ fn entry(path: &str, name: String, v: &Value, base: usize, data_len: usize) -> R
         .filter(|a: &Vec<usize>| a.len() == 2)
         .ok_or_else(|| bad("data_offsets is not [begin, end]"))?;
     let (begin, end) = (offsets[0], offsets[1]);
-    if begin > end || end > data_len {
+    if begin > end {
+        return Err(bad(&format!("data_offsets [{begin}, {end}] end before they begin")));
+    }
+    if end > data_len {
         return Err(bad(&format!("data_offsets [{begin}, {end}] lie outside the {data_len} bytes of data")));
     }
     if let Some(bits) = dtype_bits(&dtype) {

@@ -35,7 +35,7 @@ impl<'a> Hparams<'a> {
             (None, Some(x)) if v.type_name().starts_with('i') => {
                 return Err(self.error(format!("metadata {name} is {x}: a count must be at least 1")))
             }
-            _ => return Err(self.error(format!("metadata {name} is a {}, not an integer", v.type_name()))),
+            _ => return Err(self.error(format!("metadata {name} is {}, not an integer", v.a_type_name()))),
         };
         if n == 0 || n > max as u64 {
             return Err(self.error(format!("metadata {name} is {n}: it must be from 1 to {max}")));
@@ -50,7 +50,7 @@ impl<'a> Hparams<'a> {
         let x = match self.value(key) {
             None => return Ok(default),
             Some(v) => {
-                v.as_f64().ok_or_else(|| self.error(format!("metadata {name} is a {}, not a number", v.type_name())))?
+                v.as_f64().ok_or_else(|| self.error(format!("metadata {name} is {}, not a number", v.a_type_name())))?
             }
         };
         let x32 = x as f32;
@@ -68,7 +68,7 @@ impl<'a> Hparams<'a> {
         match self.value(key) {
             None => Ok(None),
             Some(v) => v.as_str().map(Some).ok_or_else(|| {
-                self.error(format!("metadata {}.{key} is a {}, not a string", self.arch, v.type_name()))
+                self.error(format!("metadata {}.{key} is {}, not a string", self.arch, v.a_type_name()))
             }),
         }
     }

@@ -55,6 +55,12 @@ pub struct Tokenizer {
     max_piece_bytes: Option<usize>,
 }
 
+/// Bytes of text a token is taken to cover at most when a prompt is checked against a context before it is
+/// tokenized: the vocabulary's longest piece, but never more than this (a sloppy vocabulary's megabyte-long
+/// piece, or a SentencePiece one that folds unknown text into one token, would leave no bound); no real text
+/// averages more than a few bytes a token.
+const MAX_TOKEN_BYTES: usize = 256;
+
 fn fmt_err(f: &GgufFile, message: String) -> Error {
     Error::Format { path: f.source().into(), message }
 }
@@ -67,7 +73,7 @@ fn strings<'a>(f: &'a GgufFile, key: &str) -> Result<Vec<&'a str>> {
     let arr = match f.get(key) {
         None => return Err(fmt_err(f, format!("metadata {key} is missing"))),
         Some(v) => {
-            v.as_array().ok_or_else(|| fmt_err(f, format!("metadata {key} is a {}, not an array", v.type_name())))?
+            v.as_array().ok_or_else(|| fmt_err(f, format!("metadata {key} is {}, not an array", v.a_type_name())))?
         }
     };
     let strings = arr
@@ -117,7 +123,12 @@ impl Tokenizer {
         }
         let id = |key: &str| f.get(key).and_then(MetaValue::as_u64).filter(|&i| (i as usize) < tokens.len());
         let default_bos = kind == "llama";
-        let add_bos = f.get("tokenizer.ggml.add_bos_token").and_then(MetaValue::as_bool).unwrap_or(default_bos);
+        let add_bos = match f.get("tokenizer.ggml.add_bos_token") {
+            None => default_bos,
+            Some(v) => v.as_bool().ok_or_else(|| {
+                fmt_err(f, format!("metadata tokenizer.ggml.add_bos_token is {}, not a bool", v.a_type_name()))
+            })?,
+        };
         let bos = id("tokenizer.ggml.bos_token_id").map(|i| i as u32);
         let eos = id("tokenizer.ggml.eos_token_id").map(|i| i as u32);
         let mut eog: Vec<u32> =
@@ -164,21 +175,20 @@ impl Tokenizer {
     }
 
     /// [`Tokenizer::encode`] of a text that must fit in `max_tokens` tokens: a text longer than `max_tokens` of
-    /// the vocabulary's longest pieces is refused before it is tokenized (tokenizing costs a few hundred bytes of
+    /// the vocabulary's longest pieces (or of 256 bytes, whichever is less) is refused before it is tokenized (tokenizing costs a few hundred bytes of
     /// memory a byte: a 16 MB prompt took 4.4 GB to be found too long).
     ///
     /// # Errors
     /// As [`Tokenizer::encode`], and [`Error::InvalidArgument`] naming both lengths for a text that cannot fit.
     pub fn encode_within(&self, text: &str, max_tokens: usize) -> Result<Vec<u32>> {
-        if let Some(piece) = self.max_piece_bytes {
-            let most = max_tokens.saturating_mul(piece.max(1));
-            if text.len() > most {
-                let reason = format!(
-                    "the text has {} bytes: more than {max_tokens} tokens of at most {piece} bytes each can hold",
-                    text.len()
-                );
-                return Err(Error::InvalidArgument { op: "tokenizer", reason });
-            }
+        let piece = self.max_piece_bytes.map_or(MAX_TOKEN_BYTES, |p| p.clamp(1, MAX_TOKEN_BYTES));
+        let most = max_tokens.saturating_mul(piece);
+        if text.len() > most {
+            let reason = format!(
+                "the text has {} bytes: more than {max_tokens} tokens of at most {piece} bytes each can hold",
+                text.len()
+            );
+            return Err(Error::InvalidArgument { op: "tokenizer", reason });
         }
         self.encode(text)
     }

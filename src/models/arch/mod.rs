@@ -51,10 +51,17 @@ pub fn architecture(f: &GgufFile) -> &str {
 }
 
 fn find(f: &GgufFile) -> Result<&'static Arch> {
+    let h = Hparams { f, arch: "general" };
+    match f.get("general.architecture") {
+        Some(v) if v.as_str().is_none() => {
+            return Err(h.error(format!("metadata general.architecture is {}, not a string", v.a_type_name())))
+        }
+        None => return Err(h.error("metadata general.architecture is missing".into())),
+        _ => {}
+    }
     let name = architecture(f);
     ARCHS.iter().find(|a| a.name == name).ok_or_else(|| {
         let known: Vec<&str> = ARCHS.iter().map(|a| a.name).collect();
-        let h = Hparams { f, arch: "general" };
         h.error(format!("architecture '{name}' is not supported (webtensor runs {})", known.join(", ")))
     })
 }

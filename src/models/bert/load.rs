@@ -59,6 +59,12 @@ pub(super) fn config(p: &str, j: &Json) -> Result<BertConfig> {
     if act != "gelu" {
         return Err(bad(format!("hidden_act '{act}' is not supported (gelu)")));
     }
+    // relative position embeddings (relative_key, relative_key_query) are another attention, not implemented
+    match &j["position_embedding_type"] {
+        Json::Null => {}
+        Json::String(s) if s == "absolute" => {}
+        other => return Err(bad(format!("position_embedding_type {other} is not supported (absolute)"))),
+    }
     Ok(c)
 }
 
@@ -265,6 +271,18 @@ pub(super) fn weights(device: &Device, t: &Tensors, c: &BertConfig, f16: bool) -
             b: t.upload(device, &format!("{n}.bias"), &[e], false)?,
         })
     };
+    // a layer the config does not count would be left out silently (llama.cpp refuses tensors it does not use)
+    let counted = |name: &str| {
+        let rest = name.split_once("encoder.layer.").map(|(_, r)| r);
+        rest.and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok()).is_none_or(|i| i < c.layers)
+    };
+    if let Some(extra) = t.file.tensors().iter().find(|e| !counted(&e.name)) {
+        let message = format!(
+            "tensor {} is a layer beyond the {} of config.json's num_hidden_layers; is num_hidden_layers right?",
+            extra.name, c.layers
+        );
+        return Err(Error::Format { path: t.path.clone(), message });
+    }
     let layers = (0..c.layers)
         .map(|i| {
             let p = format!("encoder.layer.{i}");

@@ -111,12 +111,14 @@ impl SentenceEmbedder {
             );
             return Err(Error::Io { path: dir.into(), message });
         }
+        // a file that is missing is None; one that is there but not a regular file (a FIFO, a directory, a device)
+        // is an error, also when optional (a pooling config that cannot be read must not become mean pooling)
         let read = |name: &str| -> Result<Option<Bytes>> {
             let path = root.join(name);
-            if !path.is_file() {
-                return Ok(None);
+            match std::fs::metadata(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                _ => crate::io::map_file(&path.display().to_string()).map(Some),
             }
-            crate::io::map_file(&path.display().to_string()).map(Some)
         };
         SentenceEmbedder::from_files(device, dir, &read, options)
     }

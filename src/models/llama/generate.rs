@@ -39,7 +39,11 @@ impl Llama {
     ) -> Result<TokenStream> {
         options.validate()?;
         let cap = self.context();
-        if prompt.is_empty() || prompt.len() >= cap {
+        if prompt.is_empty() {
+            let reason = "the prompt is empty (0 tokens): a model needs at least one token to continue".to_string();
+            return Err(Error::InvalidArgument { op: "generate", reason });
+        }
+        if prompt.len() >= cap {
             let reason = format!("the prompt has {} tokens; the context holds {cap} (prompt + output)", prompt.len());
             return Err(Error::InvalidArgument { op: "generate", reason });
         }

@@ -117,7 +117,7 @@ impl Llama {
         // and plain generation never touches it
         let template_source = file.get("tokenizer.chat_template").map(|v| match v.as_str() {
             Some(src) => Ok(src.to_string()),
-            None => Err(format!("tokenizer.chat_template is a {}, not a string", v.type_name())),
+            None => Err(format!("tokenizer.chat_template is {}, not a string", v.a_type_name())),
         });
         let context = match options.context {
             0 => config.n_ctx_train.min(4096),
