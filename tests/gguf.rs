@@ -150,7 +150,7 @@ fn malformed_files_are_errors_naming_the_problem() {
         ),
         (Writer::new(3, 0, 1).str("general.alignment").u32(10).u64(32), "general.alignment is a u64, not a u32"),
     ] {
-        let e = w.parse().err().expect("a bad alignment").to_string();
+        let e = w.parse().expect_err("a bad alignment").to_string();
         assert!(e.starts_with("bad.gguf: ") && e.contains(needle), "{e}");
     }
     refused(Writer::new(3, 0, 1).str("k").u32(7).u8_bool(2), "a bool of value 2");
