@@ -29,7 +29,7 @@ fn metadata_of_every_type_reads_back() {
     assert_eq!(get("test.u16"), &MetaValue::U16(60000));
     assert_eq!(get("test.i16"), &MetaValue::I16(-30000));
     let s = get("test.strings").as_array().unwrap().as_strings().unwrap();
-    assert_eq!(s, ["a", "bc", ""]);
+    assert_eq!(s.iter().collect::<Vec<_>>(), ["a", "bc", ""]);
     let nested = get("test.nested").as_array().unwrap();
     assert_eq!(nested.len(), 2);
     assert_eq!(nested.get(0).unwrap().as_array().unwrap().len(), 2);

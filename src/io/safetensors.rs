@@ -9,6 +9,7 @@
 //! reading one tensor reads only its bytes.
 
 use super::common::fmt_err;
+use super::gguf::Strings;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::resident::Bytes;
@@ -40,7 +41,8 @@ pub struct SafetensorsFile {
     source: String,
     bytes: Bytes,
     entries: Vec<SafetensorsEntry>,
-    metadata: Vec<(String, String)>,
+    /// `__metadata__`: keys and values alternating.
+    metadata: Strings,
 }
 
 /// Bits per element of the dtypes the safetensors format defines; `None` for a dtype it does not define.
@@ -59,7 +61,57 @@ fn dtype_bits(dtype: &str) -> Option<usize> {
 /// A header member: a tensor's entry, made (and checked) as it is read, or the `__metadata__` object.
 enum Member {
     Tensor(Result<SafetensorsEntry>),
-    Metadata(Value),
+    Metadata(Option<Strings>),
+}
+
+/// The `__metadata__` object read pair by pair (string to string; other values as their JSON text): never held as
+/// a JSON map (~200 bytes a pair); `None` when it is not an object.
+struct MetadataPairs;
+
+impl<'de> serde::de::DeserializeSeed<'de> for MetadataPairs {
+    type Value = Option<Strings>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataPairs {
+    type Value = Option<Strings>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+        let mut pairs = Strings::default();
+        while let Some(k) = map.next_key::<String>()? {
+            let v: Value = map.next_value()?;
+            pairs.push(&k);
+            pairs.push(v.as_str().map_or_else(|| v.to_string(), str::to_string).as_str());
+        }
+        Ok(Some(pairs))
+    }
+    // anything else: read through, reported as not an object
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
 }
 
 /// Reads a header's members in file order, duplicates kept (so that they can be refused), each tensor's entry
@@ -79,14 +131,18 @@ impl<'de> Visitor<'de> for Members<'_> {
         let mut out = Vec::new();
         let mut failed = false;
         while let Some(name) = map.next_key::<String>()? {
+            if name == "__metadata__" {
+                let pairs = map.next_value_seed(MetadataPairs)?;
+                if !failed {
+                    out.push(Member::Metadata(pairs));
+                }
+                continue;
+            }
             let v: Value = map.next_value()?;
             if failed {
                 continue; // the first bad entry is the error; the rest is only read through
             }
-            out.push(match name.as_str() {
-                "__metadata__" => Member::Metadata(v),
-                _ => Member::Tensor(entry(self.path, name, &v, self.base, self.data_len)),
-            });
+            out.push(Member::Tensor(entry(self.path, name, &v, self.base, self.data_len)));
             failed = matches!(out.last(), Some(Member::Tensor(Err(_))));
         }
         Ok(out)
@@ -129,14 +185,8 @@ fn entry(path: &str, name: String, v: &Value, base: usize, data_len: usize) -> R
     Ok(SafetensorsEntry { name, dtype, shape, range: base + begin..base + end })
 }
 
-/// The header's `__metadata__` (string to string; other values as their JSON text).
-fn metadata(path: &str, v: &Value) -> Result<Vec<(String, String)>> {
-    let obj = v.as_object().ok_or_else(|| fmt_err(path, "__metadata__ is not a JSON object"))?;
-    Ok(obj.iter().map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string))).collect())
-}
-
 /// The entries and metadata of the header of `bytes`, checked (see the module docs).
-type Header = (Vec<SafetensorsEntry>, Vec<(String, String)>);
+type Header = (Vec<SafetensorsEntry>, Strings);
 
 fn parse(path: &str, bytes: &[u8]) -> Result<Header> {
     let head: [u8; 8] = bytes.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(|| {
@@ -165,7 +215,9 @@ fn parse(path: &str, bytes: &[u8]) -> Result<Header> {
             Member::Metadata(_) if meta.is_some() => {
                 return Err(fmt_err(path, "the header names tensor '__metadata__' twice"));
             }
-            Member::Metadata(v) => meta = Some(metadata(path, &v)?),
+            Member::Metadata(pairs) => {
+                meta = Some(pairs.ok_or_else(|| fmt_err(path, "__metadata__ is not a JSON object"))?)
+            }
         }
     }
     let mut order: Vec<u32> = (0..entries.len() as u32).collect();
@@ -208,9 +260,10 @@ impl SafetensorsFile {
         &self.entries
     }
 
-    /// The header's `__metadata__` pairs (empty when it has none).
-    pub fn metadata(&self) -> &[(String, String)] {
-        &self.metadata
+    /// The header's `__metadata__` pairs, key and value, in file order (none when it has none).
+    pub fn metadata(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        (0..self.metadata.len() / 2)
+            .map(|i| (self.metadata.get(2 * i).unwrap_or(""), self.metadata.get(2 * i + 1).unwrap_or("")))
     }
 
     /// The tensor named `name`.

@@ -79,7 +79,7 @@ fn strings<'a>(f: &'a GgufFile, key: &str) -> Result<Vec<&'a str>> {
     let strings = arr
         .as_strings()
         .ok_or_else(|| fmt_err(f, format!("{key} is an array of {}, not of strings", arr.element_type_name())))?;
-    Ok(strings.iter().map(String::as_str).collect())
+    Ok(strings.iter().collect())
 }
 
 fn numbers(f: &GgufFile, key: &str, n: usize) -> Result<Option<Vec<f64>>> {
