@@ -116,6 +116,9 @@ fn configurations_it_cannot_honour_are_refused() {
     let two = pooling("mean_tokens").replace("\"pooling_mode_max_tokens\": false", "\"pooling_mode_max_tokens\": true");
     refuse("two-modes", &[("1_Pooling/config.json", two)], "several pooling modes");
     refuse("no-mode", &[("1_Pooling/config.json", pooling("none"))], "no pooling mode");
+    let yes =
+        pooling("mean_tokens").replace("\"pooling_mode_mean_tokens\": true", "\"pooling_mode_mean_tokens\": \"yes\"");
+    refuse("mode-as-text", &[("1_Pooling/config.json", yes)], "pooling_mode_mean_tokens is \"yes\", not true or false");
     let odd = r#"{"idx": 2, "name": "2", "path": "2_X", "type": "sentence_transformers.models.LayerNorm"}"#;
     refuse("unknown-module", &[("modules.json", modules(&[TRANSFORMER, POOLING, odd]))], "LayerNorm is not supported");
     refuse("out-of-order", &[("modules.json", modules(&[TRANSFORMER, POOLING, NORMALIZE, DENSE]))], "cannot apply");

@@ -156,23 +156,31 @@ fn an_error_in_a_chat_turn_is_on_its_own_line_and_the_chat_goes_on() {
         ),
     );
     let model = tiny(&dir, &t);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webtensor"))
-        .args(["chat", "--model", &model, "-n", "2", "--backend", "cpu"])
-        .current_dir(&dir)
-        .env("XDG_RUNTIME_DIR", common::cli::xdg_runtime_dir())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(b"hello\nagain\n/reset\nhello\n").unwrap();
-    let out = child.wait_with_output().unwrap();
+    let chat = |input: &[u8]| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webtensor"))
+            .args(["chat", "--model", &model, "-n", "2", "--backend", "cpu"])
+            .current_dir(&dir)
+            .env("XDG_RUNTIME_DIR", common::cli::xdg_runtime_dir())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = chat(b"hello\nagain\n/reset\nhello\n");
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error:")).collect();
     assert_eq!(errors.len(), 1, "{stderr}");
     assert!(errors[0].starts_with("error: ") && errors[0].contains("only one message"), "{stderr}");
+    assert!(errors[0].contains(&model), "the turn's error names the model file: {stderr}");
+    // the exit status is the last turn's
+    let out = chat(b"hello\nagain\n");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).ends_with("error: the conversation's last turn failed\n"), "{}", text(&out.stderr));
     assert!(stderr.contains("(conversation reset)"), "the chat went on: {stderr}");
     assert_eq!(stderr.matches("stopped:").count(), 2, "two answers: {stderr}");
 }

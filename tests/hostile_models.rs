@@ -144,6 +144,10 @@ fn hyperparameters_out_of_range_are_refused_by_key() {
     refused("a numeric architecture", arch, &["general.architecture is a u32, not a string", "tiny.gguf"]);
     let bos = TinyLlama::new().set("tokenizer.ggml.add_bos_token", Meta::Str("true".into()));
     refused("add_bos_token as text", bos, &["tokenizer.ggml.add_bos_token is a string, not a bool", "tiny.gguf"]);
+    let model = TinyLlama::new().set("tokenizer.ggml.model", Meta::U32(1));
+    refused("a numeric tokenizer model", model, &["tokenizer.ggml.model is a u32, not a string", "tiny.gguf"]);
+    let pre = TinyLlama::new().set("tokenizer.ggml.pre", Meta::Strs(vec!["bogus".into()]));
+    refused("a pre-tokenizer list", pre, &["tokenizer.ggml.pre is an array, not a string", "tiny.gguf"]);
     let kv = TinyLlama::new().set("llama.attention.head_count_kv", Meta::I32s(vec![2, 2]));
     refused("an array head count", kv, &["head_count_kv is an array, not an integer"]);
 }
@@ -558,7 +562,7 @@ fn bert_files_are_checked_by_key_and_tensor() {
         count("bert.context_length", Meta::U32(32), &["position_embd.weight"]),
         count("bert.feed_forward_length", Meta::U32(0), &["bert.feed_forward_length is 0"]),
         count("bert.attention.layer_norm_epsilon", Meta::F32(f32::NAN), &["layer_norm_epsilon is NaN"]),
-        count("bert.attention.layer_norm_epsilon", Meta::F32(-1e-5), &["layer_norm_epsilon is -0.00001: it must be"]),
+        count("bert.attention.layer_norm_epsilon", Meta::F32(-1e-5), &["layer_norm_epsilon is -1e-5: it must be"]),
         count("bert.attention.causal", Meta::Bool(true), &["bert.attention.causal is true"]),
         count("bert.pooling_type", Meta::U32(0), &["bert.pooling_type is 0"]),
         count("bert.pooling_type", Meta::U32(77), &["bert.pooling_type is 77: 1 mean"]),
@@ -636,15 +640,19 @@ fn weights_and_outputs_that_are_not_finite_are_errors() {
     let t = filled(TinyLlama::bert(), "blk.0.attn_k.bias", 0.1, f32::NAN);
     let m = bert(&t).err().expect("a NaN bias is refused").to_string();
     assert!(m.contains("tiny-bert.gguf") && m.contains("blk.0.attn_k.bias") && m.contains("must be finite"), "{m}");
-    // finite weights, infinite logits
-    let mut m = load(&filled(TinyLlama::new(), "output_norm.weight", 3e38, 3e38)).expect("finite weights load");
-    let prompt = m.tokenizer.encode("hello the").unwrap();
-    for temperature in [0.0, 0.8] {
-        let sampling = webtensor::models::SamplingOptions { temperature, ..Default::default() };
-        let opts = GenerateOptions { max_tokens: 3, sampling, ..Default::default() };
-        let r = m.generate(&prompt, &opts, |_, _| true);
-        let err = r.err().unwrap_or_else(|| panic!("T {temperature}: generated from logits that are not finite"));
-        assert!(err.to_string().contains("not finite"), "{err}");
+    // finite weights, infinite logits; finite weights whose attention scores overflow (inf - inf: NaN, which an
+    // attention's max and an 8-bit activation's rounding dropped: finite tokens, wrong)
+    for (name, v) in [("output_norm.weight", 3e38), ("blk.0.attn_norm.weight", 1e30)] {
+        let mut m = load(&filled(TinyLlama::new(), name, v, v)).expect("finite weights load");
+        let prompt = m.tokenizer.encode("hello the").unwrap();
+        for temperature in [0.0, 0.8] {
+            let sampling = webtensor::models::SamplingOptions { temperature, ..Default::default() };
+            let opts = GenerateOptions { max_tokens: 3, sampling, ..Default::default() };
+            let r = m.generate(&prompt, &opts, |_, _| true);
+            let err =
+                r.err().unwrap_or_else(|| panic!("{name} T {temperature}: generated from logits that are not finite"));
+            assert!(err.to_string().contains("not finite"), "{err}");
+        }
     }
     let mut emb = bert(&filled(TinyLlama::bert(), "token_embd_norm.weight", 3e38, 3e38)).unwrap();
     let err = emb.embed(&["hello world"]).expect_err("an embedding that is not finite");

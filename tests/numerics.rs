@@ -216,3 +216,40 @@ fn aliasing_never_breaks_bindings() {
     let _ = Arr::new(&[1], vec![0.0]);
     run_suite("aliasing", &cases);
 }
+
+/// A NaN reaches the output on the CPU backend: an attention row with a NaN score is NaN (as PyTorch's softmax
+/// gives), not zeros, in both of the kernel's paths (a few query rows; 64 and more by `gemm`), and a matmul whose
+/// activation row holds a NaN is NaN with a quantized weight (its activations' 8-bit rounding dropped a NaN to 0).
+#[test]
+fn nan_propagates_through_attention_and_quantized_matmul() {
+    use webtensor::{Attention, Data, Device, Graph, HostTensor};
+    let cpu = Device::cpu();
+    for t in [2usize, 70] {
+        let mut g = Graph::new();
+        let q = g.input("q", F32, &[1, t, 4]).unwrap();
+        let k = g.input("k", F32, &[1, 3, 4]).unwrap();
+        let o = g.attention(q, k, k, &Attention { scale: 0.5, causal: false, mask: None, kv_len: None }).unwrap();
+        let mut plan = cpu.compile(&g, &[o]).unwrap();
+        let mut qv = vec![0.1f32; t * 4];
+        qv[4] = f32::NAN; // query row 1
+        let (qt, kt) = (HostTensor::f32(&[1, t, 4], qv).unwrap(), HostTensor::f32(&[1, 3, 4], vec![0.2; 12]).unwrap());
+        let out = plan.run(&[(q, &qt), (k, &kt)]).unwrap().remove(0).data.to_f32();
+        assert!(out[4..8].iter().all(|x| x.is_nan()), "T {t}: row 1 {:?}", &out[4..8]);
+        assert!(out[..4].iter().chain(&out[8..]).all(|x| x.is_finite()), "T {t}: the other rows");
+    }
+    // Q8_0 [4, 32]: each row one block, d = 1 (f16 0x3c00), q = 1
+    let block: Vec<u8> = [0x00u8, 0x3c].into_iter().chain([1u8; 32]).collect();
+    let w = HostTensor::new(&[4, 32], Data::Raw { dtype: webtensor::DType::Q8_0, bytes: block.repeat(4) }).unwrap();
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[1, 32]).unwrap();
+    let wi = g.input("w", webtensor::DType::Q8_0, &[4, 32]).unwrap();
+    let wt = g.t(wi).unwrap();
+    let y = g.matmul(x, wt).unwrap();
+    let mut plan = cpu.compile(&g, &[y]).unwrap();
+    let mut xv = vec![0.5f32; 32];
+    let ok = plan.run(&[(x, &HostTensor::f32(&[1, 32], xv.clone()).unwrap()), (wi, &w)]).unwrap().remove(0);
+    assert_eq!(ok.data.to_f32(), [16.0; 4]);
+    xv[3] = f32::NAN;
+    let out = plan.run(&[(x, &HostTensor::f32(&[1, 32], xv).unwrap()), (wi, &w)]).unwrap().remove(0).data.to_f32();
+    assert!(out.iter().all(|v| v.is_nan()), "{out:?}");
+}

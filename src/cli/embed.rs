@@ -47,8 +47,10 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 pub fn run(args: &EmbedArgs) -> Result<(), CliError> {
     let mut texts = args.texts.clone();
     if let Some(f) = &args.file {
-        if !std::path::Path::new(f).is_file() {
-            return Err(CliError::Msg(format!("{f}: not a regular file (--file takes a text file, one text a line)")));
+        let path = std::path::Path::new(f);
+        if !path.is_file() {
+            let what = if path.exists() { "not a regular file" } else { "no such file" };
+            return Err(CliError::Msg(format!("{f}: {what} (--file takes a text file, one text a line)")));
         }
         let body = std::fs::read_to_string(f).map_err(|e| CliError::Msg(format!("{f}: {e}")))?;
         texts.extend(body.lines().map(str::to_string));
@@ -63,7 +65,7 @@ pub fn run(args: &EmbedArgs) -> Result<(), CliError> {
     let mut e = SentenceEmbedder::load(&chosen.device, &args.model, options)?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let t1 = std::time::Instant::now();
-    let vecs = e.embed_batched(&refs, args.batch)?;
+    let vecs = e.embed_batched(&refs, args.batch).map_err(|err| CliError::from(err).naming(&args.model))?;
     let ms = t1.elapsed().as_secs_f64() * 1e3;
     eprintln!(
         "embedded {} texts in {ms:.1} ms ({:.1} sentences/s) on {}, loaded in {:.0} ms",
@@ -73,7 +75,7 @@ pub fn run(args: &EmbedArgs) -> Result<(), CliError> {
         (t1 - t).as_secs_f64() * 1e3
     );
     if let Some(q) = &args.rank {
-        let qv = e.embed(&[q])?.swap_remove(0);
+        let qv = e.embed(&[q]).map_err(|err| CliError::from(err).naming(&args.model))?.swap_remove(0);
         let mut scored: Vec<(f32, &str)> = vecs.iter().zip(&refs).map(|(v, t)| (cosine(&qv, v), *t)).collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
         for (s, t) in scored {

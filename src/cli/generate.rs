@@ -125,7 +125,8 @@ impl ModelArgs {
         let t = std::time::Instant::now();
         eprintln!("loading {} on {} ...", self.model, describe(&chosen.device));
         let options = LlamaOptions { context: self.ctx, ..Default::default() };
-        let model = Llama::from_gguf(&chosen.device, &file, options).map_err(|e| in_file(&self.model, e))?;
+        let model =
+            Llama::from_gguf(&chosen.device, &file, options).map_err(|e| CliError::from(e).naming(&self.model))?;
         let c = &model.config;
         eprintln!(
             "loaded in {:.0} ms: {} layers, width {}, {} heads ({} KV), vocabulary {}, context {} positions",
@@ -138,17 +139,6 @@ impl ModelArgs {
             model.context()
         );
         Ok((model, describe(&chosen.device)))
-    }
-}
-
-/// `e` naming the model file `path`, where it does not already (a prompt too long for the context, logits that
-/// are not finite, a KV cache that cannot be allocated).
-fn in_file(path: &str, e: webtensor::Error) -> CliError {
-    let m = e.to_string();
-    if m.contains(path) {
-        CliError::Lib(e)
-    } else {
-        CliError::Msg(format!("{path}: {m}"))
     }
 }
 
@@ -206,7 +196,7 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
     } else {
         model.tokenizer.encode_within(&args.prompt, model.context())
     };
-    let prompt = prompt.map_err(|e| in_file(file, e))?;
+    let prompt = prompt.map_err(|e| CliError::from(e).naming(file))?;
     let json = args.json;
     let out = model
         .generate(&prompt, &options, |piece, _| {
@@ -215,7 +205,7 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
             }
             true
         })
-        .map_err(|e| in_file(file, e))?;
+        .map_err(|e| CliError::from(e).naming(file))?;
     if json {
         let doc = serde_json::json!({
             "prompt_ids": out.prompt, "ids": out.tokens, "text": out.text, "stop": format!("{:?}", out.stop),
@@ -283,6 +273,8 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
     let options = sampling_for(&model, &args.model, true, seed)?;
     let stdin = std::io::stdin();
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    // the exit status is the last turn's, as a shell's is its last command's
+    let mut last_failed = false;
     loop {
         eprint!("> ");
         super::util::MID_LINE.store(true, Ordering::Relaxed);
@@ -292,7 +284,10 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
         super::util::MID_LINE.store(!interactive || read == 0, Ordering::Relaxed);
         if read == 0 {
             eprintln!();
-            return Ok(());
+            return match last_failed {
+                true => Err(CliError::Msg("the conversation's last turn failed".into())),
+                false => Ok(()),
+            };
         }
         let line = line.trim();
         if line.is_empty() {
@@ -305,13 +300,15 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
             continue;
         }
         messages.push(Message::new("user", line));
+        last_failed = false;
         match answer(&mut model, &messages, &options) {
             Ok(text) => messages.push(Message::new("assistant", &text)),
             Err(e) => {
                 // one turn failed (a template that cannot render this conversation, a device error): said on a
                 // line of its own, and the conversation goes on without that message
-                super::report(&e.to_string());
+                super::report(&e.naming(&args.model.model).to_string());
                 messages.pop();
+                last_failed = true;
             }
         }
     }

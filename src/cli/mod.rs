@@ -139,6 +139,19 @@ pub enum CliError {
     Msg(String),
 }
 
+impl CliError {
+    /// The error naming the file `path` (the model a command loaded), where its text does not already: a prompt
+    /// too long, logits or embeddings that are not finite, a KV cache that cannot be allocated.
+    pub(crate) fn naming(self, path: &str) -> CliError {
+        let m = self.to_string();
+        if m.contains(path) {
+            self
+        } else {
+            CliError::Msg(format!("{path}: {m}"))
+        }
+    }
+}
+
 impl From<webtensor::Error> for CliError {
     fn from(e: webtensor::Error) -> CliError {
         CliError::Lib(e)

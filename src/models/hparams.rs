@@ -55,9 +55,10 @@ impl<'a> Hparams<'a> {
         };
         let x32 = x as f32;
         if !x32.is_finite() || !valid(x32) {
-            // an f32 value as f32 prints it (1e-5, not its f64 widening 0.000009999999747378752)
+            // an f32 value as f32 prints it (1e-5, not its f64 widening 0.000009999999747378752), in exponent
+            // form where the plain one is long (1e-45, not 0.000..0001)
             let shown =
-                if matches!(self.value(key), Some(MetaValue::F32(_))) { x32.to_string() } else { x.to_string() };
+                if matches!(self.value(key), Some(MetaValue::F32(_))) { format!("{x32:?}") } else { format!("{x:?}") };
             return Err(self.error(format!("metadata {name} is {shown}: it must be finite and {what}")));
         }
         Ok(x32)

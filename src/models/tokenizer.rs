@@ -69,6 +69,17 @@ fn tk_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::InvalidArgument { op: "tokenizer", reason: format!("{what}: {e}") }
 }
 
+/// The string value of `key`, None when absent; an error naming its type when it is not a string.
+fn text_key<'a>(f: &'a GgufFile, key: &str) -> Result<Option<&'a str>> {
+    match f.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_str()
+            .map(Some)
+            .ok_or_else(|| fmt_err(f, format!("metadata {key} is {}, not a string", v.a_type_name()))),
+    }
+}
+
 fn strings<'a>(f: &'a GgufFile, key: &str) -> Result<Vec<&'a str>> {
     let arr = match f.get(key) {
         None => return Err(fmt_err(f, format!("metadata {key} is missing"))),
@@ -101,7 +112,7 @@ impl Tokenizer {
     pub fn from_gguf(f: &GgufFile) -> Result<Tokenizer> {
         let tokens = strings(f, "tokenizer.ggml.tokens")?;
         let types = numbers(f, "tokenizer.ggml.token_type", tokens.len())?.unwrap_or_default();
-        let kind = f.get("tokenizer.ggml.model").and_then(MetaValue::as_str).unwrap_or("(none)");
+        let kind = text_key(f, "tokenizer.ggml.model")?.unwrap_or("(none)");
         let (mut inner, missing_bytes) = match kind {
             "gpt2" => byte_level_bpe(f, &tokens)?,
             "llama" => (sentencepiece_bpe(f, &tokens, &types)?, vec![]),
@@ -265,7 +276,7 @@ fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenize
         .vocab_and_merges(vocab, merges)
         .build()
         .map_err(|e| fmt_err(f, format!("tokenizer (BPE): {e}")))?;
-    let pre = f.get("tokenizer.ggml.pre").and_then(MetaValue::as_str).unwrap_or("default");
+    let pre = text_key(f, "tokenizer.ggml.pre")?.unwrap_or("default");
     let split = |re: &str| -> Result<PreTokenizerWrapper> {
         let s = Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false)
             .map_err(|e| fmt_err(f, format!("tokenizer (regex): {e}")))?;

@@ -288,7 +288,7 @@ impl AttentionKernel {
                 if self.mask_row(mem, (b, hi, ti), s, &mut mask[..visible]) {
                     x.iter_mut().zip(&mask[..visible]).for_each(|(e, m)| *e += m);
                 }
-                let max = x[..visible].iter().fold(f32::NEG_INFINITY, |a, &e| a.max(e));
+                let max = x[..visible].iter().fold(f32::NEG_INFINITY, |a, &e| nan_max(a, e));
                 if max == f32::NEG_INFINITY {
                     x.iter_mut().for_each(|e| *e = 0.0);
                     continue;
@@ -345,11 +345,12 @@ impl AttentionKernel {
                 x += sc.mask[si];
             }
             sc.scores[si] = x;
-            max = max.max(x);
+            max = nan_max(max, x);
         }
         out.iter_mut().for_each(|a| *a = 0.0);
         let mut sum = 0f32;
-        if max > f32::NEG_INFINITY {
+        // a row with no visible key gives zeros; a NaN score gives NaN (as PyTorch's softmax), never zeros
+        if max != f32::NEG_INFINITY {
             for si in 0..visible {
                 let p = (sc.scores[si] - max).exp();
                 sum += p;
@@ -365,6 +366,16 @@ impl AttentionKernel {
         }
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
         out.iter_mut().for_each(|a| *a *= inv);
+    }
+}
+
+/// The larger of `a` and `b`, NaN when either is (`f32::max` drops a NaN: a row of NaN scores became zeros).
+#[inline]
+fn nan_max(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        a.max(b)
     }
 }
 

@@ -96,8 +96,11 @@ pub(super) fn pooling(p: &str, j: Option<&Json>) -> Result<Pooling> {
         ("pooling_mode_weightedmean_tokens", Pooling::WeightedMean),
         ("pooling_mode_lasttoken", Pooling::LastToken),
     ];
-    let on: Vec<&(&str, Pooling)> = modes.iter().filter(|(k, _)| j[*k].as_bool() == Some(true)).collect();
     let unsupported = |message: String| Error::Format { path: p.into(), message };
+    if let Some((k, _)) = modes.iter().find(|(k, _)| !(j[*k].is_null() || j[*k].is_boolean())) {
+        return Err(unsupported(format!("{k} is {}, not true or false", j[*k])));
+    }
+    let on: Vec<&(&str, Pooling)> = modes.iter().filter(|(k, _)| j[*k].as_bool() == Some(true)).collect();
     if j["include_prompt"].as_bool() == Some(false) {
         return Err(unsupported(
             "include_prompt: false (pooling without the instruction's tokens) is not supported".into(),

@@ -187,14 +187,15 @@ impl SentenceEmbedder {
         let (text, mut limit) = (text.trim(), self.text_bytes);
         let content = self.max_seq_length.saturating_sub(2);
         let mut ids = loop {
-            let mut end = limit.min(text.len());
+            let mut end = limit.min(text.len()).min(MAX_TEXT_BYTES);
             while !text.is_char_boundary(end) {
                 end -= 1;
             }
             let enc = self.tokenizer.encode(&text[..end], true).map_err(tok_err)?;
             let words = enc.get_word_ids();
             let last = words.iter().rev().find_map(|w| *w);
-            if end == text.len() || words.iter().filter(|w| w.is_some() && **w != last).count() >= content {
+            let whole = words.iter().filter(|w| w.is_some() && **w != last).count();
+            if end == text.len() || whole >= content || end >= MAX_TEXT_BYTES {
                 break enc.get_ids().to_vec();
             }
             limit = limit.saturating_mul(4);
@@ -325,6 +326,11 @@ impl SentenceEmbedder {
             .collect())
     }
 }
+
+/// Bytes of a text the embedder tokenizes at most: a text whose first `max_seq_length` tokens reach past them
+/// (words of hundreds of kilobytes: one unknown token each, whole or cut) is cut there (a 36 MB word took 19 s
+/// and 2.1 GB to become one [UNK]).
+const MAX_TEXT_BYTES: usize = 1 << 20;
 
 /// Bytes of text that usually make more than `tokens` tokens with `tokenizer`: its longest piece, or at least 400
 /// bytes (WordPiece's 100 characters) a token, capped at 4 MiB (a sloppy vocabulary's megabyte-long piece would

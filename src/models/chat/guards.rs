@@ -209,7 +209,10 @@ pub(crate) fn install_dict(env: &mut Environment<'static>) {
         fits(state, &args)?;
         let items: usize = args.iter().map(|a| a.len().unwrap_or(0)).sum();
         charge(state, items.saturating_mul(ITEM_BYTES))?;
-        original.call(state, &args)
+        original.call(state, &args).map_err(|e| match e.detail() {
+            Some(_) => e,
+            None => invalid("dict() takes a map and keyword arguments (not a list of pairs)"),
+        })
     });
 }
 

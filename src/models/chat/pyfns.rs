@@ -117,7 +117,7 @@ pub(crate) fn add_to(env: &mut Environment<'static>, today: Option<(i64, u32, u3
         "format",
         Value::from_function(|state: &State, fmt: String, args: Rest<Value>| {
             check_format_widths(&fmt)?;
-            charge_ahead(state, fmt.len() + args.iter().map(|a| a.to_string().len()).sum::<usize>())?;
+            charge_ahead(state, formatted_len(&fmt, '%', &args))?;
             minijinja::format_filter(minijinja::FormatStyle::Printf, &fmt, &args)
         }),
     ));
@@ -166,6 +166,13 @@ fn check_format_widths(fmt: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// An upper bound of the bytes `fmt` formats `args` into: each of its placeholders (a `marker`: `%` or `{`) may
+/// print any argument, and one argument many times (`'{0}' * 20000`, `%(a)s` repeated).
+fn formatted_len(fmt: &str, marker: char, args: &[Value]) -> usize {
+    let longest = args.iter().map(|a| a.to_string().len()).max().unwrap_or(0);
+    fmt.len().saturating_add(fmt.matches(marker).count().saturating_mul(longest))
+}
+
 /// Bytes of `s` with `old` replaced by `new` (at most `count` times).
 fn replaced_len(s: &str, old: &str, new: &str, count: Option<usize>) -> usize {
     let n = if old.is_empty() { s.chars().count() + 1 } else { s.matches(old).count() };
@@ -206,7 +213,7 @@ pub(crate) fn check_method(state: &State, value: &Value, method: &str, args: &[V
         }
         "format" => {
             check_format_widths(s)?;
-            charge_ahead(state, s.len() + args.iter().map(|a| a.to_string().len()).sum::<usize>())
+            charge_ahead(state, formatted_len(s, '{', args))
         }
         _ => Ok(()),
     }

@@ -263,6 +263,15 @@ pub(crate) fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
                 }
                 continue;
             }
+            // a chained comparison's inner ones (`a == b == c`), and arguments spread from a list or map (`f(*l)`,
+            // `f(**m)`): copies and comparisons of any size inside one instruction, which nothing charges; real
+            // chat templates have neither
+            Instruction::CompareAndPreserve(_) => {
+                return Err(invalid("chained comparisons (a < b < c) are not available in chat templates".into()));
+            }
+            Instruction::UnpackLists(_) | Instruction::MergeKwargs(_) => {
+                return Err(invalid("argument unpacking (*args, **kwargs) is not available in chat templates".into()));
+            }
             Instruction::GetItem => Instruction::CallFunction("__webtensor_getitem", Some(2)),
             Instruction::Slice => Instruction::CallFunction("__webtensor_slice", Some(4)),
             Instruction::CallMethod("changed", n) => Instruction::CallFunction("__webtensor_loop_changed", *n),

@@ -23,7 +23,8 @@ impl Q8Row {
         for b in 0..nb {
             let xs = &x[b * QK..(b + 1) * QK];
             let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
+            // a NaN would round to 0 and vanish (ggml's rounding drops it): the block's scale carries it instead
+            let d = if xs.iter().any(|v| v.is_nan()) { f32::NAN } else { amax / 127.0 };
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             let mut sum = 0i32;
             for (q, &v) in row.qs[b * QK..(b + 1) * QK].iter_mut().zip(xs) {
