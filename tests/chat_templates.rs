@@ -210,6 +210,13 @@ fn work_inside_tests_subscripts_filters_and_folding_is_bounded() {
         "{% set a = range(300000)|list %}{% for i in range(100000) %}{% if a == a == 1 %}{% endif %}{% endfor %}",
         "{% set l = range(500000)|list %}{% for i in range(100000) %}{{ loop.cycle(*l) }}{% endfor %}",
         "{% set m = {'a': 1} %}{{ dict(**m) }}",
+        // pycompat methods: count('') never ended, strip(chars) is |s| x |chars|, split('') is Python's error,
+        // a width pads each placeholder
+        "{{ 'abc'.count('') }}",
+        "{% set s = 'a' * (messages|length * 1000000) %}{{ s.strip(s)|length }}",
+        "{% set s = 'a' * (messages|length * 8000000) %}{{ s.split('')|length }}",
+        "{% set s = '\n' * (messages|length * 8000000) %}{{ s.splitlines()|length }}",
+        "{{ ('{0:>4000}' * 850000).format('')|length }}",
         // one argument printed by every placeholder of a format string
         "{% set b = 'x' * (messages|length * 1000000) %}{{ ('{0}' * 20000).format(b)|length }}",
         "{% set b = 'x' * (messages|length * 1000000) %}{{ ('%(a)s' * 20000)|format({'a': b})|length }}",

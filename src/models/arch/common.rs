@@ -165,12 +165,13 @@ pub(crate) fn sliding_window(
     Ok(())
 }
 
-/// `{arch}.{key}` as a soft-capping value (finite, above 0), if present.
+/// `{arch}.{key}` as a soft-capping value (finite, at least 1: Gemma 2's are 30 and 50; a cap of 1e-45 made
+/// every logit tie), if present.
 pub(crate) fn softcap(h: &Hparams, key: &str) -> Result<Option<f32>> {
     if !has(h, key) {
         return Ok(None);
     }
-    h.number(key, 0.0, |x| x > 0.0, "above 0").map(Some)
+    h.number(key, 0.0, |x| x >= 1.0, "at least 1").map(Some)
 }
 
 /// The parts a block has beyond llama's.

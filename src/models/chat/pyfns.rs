@@ -3,7 +3,7 @@
 //! keys in insertion order), and the filters and methods that can multiply a string's size checked against the
 //! render's budget before they build anything (see [`super::budget`]).
 
-use super::budget::{charge as charge_ahead, fits, BUDGET_BYTES};
+use super::budget::{charge as charge_ahead, fits, work, BUDGET_BYTES};
 use minijinja::value::{Kwargs, Rest, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 
@@ -169,7 +169,8 @@ fn check_format_widths(fmt: &str) -> Result<(), Error> {
 /// An upper bound of the bytes `fmt` formats `args` into: each of its placeholders (a `marker`: `%` or `{`) may
 /// print any argument, and one argument many times (`'{0}' * 20000`, `%(a)s` repeated).
 fn formatted_len(fmt: &str, marker: char, args: &[Value]) -> usize {
-    let longest = args.iter().map(|a| a.to_string().len()).max().unwrap_or(0);
+    // a placeholder's width or precision pads it up to 4096 (check_format_widths)
+    let longest = args.iter().map(|a| a.to_string().len()).max().unwrap_or(0).saturating_add(4096);
     fmt.len().saturating_add(fmt.matches(marker).count().saturating_mul(longest))
 }
 
@@ -204,13 +205,23 @@ pub(crate) fn check_method(state: &State, value: &Value, method: &str, args: &[V
             charge_ahead(state, total + s.len() * args.first().and_then(|a| a.len()).unwrap_or(0))
         }
         // a list of up to one piece a separator (16 bytes each)
+        "split" | "rsplit" if arg(0).is_empty() && args.first().is_some_and(|a| !a.is_none()) => {
+            Err(invalid("split: empty separator"))
+        }
         "split" | "rsplit" | "splitlines" => {
             let pieces = match args.first().and_then(Value::as_str) {
-                Some(sep) if !sep.is_empty() => s.matches(sep).count() + 1,
+                Some(sep) if method != "splitlines" => s.matches(sep).count() + 1,
+                _ if method == "splitlines" => s.bytes().filter(|&b| b == b'\n' || b == b'\r').count() + 1,
                 _ => s.split_whitespace().count() + 1,
             };
             charge_ahead(state, pieces.saturating_mul(16))
         }
+        // minijinja-contrib's count('') never ends; Python's is one more than the characters
+        "count" if arg(0).is_empty() && args.first().is_some_and(|a| a.as_str().is_some()) => {
+            Err(invalid("count: an empty substring (webtensor's templates do not count it)"))
+        }
+        // each character of s tried against each of chars
+        "strip" | "lstrip" | "rstrip" => work(state, (s.len() / 16 + 1).saturating_mul(arg(0).chars().count().max(1))),
         "format" => {
             check_format_widths(s)?;
             charge_ahead(state, formatted_len(s, '{', args))
