@@ -221,6 +221,15 @@ fn work_inside_tests_subscripts_filters_and_folding_is_bounded() {
         "{% set b = 'x' * (messages|length * 1000000) %}{{ ('{0}' * 20000).format(b)|length }}",
         "{% set b = 'x' * (messages|length * 1000000) %}{{ ('%(a)s' * 20000)|format({'a': b})|length }}",
         &deep_fold,
+        // attribute paths walk every item inside one call (a string's '0' is a string: '0.0.0..' never ends);
+        // sort builds a key of every part per comparison
+        "{% set p = '0.' * 400000 ~ '0' %}{{ (['a'] * (messages|length * 100000))|map(attribute=p)|list|length }}",
+        "{% set p = '0.' * 400000 ~ '0' %}{{ (['a'] * (messages|length * 100000))|selectattr(p)|list|length }}",
+        "{{ (range(1000)|list)|sort(attribute='a,' * 500000)|length }}",
+        "{% set a = [{'k': 'x' * messages|length}] * 4000000 %}{{ a|map(attribute='k')|list|length }}",
+        // a loop's start counts a string's characters: 8 MB counted 100,000 times
+        "{% set s = 'a' * (messages|length * 8000000) %}{% for i in range(100000) %}{% for c in s %}{% break %}{% endfor %}{% endfor %}ok",
+        "{% for m in messages recursive %}{{ m.role }}{% endfor %}",
     ];
     for src in refused {
         let start = Instant::now();
@@ -242,6 +251,9 @@ fn work_inside_tests_subscripts_filters_and_folding_is_bounded() {
         ("{{ [1, 2]|reject('eq', 1)|list }} {{ 'x' is eq('x') }} {{ 3 is le(2) }} {{ 'ab' is endingwith('b') }}", "[2] True False True"),
         ("{% for i in [1, 1, 2] %}{{ loop.changed(i) }}{% endfor %} {{ dict({'a': 1}, b=2) }} {{ dict(c=3)['c'] }}", "TrueFalseTrue {\"a\": 1, \"b\": 2} 3"),
         ("{{ 'ab'|map('upper')|join }} {{ ['b', 'a']|sort|join }} {{ 'a,b'|split(',')|list }} {{ '<a>'|e }}", "AB ab [\"a\", \"b\"] &lt;a&gt;"),
+        // loops (the charge put before a loop's start keeps its jumps right), attribute paths
+        ("{% for c in 'ab' %}{{ c }}{% else %}-{% endfor %}{% for x in nothing %}x{% else %}e{% endfor %}{% for m in messages if m.role == 'user' %}{{ loop.index }}{% endfor %}{% for i in range(3) %}{% for j in range(2) %}{% if j %}{% break %}{% endif %}{{ i }}{% endfor %}{% endfor %}", "abe1012"),
+        ("{% macro f(xs) %}{% for x in xs %}{{ x }}{% endfor %}{% endmacro %}{{ f('xy') }}{{ f([1, 2]) }} {{ messages|map(attribute='role')|join(',') }} {{ messages|selectattr('role', 'eq', 'user')|map(attribute='content')|first }} {{ [{'a': {'b': 2}}, {'a': {'b': 1}}]|sort(attribute='a.b')|map(attribute='a.b')|list }}", "xy12 user,assistant a [1, 2]"),
         ("{% autoescape true %}{{ '<&>' }}{% endautoescape %} {{ 'x' * 3 }} {{ [0] * 2 }} {{ 2 ** 10 }}", "&lt;&amp;&gt; xxx [0, 0] 1024"),
     ];
     for (src, want) in fine {

@@ -16,6 +16,32 @@ pub(crate) const WORK_UNITS: usize = 8 << 20;
 /// How deep lists and maps may nest.
 pub(crate) const MAX_DEPTH: usize = 64;
 
+/// How long a render may run, natively: a bound in time behind the work and byte budgets, for work inside
+/// minijinja that nothing charges; checked at every charge.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) const RENDER_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[cfg(not(target_arch = "wasm32"))]
+thread_local! {
+    /// When the render on this thread must have ended.
+    static DEADLINE: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Starts the clock of a render on this thread (see [`RENDER_TIME`]; on wasm, where there is no clock, nothing).
+pub(crate) fn start_clock() {
+    #[cfg(not(target_arch = "wasm32"))]
+    DEADLINE.with(|d| d.set(Some(std::time::Instant::now() + RENDER_TIME)));
+}
+
+/// An error once the render on this thread has run past its deadline.
+fn in_time() -> Result<(), Error> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if DEADLINE.with(|d| d.get()).is_some_and(|t| std::time::Instant::now() > t) {
+        return Err(invalid(format!("the template ran for more than {} s", RENDER_TIME.as_secs())));
+    }
+    Ok(())
+}
+
 /// A counter of one render, shared by its macro calls.
 #[derive(Debug, Default)]
 struct Counter(AtomicUsize);
@@ -38,6 +64,7 @@ fn bytes_left(state: &State) -> usize {
 
 /// Charges `bytes` to the render's budget.
 pub(crate) fn charge(state: &State, bytes: usize) -> Result<(), Error> {
+    in_time()?;
     if count(state, "webtensor.budget", bytes) > BUDGET_BYTES {
         return Err(invalid(format!(
             "the template built more than {BUDGET_BYTES} bytes of text (webtensor's bound for a prompt)"
@@ -48,6 +75,7 @@ pub(crate) fn charge(state: &State, bytes: usize) -> Result<(), Error> {
 
 /// Charges `units` of work.
 pub(crate) fn work(state: &State, units: usize) -> Result<(), Error> {
+    in_time()?;
     if count(state, "webtensor.work", units) > WORK_UNITS {
         return Err(invalid(format!("the template did more than {WORK_UNITS} units of work on its values")));
     }
@@ -142,5 +170,19 @@ pub(crate) fn charge_value(state: &State, v: &Value) -> Result<(), Error> {
             walk(state, v, usize::MAX / 2).map(drop)
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use crate::models::chat::budget::{in_time, start_clock, DEADLINE};
+
+    #[test]
+    fn a_render_past_its_deadline_stops() {
+        let past = std::time::Instant::now().checked_sub(std::time::Duration::from_millis(1));
+        DEADLINE.with(|d| d.set(past));
+        assert!(in_time().unwrap_err().to_string().contains("ran for more than 5 s"));
+        start_clock();
+        assert!(in_time().is_ok());
     }
 }

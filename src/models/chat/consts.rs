@@ -59,6 +59,11 @@ impl Folds {
             Stmt::Template(t) => self.stmts(&t.children),
             Stmt::EmitExpr(e) => self.expr(&e.expr, 0).map(drop),
             Stmt::ForLoop(l) => {
+                // a recursive loop's `loop(..)` jumps back to the loop's start, past the charge sandbox.rs puts
+                // before it; chat templates do not recurse
+                if l.recursive {
+                    return Err(invalid("recursive loops are not available in chat templates".into()));
+                }
                 self.exprs([&l.target, &l.iter])?;
                 if let Some(f) = &l.filter_expr {
                     self.expr(f, 0)?;

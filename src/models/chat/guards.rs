@@ -88,6 +88,13 @@ pub(crate) fn install_filters(env: &mut Environment<'static>, filters: Vec<(&'st
 /// checked for the number of groups they would make); its result is charged after.
 fn apply(state: &State, name: &str, original: &Value, args: &[Value]) -> Result<Value, Error> {
     fits(state, args)?;
+    let parts = path_parts(name, args)?;
+    if let (true, Some(input)) = (parts > 0, args.first()) {
+        let items = input.as_str().map_or_else(|| input.len().unwrap_or(0), str::len);
+        // sort looks its keys up on both sides of each of its n log n comparisons
+        let per_item = if name == "sort" { 2 * (items.max(1).ilog2() as usize + 1) } else { 1 };
+        work(state, items.saturating_mul(parts).saturating_mul(per_item))?;
+    }
     let mut args = args.to_vec();
     if let ("batch" | "slice", Some(n)) = (name, args.get(1).and_then(Value::as_usize)) {
         let len = args[0].len().unwrap_or(0);
@@ -103,6 +110,33 @@ fn apply(state: &State, name: &str, original: &Value, args: &[Value]) -> Result<
     let out = original.call(state, &args)?;
     charge_value(state, &out)?;
     Ok(out)
+}
+
+/// The most parts an attribute path of a filter may have (`map(attribute='a.b')`, `sort(attribute='a, b')`,
+/// `selectattr('a.b')`); real templates use one or two. minijinja walks a path for every item inside one call (a
+/// string's `0` is a string, so `0.0.0..` never runs out), and `sort` builds a key of every part per comparison.
+const MAX_PATH_PARTS: usize = 16;
+
+/// The parts (dot- and comma-separated) of the attribute paths `args` give filter `name`, 0 for none; an error
+/// beyond [`MAX_PATH_PARTS`].
+fn path_parts(name: &str, args: &[Value]) -> Result<usize, Error> {
+    let kwargs = args.last().filter(|v| v.is_kwargs());
+    let positional = match name {
+        "selectattr" | "rejectattr" | "groupby" => args.get(1).filter(|v| !v.is_kwargs()).cloned(),
+        _ => None,
+    };
+    let keyword = kwargs.and_then(|k| k.get_attr("attribute").ok()).filter(|v| !v.is_undefined());
+    let mut parts = 0usize;
+    for path in positional.iter().chain(keyword.iter()) {
+        let n = path.as_str().map_or(1, |s| s.split(['.', ',']).count());
+        if n > MAX_PATH_PARTS {
+            return Err(invalid(format!(
+                "{name}: an attribute path of {n} parts (at most {MAX_PATH_PARTS} in chat templates)"
+            )));
+        }
+        parts += n;
+    }
+    Ok(parts)
 }
 
 /// Bytes a filter will build from `input` beyond its result's own charge: a list of up to one item per character
@@ -126,6 +160,13 @@ fn built_ahead(state: &State, name: &str, input: &Value) -> Result<usize, Error>
         },
         _ => 0,
     })
+}
+
+/// What a loop is about to iterate, charged as work for what starting it costs: minijinja counts a string's
+/// characters there (sandbox.rs puts a call of this before every loop's start).
+pub(crate) fn iterable(state: &State, v: Value) -> Result<Value, Error> {
+    work(state, v.as_str().map_or(1, |s| s.len() / 16 + 1))?;
+    Ok(v)
 }
 
 /// The length of `s` escaped for HTML as minijinja escapes it (`&quot;` for `"`, `&#x2f;` for `/`..).

@@ -97,6 +97,7 @@ impl ChatTemplate {
         }
         let ctx = minijinja::Value::from(ctx);
         let run = || -> std::result::Result<String, minijinja::Error> {
+            budget::start_clock();
             let t = sandbox::compile(&self.source)?;
             let mut out = String::new();
             let vm = minijinja::machinery::Vm::new(&self.env);

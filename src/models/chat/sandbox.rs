@@ -282,7 +282,51 @@ pub(crate) fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
     if !t.blocks.is_empty() {
         return Err(invalid("template blocks ({% block %}) are not used by chat templates".into()));
     }
+    charge_loops(&mut t);
     Ok(t)
+}
+
+/// Puts a call of `__webtensor_iter` before every loop's start (`PushLoop`), with the jumps moved to match:
+/// minijinja counts a string's characters when a loop over it starts, inside that one instruction, and a loop
+/// that breaks at once can start anew in every iteration of an outer one (8 MB counted 100,000 times). A jump to a
+/// loop's start lands on its call. (Recursive loops, which jump to the start themselves, are refused in
+/// `consts.rs`.)
+fn charge_loops(t: &mut CompiledTemplate<'_>) {
+    let old = &t.instructions;
+    let n = old.len() as u32;
+    let is_loop = |i: u32| matches!(old.get(i), Some(Instruction::PushLoop(_)));
+    if !(0..n).any(is_loop) {
+        return;
+    }
+    // where old instruction i lands (its inserted call for a loop start); one past the end for a jump there
+    let mut at = Vec::with_capacity(n as usize + 1);
+    let mut inserted = 0u32;
+    for i in 0..n {
+        at.push(i + inserted);
+        inserted += u32::from(is_loop(i));
+    }
+    at.push(n + inserted);
+    let moved = |target: &u32| at.get(*target as usize).copied().unwrap_or(*target + inserted);
+    let mut new = minijinja::machinery::Instructions::new(old.name(), old.source());
+    for i in 0..n {
+        let Some(instr) = old.get(i) else { continue };
+        let line = old.get_line(i).unwrap_or(0).min(u16::MAX as usize) as u16;
+        let instr = match instr {
+            Instruction::PushLoop(_) => {
+                new.add_with_line(Instruction::CallFunction("__webtensor_iter", Some(1)), line);
+                instr.clone()
+            }
+            Instruction::Jump(x) => Instruction::Jump(moved(x)),
+            Instruction::JumpIfFalse(x) => Instruction::JumpIfFalse(moved(x)),
+            Instruction::JumpIfFalseOrPop(x) => Instruction::JumpIfFalseOrPop(moved(x)),
+            Instruction::JumpIfTrueOrPop(x) => Instruction::JumpIfTrueOrPop(moved(x)),
+            Instruction::Iterate(x) => Instruction::Iterate(moved(x)),
+            Instruction::BuildMacro(name, x, flags) => Instruction::BuildMacro(name, moved(x), *flags),
+            other => other.clone(),
+        };
+        new.add_with_line(instr, line);
+    }
+    t.instructions = new;
 }
 
 /// The most tokens in one tag of `source`, counted by minijinja's lexer (which does not recurse).
@@ -345,6 +389,7 @@ pub(crate) fn environment(today: Option<(i64, u32, u32)>) -> Environment<'static
     env.add_function("__webtensor_getitem", guards::get_item);
     env.add_function("__webtensor_slice", guards::slice);
     env.add_function("__webtensor_loop_changed", guards::loop_changed);
+    env.add_function("__webtensor_iter", guards::iterable);
     let own_filters = super::pyfns::add_to(&mut env, today);
     guards::install_filters(&mut env, own_filters, FILTERS);
     guards::install_tests(&mut env);
