@@ -130,7 +130,29 @@ def error_checks():
     check(st == 400 and json.loads(body)["error"]["type"] == "invalid_request_error", f"malformed JSON: {st}")
     st, _, body = raw("/v1/embeddings", b'{"input": "' + b"x" * (5 << 20) + b'"}')
     check(st == 413, f"big body: {st}")
+    # what the server does not do is refused by name, not silently left out of the answer
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}]
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    refused = [
+        ("image_url", lambda: client.chat.completions.create(model=MODEL, messages=image, max_tokens=1)),
+        ("logprobs", lambda: client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=1, logprobs=True)),
+        ("tools", lambda: client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=1, tools=tool)),
+        ("response_format", lambda: client.chat.completions.create(
+            model=MODEL, messages=msgs, max_tokens=1, response_format={"type": "json_object"})),
+        ("echo", lambda: client.completions.create(model=MODEL, prompt="hi", max_tokens=1, echo=True)),
+        ("best_of", lambda: client.completions.create(model=MODEL, prompt="hi", max_tokens=1, best_of=3)),
+        ("dimensions", lambda: client.embeddings.create(model=EMBED, input="a", dimensions=64)),
+    ]
+    for field, f in refused:
+        s, m = status_of(f)
+        check(s == 400 and field in m, f"{field}: {s} {m}")
+    # the same fields at their 'off' values are accepted, as clients send them
+    r = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=1, logprobs=False, tools=[],
+                                       response_format={"type": "text"})
+    check(r.choices[0].finish_reason == "length", "off-valued fields")
+    check(len(client.embeddings.create(model=EMBED, input="a", dimensions=384).data[0].embedding) == 384, "own size")
     print("errors: 404 model, 400 too long (both lengths named), 400 bad value, 401 key, 400 JSON, 413 body ok")
+    print("errors: images, logprobs, tools, response_format, echo, best_of, dimensions refused by name ok")
 
 
 def sse_framing():

@@ -13,7 +13,7 @@ pub mod sampling;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
-pub use llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason, Token, TokenStream};
+pub use llama::{GenerateOptions, Generation, Llama, LlamaOptions, Prompter, StopReason, Token, TokenStream};
 pub use recommended::RecommendedSampling;
 pub use sampling::{Sampler, SamplingOptions};
 pub use tokenizer::Tokenizer;

@@ -183,6 +183,26 @@ pub(crate) struct GenRequest {
     /// llama-server's extension: go on past end-of-generation tokens (benchmarks).
     #[serde(default)]
     pub ignore_eos: bool,
+    /// Fields that change what the answer is and that webtensor does not implement: refused when they ask for
+    /// something (an answer that silently lacks what was asked for is worse than an error).
+    #[serde(default)]
+    pub logprobs: Option<Value>,
+    #[serde(default)]
+    pub top_logprobs: Option<u64>,
+    #[serde(default)]
+    pub echo: Option<bool>,
+    #[serde(default)]
+    pub best_of: Option<u64>,
+    #[serde(default)]
+    pub suffix: Option<String>,
+    #[serde(default)]
+    pub logit_bias: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    pub tools: Option<Vec<Value>>,
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    #[serde(default)]
+    pub response_format: Option<Value>,
 }
 
 impl GenRequest {
@@ -193,6 +213,7 @@ impl GenRequest {
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::invalid(format!("n is {}: only n = 1 is supported", self.n.unwrap_or(0))));
         }
+        self.refuse_unsupported()?;
         let seed = self.seed.unwrap_or_else(|| {
             let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             t.as_nanos() as u64
@@ -222,28 +243,62 @@ impl GenRequest {
         Ok(options)
     }
 
+    /// A 400 naming the first field that asks for what webtensor does not do (log-probabilities, echo, best_of,
+    /// suffix, logit_bias, tools, a response format other than text); such fields left at their "off" value
+    /// (`false`, `0`, `null`, empty, `"none"`, `{"type": "text"}`) are accepted, as clients send them so.
+    fn refuse_unsupported(&self) -> Result<(), ApiError> {
+        let asked = |v: &Value| !matches!(v, Value::Null | Value::Bool(false)) && v.as_u64() != Some(0);
+        let refused = if self.logprobs.as_ref().is_some_and(asked) {
+            Some("logprobs")
+        } else if self.top_logprobs.is_some_and(|n| n > 0) {
+            Some("top_logprobs")
+        } else if self.echo == Some(true) {
+            Some("echo")
+        } else if self.best_of.is_some_and(|n| n > 1) {
+            Some("best_of")
+        } else if self.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
+            Some("suffix")
+        } else if self.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
+            Some("logit_bias")
+        } else if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            Some("tools")
+        } else if self.tool_choice.as_ref().is_some_and(|c| !matches!(c, Value::Null) && c.as_str() != Some("none")) {
+            Some("tool_choice")
+        } else if self.response_format.as_ref().is_some_and(|f| !f.is_null() && f["type"].as_str() != Some("text")) {
+            Some("response_format")
+        } else {
+            None
+        };
+        match refused {
+            Some(field) => Err(ApiError::invalid(format!("'{field}' is not supported by this server"))),
+            None => Ok(()),
+        }
+    }
+
     /// The conversation of a chat request.
     pub fn chat_messages(&self) -> Result<Vec<Message>, ApiError> {
         let msgs = self.messages.as_ref().ok_or_else(|| ApiError::invalid("'messages' is required".into()))?;
         if msgs.is_empty() {
             return Err(ApiError::invalid("'messages' is empty".into()));
         }
-        Ok(msgs
-            .iter()
+        msgs.iter()
             .map(|m| {
                 let text = match &m.content {
                     None => String::new(),
                     Some(Content::Text(t)) => t.clone(),
-                    Some(Content::Parts(p)) => p
-                        .iter()
-                        .filter(|x| x.kind == "text")
-                        .filter_map(|x| x.text.clone())
-                        .collect::<Vec<_>>()
-                        .join(""),
+                    Some(Content::Parts(p)) => {
+                        if let Some(other) = p.iter().find(|x| x.kind != "text") {
+                            return Err(ApiError::invalid(format!(
+                                "a message part of type '{}' is not supported: the model takes text only",
+                                other.kind
+                            )));
+                        }
+                        p.iter().filter_map(|x| x.text.clone()).collect::<Vec<_>>().join("")
+                    }
                 };
-                Message::new(&m.role, &text)
+                Ok(Message::new(&m.role, &text))
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -255,6 +310,9 @@ pub(crate) struct EmbedRequest {
     pub input: OneOrMany,
     #[serde(default)]
     pub encoding_format: Option<String>,
+    /// The size of the embeddings asked for: the model's own, or refused (this model has no shorter form).
+    #[serde(default)]
+    pub dimensions: Option<u64>,
 }
 
 /// OpenAI's `finish_reason` for a stop reason.

@@ -23,6 +23,8 @@ pub(crate) struct Job {
 
 pub(crate) struct Handle {
     tx: mpsc::Sender<Job>,
+    /// The size of the model's embeddings.
+    pub dimensions: usize,
 }
 
 impl Handle {
@@ -39,7 +41,7 @@ pub(crate) fn start(device: Device, dir: String, metrics: Arc<Metrics>) -> Resul
         .name("webtensor-embedder".into())
         .spawn(move || match SentenceEmbedder::load(&device, &dir, EmbedderOptions::default()) {
             Ok(e) => {
-                let _ = ready_tx.send(Ok(()));
+                let _ = ready_tx.send(Ok(e.config.hidden));
                 run(e, rx, &metrics);
             }
             Err(e) => {
@@ -47,8 +49,9 @@ pub(crate) fn start(device: Device, dir: String, metrics: Arc<Metrics>) -> Resul
             }
         })
         .map_err(|e| CliError::Msg(format!("cannot start the embedding thread: {e}")))?;
-    ready_rx.recv().map_err(|_| CliError::Msg("the embedding thread ended while loading the model".into()))??;
-    Ok(Handle { tx })
+    let dimensions =
+        ready_rx.recv().map_err(|_| CliError::Msg("the embedding thread ended while loading the model".into()))??;
+    Ok(Handle { tx, dimensions })
 }
 
 fn run(mut e: SentenceEmbedder, rx: mpsc::Receiver<Job>, metrics: &Metrics) {

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use tokio::sync::mpsc::UnboundedSender;
 use webtensor::models::llama::batch::{Batch, BatchEvent, BatchOptions, SeqId};
-use webtensor::models::{GenerateOptions, Generation, Llama, LlamaOptions, Message, SamplingOptions};
+use webtensor::models::{GenerateOptions, Generation, Llama, LlamaOptions, Message, Prompter, SamplingOptions};
 use webtensor::Device;
 
 pub(crate) struct Config {
@@ -29,9 +29,22 @@ pub(crate) enum Prompt {
     Chat(Vec<Message>),
 }
 
+impl Prompt {
+    /// The prompt as ids: rendered and tokenized by the caller (on the request's thread, not the engine's: a
+    /// long render or tokenization does not hold up the sequences being decoded).
+    pub(crate) fn ids(self, prompter: &Prompter) -> webtensor::Result<Vec<u32>> {
+        match self {
+            Prompt::Text(t) => prompter.text(&t),
+            Prompt::Tokens(ids) => Ok(ids),
+            Prompt::Chat(messages) => prompter.chat(&messages),
+        }
+    }
+}
+
 /// A request for the engine.
 pub(crate) struct Job {
-    pub prompt: Prompt,
+    /// The prompt's ids.
+    pub prompt: Vec<u32>,
     pub options: GenerateOptions,
     pub tx: UnboundedSender<Out>,
 }
@@ -55,6 +68,8 @@ pub(crate) struct Handle {
     pub context: usize,
     /// The model's chat sampler settings (its file's recommendations over the generic chat defaults).
     pub chat_defaults: SamplingOptions,
+    /// The model's tokenizer and chat template.
+    pub prompter: Prompter,
     queue: usize,
     metrics: Arc<Metrics>,
 }
@@ -88,7 +103,8 @@ pub(crate) fn start(device: Device, cfg: Config, metrics: Arc<Metrics>) -> Resul
                 .and_then(|model| Batch::new(model, BatchOptions { slots, ..Default::default() }));
             match loaded {
                 Ok(batch) => {
-                    let _ = ready_tx.send(Ok((batch.model().context(), batch.model().chat_sampling(0))));
+                    let m0 = batch.model();
+                    let _ = ready_tx.send(Ok((m0.context(), m0.chat_sampling(0), m0.prompter().clone())));
                     m.slots_total.store(slots, Ordering::Relaxed);
                     run(batch, rx, &m);
                 }
@@ -98,9 +114,9 @@ pub(crate) fn start(device: Device, cfg: Config, metrics: Arc<Metrics>) -> Resul
             }
         })
         .map_err(|e| CliError::Msg(format!("cannot start the engine thread: {e}")))?;
-    let (context, chat_defaults) =
+    let (context, chat_defaults, prompter) =
         ready_rx.recv().map_err(|_| CliError::Msg("the engine thread ended while loading the model".into()))??;
-    Ok(Handle { tx, context, chat_defaults, queue: cfg.queue, metrics })
+    Ok(Handle { tx, context, chat_defaults, prompter, queue: cfg.queue, metrics })
 }
 
 /// A request in a slot.
@@ -150,21 +166,14 @@ fn run(mut batch: Batch, rx: mpsc::Receiver<Job>, metrics: &Metrics) {
     }
 }
 
-/// Tokenizes `job`'s prompt and gives it a slot, or answers it with the error.
+/// Gives `job` a slot, or answers it with the error.
 fn admit(batch: &mut Batch, job: Job, live: &mut HashMap<SeqId, Live>) {
     if job.tx.is_closed() {
         return;
     }
-    let model = batch.model();
-    let ids = match job.prompt {
-        Prompt::Text(t) => model.tokenizer.encode_within(&t, model.context()),
-        Prompt::Tokens(ids) => Ok(ids),
-        Prompt::Chat(messages) => model.chat_prompt(&messages),
-    };
-    let added = ids.and_then(|ids| Ok((batch.add(&ids, &job.options)?, ids.len())));
-    match added {
-        Ok((id, n)) => {
-            let _ = job.tx.send(Out::Started { prompt_tokens: n });
+    match batch.add(&job.prompt, &job.options) {
+        Ok(id) => {
+            let _ = job.tx.send(Out::Started { prompt_tokens: job.prompt.len() });
             live.insert(id, Live { tx: job.tx });
         }
         Err(e) => {

@@ -107,6 +107,12 @@ async fn generate(s: &AppState, body: Body, chat: bool) -> Result<Response, ApiE
     // chat answers sample with the model's chat settings unless told otherwise; completions are greedy
     let defaults = if chat { engine.chat_defaults.clone() } else { Default::default() };
     let options = req.options(&defaults, engine.context)?;
+    // rendered and tokenized here, on a blocking thread of the request's own, not on the engine's
+    let prompter = engine.prompter.clone();
+    let prompt = tokio::task::spawn_blocking(move || prompt.ids(&prompter))
+        .await
+        .map_err(|e| ApiError::server(format!("making the prompt failed: {e}")))?
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     engine.submit(Job { prompt, options, tx })?;
     let prompt_tokens = match rx.recv().await {
@@ -230,6 +236,11 @@ async fn embed(s: &AppState, body: Body) -> Result<Response, ApiError> {
         Some("base64") => true,
         Some(f) => return Err(ApiError::invalid(format!("encoding_format '{f}': 'float' or 'base64'"))),
     };
+    let embedder = s.embedder.as_ref().expect("an embedding id means an embedder");
+    if let Some(d) = req.dimensions.filter(|&d| d != embedder.dimensions as u64) {
+        let msg = format!("dimensions is {d}: this model's embeddings have {} and no other size", embedder.dimensions);
+        return Err(ApiError::invalid(msg));
+    }
     let texts = req.input.into_vec();
     if texts.is_empty() {
         return Err(ApiError::invalid("'input' is empty".into()));
@@ -239,7 +250,7 @@ async fn embed(s: &AppState, body: Body) -> Result<Response, ApiError> {
         return Err(ApiError::invalid(msg));
     }
     let (reply, rx) = tokio::sync::oneshot::channel();
-    s.embedder.as_ref().expect("an embedding id means an embedder").submit(embedder::Job { texts, reply })?;
+    embedder.submit(embedder::Job { texts, reply })?;
     let (vecs, tokens) =
         rx.await.map_err(|_| ApiError::server("the embedding engine dropped the request".into()))??;
     let data: Vec<Value> = vecs

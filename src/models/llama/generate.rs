@@ -127,28 +127,12 @@ impl Llama {
     }
 
     /// The prompt of a conversation: the file's chat template applied to `messages`, ending with the
-    /// assistant's turn opened, as ids.
+    /// assistant's turn opened, as ids ([`Prompter::chat`](super::Prompter::chat)).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the file has no chat template, it does not compile (the message says why;
     /// plain generation works all the same), or rendering fails.
     pub fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>> {
-        let t = self.chat_template().ok_or_else(|| Error::InvalidArgument {
-            op: "chat",
-            reason: self.chat_template_error().unwrap_or_default(),
-        })?;
-        let text = t.render(messages, true, &self.tokenizer.bos_text, &self.tokenizer.eos_text).map_err(|e| {
-            let why = match e {
-                Error::InvalidArgument { reason, .. } => reason,
-                other => other.to_string(),
-            };
-            Error::InvalidArgument { op: "chat", reason: format!("{}: the chat template failed: {why}", self.source) }
-        })?;
-        let mut ids = self.tokenizer.encode_within(&text, self.context())?;
-        // a template that writes the BOS token itself gets no second one
-        if self.tokenizer.bos.is_some() && ids.len() > 1 && ids[0] == ids[1] && Some(ids[0]) == self.tokenizer.bos {
-            ids.remove(0);
-        }
-        Ok(ids)
+        self.prompter().chat(messages)
     }
 }

@@ -24,9 +24,11 @@ pub mod batch;
 mod generate;
 mod generation;
 mod graph;
+mod prompter;
 
 pub use crate::models::arch::spec::LlamaConfig;
 pub use generation::{GenerateOptions, Generation, StopReason, Token, TokenStream};
+pub use prompter::Prompter;
 
 use self::generation::StepOut;
 use self::graph::{build_step, causal_mask, KvCache, StepGraph};
@@ -75,12 +77,8 @@ pub(crate) struct StepPlan {
 pub struct Llama {
     pub config: LlamaConfig,
     pub tokenizer: std::sync::Arc<Tokenizer>,
-    /// The file's chat template source (or why it cannot be one: not a string).
-    template_source: Option<std::result::Result<String, String>>,
-    /// The template compiled on first use (a file's template is not touched by plain generation), or why not.
-    template: std::sync::OnceLock<Option<std::result::Result<ChatTemplate, String>>>,
-    /// The file's name, for the errors of its chat template.
-    source: String,
+    /// The tokenizer and chat template, shareable with other threads.
+    prompter: Prompter,
     /// The file's `general.sampling.*` keys.
     recommended: RecommendedSampling,
     device: Device,
@@ -125,13 +123,12 @@ impl Llama {
         };
         let weights = crate::models::arch::load_weights(device, file, &config, context)?;
         let cache = new_cache(device, &config, context, 1, options.f32_cache)?;
+        let prompter = Prompter::new(tokenizer.clone(), template_source, file.source(), cache.capacity);
         let options = LlamaOptions { max_chunk: options.max_chunk.clamp(1, 4096), ..options };
         Ok(Llama {
             config,
             tokenizer,
-            template_source,
-            template: Default::default(),
-            source: file.source().to_string(),
+            prompter,
             recommended: RecommendedSampling::from_gguf(file),
             device: device.clone(),
             weights,
@@ -173,28 +170,19 @@ impl Llama {
         self.cached.clear();
     }
 
-    /// The chat template from the file's `tokenizer.chat_template`, if it has one that compiles.
-    pub fn chat_template(&self) -> Option<&ChatTemplate> {
-        self.compiled_template().as_ref().and_then(|t| t.as_ref().ok())
+    /// What makes this model's prompts (its tokenizer and chat template), for use on other threads.
+    pub fn prompter(&self) -> &Prompter {
+        &self.prompter
     }
 
-    fn compiled_template(&self) -> &Option<std::result::Result<ChatTemplate, String>> {
-        self.template.get_or_init(|| {
-            self.template_source.as_ref().map(|src| {
-                let src = src.as_ref().map_err(String::clone)?;
-                ChatTemplate::new(src)
-                    .map_err(|e| format!("the model's chat template (tokenizer.chat_template) does not compile: {e}"))
-            })
-        })
+    /// The chat template from the file's `tokenizer.chat_template`, if it has one that compiles.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.prompter.chat_template()
     }
 
     /// Why the file's chat template cannot be used: it has none, or it does not compile (`None` when it can).
     pub fn chat_template_error(&self) -> Option<String> {
-        match self.compiled_template() {
-            None => Some(format!("{}: the model file has no chat template (tokenizer.chat_template)", self.source)),
-            Some(Err(e)) => Some(format!("{}: {e}", self.source)),
-            Some(Ok(_)) => None,
-        }
+        self.prompter.chat_template_error()
     }
 
     /// The logits (f32 `[V]`) after `tokens`, run at the positions after the cached ones (which they join).
