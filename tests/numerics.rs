@@ -221,21 +221,54 @@ fn aliasing_never_breaks_bindings() {
 /// gives), not zeros, in both of the kernel's paths (a few query rows; 64 and more by `gemm`), and a matmul whose
 /// activation row holds a NaN is NaN with a quantized weight (its activations' 8-bit rounding dropped a NaN to 0).
 #[test]
-fn nan_propagates_through_attention_and_quantized_matmul() {
+fn nan_propagates_through_attention_rows_and_quantized_matmul() {
     use webtensor::{Attention, Data, Device, Graph, HostTensor};
     let cpu = Device::cpu();
-    for t in [2usize, 70] {
+    // on every backend (WGSL's max() and comparisons drop a NaN: the GPU kernels test the bits), prefill tiles
+    // (T 2, 70) and decode over a long cache (T 1, 1000 keys: the split kernel and its combine pass)
+    for dev in common::devices() {
+        for (t, s) in [(2usize, 3usize), (70, 3), (1, 1000)] {
+            let mut g = Graph::new();
+            let q = g.input("q", F32, &[1, t, 4]).unwrap();
+            let k = g.input("k", F32, &[1, s, 4]).unwrap();
+            let o = g.attention(q, k, k, &Attention { scale: 0.5, causal: false, mask: None, kv_len: None }).unwrap();
+            let mut plan = dev.compile(&g, &[o]).unwrap();
+            let kt = HostTensor::f32(&[1, s, 4], vec![0.2; s * 4]).unwrap();
+            let mut qv = vec![0.1f32; t * 4];
+            let nan_row = t / 2;
+            qv[nan_row * 4] = f32::NAN;
+            let qt = HostTensor::f32(&[1, t, 4], qv).unwrap();
+            let out = plan.run(&[(q, &qt), (k, &kt)]).unwrap().remove(0).data.to_f32();
+            let name = if dev.is_cpu() { "cpu" } else { "gpu" };
+            for (row, o) in out.chunks(4).enumerate() {
+                let want_nan = row == nan_row;
+                assert!(
+                    o.iter().all(|x| x.is_nan() == want_nan && (want_nan || x.is_finite())),
+                    "{name} T {t} S {s}: row {row} {o:?}"
+                );
+            }
+            // a NaN key: every row sees it
+            let mut kv = vec![0.2f32; s * 4];
+            kv[(s - 1) * 4 + 1] = f32::NAN;
+            let (qt, kt) =
+                (HostTensor::f32(&[1, t, 4], vec![0.1; t * 4]).unwrap(), HostTensor::f32(&[1, s, 4], kv).unwrap());
+            let out = plan.run(&[(q, &qt), (k, &kt)]).unwrap().remove(0).data.to_f32();
+            assert!(out.iter().all(|x| x.is_nan()), "{name} T {t} S {s}: a NaN key {:?}", &out[..4]);
+        }
+        // softmax, max and argmax over rows of 300 (more than a workgroup's 256): row 1 has a NaN at 260
         let mut g = Graph::new();
-        let q = g.input("q", F32, &[1, t, 4]).unwrap();
-        let k = g.input("k", F32, &[1, 3, 4]).unwrap();
-        let o = g.attention(q, k, k, &Attention { scale: 0.5, causal: false, mask: None, kv_len: None }).unwrap();
-        let mut plan = cpu.compile(&g, &[o]).unwrap();
-        let mut qv = vec![0.1f32; t * 4];
-        qv[4] = f32::NAN; // query row 1
-        let (qt, kt) = (HostTensor::f32(&[1, t, 4], qv).unwrap(), HostTensor::f32(&[1, 3, 4], vec![0.2; 12]).unwrap());
-        let out = plan.run(&[(q, &qt), (k, &kt)]).unwrap().remove(0).data.to_f32();
-        assert!(out[4..8].iter().all(|x| x.is_nan()), "T {t}: row 1 {:?}", &out[4..8]);
-        assert!(out[..4].iter().chain(&out[8..]).all(|x| x.is_finite()), "T {t}: the other rows");
+        let x = g.input("x", F32, &[3, 300]).unwrap();
+        let outs = [g.softmax(x).unwrap(), g.max(x).unwrap(), g.argmax(x).unwrap()];
+        let mut plan = dev.compile(&g, &outs).unwrap();
+        let mut xv: Vec<f32> = (0..900).map(|i| (i % 300) as f32 / 100.0).collect();
+        xv[300 + 260] = f32::NAN;
+        let out = plan.run(&[(x, &HostTensor::f32(&[3, 300], xv).unwrap())]).unwrap();
+        let (sm, mx, am) = (out[0].data.to_f32(), out[1].data.to_f32(), out[2].data.to_f32());
+        let name = if dev.is_cpu() { "cpu" } else { "gpu" };
+        assert!(sm[300..600].iter().all(|x| x.is_nan()), "{name}: softmax of a row with a NaN");
+        assert!(sm[..300].iter().chain(&sm[600..]).all(|x| x.is_finite()), "{name}: softmax of the other rows");
+        assert!(mx[1].is_nan() && mx[0] == 2.99 && mx[2] == 2.99, "{name}: max {mx:?}");
+        assert_eq!(am, [299.0, 260.0, 299.0], "{name}: argmax");
     }
     // Q8_0 [4, 32]: each row one block, d = 1 (f16 0x3c00), q = 1
     let block: Vec<u8> = [0x00u8, 0x3c].into_iter().chain([1u8; 32]).collect();

@@ -46,9 +46,9 @@ macro_rules! for_each_reduce {
             (Mean, mean, "MEAN", |row| row.iter().sum::<f64>() / row.len() as f64,
                 "`Σ x / N` (`torch.mean(x, -1, keepdim=True)`).")
             (Max, max, "MAX", |row| row[first_max(row)],
-                "`max x` (`torch.amax(x, -1, keepdim=True)`).")
+                "`max x`, NaN where the row has one (`torch.amax(x, -1, keepdim=True)`).")
             (ArgMax, argmax, "ARGMAX", |row| first_max(row) as f64,
-                "Index of the first maximum, as i32 (`numpy.argmax(x, -1)[..., None]`).")
+                "Index of the first maximum (of the first NaN where there is one), as i32 (`numpy.argmax(x, -1)[..., None]`).")
         }
     };
 }
@@ -58,6 +58,10 @@ for_each_reduce!(define_reduce);
 
 /// The index of the first maximum of `row` (NaN never wins).
 fn first_max(row: &[f64]) -> usize {
+    // a NaN is the largest, as numpy.argmax and torch.amax take it
+    if let Some(j) = row.iter().position(|e| e.is_nan()) {
+        return j;
+    }
     let (mut best, mut arg) = (row[0], 0);
     for (j, &e) in row.iter().enumerate() {
         if e > best {

@@ -46,11 +46,16 @@ macro_rules! define_rows {
 
 define_rows! {
     (Softmax, softmax, "SOFTMAX", |row, _p| {
+        // a NaN makes the row NaN (f64::max drops it: the row became zeros), as torch.softmax
+        if row.iter().any(|e| e.is_nan()) {
+            row.iter_mut().for_each(|e| *e = f64::NAN);
+            return;
+        }
         let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         row.iter_mut().for_each(|e| *e = if max == f64::NEG_INFINITY { 0.0 } else { (*e - max).exp() });
         let s: f64 = row.iter().sum();
         row.iter_mut().for_each(|e| *e = if s > 0.0 { *e / s } else { 0.0 });
-    }, "`softmax(x·scale + mask)`; a row of −inf gives zeros (ggml_soft_max_ext).")
+    }, "`softmax(x·scale + mask)`; a row of −inf gives zeros (ggml_soft_max_ext), a row with a NaN NaN (torch.softmax).")
     (RmsNorm, rms_norm, "RMS_NORM", |row, p| {
         let inv = 1.0 / (row.iter().map(|x| x * x).sum::<f64>() / row.len() as f64 + p.eps as f64).sqrt();
         row.iter_mut().for_each(|e| *e *= inv);

@@ -176,8 +176,8 @@ fn fin_store(key: &KernelKey, partial: bool) -> String {
     }
     let c = compute_type(*key.ins.last().expect("the final output's dtype"));
     format!(
-        "if ((L + P.split_len - 1u) / P.split_len <= 1u) {{\n                    let l = l_s[r];\n                    \
-         st_fin(((b * T + t) * P.h + hi) * ndv + d, {c}(select(0.0, acc[j] / l, l > 0.0)));\n                }}"
+        "if ((L + P.split_len - 1u) / P.split_len <= 1u) {{\n                    \
+         st_fin(((b * T + t) * P.h + hi) * ndv + d, {c}(finish(r, acc[j])));\n                }}"
     )
 }
 

@@ -4,7 +4,8 @@
 // A workgroup of 64 takes BR queries of one head and one split of the keys: the split's tiles are staged in
 // workgroup memory, scores computed pairwise, the row statistics by one invocation per row, the accumulators
 // (BR x DV, ACC per invocation) in registers. Keys at or past the run-time length L (KV_LEN) are never read; with
-// CAUSAL, query t (the last T of L positions) sees keys s <= L - T + t. A row whose keys are all masked gives 0.
+// CAUSAL, query t (the last T of L positions) sees keys s <= L - T + t. A row whose keys are all masked gives 0; a
+// row with a NaN score gives NaN (as PyTorch's softmax), kept by a flag: WGSL's max() and comparisons drop a NaN.
 // PARTIAL: several splits of the keys per query (decode), each writing (m, l, acc[DV]) to the scratch buffer for
 // attention_combine.wgsl; when the length reaches only the first split, it also writes the output (the run then
 // skips the combine). Else one split writing the normalized rows into a contiguous [B, T, H, DV] output.
@@ -31,6 +32,22 @@ var<workgroup> p_s: array<f32, {{P_SHARED}}>;
 var<workgroup> m_s: array<f32, BR>;
 var<workgroup> l_s: array<f32, BR>;
 var<workgroup> a_s: array<f32, BR>;
+// a row that met a NaN score (set by any invocation, hence atomic)
+var<workgroup> nan_s: array<atomic<u32>, BR>;
+
+// NaN tested on the bits: a compiler may assume floats are never NaN and fold x != x away
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// row r's output from its accumulator a: normalized, 0 for a row that saw no key, NaN for one with a NaN score
+fn finish(r: u32, a: f32) -> f32 {
+    if (atomicLoad(&nan_s[r]) != 0u) {
+        return bitcast<f32>(0x7fc00000u);
+    }
+    let l = l_s[r];
+    return select(0.0, a / l, l > 0.0);
+}
 
 {{LENGTH_FN}}
 
@@ -116,6 +133,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if (lid < BR) {
         m_s[lid] = NEG;
         l_s[lid] = 0.0;
+        atomicStore(&nan_s[lid], 0u);
     }
     var acc: array<f32, ACC>;
     let s_begin = split * P.split_len;
@@ -136,7 +154,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 for (var d = 0u; d < nd; d = d + 1u) {
                     dot = fma(q_s[r * nd + d], k_s[(e % nbc) * nd + d], dot);
                 }
-                x = max(dot * P.scale + mask_at(b, hi, t, s), NEG);
+                let raw = dot * P.scale + mask_at(b, hi, t, s);
+                if (is_nan(raw)) {
+                    atomicStore(&nan_s[r], 1u);
+                }
+                x = max(raw, NEG);
             }
             p_s[e] = x;
         }
@@ -170,12 +192,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 st_out(base + 2u + d, acc[j]);
                 if (d == 0u) {
                     st_out(base, m_s[r]);
-                    st_out(base + 1u, l_s[r]);
+                    // a NaN row's l is NaN: the combine pass tests it
+                    st_out(base + 1u, select(l_s[r], bitcast<f32>(0x7fc00000u), atomicLoad(&nan_s[r]) != 0u));
                 }
                 {{FIN_STORE}}
             } else {
-                let l = l_s[r];
-                st_out(((b * T + t) * P.h + hi) * ndv + d, {{OUT_C}}(select(0.0, acc[j] / l, l > 0.0)));
+                st_out(((b * T + t) * P.h + hi) * ndv + d, {{OUT_C}}(finish(r, acc[j])));
             }
         }
     }

@@ -34,20 +34,6 @@ fn row_sum(v: f32, lid: u32) -> f32 {
     return r;
 }
 
-fn row_max(v: f32, lid: u32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            red[lid] = max(red[lid], red[lid + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
 fn load_x(base: u32, j: u32) -> f32 {
     return f32(ld_x_in(base + j * P.x_strides.w));
 }
@@ -70,13 +56,29 @@ fn relative(xb: u32, mb: u32, j: u32, xk: f32, mk: f32) -> f32 {
     return (load_x(xb, j) * P.scale - xk) + (load_mask(mb, j) - mk);
 }
 
-/// The index of the row's largest value (the first of equals; 0 for a row of NaN), for every invocation.
+// NaN tested on the bits: a compiler may assume floats are never NaN and fold x != x away
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// a ranks above b, a NaN above every number (numpy.argmax and torch.amax take the first NaN)
+fn above(a: f32, b: f32) -> bool {
+    return select(!is_nan(b) && a > b, !is_nan(b), is_nan(a));
+}
+
+// a and b rank equal: equal numbers, or both NaN
+fn same(a: f32, b: f32) -> bool {
+    return select(!is_nan(b) && a == b, is_nan(b), is_nan(a));
+}
+
+/// The index of the row's largest value (the first of equals; the first NaN where there is one), for every
+/// invocation.
 fn row_argmax(xb: u32, mb: u32, lid: u32) -> u32 {
     var best = -3.402823466e38;
     var arg = 0xffffffffu;
     for (var j = lid; j < P.n; j = j + WG) {
         let v = value(xb, mb, j);
-        if (arg == 0xffffffffu || v > best) {
+        if (arg == 0xffffffffu || above(v, best)) {
             best = v;
             arg = j;
         }
@@ -87,8 +89,8 @@ fn row_argmax(xb: u32, mb: u32, lid: u32) -> u32 {
     for (var s = WG / 2u; s > 0u; s = s >> 1u) {
         if (lid < s) {
             let o = lid + s;
-            let take = red_i[o] != 0xffffffffu && (red_i[lid] == 0xffffffffu || red[o] > red[lid] ||
-                (red[o] == red[lid] && red_i[o] < red_i[lid]));
+            let take = red_i[o] != 0xffffffffu && (red_i[lid] == 0xffffffffu || above(red[o], red[lid]) ||
+                (same(red[o], red[lid]) && red_i[o] < red_i[lid]));
             if (take) {
                 red[lid] = red[o];
                 red_i[lid] = red_i[o];
@@ -134,13 +136,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         return;
     }
     if (OP == MAX) {
-        var m = -3.402823466e38;
-        for (var j = lid; j < N; j = j + WG) {
-            m = max(m, value(xb, mb, j));
-        }
-        let total = row_max(m, lid);
+        // the value at the argmax: a NaN where the row has one (max() would drop it)
+        let k = row_argmax(xb, mb, lid);
         if (lid == 0u) {
-            st_out(row + P.out_offset, {{OUT_C}}(total));
+            st_out(row + P.out_offset, {{OUT_C}}(value(xb, mb, k)));
         }
         return;
     }
@@ -152,8 +151,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         let k = row_argmax(xb, mb, lid);
         let xk = load_x(xb, k) * P.scale;
         let mk = load_mask(mb, k);
-        // a row of -inf (every key masked) gives zeros
+        // a row of -inf (every key masked) gives zeros, a row with a NaN NaN (its argmax is the NaN)
         let masked = xk + mk < -3.402823466e38;
+        let nan = is_nan(value(xb, mb, k));
         var s = 0.0;
         for (var j = lid; j < N; j = j + WG) {
             s = s + exp(relative(xb, mb, j, xk, mk));
@@ -161,7 +161,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         let total = row_sum(s, lid);
         let inv = select(0.0, 1.0 / total, total > 0.0);
         for (var j = lid; j < N; j = j + WG) {
-            st_out(ob + j, {{OUT_C}}(select(exp(relative(xb, mb, j, xk, mk)) * inv, 0.0, masked)));
+            let w = select(select(exp(relative(xb, mb, j, xk, mk)) * inv, 0.0, masked), bitcast<f32>(0x7fc00000u), nan);
+            st_out(ob + j, {{OUT_C}}(w));
         }
         return;
     }
