@@ -99,10 +99,11 @@ impl Folds {
                 self.stmts(&b.body)
             }
             Stmt::Block(b) => self.stmts(&b.body),
-            Stmt::Import(i) => self.exprs([&i.expr, &i.name]),
-            Stmt::FromImport(i) => self.expr(&i.expr, 0).map(drop),
-            Stmt::Extends(e) => self.expr(&e.name, 0).map(drop),
-            Stmt::Include(i) => self.expr(&i.name, 0).map(drop),
+            // a chat template has no other templates to load (and minijinja's error for a missing one prints the
+            // names it tried, a list of any size, outside every charge)
+            Stmt::Import(_) | Stmt::FromImport(_) | Stmt::Extends(_) | Stmt::Include(_) => {
+                Err(invalid("include, import and extends are not available in chat templates".into()))
+            }
             Stmt::Macro(m) => {
                 for e in m.args.iter().chain(&m.defaults) {
                     self.expr(e, 0)?;

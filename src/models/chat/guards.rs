@@ -260,6 +260,10 @@ pub(crate) fn install_dict(env: &mut Environment<'static>) {
 /// `container[key]`, as minijinja's VM computes it (a missing key or index is undefined), with what it reads
 /// charged: a string's characters counted to find an index, a string key hashed, an iterable walked to an index.
 pub(crate) fn get_item(state: &State, container: Value, key: Value) -> Result<Value, Error> {
+    if !matches!(key.kind(), ValueKind::String | ValueKind::Number) {
+        // a key that is a list or map is hashed whole
+        walk(state, &key, usize::MAX / 2)?;
+    }
     let mut units = key.as_str().map_or(0, |k| k.len() / 16);
     if let Some(s) = container.as_str() {
         units += s.len() / 16;

@@ -4,6 +4,7 @@
 mod budget;
 mod consts;
 mod guards;
+mod namespace;
 mod pyfns;
 mod sandbox;
 

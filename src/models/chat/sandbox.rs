@@ -166,6 +166,8 @@ fn arithmetic(
 /// `needle in container`, as minijinja's VM computes it, its cost charged as work first.
 fn contains(state: &State, needle: Value, container: Value) -> Result<Value, Error> {
     walk(state, &container, usize::MAX / 2)?;
+    // hashed or compared: as deep and as costly as it is
+    walk(state, &needle, usize::MAX / 2)?;
     if container.is_undefined() {
         return Ok(Value::from(false));
     }
@@ -207,6 +209,10 @@ fn list(state: &State, items: Rest<Value>) -> Result<Value, Error> {
 
 /// A map literal `{k: v, ..}` (its keys and values in turn), its values checked for nesting depth.
 fn map(state: &State, kv: Rest<Value>) -> Result<Value, Error> {
+    // the keys are hashed as the map is built
+    for key in kv.0.iter().step_by(2) {
+        walk(state, key, usize::MAX / 2)?;
+    }
     let map: Value = kv.0.chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect();
     walk(state, &map, usize::MAX / 2)?;
     Ok(map)
@@ -282,49 +288,62 @@ pub(crate) fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
     if !t.blocks.is_empty() {
         return Err(invalid("template blocks ({% block %}) are not used by chat templates".into()));
     }
-    charge_loops(&mut t);
+    expand(&mut t);
     Ok(t)
 }
 
-/// Puts a call of `__webtensor_iter` before every loop's start (`PushLoop`), with the jumps moved to match:
-/// minijinja counts a string's characters when a loop over it starts, inside that one instruction, and a loop
-/// that breaks at once can start anew in every iteration of an outer one (8 MB counted 100,000 times). A jump to a
-/// loop's start lands on its call. (Recursive loops, which jump to the start themselves, are refused in
-/// `consts.rs`.)
-fn charge_loops(t: &mut CompiledTemplate<'_>) {
+/// What an instruction becomes, where it is rewritten into several: a loop's start (`PushLoop`) is preceded by
+/// a call of `__webtensor_iter`, since minijinja counts a string's characters there, inside that one instruction,
+/// and a loop that breaks at once can start anew in every iteration of an outer one (8 MB counted 100,000 times);
+/// a namespace assignment (`SetAttr`) becomes a call of `__webtensor_setattr` (`namespace.rs`) with the name as
+/// a constant, its result discarded.
+fn expansion<'s>(instr: &Instruction<'s>) -> Option<Vec<Instruction<'s>>> {
+    match instr {
+        Instruction::PushLoop(_) => Some(vec![Instruction::CallFunction("__webtensor_iter", Some(1)), instr.clone()]),
+        Instruction::SetAttr(name) => Some(vec![
+            Instruction::LoadConst(Value::from(*name)),
+            Instruction::CallFunction("__webtensor_setattr", Some(3)),
+            Instruction::DiscardTop,
+        ]),
+        _ => None,
+    }
+}
+
+/// Rewrites the instructions that [`expansion`] expands, with every jump moved to match (a jump to an expanded
+/// instruction lands on the first of its replacements). Recursive loops, which jump to a loop's start by
+/// themselves, past its charge, are refused in `consts.rs`.
+fn expand(t: &mut CompiledTemplate<'_>) {
     let old = &t.instructions;
     let n = old.len() as u32;
-    let is_loop = |i: u32| matches!(old.get(i), Some(Instruction::PushLoop(_)));
-    if !(0..n).any(is_loop) {
+    let sizes: Vec<u32> = (0..n).map(|i| old.get(i).and_then(expansion).map_or(1, |v| v.len() as u32)).collect();
+    if sizes.iter().all(|&s| s == 1) {
         return;
     }
-    // where old instruction i lands (its inserted call for a loop start); one past the end for a jump there
+    // where old instruction i lands; one past the end for a jump there
     let mut at = Vec::with_capacity(n as usize + 1);
-    let mut inserted = 0u32;
-    for i in 0..n {
-        at.push(i + inserted);
-        inserted += u32::from(is_loop(i));
+    let mut next = 0u32;
+    for &size in &sizes {
+        at.push(next);
+        next += size;
     }
-    at.push(n + inserted);
-    let moved = |target: &u32| at.get(*target as usize).copied().unwrap_or(*target + inserted);
+    at.push(next);
+    let moved = |target: &u32| at.get(*target as usize).copied().unwrap_or(next);
     let mut new = minijinja::machinery::Instructions::new(old.name(), old.source());
     for i in 0..n {
         let Some(instr) = old.get(i) else { continue };
         let line = old.get_line(i).unwrap_or(0).min(u16::MAX as usize) as u16;
-        let instr = match instr {
-            Instruction::PushLoop(_) => {
-                new.add_with_line(Instruction::CallFunction("__webtensor_iter", Some(1)), line);
-                instr.clone()
-            }
-            Instruction::Jump(x) => Instruction::Jump(moved(x)),
-            Instruction::JumpIfFalse(x) => Instruction::JumpIfFalse(moved(x)),
-            Instruction::JumpIfFalseOrPop(x) => Instruction::JumpIfFalseOrPop(moved(x)),
-            Instruction::JumpIfTrueOrPop(x) => Instruction::JumpIfTrueOrPop(moved(x)),
-            Instruction::Iterate(x) => Instruction::Iterate(moved(x)),
-            Instruction::BuildMacro(name, x, flags) => Instruction::BuildMacro(name, moved(x), *flags),
-            other => other.clone(),
+        let replaced = match instr {
+            Instruction::Jump(x) => vec![Instruction::Jump(moved(x))],
+            Instruction::JumpIfFalse(x) => vec![Instruction::JumpIfFalse(moved(x))],
+            Instruction::JumpIfFalseOrPop(x) => vec![Instruction::JumpIfFalseOrPop(moved(x))],
+            Instruction::JumpIfTrueOrPop(x) => vec![Instruction::JumpIfTrueOrPop(moved(x))],
+            Instruction::Iterate(x) => vec![Instruction::Iterate(moved(x))],
+            Instruction::BuildMacro(name, x, flags) => vec![Instruction::BuildMacro(name, moved(x), *flags)],
+            other => expansion(other).unwrap_or_else(|| vec![other.clone()]),
         };
-        new.add_with_line(instr, line);
+        for r in replaced {
+            new.add_with_line(r, line);
+        }
     }
     t.instructions = new;
 }
@@ -390,6 +409,8 @@ pub(crate) fn environment(today: Option<(i64, u32, u32)>) -> Environment<'static
     env.add_function("__webtensor_slice", guards::slice);
     env.add_function("__webtensor_loop_changed", guards::loop_changed);
     env.add_function("__webtensor_iter", guards::iterable);
+    env.add_function("__webtensor_setattr", super::namespace::set_attr);
+    env.add_function("namespace", super::namespace::namespace);
     let own_filters = super::pyfns::add_to(&mut env, today);
     guards::install_filters(&mut env, own_filters, FILTERS);
     guards::install_tests(&mut env);
