@@ -2,7 +2,9 @@
 //! quantized table, and `x @ t(w)` with a quantized weight, multithreaded over w's rows: for a few rows of x
 //! (decode) one pass over w, each row dotted with x in integer arithmetic where the type has a kernel
 //! (`qdot`: x rounded to 8-bit blocks, as llama.cpp does) or else decoded into a short f32 buffer; for many rows
-//! (prefill) panels of w decoded to f32 and multiplied by the `gemm` crate.
+//! (prefill) panels of 16 rows of w unpacked to bytes and multiplied in integer arithmetic where the CPU has
+//! AVX-512 VNNI and the type a panel form (`qdot/panel.rs`), else panels of w decoded to f32 and multiplied by the
+//! `gemm` crate.
 
 use super::buffer::Memory;
 use super::elementwise::{epilogue, Leaf};
@@ -152,7 +154,16 @@ impl QMatmulKernel {
         for r in 0..m {
             av.row_f32(self.a.layout.index_of(r * k), st, &mut a[r * k..(r + 1) * k]);
         }
-        let c = if m <= VEC_ROWS { self.mat_vec(mem, &a, m) } else { self.panels(mem, &a, m) };
+        let c = if m <= VEC_ROWS {
+            self.mat_vec(mem, &a, m)
+        } else {
+            #[cfg(target_arch = "x86_64")]
+            if qdot::panel::available(self.w.dtype) && !self.f32_activations {
+                let c = self.int_panels(mem, &a, m);
+                return self.store(mem, &c);
+            }
+            self.panels(mem, &a, m)
+        };
         self.store(mem, &c);
     }
 
@@ -243,6 +254,30 @@ impl QMatmulKernel {
                         gemm::Parallelism::None,
                     );
                 }
+            }
+        });
+        c
+    }
+
+    /// Large M with AVX-512 VNNI, for the types with a panel form (`qdot/panel.rs`): a's rows rounded to 8-bit
+    /// blocks once, then each task unpacks panels of 16 rows of w to bytes and multiplies them in integer
+    /// arithmetic into its columns of `c [m, n]`.
+    #[cfg(target_arch = "x86_64")]
+    fn int_panels(&self, mem: &Memory, a: &[f32], m: usize) -> Vec<f32> {
+        use qdot::panel::{Acts, Panel, NR};
+        let (k, n) = (self.w.k, self.n);
+        let acts = Acts::quantize(self.w.dtype, a, k);
+        debug_assert_eq!(acts.len(), m);
+        let mut c = vec![0f32; m * n];
+        let dst = SendPtr(c.as_mut_ptr());
+        for_ranges(n.div_ceil(NR), 1, |panels| {
+            let mut panel = Panel::new(self.w.dtype, k);
+            for p in panels {
+                let (j0, rows) = (p * NR, NR.min(n - p * NR));
+                panel.fill((0..rows).map(|j| self.w.bytes(mem, j0 + j)));
+                // SAFETY: available() checked the CPU; c is [m, n] with j0 + rows <= n, and tasks write disjoint
+                // columns of it
+                unsafe { panel.multiply(&acts, dst.at(j0), n, rows) };
             }
         });
         c

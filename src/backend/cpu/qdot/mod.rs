@@ -11,11 +11,15 @@
 //! compiled with AVX2, which the compiler vectorizes. On wasm, simd128 kernels (Q4_0, Q4_1, Q8_0) where the
 //! build enables simd128 (it does: `.cargo/config.toml`). bf16 and f16 weights decode to f32 (`quant.rs`).
 //!
+//! Prefill (many rows of activations) has its own integer kernel with AVX-512 VNNI: `panel.rs`.
+//!
 //! Accuracy: rounding activations to 8 bits (relative error up to 1/254 of a block's largest value) moves a
 //! dot product by about 0.3% of its magnitude; `CompileOptions::f32_activations` turns it off.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod panel;
 mod row;
 mod scalar;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -92,7 +96,7 @@ mod tests {
     use crate::quant::decode;
 
     /// Random blocks of `dtype` with finite, small f16 scales (the fields at `scales`), `rows` rows of `k`.
-    fn blocks(dtype: DType, k: usize, seed: u64) -> Vec<u8> {
+    pub(super) fn blocks(dtype: DType, k: usize, seed: u64) -> Vec<u8> {
         let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let mut next = move || {
             s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
