@@ -2,7 +2,8 @@
 # Builds llama.cpp's llama-server (the peer of scripts/bench_serve.py) from the vendor/llama.cpp tree of
 # llama-cpp-python 0.3.36's sdist, as `webtensor bench generate`'s llama.cpp is built: CPU, the flags of
 # scripts/ggml-cpu-flags.sh (GGML_NATIVE=ON, or this CPU's extensions named where it lists AMX).
-# cmake and ninja come from PyPI as wheels when missing; gcc/g++ must be present. About 10 minutes on 2 cores.
+# cmake and ninja come from PyPI as wheels when missing (and so do the sdist's own build tools: `--no-binary :all:`
+# built cmake from source, half an hour); gcc/g++ must be present. About 10 minutes on 2 cores.
 # Prints the binary's path last.  Usage: scripts/build-llama-server.sh [BUILD_DIR]   (default target/llama-server)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ mkdir -p "$out"
 command -v cmake >/dev/null || python3 -m pip install -q cmake
 command -v ninja >/dev/null || python3 -m pip install -q ninja
 if [ ! -d "$out/src/vendor/llama.cpp" ]; then
-  python3 -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d "$out/sdist"
+  python3 -m pip download -q --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 -d "$out/sdist"
   mkdir -p "$out/src"
   tar -xzf "$out/sdist/llama_cpp_python-0.3.36.tar.gz" -C "$out/src" --strip-components=1
 fi

@@ -434,6 +434,12 @@ fn stop_strings_never_leak_into_the_stream() {
         }
     }
     stops.push(format!("{}\u{1}never", free.text.chars().last().unwrap_or('x')));
+    // stop strings spanning three pieces (each token's text is searched only back as far as the longest could
+    // begin), and the whole text
+    for w in pieces.windows(3) {
+        stops.push(w.concat());
+    }
+    stops.push(free.text.clone());
     assert!(!stops.is_empty(), "the tiny model's text: {:?} in {} pieces (at {at})", free.text, pieces.len());
     for stop in stops {
         m.reset();
@@ -449,6 +455,16 @@ fn stop_strings_never_leak_into_the_stream() {
         if out.stop == webtensor::models::StopReason::StopString {
             assert!(free.text.starts_with(&out.text), "{:?} vs {:?}", out.text, free.text);
         }
+        // found where it first appears in the free text
+        if let Some(at) = free.text.find(&stop) {
+            assert_eq!(out.text, free.text[..at], "stop {stop:?}");
+        }
+    }
+    // each stop string is looked for at every token: their number and length are bounded
+    for (stop, what) in [(vec!["x".to_string(); 17], "17 stop strings"), (vec!["y".repeat(1025)], "1025 bytes")] {
+        let opts = GenerateOptions { max_tokens: 4, stop, ..Default::default() };
+        let e = m.generate(&prompt, &opts, |_, _| true).unwrap_err().to_string();
+        assert!(e.contains(what), "{e}");
     }
 }
 

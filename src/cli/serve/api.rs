@@ -203,6 +203,14 @@ pub(crate) struct GenRequest {
     pub tool_choice: Option<Value>,
     #[serde(default)]
     pub response_format: Option<Value>,
+    #[serde(default)]
+    pub functions: Option<Vec<Value>>,
+    #[serde(default)]
+    pub function_call: Option<Value>,
+    #[serde(default)]
+    pub modalities: Option<Vec<String>>,
+    #[serde(default)]
+    pub audio: Option<Value>,
 }
 
 impl GenRequest {
@@ -244,10 +252,12 @@ impl GenRequest {
     }
 
     /// A 400 naming the first field that asks for what webtensor does not do (log-probabilities, echo, best_of,
-    /// suffix, logit_bias, tools, a response format other than text); such fields left at their "off" value
-    /// (`false`, `0`, `null`, empty, `"none"`, `{"type": "text"}`) are accepted, as clients send them so.
+    /// suffix, logit_bias, tools and functions, a response format other than text, output other than text);
+    /// such fields left at their "off" value (`false`, `null`, empty, `"none"`, `{"type": "text"}`,
+    /// `top_logprobs: 0`, `best_of: 1`) are accepted, as clients send them so.
     fn refuse_unsupported(&self) -> Result<(), ApiError> {
-        let asked = |v: &Value| !matches!(v, Value::Null | Value::Bool(false)) && v.as_u64() != Some(0);
+        // a completion's `logprobs: 0` asks for the chosen tokens' log-probabilities
+        let asked = |v: &Value| !matches!(v, Value::Null | Value::Bool(false));
         let refused = if self.logprobs.as_ref().is_some_and(asked) {
             Some("logprobs")
         } else if self.top_logprobs.is_some_and(|n| n > 0) {
@@ -266,6 +276,14 @@ impl GenRequest {
             Some("tool_choice")
         } else if self.response_format.as_ref().is_some_and(|f| !f.is_null() && f["type"].as_str() != Some("text")) {
             Some("response_format")
+        } else if self.functions.as_ref().is_some_and(|f| !f.is_empty()) {
+            Some("functions")
+        } else if self.function_call.as_ref().is_some_and(|c| !c.is_null() && c.as_str() != Some("none")) {
+            Some("function_call")
+        } else if self.modalities.as_ref().is_some_and(|m| m.iter().any(|x| x != "text")) {
+            Some("modalities")
+        } else if self.audio.as_ref().is_some_and(|a| !a.is_null()) {
+            Some("audio")
         } else {
             None
         };

@@ -70,6 +70,9 @@ pub(crate) struct Handle {
     pub chat_defaults: SamplingOptions,
     /// The model's tokenizer and chat template.
     pub prompter: Prompter,
+    /// Prompts being rendered and tokenized at once (each render holds a thread with a 256 MiB stack
+    /// reserved and up to its 16 MiB budget): at most the CPU's threads, the others wait.
+    pub prompting: Arc<tokio::sync::Semaphore>,
     queue: usize,
     metrics: Arc<Metrics>,
 }
@@ -116,7 +119,9 @@ pub(crate) fn start(device: Device, cfg: Config, metrics: Arc<Metrics>) -> Resul
         .map_err(|e| CliError::Msg(format!("cannot start the engine thread: {e}")))?;
     let (context, chat_defaults, prompter) =
         ready_rx.recv().map_err(|_| CliError::Msg("the engine thread ended while loading the model".into()))??;
-    Ok(Handle { tx, context, chat_defaults, prompter, queue: cfg.queue, metrics })
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+    let prompting = Arc::new(tokio::sync::Semaphore::new(threads));
+    Ok(Handle { tx, context, chat_defaults, prompter, prompting, queue: cfg.queue, metrics })
 }
 
 /// A request in a slot.

@@ -123,7 +123,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Msg(format!("cannot start the async runtime: {e}")))?;
-    rt.block_on(serve(state, &args.host, args.port))
+    let served = rt.block_on(serve(state, &args.host, args.port));
+    // a render that has not ended (each is bounded in time, but a blocking thread cannot be stopped) does not
+    // keep the process from exiting
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    served
 }
 
 async fn serve(state: Arc<AppState>, host: &str, port: u16) -> Result<(), CliError> {

@@ -109,10 +109,17 @@ async fn generate(s: &AppState, body: Body, chat: bool) -> Result<Response, ApiE
     let options = req.options(&defaults, engine.context)?;
     // rendered and tokenized here, on a blocking thread of the request's own, not on the engine's
     let prompter = engine.prompter.clone();
-    let prompt = tokio::task::spawn_blocking(move || prompt.ids(&prompter))
-        .await
-        .map_err(|e| ApiError::server(format!("making the prompt failed: {e}")))?
-        .map_err(|e| ApiError::invalid(e.to_string()))?;
+    let permit = engine.prompting.clone().acquire_owned().await.map_err(|_| ApiError::server("stopping".into()))?;
+    let prompt = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        prompt.ids(&prompter)
+    })
+    .await
+    .map_err(|e| ApiError::server(format!("making the prompt failed: {e}")))?
+    .map_err(|e| match e {
+        webtensor::Error::OutOfMemory { .. } => ApiError::unavailable(e.to_string()),
+        e => ApiError::invalid(e.to_string()),
+    })?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     engine.submit(Job { prompt, options, tx })?;
     let prompt_tokens = match rx.recv().await {

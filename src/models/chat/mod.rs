@@ -122,13 +122,16 @@ fn on_deep_stack<T: Send>(f: impl FnOnce() -> std::result::Result<T, minijinja::
     let out = std::thread::scope(|s| {
         let thread = std::thread::Builder::new().name("chat-template".into()).stack_size(256 << 20);
         match thread.spawn_scoped(s, guarded) {
-            Ok(h) => h.join().unwrap_or_else(Err),
-            Err(e) => Ok(Err(minijinja::Error::new(
-                minijinja::ErrorKind::InvalidOperation,
-                format!("cannot start the template's thread: {e}"),
-            ))),
+            Ok(h) => Some(h.join().unwrap_or_else(Err)),
+            Err(_) => None,
         }
     });
+    // no thread to be had (its stack's address space): the machine's limit, not the template's fault
+    #[cfg(not(target_arch = "wasm32"))]
+    let Some(out) = out
+    else {
+        return Err(Error::OutOfMemory { what: "a thread for the chat template".into(), bytes: 256 << 20 });
+    };
     #[cfg(target_arch = "wasm32")]
     let out = guarded();
     match out {

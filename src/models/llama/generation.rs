@@ -18,17 +18,29 @@ pub struct GenerateOptions {
     pub ignore_eos: bool,
 }
 
+/// Stop strings a generation may have (OpenAI's API takes 4).
+pub const MAX_STOP_STRINGS: usize = 16;
+/// Bytes a stop string may have.
+pub const MAX_STOP_BYTES: usize = 1024;
+
 impl GenerateOptions {
-    /// Checks the options: the sampling ranges ([`SamplingOptions::validate`]) and no empty stop string (which
-    /// would stop before the first token).
+    /// Checks the options: the sampling ranges ([`SamplingOptions::validate`]), no empty stop string (which
+    /// would stop before the first token), at most [`MAX_STOP_STRINGS`] stop strings of at most
+    /// [`MAX_STOP_BYTES`] bytes (each is looked for at every token).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the option and its valid range.
     pub fn validate(&self) -> Result<()> {
         self.sampling.validate()?;
+        let invalid = |reason: String| Err(crate::error::Error::InvalidArgument { op: "generate", reason });
         if self.stop.iter().any(String::is_empty) {
-            let reason = "a stop string is empty: each must have at least one character".into();
-            return Err(crate::error::Error::InvalidArgument { op: "generate", reason });
+            return invalid("a stop string is empty: each must have at least one character".into());
+        }
+        if self.stop.len() > MAX_STOP_STRINGS {
+            return invalid(format!("{} stop strings: at most {MAX_STOP_STRINGS}", self.stop.len()));
+        }
+        if let Some(long) = self.stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+            return invalid(format!("a stop string of {} bytes: at most {MAX_STOP_BYTES}", long.len()));
         }
         Ok(())
     }
@@ -241,8 +253,16 @@ impl TokenStream {
         self.out.tokens.push(next);
         self.history.push(next);
         let piece = self.text.step(tokenizer, next)?;
+        let before = self.out.text.len();
         self.out.text.push_str(&piece);
-        if let Some(at) = self.options.stop.iter().filter_map(|x| self.out.text.find(x.as_str())).min() {
+        // a stop string not found before ends in the new piece: only the text from its length back is searched
+        let longest = self.options.stop.iter().map(String::len).max().unwrap_or(0);
+        let mut from = before.saturating_sub(longest.saturating_sub(1));
+        while !self.out.text.is_char_boundary(from) {
+            from -= 1;
+        }
+        let window = &self.out.text[from..];
+        if let Some(at) = self.options.stop.iter().filter_map(|x| window.find(x.as_str())).min().map(|i| from + i) {
             // what comes before the stop string and was held back goes out with this token
             self.out.text.truncate(at.max(self.emitted));
             let text = self.release(true);
@@ -290,7 +310,9 @@ impl TokenStream {
             self.options
                 .stop
                 .iter()
-                .flat_map(|st| st.char_indices().skip(1).map(move |(k, _)| &st[..k]))
+                .flat_map(|st| {
+                    st.char_indices().skip(1).take_while(|&(k, _)| k <= text.len()).map(move |(k, _)| &st[..k])
+                })
                 .filter(|prefix| text.ends_with(prefix))
                 .map(str::len)
                 .max()

@@ -62,12 +62,13 @@ impl Prompter {
             reason: self.chat_template_error().unwrap_or_default(),
         })?;
         let tk = &self.tokenizer;
-        let text = t.render(messages, true, &tk.bos_text, &tk.eos_text).map_err(|e| {
-            let why = match e {
-                Error::InvalidArgument { reason, .. } => reason,
-                other => other.to_string(),
-            };
-            Error::InvalidArgument { op: "chat", reason: format!("{}: the chat template failed: {why}", self.file) }
+        let text = t.render(messages, true, &tk.bos_text, &tk.eos_text).map_err(|e| match e {
+            Error::InvalidArgument { reason, .. } => Error::InvalidArgument {
+                op: "chat",
+                reason: format!("{}: the chat template failed: {reason}", self.file),
+            },
+            // the machine's limits stay what they are (a server answers them 503, not 400)
+            other => other,
         })?;
         let mut ids = tk.encode_within(&text, self.context)?;
         // a template that writes the BOS token itself gets no second one
