@@ -27,7 +27,7 @@ mod graph;
 mod prompter;
 
 pub use crate::models::arch::spec::LlamaConfig;
-pub use generation::{GenerateOptions, Generation, StopReason, Token, TokenStream};
+pub use generation::{GenerateOptions, Generation, StopReason, Token, TokenStream, MAX_STOP_BYTES, MAX_STOP_STRINGS};
 pub use prompter::Prompter;
 
 use self::generation::StepOut;
