@@ -35,6 +35,12 @@ var<workgroup> a_s: array<f32, BR>;
 // a row that met a NaN score (set by any invocation, hence atomic)
 var<workgroup> nan_s: array<atomic<u32>, BR>;
 
+// a quiet NaN made at run time: a NaN constant (bitcast<f32>(0x7fc00000u) as a literal) is an error in WGSL's
+// constant evaluation (Tint refuses it; naga does not)
+fn nan_f32(bits: u32) -> f32 {
+    return bitcast<f32>(bits);
+}
+
 // NaN tested on the bits: a compiler may assume floats are never NaN and fold x != x away
 fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
@@ -43,7 +49,7 @@ fn is_nan(x: f32) -> bool {
 // row r's output from its accumulator a: normalized, 0 for a row that saw no key, NaN for one with a NaN score
 fn finish(r: u32, a: f32) -> f32 {
     if (atomicLoad(&nan_s[r]) != 0u) {
-        return bitcast<f32>(0x7fc00000u);
+        return nan_f32(0x7fc00000u);
     }
     let l = l_s[r];
     return select(0.0, a / l, l > 0.0);
@@ -193,7 +199,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if (d == 0u) {
                     st_out(base, m_s[r]);
                     // a NaN row's l is NaN: the combine pass tests it
-                    st_out(base + 1u, select(l_s[r], bitcast<f32>(0x7fc00000u), atomicLoad(&nan_s[r]) != 0u));
+                    st_out(base + 1u, select(l_s[r], nan_f32(0x7fc00000u), atomicLoad(&nan_s[r]) != 0u));
                 }
                 {{FIN_STORE}}
             } else {

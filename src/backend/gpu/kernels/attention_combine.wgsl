@@ -10,6 +10,12 @@
 const DV: u32 = {{DV}}u;
 const NEG: f32 = -3.0e38;
 
+// a quiet NaN made at run time: a NaN constant (bitcast<f32>(0x7fc00000u) as a literal) is an error in WGSL's
+// constant evaluation (Tint refuses it; naga does not)
+fn nan_f32(bits: u32) -> f32 {
+    return bitcast<f32>(bits);
+}
+
 {{LENGTH_FN}}
 
 @compute @workgroup_size(64)
@@ -49,7 +55,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
                 o = o + ld_src0(p + 2u + d) * exp(ld_src0(p) - mx);
             }
         }
-        let v = select(select(0.0, o / l, l > 0.0), bitcast<f32>(0x7fc00000u), nan);
+        let v = select(select(0.0, o / l, l > 0.0), nan_f32(0x7fc00000u), nan);
         st_out(((b * T + t) * P.h + hi) * DV + d, {{OUT_C}}(v));
     }
 }

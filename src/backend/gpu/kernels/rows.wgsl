@@ -56,6 +56,12 @@ fn relative(xb: u32, mb: u32, j: u32, xk: f32, mk: f32) -> f32 {
     return (load_x(xb, j) * P.scale - xk) + (load_mask(mb, j) - mk);
 }
 
+// a quiet NaN made at run time: a NaN constant (bitcast<f32>(0x7fc00000u) as a literal) is an error in WGSL's
+// constant evaluation (Tint refuses it; naga does not)
+fn nan_f32(bits: u32) -> f32 {
+    return bitcast<f32>(bits);
+}
+
 // NaN tested on the bits: a compiler may assume floats are never NaN and fold x != x away
 fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
@@ -161,7 +167,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         let total = row_sum(s, lid);
         let inv = select(0.0, 1.0 / total, total > 0.0);
         for (var j = lid; j < N; j = j + WG) {
-            let w = select(select(exp(relative(xb, mb, j, xk, mk)) * inv, 0.0, masked), bitcast<f32>(0x7fc00000u), nan);
+            let w = select(select(exp(relative(xb, mb, j, xk, mk)) * inv, 0.0, masked), nan_f32(0x7fc00000u), nan);
             st_out(ob + j, {{OUT_C}}(w));
         }
         return;
