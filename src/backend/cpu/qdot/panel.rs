@@ -330,6 +330,7 @@ mod tests {
         use DType::*;
         for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K] {
             if !available(dtype) {
+                println!("SKIPPED: this CPU lacks AVX-512 VNNI (or WEBTENSOR_CPU_NO_VNNI is set)");
                 return;
             }
             let k = 512;
