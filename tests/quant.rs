@@ -168,3 +168,71 @@ fn storage_formats_are_refused_where_they_do_not_apply() {
     let e = webtensor::HostTensor::new(&[2, 48], webtensor::Data::Raw { dtype: DType::Q8_0, bytes: vec![0; 102] });
     assert!(e.is_err(), "rows of 48 values are not whole Q8_0 blocks");
 }
+
+/// Whether this CPU runs the AVX-512 VNNI kernels (webtensor's own check, repeated).
+fn has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512vnni")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::env::var_os("WEBTENSOR_CPU_NO_VNNI").is_none();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Resident weights, as a model's, on the CPU backend: `x @ t(w[3..36])` (33 rows from the middle of a 37-row
+/// weight: neither end on a multiple of 16) for 1 to 20 rows of x, against f64; and each row of x gets the same bits
+/// at every row count: up to 8 rows on every CPU (the mat-vec kernels), and at any count where the CPU has AVX-512
+/// VNNI for the types repacked at first use (Q4_0, Q4_1, Q8_0: one kernel for every count). So a sequence decoded
+/// alone or in a batch with others multiplies identically.
+#[test]
+fn resident_weights_give_each_row_the_same_bits_at_every_row_count() {
+    let device = webtensor::Device::cpu();
+    let (k, rows, m_max) = (512, 37, 20);
+    let x: Vec<f32> = (0..m_max * k).map(|i| ((i * 7919 + 13) % 2001) as f32 / 1000.0 - 1.0).collect();
+    for (dtype, bytes, decoded) in weights() {
+        // the fixture's 9 rows repeated to 37 (each row its own blocks)
+        let row_bytes = bytes.len() / 9;
+        let w_bytes: Vec<u8> =
+            (0..rows).flat_map(|r| bytes[(r % 9) * row_bytes..(r % 9 + 1) * row_bytes].to_vec()).collect();
+        let w_f64: Vec<f64> = (0..rows).flat_map(|r| decoded[(r % 9) * k..(r % 9 + 1) * k].to_vec()).collect();
+        let host = webtensor::HostTensor::new(&[rows, k], webtensor::Data::Raw { dtype, bytes: w_bytes }).unwrap();
+        let w = device.upload("w", host).unwrap();
+        let (lo, hi) = (3, 36);
+        let repacked = has_vnni() && [DType::Q4_0, DType::Q4_1, DType::Q8_0].contains(&dtype);
+        // each row's bits at 20 rows and at 8 rows of x
+        let (mut at20, mut at8): (Vec<Vec<u32>>, Vec<Vec<u32>>) = (vec![], vec![]);
+        for m in (1..=m_max).rev() {
+            let mut g = webtensor::Graph::new();
+            let xi = g.input("x", F32, &[m, k]).unwrap();
+            let wr = g.resident(&w).unwrap();
+            let ws = g.slice(wr, 0, lo, hi).unwrap();
+            let wt = g.t(ws).unwrap();
+            let y = g.matmul(xi, wt).unwrap();
+            let mut plan = device.compile(&g, &[y]).unwrap();
+            let xv = webtensor::HostTensor::f32(&[m, k], x[..m * k].to_vec()).unwrap();
+            let out = plan.run(&[(xi, &xv)]).unwrap().remove(0).data.to_f32();
+            let n = hi - lo;
+            for r in 0..m {
+                let got = &out[r * n..(r + 1) * n];
+                for (j, &v) in got.iter().enumerate() {
+                    let wrow = &w_f64[(lo + j) * k..(lo + j + 1) * k];
+                    let xr = &x[r * k..(r + 1) * k];
+                    let want: f64 = wrow.iter().zip(xr).map(|(a, &b)| a * b as f64).sum();
+                    let scale: f64 = wrow.iter().zip(xr).map(|(a, &b)| (a * b as f64).abs()).sum();
+                    assert!(
+                        (v as f64 - want).abs() <= 0.01 * scale + 1e-6,
+                        "{dtype} m {m} row {r} col {j}: {v} vs {want}"
+                    );
+                }
+                let bits: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                match m {
+                    20 => at20.push(bits),
+                    _ if repacked => assert_eq!(bits, at20[r], "{dtype}: row {r} among {m} rows and among 20"),
+                    8 => at8.push(bits),
+                    _ if m < 8 => assert_eq!(bits, at8[r], "{dtype}: row {r} among {m} rows and among 8"),
+                    _ => {}
+                }
+            }
+        }
+    }
+}

@@ -141,12 +141,12 @@ impl Backend for CpuBackend {
             }
             Box::new(CpuState::new(words))
         } else if aligned {
-            Box::new(CpuBytes { bytes, transposed: Default::default() })
+            Box::new(CpuBytes::new(bytes))
         } else {
             let mut words = vec![0u64; bytes.len().div_ceil(8)];
             bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes.as_slice());
             let copy = Bytes::from_owner(std::sync::Arc::new(AlignedWords(words)), 0..bytes.len())?;
-            Box::new(CpuBytes { bytes: copy, transposed: Default::default() })
+            Box::new(CpuBytes::new(copy))
         };
         let info = ExternalInfo { name, dtype, shape, writable };
         Ok(External::new(info, self.id, memory, &self.resident))

@@ -7,10 +7,45 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// A resident's read-only bytes, shared and never copied (a memory-mapped file's, or an aligned copy); and, made on
 /// first use, an f32 `[K, R]` copy of an f32 `[R, K]` resident that a plan multiplies as `t(w)` with many rows
-/// (`matmul::TransposedB`).
+/// (`matmul::TransposedB`), or a block-quantized resident repacked for the AVX-512 VNNI kernel
+/// (`quant::RepackedW`).
 pub(crate) struct CpuBytes {
     pub bytes: Bytes,
     pub transposed: OnceLock<Vec<f32>>,
+    #[cfg(target_arch = "x86_64")]
+    pub repacked: OnceLock<super::qdot::repack::Repacked>,
+}
+
+impl CpuBytes {
+    pub(crate) fn new(bytes: Bytes) -> CpuBytes {
+        CpuBytes {
+            bytes,
+            transposed: OnceLock::new(),
+            #[cfg(target_arch = "x86_64")]
+            repacked: OnceLock::new(),
+        }
+    }
+}
+
+/// Asks the kernel to reclaim the pages wholly inside `bytes` now (Linux's `MADV_PAGEOUT`), after a copy made of
+/// them replaces them for every hot read (a repacked weight): a memory-mapped file's pages are dropped from the
+/// resident set and read back from the file if ever touched again; other memory keeps its contents (it may go to
+/// swap). Elsewhere, or where the kernel refuses, nothing happens.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn page_out(bytes: &[u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        let start = (bytes.as_ptr() as usize).next_multiple_of(PAGE);
+        let end = (bytes.as_ptr() as usize + bytes.len()) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: the range lies inside `bytes`, which stays mapped; MADV_PAGEOUT never changes what the memory
+            // holds (only where it lives), so no reader sees different bytes. The result is a hint's: ignored.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = bytes;
 }
 
 impl ExternalMemory for CpuBytes {
@@ -25,7 +60,11 @@ impl ExternalMemory for CpuBytes {
     }
 
     fn extra_bytes(&self) -> u64 {
-        self.transposed.get().map_or(0, |t| 4 * t.len() as u64)
+        #[cfg(target_arch = "x86_64")]
+        let repacked = self.repacked.get().map_or(0, |r| r.bytes() as u64);
+        #[cfg(not(target_arch = "x86_64"))]
+        let repacked = 0;
+        self.transposed.get().map_or(0, |t| 4 * t.len() as u64) + repacked
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

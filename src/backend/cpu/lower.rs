@@ -243,7 +243,22 @@ fn qmatmul_kernel(
     let (w, n) = weight_of_transposed(p, b);
     let epilogue =
         epilogue.map(|(e, srcs)| (e.clone(), srcs.iter().map(|&s| leaf(p, s, Some(&node.layout.shape))).collect()));
-    QMatmulKernel { out, out_dtype: node.dtype, a: leaf(p, a, None), w, n, epilogue, f32_activations }
+    #[cfg(target_arch = "x86_64")]
+    let repacked = match p.external(p.nodes[b].storage) {
+        Some(r) if !f32_activations => quant::RepackedW::of(&r.ext, &p.nodes[b].layout),
+        _ => None,
+    };
+    QMatmulKernel {
+        out,
+        out_dtype: node.dtype,
+        a: leaf(p, a, None),
+        w,
+        n,
+        epilogue,
+        f32_activations,
+        #[cfg(target_arch = "x86_64")]
+        repacked,
+    }
 }
 
 impl CpuKernel {

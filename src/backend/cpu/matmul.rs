@@ -52,7 +52,7 @@ impl TransposedB {
     /// When `layout` (b's, `[K, N]`) reads rows `row0..row0 + N` of an f32 resident `w [R, K]` as `t(w)`: that,
     /// with the resident's transposed copy made (once per resident, counted in its device's resident bytes).
     pub(crate) fn of(ext: &Arc<External>, layout: &Layout) -> Option<TransposedB> {
-        let CpuBytes { bytes, transposed: copy } = ext.memory.as_any().downcast_ref::<CpuBytes>()?;
+        let CpuBytes { bytes, transposed: copy, .. } = ext.memory.as_any().downcast_ref::<CpuBytes>()?;
         let [r, k] = ext.shape[..] else { return None };
         let transposed_view = layout.rank() == 2 && layout.shape[0] == k && layout.strides == [1, k];
         if ext.writable || ext.dtype != DType::F32 || !transposed_view || k == 0 || !layout.offset.is_multiple_of(k) {

@@ -120,6 +120,62 @@ pub(crate) struct QMatmulKernel {
     pub epilogue: Option<(Expr, Vec<Leaf>)>,
     /// Keep the activations in f32 (no 8-bit rounding for the integer kernels).
     pub f32_activations: bool,
+    /// The weight's resident repacked for the AVX-512 VNNI kernel, which then runs every row count.
+    #[cfg(target_arch = "x86_64")]
+    pub repacked: Option<RepackedW>,
+}
+
+/// Rows `row0..` of a block-quantized resident through its repacked copy (`qdot/repack.rs`).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone)]
+pub(crate) struct RepackedW {
+    ext: std::sync::Arc<crate::resident::External>,
+    row0: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl std::fmt::Debug for RepackedW {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RepackedW({} {:?}, row {})", self.ext.name, self.ext.shape, self.row0)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl RepackedW {
+    /// When `layout` (`[K, N]`) reads rows `row0..row0 + N` of a read-only resident `w [R, K]` of a type with a
+    /// repacked form on this CPU as `t(w)`: that, with the resident repacked (once per resident, counted in its
+    /// device's resident bytes).
+    pub(crate) fn of(ext: &std::sync::Arc<crate::resident::External>, layout: &crate::shape::Layout) -> Option<Self> {
+        use super::external::CpuBytes;
+        use qdot::repack::{self, Repacked};
+        let CpuBytes { bytes, repacked, .. } = ext.memory.as_any().downcast_ref::<CpuBytes>()?;
+        let [r, k] = ext.shape[..] else { return None };
+        let view = layout.rank() == 2 && layout.shape[0] == k && layout.strides == [1, k];
+        let whole_blocks = k.is_multiple_of(qdot::QK) && layout.offset.is_multiple_of(k.max(1));
+        if ext.writable || !repack::available(ext.dtype) || !view || k == 0 || !whole_blocks {
+            return None;
+        }
+        let row0 = layout.offset / k;
+        if row0 + layout.shape[1] > r || bytes.len() < ext.dtype.bytes_of_shape(&ext.shape)? {
+            return None;
+        }
+        let rep = repacked.get_or_init(|| {
+            let rep = Repacked::new(ext.dtype, bytes.as_slice(), r, k);
+            ext.accounting.fetch_add(rep.bytes() as u64, std::sync::atomic::Ordering::Relaxed);
+            // the matmuls read the copy from now on: a mapped file's pages of the original can go
+            super::external::page_out(bytes.as_slice());
+            rep
+        });
+        if rep.rows() != r || rep.k() != k {
+            return None;
+        }
+        Some(RepackedW { ext: ext.clone(), row0 })
+    }
+
+    fn packed(&self) -> &qdot::repack::Repacked {
+        let bytes = self.ext.memory.as_any().downcast_ref::<super::external::CpuBytes>();
+        bytes.and_then(|b| b.repacked.get()).expect("made in `of`")
+    }
 }
 
 /// Rows of a at most for the mat-vec path (every weight row read once, dotted with each row of a).
@@ -153,6 +209,11 @@ impl QMatmulKernel {
         let st = self.a.layout.strides[self.a.layout.rank() - 1];
         for r in 0..m {
             av.row_f32(self.a.layout.index_of(r * k), st, &mut a[r * k..(r + 1) * k]);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(w) = self.repacked.as_ref().filter(|_| !self.f32_activations) {
+            let c = self.repacked(w, &a, m);
+            return self.store(mem, &c);
         }
         let c = if m <= VEC_ROWS {
             self.mat_vec(mem, &a, m)
@@ -278,6 +339,32 @@ impl QMatmulKernel {
                 // SAFETY: available() checked the CPU; c is [m, n] with j0 + rows <= n, and tasks write disjoint
                 // columns of it
                 unsafe { panel.multiply(&acts, dst.at(j0), n, rows) };
+            }
+        });
+        c
+    }
+
+    /// Every row count with AVX-512 VNNI, for the types repacked at first use (`qdot/repack.rs`): a's rows
+    /// rounded to 8-bit blocks, then each task multiplies them with its panels of 16 repacked weight rows into
+    /// its columns of `c [m, n]`.
+    #[cfg(target_arch = "x86_64")]
+    fn repacked(&self, w: &RepackedW, a: &[f32], m: usize) -> Vec<f32> {
+        use qdot::repack::NR;
+        let (k, n, row0) = (self.w.k, self.n, w.row0);
+        let packed = w.packed();
+        let acts = qdot::repack::Acts::quantize(a, k);
+        let mut c = vec![0f32; m * n];
+        let dst = SendPtr(c.as_mut_ptr());
+        let (p0, p1) = (row0 / NR, (row0 + n).div_ceil(NR));
+        // at least about 16 KiB of weights times rows of a task
+        let panel_bytes = NR * k / self.w.dtype.block_size() * self.w.dtype.block_bytes();
+        let grain = (16 * 1024 / (panel_bytes * m).max(1)).max(1);
+        for_ranges(p1 - p0, grain, |panels| {
+            for p in panels.map(|i| p0 + i) {
+                let (lo, hi) = ((p * NR).max(row0), ((p + 1) * NR).min(row0 + n));
+                // SAFETY: `of` checked the CPU (available); acts rows have k values; columns lo - row0 .. hi - row0
+                // of c [m, n] are this task's alone
+                unsafe { packed.multiply(p, &acts, dst.at(lo - row0), n, lo - p * NR..hi - p * NR) };
             }
         });
         c

@@ -11,7 +11,9 @@
 //! compiled with AVX2, which the compiler vectorizes. On wasm, simd128 kernels (Q4_0, Q4_1, Q8_0) where the
 //! build enables simd128 (it does: `.cargo/config.toml`). bf16 and f16 weights decode to f32 (`quant.rs`).
 //!
-//! Prefill (many rows of activations) has its own integer kernel with AVX-512 VNNI: `panel.rs`.
+//! With AVX-512 VNNI, the weights of Q4_0, Q4_1 and Q8_0 are repacked at first use and every matmul with them,
+//! from one row of activations to a prefill's hundreds, runs one kernel (`repack.rs`); the other types' prefill
+//! (many rows) has its own integer kernel, which unpacks panels of weights per matmul (`panel.rs`).
 //!
 //! Accuracy: rounding activations to 8 bits (relative error up to 1/254 of a block's largest value) moves a
 //! dot product by about 0.3% of its magnitude; `CompileOptions::f32_activations` turns it off.
@@ -20,12 +22,16 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod panel;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod repack;
 mod row;
 mod scalar;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128;
 
 use crate::dtype::DType;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use row::QK;
 pub(crate) use row::{DotFn, DotRowsFn, Q8Row};
 
 /// `Σ a[i] * b[i]` in f32 with 16 independent sums (vectorized; with FMA where the CPU has it).
@@ -187,5 +193,12 @@ mod tests {
         assert_eq!(a.qs[31], ((11.0f32 * 127.0 / 20.0).round()) as i8);
         let zero = Q8Row::quantize(&[0.0; 32]);
         assert_eq!((zero.d[0], zero.s[0], zero.qs[5]), (0.0, 0.0, 0));
+        // halves away from zero, as roundf: a block scaled so that x·127/amax lands on every quarter
+        let x: Vec<f32> = (0..32).map(|i| if i == 0 { 127.0 } else { (i as f32 - 16.0) * 4.25 }).collect();
+        let a = Q8Row::quantize(&x);
+        for (i, &v) in x.iter().enumerate() {
+            assert_eq!(a.qs[i], (v * (1.0 / a.d[0])).round() as i8, "value {v}");
+        }
+        assert_eq!(a.sum[0], a.qs[..32].iter().map(|&q| q as i32).sum::<i32>());
     }
 }
