@@ -160,10 +160,9 @@ impl RepackedW {
             return None;
         }
         let rep = repacked.get_or_init(|| {
-            let rep = Repacked::new(ext.dtype, bytes.as_slice(), r, k);
+            // the matmuls read the copy from now on: a mapped file's pages of the original can go, slab by slab
+            let rep = Repacked::new(ext.dtype, bytes.as_slice(), r, k, &super::external::page_out);
             ext.accounting.fetch_add(rep.bytes() as u64, std::sync::atomic::Ordering::Relaxed);
-            // the matmuls read the copy from now on: a mapped file's pages of the original can go
-            super::external::page_out(bytes.as_slice());
             rep
         });
         if rep.rows() != r || rep.k() != k {

@@ -225,7 +225,12 @@ unsafe fn tile<const SIGNED: bool, const HALVES: bool>(p: &Panel, g: &Group, out
 /// Calls `f(values, [s_lo, s_hi], o)` for each block of 32 of a weight row (`bytes`, whole blocks of `dtype`), its
 /// values as bytes (two's complement for the signed types) with `value = s·q − o`, `s` the first half's scale
 /// for the first 16 values and the second's for the rest (the same but for Q6_K).
-fn for_each_group(dtype: DType, bytes: &[u8], vals: &mut [u8; QK], mut f: impl FnMut(&[u8; QK], [f32; 2], f32)) {
+pub(super) fn for_each_group(
+    dtype: DType,
+    bytes: &[u8],
+    vals: &mut [u8; QK],
+    mut f: impl FnMut(&[u8; QK], [f32; 2], f32),
+) {
     let nibbles = |qs: &[u8; 16], vals: &mut [u8; QK], sub: u8| {
         for j in 0..16 {
             vals[j] = (qs[j] & 0x0f).wrapping_sub(sub);

@@ -1,34 +1,40 @@
 //! Weights repacked once, at their first use, for the AVX-512 VNNI kernel of every matmul with a quantized
-//! weight: decode (one row of activations), several sequences decoded together (a few rows) and prefill (many),
-//! as llama.cpp's CPU backend repacks Q4_0 and its kin at load (`ggml-cpu/repack.cpp`).
+//! weight: decode (one row of activations), several sequences decoded together (a few rows) and prefill
+//! (many), as llama.cpp's CPU backend repacks Q4_0 and its kin at load (`ggml-cpu/repack.cpp`). Types: Q4_0,
+//! Q4_1, Q8_0, Q4_K and Q6_K (llama.cpp's Q4_K_M mixes and the legacy types).
 //!
-//! The rows of a weight are taken 16 at a time (a panel, the 16 i32 lanes of a 512-bit vector). For each block
+//! The rows of a weight are taken 16 at a time (a panel, the 16 i32 lanes of a 512-bit vector). For each group
 //! of 32 values, the panel's 16 rows are stored interleaved as `vpdpbusd` reads them: 64-byte chunks whose lane
-//! `r` holds four consecutive bytes of row `r`. A Q4 block's 16 bytes hold values `i` (low nibble) and `i + 16`
-//! (high nibble), so one chunk gives two sets of four values with an `and` and a shift; Q8_0's 32 bytes are
-//! stored with their top bit flipped (`q + 128`, unsigned). After the values, the 16 rows' f16 scales (and Q4_1's
-//! offsets) for the block. The layout holds the same bytes as the original (Q8_0: the same count), so decode
-//! reads no more memory than before.
+//! `r` holds four consecutive values of row `r`, as unsigned bytes (`value = s·(q − offset) − o`). 4-bit values
+//! are stored two to a byte (values `i` and `i + 16`, as Q4_0 stores them: one chunk gives two sets of four with
+//! an `and` and a shift), Q6_K's two high bits four to a byte after them, Q8_0's bytes with their top bit flipped.
+//! After a unit's groups (a block of 32, or a K super-block of 256), the 16 rows' scales: f16 as the file holds
+//! them, and the K types' 6- or 8-bit sub-block scales as bytes. The layout holds as many bytes as the original
+//! (Q4_K: 3% more), so decode reads no more memory than before; a panel's units lie one after another, and the
+//! panels of a weight too, one stream the kernel prefetches ahead of.
 //!
-//! Arithmetic, per activation row and weight row: for each block, the exact integer `Σ q·qa` (the unsigned
-//! values' sum less the offset of the signed types times `Σ qa`), converted to f32 and accumulated by one fused
-//! multiply-add with `d·da`, then Q4_1's `m·sa` by another: block after block, one accumulator per output. The
-//! operations, and so every bit of the result, are those of the prefill panel kernel (`panel.rs`) and do not
-//! depend on how many rows of activations a run has: a sequence decoded alone and decoded with others, or a
-//! prompt read in one chunk or several, multiplies its rows identically.
+//! Arithmetic, per activation row and weight row: for each group of 32, the exact integer `Σ q·qa` (less the
+//! offset times `Σ qa`; Q6_K per half of 16, each with its scale), converted to f32 and accumulated by one fused
+//! multiply-add with `s·da`, then the offset types' `o·sa` by another: group after group, one accumulator per
+//! output. The operations, and so every bit of the result, are those of the prefill panel kernel (`panel.rs`)
+//! and do not depend on how many rows of activations a run has: a sequence decoded alone and decoded with
+//! others, or a prompt read in one chunk or several, multiplies its rows identically.
 
+use super::panel::for_each_group;
 use super::row::{Q8Row, QK};
 use crate::backend::cpu::parallel::for_chunks;
 use crate::dtype::DType;
-use crate::quant::{blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, F16Le};
+use crate::quant::{blocks, scale_min_k4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ6K, BlockQ8_0, F16Le};
 use std::arch::x86_64::*;
 
 /// Weight rows in a panel.
 pub(crate) const NR: usize = 16;
 /// Activation rows multiplied at a time (their accumulators in registers).
 const MR: usize = 8;
-/// Bytes ahead of the block being read that the kernel prefetches.
+/// Bytes ahead of the unit being read that the kernel prefetches.
 const PREFETCH: usize = 4096;
+/// Bytes of one group's values unpacked to bytes, for a panel.
+const VALUES: usize = QK * NR;
 
 /// Whether `dtype` has a repacked form and this CPU the instructions for it (AVX-512 F, BW and VNNI; off with
 /// `WEBTENSOR_CPU_NO_VNNI`, as the other VNNI kernels).
@@ -40,29 +46,57 @@ pub(crate) fn available(dtype: DType) -> bool {
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
+const Q4_K: u8 = 3;
+const Q6_K: u8 = 4;
 
 fn kind(dtype: DType) -> Option<u8> {
     match dtype {
         DType::Q4_0 => Some(Q4_0),
         DType::Q4_1 => Some(Q4_1),
         DType::Q8_0 => Some(Q8_0),
+        DType::Q4_K => Some(Q4_K),
+        DType::Q6_K => Some(Q6_K),
         _ => None,
     }
 }
 
-/// Bytes of one block's values for a panel, bytes of a panel's block (values and scales), and the integer
-/// offset of the stored values (`value = d·(q − offset)`, Q4_1's `+ m` aside).
-const fn block_form(kind: u8) -> (usize, usize, i32) {
-    match kind {
-        Q4_0 => (8 * QK, 8 * QK + 2 * NR, 8),
-        Q4_1 => (8 * QK, 8 * QK + 4 * NR, 0),
-        _ => (16 * QK, 16 * QK + 2 * NR, 128),
+/// A kind's repacked unit (a block of 32, or a K super-block of 256) for a panel.
+#[derive(Clone, Copy)]
+struct Form {
+    /// Groups of 32 in a unit.
+    groups: usize,
+    /// Bytes of one group's values.
+    group_bytes: usize,
+    /// Bytes of the unit's scales, after its groups.
+    scale_bytes: usize,
+    /// `value = s·(q − offset) − o` with `q` the stored unsigned byte.
+    offset: i32,
+    /// Two scales a group, one for each half of 16 values (Q6_K).
+    halves: bool,
+}
+
+impl Form {
+    const fn of(kind: u8) -> Form {
+        let (groups, group_bytes, scale_bytes, offset, halves) = match kind {
+            Q4_0 => (1, 16 * NR, 2 * NR, 8, false),
+            Q4_1 => (1, 16 * NR, 4 * NR, 0, false),
+            Q8_0 => (1, VALUES, 2 * NR, 128, false),
+            // d, dmin (f16), then 8 scales and 8 mins (bytes) per row
+            Q4_K => (8, 16 * NR, 4 * NR + 16 * NR, 0, false),
+            // 4-bit low parts, then 2-bit high parts; d (f16), then 16 scales (i8) per row
+            _ => (8, 24 * NR, 2 * NR + 16 * NR, 32, true),
+        };
+        Form { groups, group_bytes, scale_bytes, offset, halves }
+    }
+
+    const fn unit_bytes(&self) -> usize {
+        self.groups * self.group_bytes + self.scale_bytes
     }
 }
 
 /// The activations of a matmul rounded to 8-bit blocks as [`Q8Row`] rounds them, in groups of [`MR`] rows laid
 /// out as the kernel reads them: per block, the group's rows' 32 values one after another, then their scales,
-/// scaled sums and integer sums. A last group of fewer rows has zeros after them.
+/// scaled sums, and integer sums (whole and per half). A last group of fewer rows has zeros after them.
 pub(crate) struct Acts {
     groups: Vec<Group>,
 }
@@ -74,7 +108,7 @@ struct Group {
     q: Vec<i8>,
     /// `[block][d of MR rows, s of MR rows]`
     ds: Vec<f32>,
-    /// `[block][row]`
+    /// `[block][row][whole, first half, second half]`
     sum: Vec<i32>,
 }
 
@@ -86,14 +120,16 @@ impl Acts {
         for_chunks(&mut groups, 1, |gi, group| {
             let g = &mut group[0];
             g.rows = MR.min(m - gi * MR);
-            (g.q, g.ds, g.sum) = (vec![0; nb * MR * QK], vec![0.0; nb * 2 * MR], vec![0; nb * MR]);
+            (g.q, g.ds, g.sum) = (vec![0; nb * MR * QK], vec![0.0; nb * 2 * MR], vec![0; nb * MR * 3]);
             for i in 0..g.rows {
                 let r = gi * MR + i;
                 let row = Q8Row::quantize(&a[r * k..(r + 1) * k]);
                 for b in 0..nb {
-                    g.q[(b * MR + i) * QK..(b * MR + i + 1) * QK].copy_from_slice(&row.qs[b * QK..(b + 1) * QK]);
+                    let qs = &row.qs[b * QK..(b + 1) * QK];
+                    g.q[(b * MR + i) * QK..(b * MR + i + 1) * QK].copy_from_slice(qs);
                     (g.ds[b * 2 * MR + i], g.ds[b * 2 * MR + MR + i]) = (row.d[b], row.s[b]);
-                    g.sum[b * MR + i] = row.sum[b];
+                    let half = |h: usize| qs[16 * h..16 * h + 16].iter().map(|&q| q as i32).sum::<i32>();
+                    g.sum[(b * MR + i) * 3..(b * MR + i) * 3 + 3].copy_from_slice(&[row.sum[b], half(0), half(1)]);
                 }
             }
         });
@@ -110,47 +146,28 @@ pub(crate) struct Repacked {
 }
 
 impl Repacked {
-    /// Repacks `bytes` (`rows` rows of `k` values of `dtype`, a type [`available`] takes), on the CPU's threads.
-    pub(crate) fn new(dtype: DType, bytes: &[u8], rows: usize, k: usize) -> Repacked {
+    /// Repacks `bytes` (`rows` rows of `k` values of `dtype`, a type [`available`] takes), on the CPU's threads,
+    /// in slabs of about 32 MiB: after each, `done` is given the slab's bytes of the original (which the caller
+    /// may give back), so that the original and the copy of a large weight are not both held at once.
+    pub(crate) fn new(dtype: DType, bytes: &[u8], rows: usize, k: usize, done: &dyn Fn(&[u8])) -> Repacked {
         let kind = kind(dtype).expect("a repacked type");
-        let (nb, (qbytes, bb, _)) = (k / QK, block_form(kind));
-        let row_bytes = nb * dtype.block_bytes();
-        let mut data = vec![0u8; rows.div_ceil(NR) * nb * bb];
-        for_chunks(&mut data, (nb * bb).max(1), |p, panel| {
-            for r in 0..NR.min(rows - p * NR) {
-                let row = &bytes[(p * NR + r) * row_bytes..(p * NR + r + 1) * row_bytes];
-                for (b, dst) in panel.chunks_exact_mut(bb).enumerate() {
-                    // lane r of chunk c: bytes 4c..4c + 4 of the block's values
-                    let mut put = |qs: &[u8], flip: u8| {
-                        for (c, quad) in qs.chunks_exact(4).enumerate() {
-                            let at = c * 4 * NR + 4 * r;
-                            dst[at..at + 4].iter_mut().zip(quad).for_each(|(d, &q)| *d = q ^ flip);
-                        }
-                    };
-                    let scales: &[F16Le] = match kind {
-                        Q4_0 => {
-                            let blk = &blocks::<BlockQ4_0>(row)[b];
-                            put(&blk.qs, 0);
-                            &[blk.d]
-                        }
-                        Q4_1 => {
-                            let blk = &blocks::<BlockQ4_1>(row)[b];
-                            put(&blk.qs, 0);
-                            &[blk.d, blk.m]
-                        }
-                        _ => {
-                            let blk = &blocks::<BlockQ8_0>(row)[b];
-                            put(&blk.qs, 0x80);
-                            &[blk.d]
-                        }
-                    };
-                    for (i, s) in scales.iter().enumerate() {
-                        let at = qbytes + i * 2 * NR + 2 * r;
-                        dst[at..at + 2].copy_from_slice(&s.0);
-                    }
+        let form = Form::of(kind);
+        let units = k / (QK * form.groups);
+        let (pb, row_bytes) = (units * form.unit_bytes(), k / dtype.block_size() * dtype.block_bytes());
+        let panels = rows.div_ceil(NR);
+        let mut data = vec![0u8; panels * pb];
+        let slab = (32 << 20) / (NR * row_bytes).max(1) + 1;
+        for (si, slab_data) in data.chunks_mut(slab * pb).enumerate() {
+            for_chunks(slab_data, pb.max(1), |i, panel| {
+                let p = si * slab + i;
+                for r in 0..NR.min(rows - p * NR) {
+                    let row = &bytes[(p * NR + r) * row_bytes..(p * NR + r + 1) * row_bytes];
+                    repack_row(kind, row, r, panel);
                 }
-            }
-        });
+            });
+            let first = si * slab * NR;
+            done(&bytes[first * row_bytes..rows.min(first + slab * NR) * row_bytes]);
+        }
         Repacked { kind, k, rows, data }
     }
 
@@ -173,9 +190,9 @@ impl Repacked {
     /// `lanes`, written at `c + i·ldc + j`.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F, BW and VNNI ([`available`]); every row of `acts` has this weight's `k` values;
-    /// `panel` is a panel of the weight and `lanes` within 0..16; every `c + i·ldc + j` (i < `acts.len()`,
-    /// j < `lanes.len()`) is valid for writes and no other thread writes it.
+    /// The CPU has AVX-512 F, BW and VNNI ([`available`]); the activations have this weight's `k` values a row;
+    /// `panel` is a panel of the weight and `lanes` within 0..16; every `c + i·ldc + j` (i < the activations'
+    /// rows, j < `lanes.len()`) is valid for writes and no other thread writes it.
     pub(crate) unsafe fn multiply(
         &self,
         panel: usize,
@@ -184,24 +201,27 @@ impl Repacked {
         ldc: usize,
         lanes: std::ops::Range<usize>,
     ) {
-        let (nb, (_, bb, _)) = (self.k / QK, block_form(self.kind));
-        let data = &self.data[panel * nb * bb..(panel + 1) * nb * bb];
-        // several groups (prefill): a Q4 panel's nibbles unpacked to bytes once for all of them
+        let form = Form::of(self.kind);
+        let (nb, units) = (self.k / QK, self.k / (QK * form.groups));
+        let data = &self.data[panel * units * form.unit_bytes()..(panel + 1) * units * form.unit_bytes()];
+        // several groups of rows (prefill): the panel's values unpacked to bytes once for all of them
         let unpacked = (self.kind != Q8_0 && acts.groups.len() > 1).then(|| {
-            let mut bytes = vec![0u8; nb * 8 * 4 * NR];
-            // SAFETY: the caller's features; `data` holds nb blocks of bb bytes, `bytes` nb blocks of 512
-            unsafe { unpack_nibbles(data, bb, &mut bytes) };
+            let mut bytes = vec![0u8; nb * VALUES];
+            // SAFETY: the caller's features; `data` holds `units` units, `bytes` nb groups of VALUES bytes
+            unsafe { unpack_fn(self.kind)(data.as_ptr(), units, &mut bytes) };
             bytes
         });
         // the weights stream from memory for the first group (prefetched); later groups find them in the cache
         let mut prefetch = true;
         for (g, group) in acts.groups.iter().enumerate() {
-            debug_assert!(group.q.len() == nb * MR * QK && group.ds.len() == nb * 2 * MR && group.sum.len() == nb * MR);
+            debug_assert!(
+                group.q.len() == nb * MR * QK && group.ds.len() == nb * 2 * MR && group.sum.len() == nb * MR * 3
+            );
             let mut out = [[0f32; NR]; MR];
             let values = unpacked.as_ref().map(|u| u.as_ptr());
-            // SAFETY: the caller's features and row lengths; the panel's data holds nb blocks, and `values` nb
-            // blocks of 512 bytes
-            unsafe { tile_fn(self.kind, group.rows)(data.as_ptr(), values, nb, group, &mut out, prefetch) };
+            // SAFETY: the caller's features and row lengths; the panel's data holds `units` units, and `values` nb
+            // groups of VALUES bytes
+            unsafe { tile_fn(self.kind, group.rows)(data.as_ptr(), values, units, group, &mut out, prefetch) };
             prefetch = false;
             for (i, o) in out.iter().enumerate().take(group.rows) {
                 // SAFETY: the caller's: row g·MR + i < the activations' rows, lanes.len() columns
@@ -209,6 +229,158 @@ impl Repacked {
                     let dst = c.add((g * MR + i) * ldc);
                     std::ptr::copy_nonoverlapping(o[lanes.clone()].as_ptr(), dst, lanes.len());
                 }
+            }
+        }
+    }
+}
+
+/// A weight row's blocks (`row`) into lane `r` of its panel's units.
+fn repack_row(kind: u8, row: &[u8], r: usize, panel: &mut [u8]) {
+    let form = Form::of(kind);
+    let ub = form.unit_bytes();
+    let dtype = match kind {
+        Q4_0 => DType::Q4_0,
+        Q4_1 => DType::Q4_1,
+        Q8_0 => DType::Q8_0,
+        Q4_K => DType::Q4_K,
+        _ => DType::Q6_K,
+    };
+    let mut vals = [0u8; QK];
+    let mut gi = 0;
+    for_each_group(dtype, row, &mut vals, |vals, _, _| {
+        let (u, g) = (gi / form.groups, gi % form.groups);
+        let at = u * ub + g * form.group_bytes;
+        put_values(kind, &mut panel[at..at + form.group_bytes], r, vals, form.offset as u8);
+        gi += 1;
+    });
+    for (u, unit) in panel.chunks_exact_mut(ub).enumerate() {
+        put_scales(kind, &mut unit[form.groups * form.group_bytes..], r, row, u);
+    }
+}
+
+/// Row `r`'s values of one group (`vals` as `panel::for_each_group` gives them: two's complement for the signed
+/// types) into the panel's group `dst`, stored unsigned (`+ offset`).
+fn put_values(kind: u8, dst: &mut [u8], r: usize, vals: &[u8; QK], offset: u8) {
+    let v: [u8; QK] = std::array::from_fn(|i| vals[i].wrapping_add(offset));
+    if kind == Q8_0 {
+        for (c, quad) in v.chunks_exact(4).enumerate() {
+            dst[c * 4 * NR + 4 * r..c * 4 * NR + 4 * r + 4].copy_from_slice(quad);
+        }
+        return;
+    }
+    // chunk c, lane r: the low 4 bits of values 4c.. (low nibbles) and 16 + 4c.. (high nibbles)
+    for c in 0..4 {
+        for t in 0..4 {
+            let i = 4 * c + t;
+            dst[c * 4 * NR + 4 * r + t] = (v[i] & 0x0f) | ((v[i + 16] & 0x0f) << 4);
+        }
+    }
+    if kind == Q6_K {
+        // after them, two chunks of the high 2 bits: byte t of lane r holds those of values 4c + t (c < 4) at bits
+        // 2c (the first chunk: values 0..16; the second: 16..32)
+        for h in 0..2 {
+            for t in 0..4 {
+                let bits = (0..4).fold(0u8, |acc, c| acc | (((v[16 * h + 4 * c + t] >> 4) & 3) << (2 * c)));
+                dst[(4 + h) * 4 * NR + 4 * r + t] = bits;
+            }
+        }
+    }
+}
+
+/// Row `r`'s scales of unit `u` (of the row's bytes `row`) into the unit's scales `dst`.
+fn put_scales(kind: u8, dst: &mut [u8], r: usize, row: &[u8], u: usize) {
+    let f16 =
+        |dst: &mut [u8], i: usize, h: F16Le| dst[i * 2 * NR + 2 * r..i * 2 * NR + 2 * r + 2].copy_from_slice(&h.0);
+    match kind {
+        Q4_0 => f16(dst, 0, blocks::<BlockQ4_0>(row)[u].d),
+        Q4_1 => {
+            let b = &blocks::<BlockQ4_1>(row)[u];
+            f16(dst, 0, b.d);
+            f16(dst, 1, b.m);
+        }
+        Q8_0 => f16(dst, 0, blocks::<BlockQ8_0>(row)[u].d),
+        Q4_K => {
+            let b = &blocks::<BlockQ4K>(row)[u];
+            f16(dst, 0, b.d);
+            f16(dst, 1, b.dmin);
+            for j in 0..8 {
+                let (sc, m) = scale_min_k4(&b.scales, j);
+                (dst[4 * NR + j * NR + r], dst[12 * NR + j * NR + r]) = (sc, m);
+            }
+        }
+        _ => {
+            let b = &blocks::<BlockQ6K>(row)[u];
+            f16(dst, 0, b.d);
+            for j in 0..16 {
+                dst[2 * NR + j * NR + r] = b.scales[j];
+            }
+        }
+    }
+}
+
+/// Group `g` of a unit at `unit`, its values as the eight 64-byte chunks `vpdpbusd` multiplies.
+///
+/// # Safety
+/// The CPU has the features; `unit` holds a whole unit of the kind.
+#[inline(always)]
+unsafe fn group_values<const KIND: u8>(unit: *const u8, g: usize) -> [__m512i; 8] {
+    let form = Form::of(KIND);
+    let low = _mm512_set1_epi8(0x0f);
+    let mut q = [_mm512_setzero_si512(); 8];
+    // SAFETY: the caller's; the group's bytes lie in the unit
+    unsafe {
+        let p = unit.add(g * form.group_bytes);
+        if KIND == Q8_0 {
+            for (c, q) in q.iter_mut().enumerate() {
+                *q = _mm512_loadu_si512(p.add(64 * c).cast());
+            }
+            return q;
+        }
+        for c in 0..4 {
+            let x = _mm512_loadu_si512(p.add(64 * c).cast());
+            q[c] = _mm512_and_si512(x, low);
+            q[c + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), low);
+        }
+        if KIND == Q6_K {
+            // bits 2c..2c + 2 of each byte to bits 4..6 (16-bit shifts: the mask drops what crosses a byte)
+            let top = _mm512_set1_epi8(0x30);
+            for h in 0..2 {
+                let x = _mm512_loadu_si512(p.add(64 * (4 + h)).cast());
+                let parts = [_mm512_slli_epi16::<4>(x), _mm512_slli_epi16::<2>(x), x, _mm512_srli_epi16::<2>(x)];
+                for (c, part) in parts.into_iter().enumerate() {
+                    q[4 * h + c] = _mm512_or_si512(q[4 * h + c], _mm512_and_si512(part, top));
+                }
+            }
+        }
+    }
+    q
+}
+
+type UnpackFn = unsafe fn(*const u8, usize, &mut [u8]);
+
+fn unpack_fn(kind: u8) -> UnpackFn {
+    match kind {
+        Q4_0 => unpack::<Q4_0>,
+        Q4_1 => unpack::<Q4_1>,
+        Q8_0 => unpack::<Q8_0>,
+        Q4_K => unpack::<Q4_K>,
+        _ => unpack::<Q6_K>,
+    }
+}
+
+/// A panel's `units` units at `data` unpacked into `out`: per group of 32, the eight chunks [`group_values`] gives.
+///
+/// # Safety
+/// The CPU has the features; `data` holds `units` units of the kind, `out` [`VALUES`] bytes a group.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn unpack<const KIND: u8>(data: *const u8, units: usize, out: &mut [u8]) {
+    let form = Form::of(KIND);
+    for (i, dst) in out.chunks_exact_mut(VALUES).enumerate().take(units * form.groups) {
+        // SAFETY: the caller's; dst holds 8 chunks of 64 bytes
+        unsafe {
+            let q = group_values::<KIND>(data.add(i / form.groups * form.unit_bytes()), i % form.groups);
+            for (c, q) in q.iter().enumerate() {
+                _mm512_storeu_si512(dst.as_mut_ptr().add(64 * c).cast(), *q);
             }
         }
     }
@@ -235,103 +407,125 @@ fn tile_fn(kind: u8, rows: usize) -> TileFn {
     match kind {
         Q4_0 => by_rows!(Q4_0),
         Q4_1 => by_rows!(Q4_1),
-        _ => by_rows!(Q8_0),
+        Q8_0 => by_rows!(Q8_0),
+        Q4_K => by_rows!(Q4_K),
+        _ => by_rows!(Q6_K),
     }
 }
 
-/// A Q4 panel's values unpacked to bytes: `out` holds, per block, the eight 64-byte chunks the kernel multiplies.
+/// Group `g`'s scales of a unit: `(s, s of the second half, o)` for 16 rows (`d`: the unit's f16 scale, `second`:
+/// Q4_1's `m` or Q4_K's `dmin`), as `panel.rs` forms them (`d·sc`, `dmin·m`, `−m`: exact products of f16 and
+/// small integers).
 ///
 /// # Safety
-/// The CPU has the features; `data` holds whole blocks of `bb` bytes, `out` 512 bytes for each.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn unpack_nibbles(data: &[u8], bb: usize, out: &mut [u8]) {
-    let low = _mm512_set1_epi8(0x0f);
-    for (blk, dst) in data.chunks_exact(bb).zip(out.chunks_exact_mut(8 * 4 * NR)) {
-        for c in 0..4 {
-            // SAFETY: a block's first 256 bytes are its nibbles; dst holds 8 chunks of 64 bytes
-            unsafe {
-                let x = _mm512_loadu_si512(blk.as_ptr().add(64 * c).cast());
-                _mm512_storeu_si512(dst.as_mut_ptr().add(64 * c).cast(), _mm512_and_si512(x, low));
-                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(x), low);
-                _mm512_storeu_si512(dst.as_mut_ptr().add(64 * (c + 4)).cast(), hi);
+/// The CPU has the features; `scales` points at a whole unit's scales.
+#[inline(always)]
+unsafe fn group_scales<const KIND: u8>(scales: *const u8, g: usize, d: __m512, second: __m512) -> [__m512; 3] {
+    // SAFETY: the caller's; each load lies in the unit's scales
+    unsafe {
+        let bytes = |at: usize, signed: bool| {
+            let x = _mm_loadu_si128(scales.add(at).cast());
+            _mm512_cvtepi32_ps(if signed { _mm512_cvtepi8_epi32(x) } else { _mm512_cvtepu8_epi32(x) })
+        };
+        match KIND {
+            Q4_1 => [d, d, _mm512_sub_ps(_mm512_setzero_ps(), second)],
+            Q4_K => {
+                let s = _mm512_mul_ps(d, bytes(4 * NR + g * NR, false));
+                [s, s, _mm512_mul_ps(second, bytes(12 * NR + g * NR, false))]
             }
+            Q6_K => {
+                let s = |h: usize| _mm512_mul_ps(d, bytes(2 * NR + (2 * g + h) * NR, true));
+                [s(0), s(1), _mm512_setzero_ps()]
+            }
+            _ => [d, d, _mm512_setzero_ps()],
         }
     }
 }
 
-/// The first `R` rows of a group of activations times a panel (`nb` blocks at `w`) into `out[..R]`, prefetching
-/// the weights ahead where `prefetch`; a Q4 panel's values read from `values` where given (unpacked to bytes,
-/// [`unpack_nibbles`]).
+/// The first `R` rows of a group of activations times a panel (`units` units at `w`) into `out[..R]`,
+/// prefetching the weights ahead where `prefetch`; the values read from `values` where given (unpacked to bytes,
+/// [`unpack`]).
 ///
 /// # Safety
-/// The CPU has the features; `w` holds `nb` blocks of the kind's form, `values` (if any) `nb` blocks of 512 bytes;
-/// the group has `nb` blocks.
+/// The CPU has the features; `w` holds `units` units of the kind, `values` (if any) [`VALUES`] bytes for each of
+/// their groups; the activations have as many groups.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile<const R: usize, const KIND: u8>(
     w: *const u8,
     values: Option<*const u8>,
-    nb: usize,
-    g: &Group,
+    units: usize,
+    acts: &Group,
     out: &mut [[f32; NR]; MR],
     prefetch: bool,
 ) {
-    let (qbytes, bb, offset) = block_form(KIND);
+    let form = Form::of(KIND);
+    let (ub, has_o) = (form.unit_bytes(), KIND == Q4_1 || KIND == Q4_K);
     let mut acc = [_mm512_setzero_ps(); R];
-    let low = _mm512_set1_epi8(0x0f);
-    let (aq, ads, asum) = (g.q.as_ptr(), g.ds.as_ptr(), g.sum.as_ptr());
-    for b in 0..nb {
-        // SAFETY (the loads): block b of the panel lies within its nb·bb bytes; the group holds nb blocks of MR rows
+    let (aq, ads, asum) = (acts.q.as_ptr(), acts.ds.as_ptr(), acts.sum.as_ptr());
+    for u in 0..units {
+        // SAFETY (the loads): unit u lies within the units·ub bytes, each group's values within `values`; the
+        // activations hold every group of MR rows
         unsafe {
-            let blk = w.add(b * bb);
+            let unit = w.add(u * ub);
             if prefetch {
-                // the stream a few blocks ahead (a panel's blocks, then the next panel's, lie one after another)
-                for line in (0..bb).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(PREFETCH + line).cast());
+                // the stream ahead (a panel's units, then the next panel's, lie one after another)
+                for line in (0..ub).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(unit.wrapping_add(PREFETCH + line).cast());
                 }
             }
-            let mut q = [_mm512_setzero_si512(); 8];
-            if KIND == Q8_0 || values.is_some() {
-                let from = values.map_or(blk, |v| v.add(b * 8 * 4 * NR));
-                for (c, q) in q.iter_mut().enumerate() {
-                    *q = _mm512_loadu_si512(from.add(64 * c).cast());
-                }
-            } else {
-                for c in 0..4 {
-                    let x = _mm512_loadu_si512(blk.add(64 * c).cast());
-                    q[c] = _mm512_and_si512(x, low);
-                    q[c + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), low);
-                }
-            }
-            let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(qbytes).cast()));
-            let m = if KIND == Q4_1 {
-                _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(qbytes + 2 * NR).cast()))
+            let scales = unit.add(form.groups * form.group_bytes);
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(scales.cast()));
+            let second = if has_o {
+                _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(2 * NR).cast()))
             } else {
                 _mm512_setzero_ps()
             };
-            let (qa, ds, asums) = (aq.add(b * MR * QK), ads.add(b * 2 * MR), asum.add(b * MR));
-            // each row's integer sums in two chains where the rows are few (their latencies overlap), one chunk
-            // of values at a time for every row (independent instructions side by side)
-            let split = R < 4;
-            let mut sums = [[_mm512_setzero_si512(); 2]; R];
-            if offset != 0 {
-                for (i, s) in sums.iter_mut().enumerate() {
-                    s[0] = _mm512_set1_epi32(-offset * *asums.add(i));
+            for g in 0..form.groups {
+                let b = u * form.groups + g;
+                let q = match values {
+                    Some(v) => std::array::from_fn(|c| _mm512_loadu_si512(v.add(b * VALUES + 64 * c).cast())),
+                    None => group_values::<KIND>(unit, g),
+                };
+                let [s, s_hi, o] = group_scales::<KIND>(scales, g, d, second);
+                let (qa, ds, sums) = (aq.add(b * MR * QK), ads.add(b * 2 * MR), asum.add(b * MR * 3));
+                // each row's integer sums in two chains (the halves, or where the rows are few so that latencies
+                // overlap), one chunk of values at a time for every row (independent instructions side by side)
+                let split = form.halves || R < 4;
+                let mut isum = [[_mm512_setzero_si512(); 2]; R];
+                for (i, v) in isum.iter_mut().enumerate() {
+                    if form.halves {
+                        let off = |h: usize| _mm512_set1_epi32(-form.offset * *sums.add(3 * i + 1 + h));
+                        *v = [off(0), off(1)];
+                    } else if form.offset != 0 {
+                        v[0] = _mm512_set1_epi32(-form.offset * *sums.add(3 * i));
+                    }
                 }
-            }
-            for (c, q) in q.iter().enumerate() {
-                for (i, s) in sums.iter_mut().enumerate() {
-                    let x = _mm512_set1_epi32(std::ptr::read_unaligned(qa.add(i * QK + 4 * c).cast::<i32>()));
-                    let chain = if split { c % 2 } else { 0 };
-                    s[chain] = _mm512_dpbusd_epi32(s[chain], *q, x);
+                for (c, q) in q.iter().enumerate() {
+                    let chain = if form.halves {
+                        c / 4
+                    } else if split {
+                        c % 2
+                    } else {
+                        0
+                    };
+                    for (i, v) in isum.iter_mut().enumerate() {
+                        let x = _mm512_set1_epi32(std::ptr::read_unaligned(qa.add(i * QK + 4 * c).cast::<i32>()));
+                        v[chain] = _mm512_dpbusd_epi32(v[chain], *q, x);
+                    }
                 }
-            }
-            for (i, acc) in acc.iter_mut().enumerate() {
-                // integer additions: exact, so the split changes no bit
-                let sum = if split { _mm512_add_epi32(sums[i][0], sums[i][1]) } else { sums[i][0] };
-                let da = _mm512_set1_ps(*ds.add(i));
-                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, da), *acc);
-                if KIND == Q4_1 {
-                    *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(*ds.add(MR + i)), *acc);
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let da = _mm512_set1_ps(*ds.add(i));
+                    if form.halves {
+                        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][0]), _mm512_mul_ps(s, da), *acc);
+                        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][1]), _mm512_mul_ps(s_hi, da), *acc);
+                    } else {
+                        // integer additions: exact, so the split changes no bit
+                        let v = if split { _mm512_add_epi32(isum[i][0], isum[i][1]) } else { isum[i][0] };
+                        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(s, da), *acc);
+                    }
+                    if has_o {
+                        *acc = _mm512_fnmadd_ps(o, _mm512_set1_ps(*ds.add(MR + i)), *acc);
+                    }
                 }
             }
         }
@@ -353,15 +547,15 @@ mod tests {
     /// of rows not a multiple of 16 and lanes from a panel's middle; and agrees with decoding the weights.
     #[test]
     fn repacked_equals_the_panel_kernel_bitwise() {
-        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K] {
             if !available(dtype) {
                 println!("SKIPPED: this CPU lacks AVX-512 VNNI (or WEBTENSOR_CPU_NO_VNNI is set)");
                 return;
             }
-            let (k, rows) = (256, 37);
+            let (k, rows) = (512, 37);
             let bb = k / dtype.block_size() * dtype.block_bytes();
             let w = super::super::tests::blocks(dtype, k * rows, 11 + bb as u64);
-            let rep = Repacked::new(dtype, &w, rows, k);
+            let rep = Repacked::new(dtype, &w, rows, k, &|_| {});
             assert_eq!((rep.rows(), rep.k()), (rows, k));
             let mut wf = vec![0f32; k * rows];
             decode(dtype, &w, &mut wf);
