@@ -24,11 +24,14 @@ const DRIVER: &str = if cfg!(all(target_arch = "wasm32", target_feature = "relax
 
 /// The SIMD the CPU backend's kernels run on this machine (figures differ by it: README's were measured with
 /// AVX-512 on some days and AVX2 on others): the matmuls' (`gemm` picks at run time) and the quantized dot
-/// products' (AVX2 + FMA, simd128, else scalar).
+/// products' (AVX-512 VNNI on repacked weights, AVX2 + FMA, simd128, else scalar).
 fn simd_path() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
         let avx2 = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        if super::qdot::repack::available(crate::dtype::DType::Q4_0) {
+            return "AVX-512 matmuls, AVX-512 VNNI quantized matmuls (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K repacked)";
+        }
         match (std::arch::is_x86_feature_detected!("avx512f"), avx2) {
             (true, true) => "AVX-512 matmuls, AVX2 quantized dots",
             (false, true) => "AVX2+FMA",

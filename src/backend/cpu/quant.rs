@@ -4,7 +4,9 @@
 //! (`qdot`: x rounded to 8-bit blocks, as llama.cpp does) or else decoded into a short f32 buffer; for many rows
 //! (prefill) panels of 16 rows of w unpacked to bytes and multiplied in integer arithmetic where the CPU has
 //! AVX-512 VNNI and the type a panel form (`qdot/panel.rs`), else panels of w decoded to f32 and multiplied by the
-//! `gemm` crate.
+//! `gemm` crate. A resident weight of a type with a repacked form (`qdot/repack.rs`: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)
+//! on a CPU with AVX-512 VNNI takes neither path: it is repacked on the first compile that uses it, and one
+//! kernel multiplies it with any number of rows, each row's result the same bits whatever that number.
 
 use super::buffer::Memory;
 use super::elementwise::{epilogue, Leaf};
