@@ -16,6 +16,9 @@ pub struct Bytes {
     owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
     start: usize,
     len: usize,
+    /// The owner is a read-only memory map of a file ([`Bytes::from_file_map`]): its pages can be dropped and are
+    /// read back from the file.
+    file_map: bool,
 }
 
 impl std::fmt::Debug for Bytes {
@@ -28,7 +31,20 @@ impl Bytes {
     /// The bytes of a vector (moved, not copied).
     pub fn from_vec(v: Vec<u8>) -> Bytes {
         let len = v.len();
-        Bytes { owner: Arc::new(v), start: 0, len }
+        Bytes { owner: Arc::new(v), start: 0, len, file_map: false }
+    }
+
+    /// The whole of a read-only memory map of a file.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn from_file_map(map: memmap2::Mmap) -> Bytes {
+        let len = map.len();
+        Bytes { owner: Arc::new(map), start: 0, len, file_map: true }
+    }
+
+    /// Whether these bytes lie in a read-only memory map of a file (whose pages the kernel can drop and read again).
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    pub(crate) fn is_file_map(&self) -> bool {
+        self.file_map
     }
 
     /// Bytes `range` of `owner` (a memory map, for example), kept alive as long as these bytes are.
@@ -46,7 +62,7 @@ impl Bytes {
                 reason: format!("range {range:?} is outside the owner's {total} bytes"),
             });
         }
-        Ok(Bytes { owner, start: range.start, len: range.end - range.start })
+        Ok(Bytes { owner, start: range.start, len: range.end - range.start, file_map: false })
     }
 
     /// Bytes `range` of these bytes (sharing their owner; nothing is copied).
@@ -60,7 +76,8 @@ impl Bytes {
                 reason: format!("range {range:?} is outside {} bytes", self.len),
             });
         }
-        Ok(Bytes { owner: self.owner.clone(), start: self.start + range.start, len: range.end - range.start })
+        let (start, len) = (self.start + range.start, range.end - range.start);
+        Ok(Bytes { owner: self.owner.clone(), start, len, file_map: self.file_map })
     }
 
     /// The bytes.

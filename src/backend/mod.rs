@@ -68,8 +68,8 @@ pub struct CompileOptions {
     pub no_fusion: bool,
     /// CPU backend: keep the activations of matmuls with block-quantized weights in f32. By default they are
     /// rounded to 8-bit blocks of 32 (ggml's Q8_1, as llama.cpp's CPU backend does) for the integer kernels of
-    /// Q4_0, Q4_1, Q8_0, Q4_K and Q6_K, which moves each dot product by about 0.3% of its magnitude and reads the
-    /// weights several times faster. GPU backends always compute in f32.
+    /// the block types, which moves each dot product by about 0.3% of its magnitude and reads the weights several
+    /// times faster. GPU backends always compute in f32.
     pub f32_activations: bool,
 }
 

@@ -80,6 +80,5 @@ pub(crate) fn map_file(path: &str) -> crate::error::Result<crate::resident::Byte
     // with any memory-mapped reader (llama.cpp's included), which callers accept by opening model files.
     let map =
         unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(path, format!("cannot map it into memory: {e}")))?;
-    let len = map.len();
-    crate::resident::Bytes::from_owner(std::sync::Arc::new(map), 0..len)
+    Ok(crate::resident::Bytes::from_file_map(map))
 }

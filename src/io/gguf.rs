@@ -505,8 +505,7 @@ impl GgufFile {
     /// The data of `t` (a slice of the file's bytes, not a copy).
     pub fn data(&self, t: &TensorInfo) -> Bytes {
         let start = t.offset as usize;
-        Bytes::from_owner(std::sync::Arc::new(self.bytes.clone()), start..start + t.bytes as usize)
-            .expect("checked against the file when parsed")
+        self.bytes.slice(start..start + t.bytes as usize).expect("checked against the file when parsed")
     }
 
     /// The tensor `t` as a host tensor (a copy of its bytes; storage formats stay encoded, as [`Data::Raw`]).

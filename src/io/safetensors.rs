@@ -17,7 +17,6 @@ use crate::tensor::{Data, HostTensor};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use std::ops::Range;
-use std::sync::Arc;
 
 /// The safetensors crate's cap on the JSON header, in bytes.
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
@@ -273,7 +272,7 @@ impl SafetensorsFile {
 
     /// The bytes of `e` (a slice of the file, not a copy).
     pub fn data(&self, e: &SafetensorsEntry) -> Result<Bytes> {
-        Bytes::from_owner(Arc::new(self.bytes.clone()), e.range.clone())
+        self.bytes.slice(e.range.clone())
     }
 
     /// Tensor `name` as a host tensor: F32, F16 and I32 as they are, BF16 widened to f32.

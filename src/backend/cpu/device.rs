@@ -30,7 +30,7 @@ fn simd_path() -> &'static str {
     {
         let avx2 = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
         if super::qdot::repack::available(crate::dtype::DType::Q4_0) {
-            return "AVX-512 matmuls, AVX-512 VNNI quantized matmuls (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K repacked)";
+            return "AVX-512 matmuls, AVX-512 VNNI quantized matmuls (Q4_0-Q8_0, Q4_K-Q6_K repacked)";
         }
         match (std::arch::is_x86_feature_detected!("avx512f"), avx2) {
             (true, true) => "AVX-512 matmuls, AVX2 quantized dots",

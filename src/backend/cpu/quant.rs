@@ -4,7 +4,8 @@
 //! (`qdot`: x rounded to 8-bit blocks, as llama.cpp does) or else decoded into a short f32 buffer; for many rows
 //! (prefill) panels of 16 rows of w unpacked to bytes and multiplied in integer arithmetic where the CPU has
 //! AVX-512 VNNI and the type a panel form (`qdot/panel.rs`), else panels of w decoded to f32 and multiplied by the
-//! `gemm` crate. A resident weight of a type with a repacked form (`qdot/repack.rs`: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)
+//! `gemm` crate. A resident weight of a type with a repacked form (`qdot/repack.rs`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
+//! Q6_K)
 //! on a CPU with AVX-512 VNNI takes neither path: it is repacked on the first compile that uses it, and one
 //! kernel multiplies it with any number of rows, each row's result the same bits whatever that number.
 
@@ -163,7 +164,8 @@ impl RepackedW {
         }
         let rep = repacked.get_or_init(|| {
             // the matmuls read the copy from now on: a mapped file's pages of the original can go, slab by slab
-            let rep = Repacked::new(ext.dtype, bytes.as_slice(), r, k, &super::external::page_out);
+            let rep =
+                Repacked::new(ext.dtype, bytes.as_slice(), r, k, &|range| super::external::page_out(bytes, range));
             ext.accounting.fetch_add(rep.bytes() as u64, std::sync::atomic::Ordering::Relaxed);
             rep
         });

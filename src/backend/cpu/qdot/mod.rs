@@ -11,7 +11,7 @@
 //! compiled with AVX2, which the compiler vectorizes. On wasm, simd128 kernels (Q4_0, Q4_1, Q8_0) where the
 //! build enables simd128 (it does: `.cargo/config.toml`). bf16 and f16 weights decode to f32 (`quant.rs`).
 //!
-//! With AVX-512 VNNI, the weights of Q4_0, Q4_1, Q8_0, Q4_K and Q6_K are repacked at first use and every matmul with them,
+//! With AVX-512 VNNI, the weights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K are repacked at first use and every matmul with them,
 //! from one row of activations to a prefill's hundreds, runs one kernel (`repack.rs`); the other types' prefill
 //! (many rows) has its own integer kernel, which unpacks panels of weights per matmul (`panel.rs`).
 //!

@@ -1,7 +1,7 @@
 //! Weights repacked once, at their first use, for the AVX-512 VNNI kernel of every matmul with a quantized
 //! weight: decode (one row of activations), several sequences decoded together (a few rows) and prefill
 //! (many), as llama.cpp's CPU backend repacks Q4_0 and its kin at load (`ggml-cpu/repack.cpp`). Types: Q4_0,
-//! Q4_1, Q8_0, Q4_K and Q6_K (llama.cpp's Q4_K_M mixes and the legacy types).
+//! Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K (llama.cpp's Q4_K_M and Q5_K_M mixes and the legacy types).
 //!
 //! The rows of a weight are taken 16 at a time (a panel, the 16 i32 lanes of a 512-bit vector). For each group
 //! of 32 values, the panel's 16 rows are stored interleaved as `vpdpbusd` reads them: 64-byte chunks whose lane
@@ -24,7 +24,9 @@ use super::panel::for_each_group;
 use super::row::{Q8Row, QK};
 use crate::backend::cpu::parallel::for_chunks;
 use crate::dtype::DType;
-use crate::quant::{blocks, scale_min_k4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ6K, BlockQ8_0, F16Le};
+use crate::quant::{
+    blocks, scale_min_k4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, F16Le,
+};
 use std::arch::x86_64::*;
 
 /// Weight rows in a panel.
@@ -48,6 +50,19 @@ const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
 const Q4_K: u8 = 3;
 const Q6_K: u8 = 4;
+const Q5_0: u8 = 5;
+const Q5_1: u8 = 6;
+const Q5_K: u8 = 7;
+
+/// The kinds with a fifth bit a value.
+const fn fifth_bit(kind: u8) -> bool {
+    matches!(kind, Q5_0 | Q5_1 | Q5_K)
+}
+
+/// The kinds with an offset `o` (Q4_1 and Q5_1's `m`, the K types' `dmin·m`).
+const fn has_offset(kind: u8) -> bool {
+    matches!(kind, Q4_1 | Q5_1 | Q4_K | Q5_K)
+}
 
 fn kind(dtype: DType) -> Option<u8> {
     match dtype {
@@ -56,7 +71,23 @@ fn kind(dtype: DType) -> Option<u8> {
         DType::Q8_0 => Some(Q8_0),
         DType::Q4_K => Some(Q4_K),
         DType::Q6_K => Some(Q6_K),
+        DType::Q5_0 => Some(Q5_0),
+        DType::Q5_1 => Some(Q5_1),
+        DType::Q5_K => Some(Q5_K),
         _ => None,
+    }
+}
+
+fn dtype_of(kind: u8) -> DType {
+    match kind {
+        Q4_0 => DType::Q4_0,
+        Q4_1 => DType::Q4_1,
+        Q8_0 => DType::Q8_0,
+        Q4_K => DType::Q4_K,
+        Q5_0 => DType::Q5_0,
+        Q5_1 => DType::Q5_1,
+        Q5_K => DType::Q5_K,
+        _ => DType::Q6_K,
     }
 }
 
@@ -83,6 +114,10 @@ impl Form {
             Q8_0 => (1, VALUES, 2 * NR, 128, false),
             // d, dmin (f16), then 8 scales and 8 mins (bytes) per row
             Q4_K => (8, 16 * NR, 4 * NR + 16 * NR, 0, false),
+            // 4-bit low parts, then the fifth bits; as Q4_0, Q4_1 and Q4_K
+            Q5_0 => (1, 20 * NR, 2 * NR, 16, false),
+            Q5_1 => (1, 20 * NR, 4 * NR, 0, false),
+            Q5_K => (8, 20 * NR, 4 * NR + 16 * NR, 0, false),
             // 4-bit low parts, then 2-bit high parts; d (f16), then 16 scales (i8) per row
             _ => (8, 24 * NR, 2 * NR + 16 * NR, 32, true),
         };
@@ -147,9 +182,15 @@ pub(crate) struct Repacked {
 
 impl Repacked {
     /// Repacks `bytes` (`rows` rows of `k` values of `dtype`, a type [`available`] takes), on the CPU's threads,
-    /// in slabs of about 32 MiB: after each, `done` is given the slab's bytes of the original (which the caller
-    /// may give back), so that the original and the copy of a large weight are not both held at once.
-    pub(crate) fn new(dtype: DType, bytes: &[u8], rows: usize, k: usize, done: &dyn Fn(&[u8])) -> Repacked {
+    /// in slabs of about 32 MiB: after each, `done` is given the slab's byte range of the original (which the
+    /// caller may give back), so that the original and the copy of a large weight are not both held at once.
+    pub(crate) fn new(
+        dtype: DType,
+        bytes: &[u8],
+        rows: usize,
+        k: usize,
+        done: &dyn Fn(std::ops::Range<usize>),
+    ) -> Repacked {
         let kind = kind(dtype).expect("a repacked type");
         let form = Form::of(kind);
         let units = k / (QK * form.groups);
@@ -166,7 +207,7 @@ impl Repacked {
                 }
             });
             let first = si * slab * NR;
-            done(&bytes[first * row_bytes..rows.min(first + slab * NR) * row_bytes]);
+            done(first * row_bytes..rows.min(first + slab * NR) * row_bytes);
         }
         Repacked { kind, k, rows, data }
     }
@@ -238,13 +279,7 @@ impl Repacked {
 fn repack_row(kind: u8, row: &[u8], r: usize, panel: &mut [u8]) {
     let form = Form::of(kind);
     let ub = form.unit_bytes();
-    let dtype = match kind {
-        Q4_0 => DType::Q4_0,
-        Q4_1 => DType::Q4_1,
-        Q8_0 => DType::Q8_0,
-        Q4_K => DType::Q4_K,
-        _ => DType::Q6_K,
-    };
+    let dtype = dtype_of(kind);
     let mut vals = [0u8; QK];
     let mut gi = 0;
     for_each_group(dtype, row, &mut vals, |vals, _, _| {
@@ -275,6 +310,13 @@ fn put_values(kind: u8, dst: &mut [u8], r: usize, vals: &[u8; QK], offset: u8) {
             dst[c * 4 * NR + 4 * r + t] = (v[i] & 0x0f) | ((v[i + 16] & 0x0f) << 4);
         }
     }
+    if fifth_bit(kind) {
+        // after them, one chunk of the fifth bits: byte t of lane r holds those of values 4c + t at bit c
+        for t in 0..4 {
+            let bits = (0..8).fold(0u8, |acc, c| acc | (((v[4 * c + t] >> 4) & 1) << c));
+            dst[4 * 4 * NR + 4 * r + t] = bits;
+        }
+    }
     if kind == Q6_K {
         // after them, two chunks of the high 2 bits: byte t of lane r holds those of values 4c + t (c < 4) at bits
         // 2c (the first chunk: values 0..16; the second: 16..32)
@@ -291,22 +333,34 @@ fn put_values(kind: u8, dst: &mut [u8], r: usize, vals: &[u8; QK], offset: u8) {
 fn put_scales(kind: u8, dst: &mut [u8], r: usize, row: &[u8], u: usize) {
     let f16 =
         |dst: &mut [u8], i: usize, h: F16Le| dst[i * 2 * NR + 2 * r..i * 2 * NR + 2 * r + 2].copy_from_slice(&h.0);
+    // the K types' eight 6-bit scales and mins, as bytes
+    let mut k_scales = |d: F16Le, dmin: F16Le, scales: &[u8; 12]| {
+        f16(dst, 0, d);
+        f16(dst, 1, dmin);
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(scales, j);
+            (dst[4 * NR + j * NR + r], dst[12 * NR + j * NR + r]) = (sc, m);
+        }
+    };
     match kind {
         Q4_0 => f16(dst, 0, blocks::<BlockQ4_0>(row)[u].d),
-        Q4_1 => {
-            let b = &blocks::<BlockQ4_1>(row)[u];
-            f16(dst, 0, b.d);
-            f16(dst, 1, b.m);
-        }
+        Q5_0 => f16(dst, 0, blocks::<BlockQ5_0>(row)[u].d),
         Q8_0 => f16(dst, 0, blocks::<BlockQ8_0>(row)[u].d),
+        Q4_1 | Q5_1 => {
+            let (d, m) = match kind {
+                Q4_1 => (blocks::<BlockQ4_1>(row)[u].d, blocks::<BlockQ4_1>(row)[u].m),
+                _ => (blocks::<BlockQ5_1>(row)[u].d, blocks::<BlockQ5_1>(row)[u].m),
+            };
+            f16(dst, 0, d);
+            f16(dst, 1, m);
+        }
         Q4_K => {
             let b = &blocks::<BlockQ4K>(row)[u];
-            f16(dst, 0, b.d);
-            f16(dst, 1, b.dmin);
-            for j in 0..8 {
-                let (sc, m) = scale_min_k4(&b.scales, j);
-                (dst[4 * NR + j * NR + r], dst[12 * NR + j * NR + r]) = (sc, m);
-            }
+            k_scales(b.d, b.dmin, &b.scales);
+        }
+        Q5_K => {
+            let b = &blocks::<BlockQ5K>(row)[u];
+            k_scales(b.d, b.dmin, &b.scales);
         }
         _ => {
             let b = &blocks::<BlockQ6K>(row)[u];
@@ -341,6 +395,23 @@ unsafe fn group_values<const KIND: u8>(unit: *const u8, g: usize) -> [__m512i; 8
             q[c] = _mm512_and_si512(x, low);
             q[c + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), low);
         }
+        if fifth_bit(KIND) {
+            // bit c of each byte to bit 4 (16-bit shifts: the mask drops what crosses a byte)
+            let (x, bit) = (_mm512_loadu_si512(p.add(64 * 4).cast()), _mm512_set1_epi8(0x10));
+            let parts = [
+                _mm512_slli_epi16::<4>(x),
+                _mm512_slli_epi16::<3>(x),
+                _mm512_slli_epi16::<2>(x),
+                _mm512_slli_epi16::<1>(x),
+                x,
+                _mm512_srli_epi16::<1>(x),
+                _mm512_srli_epi16::<2>(x),
+                _mm512_srli_epi16::<3>(x),
+            ];
+            for (q, part) in q.iter_mut().zip(parts) {
+                *q = _mm512_or_si512(*q, _mm512_and_si512(part, bit));
+            }
+        }
         if KIND == Q6_K {
             // bits 2c..2c + 2 of each byte to bits 4..6 (16-bit shifts: the mask drops what crosses a byte)
             let top = _mm512_set1_epi8(0x30);
@@ -364,6 +435,9 @@ fn unpack_fn(kind: u8) -> UnpackFn {
         Q4_1 => unpack::<Q4_1>,
         Q8_0 => unpack::<Q8_0>,
         Q4_K => unpack::<Q4_K>,
+        Q5_0 => unpack::<Q5_0>,
+        Q5_1 => unpack::<Q5_1>,
+        Q5_K => unpack::<Q5_K>,
         _ => unpack::<Q6_K>,
     }
 }
@@ -409,6 +483,9 @@ fn tile_fn(kind: u8, rows: usize) -> TileFn {
         Q4_1 => by_rows!(Q4_1),
         Q8_0 => by_rows!(Q8_0),
         Q4_K => by_rows!(Q4_K),
+        Q5_0 => by_rows!(Q5_0),
+        Q5_1 => by_rows!(Q5_1),
+        Q5_K => by_rows!(Q5_K),
         _ => by_rows!(Q6_K),
     }
 }
@@ -428,8 +505,8 @@ unsafe fn group_scales<const KIND: u8>(scales: *const u8, g: usize, d: __m512, s
             _mm512_cvtepi32_ps(if signed { _mm512_cvtepi8_epi32(x) } else { _mm512_cvtepu8_epi32(x) })
         };
         match KIND {
-            Q4_1 => [d, d, _mm512_sub_ps(_mm512_setzero_ps(), second)],
-            Q4_K => {
+            Q4_1 | Q5_1 => [d, d, _mm512_sub_ps(_mm512_setzero_ps(), second)],
+            Q4_K | Q5_K => {
                 let s = _mm512_mul_ps(d, bytes(4 * NR + g * NR, false));
                 [s, s, _mm512_mul_ps(second, bytes(12 * NR + g * NR, false))]
             }
@@ -459,7 +536,7 @@ unsafe fn tile<const R: usize, const KIND: u8>(
     prefetch: bool,
 ) {
     let form = Form::of(KIND);
-    let (ub, has_o) = (form.unit_bytes(), KIND == Q4_1 || KIND == Q4_K);
+    let (ub, has_o) = (form.unit_bytes(), has_offset(KIND));
     let mut acc = [_mm512_setzero_ps(); R];
     let (aq, ads, asum) = (acts.q.as_ptr(), acts.ds.as_ptr(), acts.sum.as_ptr());
     for u in 0..units {
@@ -547,7 +624,9 @@ mod tests {
     /// of rows not a multiple of 16 and lanes from a panel's middle; and agrees with decoding the weights.
     #[test]
     fn repacked_equals_the_panel_kernel_bitwise() {
-        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K] {
+        for dtype in
+            [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K]
+        {
             if !available(dtype) {
                 println!("SKIPPED: this CPU lacks AVX-512 VNNI (or WEBTENSOR_CPU_NO_VNNI is set)");
                 return;
