@@ -176,6 +176,31 @@ fn bert_gguf_files_embed_as_the_directory() {
     assert!(worst >= 0.998, "q8_0: {worst}");
 }
 
+/// `EmbedderOptions::f16_weights` stores a BERT GGUF file's f32 matrices in f16, as it stores a directory's: the
+/// device holds exactly half their bytes, and the vectors still match the f64 reference (cosine ≥ 0.9999).
+#[test]
+fn bert_gguf_f16_weights_store_the_matrices_in_f16() {
+    let Some(file) = bert_gguf("f32") else { return };
+    let path = file.to_str().unwrap();
+    let load = |f16: bool| {
+        let device = webtensor::Device::cpu();
+        let options = EmbedderOptions { f16_weights: f16, ..Default::default() };
+        let e = SentenceEmbedder::load(&device, path, options).unwrap();
+        (device.resident_bytes(), e)
+    };
+    let ((full, _), (half, mut e)) = (load(false), load(true));
+    // MiniLM: 6 layers of Q, K, V, O [384, 384], up [1536, 384] and down [384, 1536]
+    let matrix_elements = 6 * (4 * 384 * 384 + 2 * 384 * 1536);
+    assert_eq!(full - half, 2 * matrix_elements as u64, "each matrix element in 2 bytes instead of 4");
+    let cases = minilm_reference();
+    let short: Vec<_> = cases.iter().filter(|c| c.1.len() < 64).take(16).collect();
+    let texts: Vec<&str> = short.iter().map(|c| c.0.as_str()).collect();
+    let got = e.embed(&texts).unwrap();
+    let worst = got.iter().zip(&short).map(|(g, c)| cosine(g, &c.2)).fold(1.0, f64::min);
+    println!("bert GGUF f32 file with f16_weights: lowest cosine {worst:.7}");
+    assert!(worst >= 0.9999, "f16 matrices: {worst}");
+}
+
 /// `embed --model FILE.gguf` runs a BERT GGUF file; `inspect` says it does; a BERT file of another kind is
 /// refused by name.
 #[test]

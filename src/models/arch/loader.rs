@@ -75,6 +75,27 @@ impl<'a> Loader<'a> {
         self.device.upload_bytes(name, t.dtype, &t.shape, self.finite_data(name, t)?)
     }
 
+    /// The matrix `name` of `shape`, resident: in f16 where `f16` is set and the file holds it in f32 (half the
+    /// memory, as [`EmbedderOptions::f16_weights`](crate::models::bert::EmbedderOptions::f16_weights) asks); otherwise
+    /// as [`Loader::tensor`] uploads it.
+    ///
+    /// # Errors
+    /// As [`Loader::tensor`].
+    pub fn matrix(&self, name: &str, shape: &[usize], f16: bool) -> Result<Resident> {
+        let t = self.info(name, shape)?;
+        let bytes = self.finite_data(name, t)?;
+        if !(f16 && t.dtype == DType::F32) {
+            return self.device.upload_bytes(name, t.dtype, &t.shape, bytes);
+        }
+        let halves = bytes
+            .as_slice()
+            .chunks_exact(4)
+            .map(|b| half::f16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            .collect();
+        let host = crate::tensor::HostTensor::new(&t.shape, crate::tensor::Data::F16(halves))?;
+        self.device.upload(name, host)
+    }
+
     /// The data of tensor `name`, every value (or block scale) finite.
     ///
     /// # Errors

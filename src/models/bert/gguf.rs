@@ -27,13 +27,14 @@ pub(super) struct Model {
     pub weights: Weights,
 }
 
-/// The encoder, tokenizer and pooling of the BERT GGUF file `f`, its weights uploaded to `device`.
+/// The encoder, tokenizer and pooling of the BERT GGUF file `f`, its weights uploaded to `device` (f32 matrices
+/// stored in f16 where `f16`).
 ///
 /// # Errors
 /// [`Error::Format`] naming the file and the key or tensor: another architecture, a causal BERT, a
 /// hyperparameter missing or out of range, a tensor missing or of another shape or dtype, a vocabulary that is
 /// not WordPiece or lacks `[CLS]`, `[SEP]` or `[UNK]`, a pooling type other than mean, CLS or last token.
-pub(super) fn load(device: &Device, f: &GgufFile) -> Result<Model> {
+pub(super) fn load(device: &Device, f: &GgufFile, f16: bool) -> Result<Model> {
     let h = Hparams { f, arch: "bert" };
     let config = BertConfig::from_gguf(f)?;
     if f.get("bert.attention.causal").and_then(MetaValue::as_bool) == Some(true) {
@@ -57,7 +58,7 @@ pub(super) fn load(device: &Device, f: &GgufFile) -> Result<Model> {
     };
     let tokenizer = wordpiece(f, config.vocab)?;
     let ld = Loader::new(device, f);
-    let weights = weights(&ld, f, &config)?;
+    let weights = weights(&ld, f, &config, f16)?;
     ld.all_used()?;
     Ok(Model { config, pooling, tokenizer, weights })
 }
@@ -175,10 +176,11 @@ fn wordpiece(f: &GgufFile, n_vocab: usize) -> Result<tokenizers::Tokenizer> {
     Ok(tk)
 }
 
-fn weights(ld: &Loader, f: &GgufFile, c: &BertConfig) -> Result<Weights> {
+fn weights(ld: &Loader, f: &GgufFile, c: &BertConfig, f16: bool) -> Result<Weights> {
     let (e, ff) = (c.hidden, c.intermediate);
     let lin = |n: &str, out: usize, inp: usize| -> Result<Linear> {
-        Ok(Linear { w: ld.tensor(&format!("{n}.weight"), &[out, inp])?, b: ld.tensor(&format!("{n}.bias"), &[out])? })
+        let w = ld.matrix(&format!("{n}.weight"), &[out, inp], f16)?;
+        Ok(Linear { w, b: ld.tensor(&format!("{n}.bias"), &[out])? })
     };
     let norm = |n: &str| -> Result<Norm> {
         Ok(Norm { w: ld.tensor(&format!("{n}.weight"), &[e])?, b: ld.tensor(&format!("{n}.bias"), &[e])? })

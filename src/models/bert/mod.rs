@@ -146,7 +146,7 @@ impl SentenceEmbedder {
     /// mean, CLS or last token), embedding as llama.cpp's `llama-embedding` does: L2-normalized vectors,
     /// sentences truncated at `bert.context_length` tokens. The WordPiece tokenizer lower-cases and strips
     /// accents (BERT's uncased normalizer, as the embedding models converted to GGUF are). The weights are used
-    /// in the file's dtypes (`options.f16_weights` does not apply).
+    /// in the file's dtypes, but for f32 matrices with `options.f16_weights`, stored in f16 as a directory's are.
     ///
     /// # Errors
     /// [`Error::Format`] naming the file and the key or tensor: another architecture, a hyperparameter missing
@@ -157,7 +157,7 @@ impl SentenceEmbedder {
         f: &crate::io::gguf::GgufFile,
         options: EmbedderOptions,
     ) -> Result<SentenceEmbedder> {
-        let m = gguf::load(device, f)?;
+        let m = gguf::load(device, f, options.f16_weights)?;
         Ok(SentenceEmbedder {
             max_seq_length: m.config.max_tokens(),
             text_bytes: text_bytes(&m.tokenizer, m.config.max_tokens()),
