@@ -169,9 +169,8 @@ impl RepackedW {
             ext.accounting.fetch_add(rep.bytes() as u64, std::sync::atomic::Ordering::Relaxed);
             rep
         });
-        if rep.rows() != r || rep.k() != k {
-            return None;
-        }
+        // the copy is of this resident, whose shape does not change
+        debug_assert_eq!((rep.rows(), rep.k()), (r, k));
         Some(RepackedW { ext: ext.clone(), row0 })
     }
 
@@ -214,7 +213,8 @@ impl QMatmulKernel {
             av.row_f32(self.a.layout.index_of(r * k), st, &mut a[r * k..(r + 1) * k]);
         }
         #[cfg(target_arch = "x86_64")]
-        if let Some(w) = self.repacked.as_ref().filter(|_| !self.f32_activations) {
+        // (lowering gives no repacked weight to f32 activations)
+        if let Some(w) = &self.repacked {
             let c = self.repacked(w, &a, m);
             return self.store(mem, &c);
         }

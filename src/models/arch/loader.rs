@@ -87,12 +87,9 @@ impl<'a> Loader<'a> {
         if !(f16 && t.dtype == DType::F32) {
             return self.device.upload_bytes(name, t.dtype, &t.shape, bytes);
         }
-        let halves = bytes
-            .as_slice()
-            .chunks_exact(4)
-            .map(|b| half::f16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-            .collect();
-        let host = crate::tensor::HostTensor::new(&t.shape, crate::tensor::Data::F16(halves))?;
+        use crate::tensor::{Data, HostTensor};
+        let values = Data::from_bytes(DType::F32, bytes.as_slice()).to_f32();
+        let host = HostTensor::new(&t.shape, Data::F16(values.into_iter().map(half::f16::from_f32).collect()))?;
         self.device.upload(name, host)
     }
 
