@@ -634,7 +634,7 @@ fn state_writes() {
     run_suite("state-writes", &cases);
 }
 
-/// Attention (flash on the GPU): odd lengths, GQA ratios 1, 3 and 8, causal and masked (rows fully masked),
+/// Attention (flash on the GPU): odd lengths and widths, GQA ratios 1, 3 and 8, causal and masked (rows fully masked),
 /// KV lengths 1 and 4097 (the split-key decode path), a run-time KV length, f16 K/V, batches with a padding
 /// mask, and K/V read as views of a KV-cache state.
 #[test]
@@ -651,6 +651,8 @@ fn attention() {
         (9, 3, 1, 4097, 64, true),
         (4, 2, 1, 300, 32, false),
         (2, 2, 33, 40, 16, true),
+        // a width the CPU's vector kernel does not take (not a multiple of 8): K and V converted first
+        (6, 2, 3, 21, 12, true),
         // the CPU's matrix-product path for long prefills (64 query rows or more)
         (4, 2, 70, 70, 32, true),
         (2, 1, 64, 100, 16, false),
@@ -714,7 +716,13 @@ fn attention() {
         |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None }),
         |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 6),
     ));
-    // K and V as views of an f16 KV-cache state [S, Hkv * D] (a row per position), q a view of [T, H, D]
+    kv_cache_views_case(&mut cases);
+    run_suite("attention", &cases);
+}
+
+/// K and V as views of an f16 KV-cache state [S, Hkv * D] (a row per position), q a view of [T, H, D].
+fn kv_cache_views_case(cases: &mut Vec<Case>) {
+    use webtensor::Attention;
     cases.push(
         Case::new(
             "attention/kv-cache-views",
@@ -736,7 +744,6 @@ fn attention() {
         .with_state(inp(F16, &[64, 64], 2))
         .with_state(inp(F16, &[64, 64], 3)),
     );
-    run_suite("attention", &cases);
 }
 
 /// A sliding window of 8 as a mask over 64 queries (the CPU's matrix-product path), rows near the start seeing

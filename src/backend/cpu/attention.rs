@@ -1,17 +1,20 @@
 //! Rotary position embedding and attention on the CPU, in f32.
 
+#[cfg(target_arch = "x86_64")]
+use super::attention_rows::{attend, Block, Lane, Rows};
 use super::buffer::Memory;
 use super::elementwise::Leaf;
 use super::gather::SetRowsKernel;
 use super::matmul::product;
 use super::parallel::{for_chunks, threads};
-use super::qdot::dot_f32;
 use super::sgemm::Operand;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::ops::Rope;
 use crate::shape::Layout;
+#[cfg(target_arch = "x86_64")]
+use half::f16;
 
 /// `[.., T, H, D]` rotated at positions `pos[T]`.
 #[derive(Clone, Debug)]
@@ -179,10 +182,9 @@ impl AttentionKernel {
     /// # Errors
     /// [`Error::BadInput`] when the run-time KV length is outside `1..=S`.
     ///
-    /// A prefill (T > 1) first converts every K and V row to contiguous f32 once; from [`GEMM_ROWS`] query
-    /// rows it runs per (batch element, head) as matrix products (`prefill_head`), below a row at a time
-    /// multithreaded over the rows of every batch element and head together, reading the converted rows; a
-    /// decode step (T = 1) reads them in place.
+    /// From [`GEMM_ROWS`] query rows (a prefill) every K and V row is converted to contiguous f32 once and each
+    /// (batch element, head) runs as matrix products (`prefill_head`); below (a decode step, a short prefill) each
+    /// (batch element, KV head) converts its K and V rows once for the query rows of all its heads (`group`).
     pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
         let (q, k, v) = (&self.q.layout, &self.k.layout, &self.v.layout);
         let r = q.rank();
@@ -190,15 +192,11 @@ impl AttentionKernel {
         let (hkv, s, d, dv) = (k.shape[r - 3], k.shape[r - 2], q.shape[r - 1], v.shape[r - 1]);
         let batches = if r == 4 { q.shape[0] } else { 1 };
         let len = self.length(mem, s)?;
-        let (kf, vf) = match t > 1 {
-            true => {
-                (self.to_f32(mem, &self.k, batches * hkv, len, d), self.to_f32(mem, &self.v, batches * hkv, len, dv))
-            }
-            false => (Vec::new(), Vec::new()),
-        };
         // res [batches, h, t, dv]: one row per (b, head, query)
         let mut res = vec![0f32; batches * h * t * dv];
         if t >= GEMM_ROWS {
+            let kf = self.to_f32(mem, &self.k, batches * hkv, len, d);
+            let vf = self.to_f32(mem, &self.v, batches * hkv, len, dv);
             // a long prefill: per (batch element, head), scores and weighted values as matrix products
             for_chunks(&mut res, t * dv, |ci, o| {
                 let (b, hi) = (ci / h, ci % h);
@@ -206,20 +204,11 @@ impl AttentionKernel {
                 self.prefill_head(mem, (b, hi), (len, s), (&kf[b * nk..(b + 1) * nk], &vf[b * nv..(b + 1) * nv]), o);
             });
         } else {
-            let rows = (batches * h * t).div_ceil(4 * threads()).max(1);
-            for_chunks(&mut res, rows * dv, |ci, chunk| {
-                let mut scratch = Scratch::new(len, d, dv);
-                for (j, o) in chunk.chunks_exact_mut(dv).enumerate() {
-                    let row = ci * rows + j;
-                    let (b, hi, ti) = (row / (h * t), row / t % h, row % t);
-                    // this element's converted rows, or none (read in place)
-                    let (nk, nv) = (hkv * len * d, hkv * len * dv);
-                    let kv = match t > 1 {
-                        true => (&kf[b * nk..(b + 1) * nk], &vf[b * nv..(b + 1) * nv]),
-                        false => (&[][..], &[][..]),
-                    };
-                    self.row(mem, (b, hi, ti), (len, s), kv, &mut scratch, o);
-                }
+            // a decode step or a short prefill: per (batch element, KV head), every query row of its heads
+            // (fewer KV heads than threads: each one's rows split among them)
+            let splits = threads().div_ceil(batches * hkv);
+            for_chunks(&mut res, h / hkv * t * dv, |ci, o| {
+                self.group(mem, (ci / hkv, ci % hkv), (len, s), splits, o);
             });
         }
         // written as [.., t, h, dv]
@@ -311,62 +300,209 @@ impl AttentionKernel {
         }
     }
 
-    /// One query row `(b, head, t)`: its scores over the visible keys, their softmax, the weighted sum of V
-    /// into `out [Dv]`. `kf`/`vf` hold the keys and values as f32 when converted (else they are read in place).
-    #[allow(clippy::too_many_arguments)]
-    fn row(
+    /// Every query row of the heads sharing KV head `g` of batch element `b` (heads `g·gs .. (g + 1)·gs`, `gs·T`
+    /// rows), into `out [gs, T, Dv]`, split over `splits` tasks: with AVX2 (`attention_rows`) four rows at a time
+    /// over the K and V rows in place (f16 or f32), else a row at a time over them converted to f32 once. Each
+    /// row's value depends on its own keys only, not on the split or on the KV length of the run beyond them (a
+    /// key masked with −inf adds an exact 0).
+    fn group(&self, mem: &Memory, (b, g): (usize, usize), (len, s): (usize, usize), splits: usize, out: &mut [f32]) {
+        let Dims { h, t, d, hkv, dv } = self.dims();
+        let kv = Kv::of(self, mem, (b, g), len);
+        let per = (h / hkv * t).div_ceil(splits.max(1));
+        for_chunks(out, per * dv, |ci, chunk| {
+            let qv = mem.view(self.q.storage, self.q.dtype);
+            let rows = chunk.len() / dv;
+            let (mut q, mut scores, mut masks) = (vec![0f32; 4 * d], vec![0f32; 4 * len], vec![0f32; 4 * len]);
+            for (bi, o) in chunk.chunks_mut(4 * dv).enumerate() {
+                let first = ci * per + bi * 4;
+                let mut visible = [0usize; 4];
+                let mut masked = false;
+                for i in 0..(rows - bi * 4).min(4) {
+                    let (hi, ti) = (g * (h / hkv) + (first + i) / t, (first + i) % t);
+                    let (qo, qs) = row_at(&self.q.layout, b, hi, ti);
+                    qv.row_f32(qo, qs, &mut q[i * d..(i + 1) * d]);
+                    visible[i] = self.visible(len, t, ti);
+                    masked = self.mask_row(mem, (b, hi, ti), s, &mut masks[i * len..i * len + visible[i]]);
+                }
+                let mask: [&[f32]; 4] =
+                    std::array::from_fn(|i| if masked { &masks[i * len..i * len + visible[i]] } else { &[][..] });
+                kv.attend((&q, visible, mask), self.scale, &mut scores, o);
+            }
+        });
+    }
+}
+
+/// A group's K and V rows as the kernels read them.
+enum Kv {
+    #[cfg(target_arch = "x86_64")]
+    F16(Rows<f16>, Rows<f16>),
+    #[cfg(target_arch = "x86_64")]
+    F32(Rows<f32>, Rows<f32>),
+    /// Converted to contiguous f32 `[len, D]` and `[len, Dv]`; `fast`: the AVX2 kernel reads them.
+    Converted { k: Vec<f32>, v: Vec<f32>, d: usize, fast: bool },
+}
+
+// SAFETY: the pointers address the run's storage, which outlives the kernel's tasks, and nothing writes K or V
+// while the attention step runs.
+unsafe impl Sync for Kv {}
+
+impl Kv {
+    /// The K and V rows `0..len` of (`b`, `g`): in place where AVX2 is there, D and Dv are multiples of 8 and both
+    /// are f16 or f32 rows of contiguous elements; else converted.
+    fn of(a: &AttentionKernel, mem: &Memory, (b, g): (usize, usize), len: usize) -> Kv {
+        let Dims { d, dv, .. } = a.dims();
+        #[cfg(target_arch = "x86_64")]
+        let fast = d % 8 == 0 && dv % 8 == 0 && super::qdot::fma_available();
+        #[cfg(not(target_arch = "x86_64"))]
+        let fast = false;
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            let place = |x: &Leaf, w: usize, dt: DType| {
+                let (start, st) = row_at(&x.layout, b, g, 0);
+                let stride = x.layout.strides[x.layout.rank() - 2];
+                let ok = st == 1 || w == 1;
+                let ptr = mem.view(x.storage, x.dtype).rows_ptr(dt, start, (len, stride, w)).filter(|_| ok)?;
+                Some((ptr, stride))
+            };
+            let (k16, v16) = (place(&a.k, d, DType::F16), place(&a.v, dv, DType::F16));
+            if let (Some((k, ks)), Some((v, vs))) = (k16, v16) {
+                return Kv::F16(
+                    Rows { base: k.cast(), stride: ks, width: d },
+                    Rows { base: v.cast(), stride: vs, width: dv },
+                );
+            }
+            let (k32, v32) = (place(&a.k, d, DType::F32), place(&a.v, dv, DType::F32));
+            if let (Some((k, ks)), Some((v, vs))) = (k32, v32) {
+                return Kv::F32(
+                    Rows { base: k.cast(), stride: ks, width: d },
+                    Rows { base: v.cast(), stride: vs, width: dv },
+                );
+            }
+        }
+        let convert = |x: &Leaf, w: usize| {
+            let view = mem.view(x.storage, x.dtype);
+            let mut out = vec![0f32; len * w];
+            for (si, row) in out.chunks_exact_mut(w).enumerate() {
+                let (o, st) = row_at(&x.layout, b, g, si);
+                view.row_f32(o, st, row);
+            }
+            out
+        };
+        Kv::Converted { k: convert(&a.k, d), v: convert(&a.v, dv), d, fast }
+    }
+
+    /// Attention of up to four query rows (`q [4, D]`, the first `out.len() / Dv` of them used), each over its
+    /// visible keys with its mask.
+    fn attend(
         &self,
-        mem: &Memory,
-        (b, hi, ti): (usize, usize, usize),
-        (len, s): (usize, usize),
-        (kf, vf): (&[f32], &[f32]),
-        sc: &mut Scratch,
+        (q, visible, mask): (&[f32], [usize; 4], [&[f32]; 4]),
+        scale: f32,
+        sc: &mut [f32],
         out: &mut [f32],
     ) {
-        let q = &self.q.layout;
-        let Dims { h, t, d, hkv, dv } = self.dims();
-        let g = hi / (h / hkv);
-        let (qo, qs) = row_at(q, b, hi, ti);
-        mem.view(self.q.storage, self.q.dtype).row_f32(qo, qs, &mut sc.q);
-        let (kv, vv) = (mem.view(self.k.storage, self.k.dtype), mem.view(self.v.storage, self.v.dtype));
-        let visible = self.visible(len, t, ti);
-        let masked = self.mask_row(mem, (b, hi, ti), s, &mut sc.mask[..visible]);
-        let mut max = f32::NEG_INFINITY;
-        for si in 0..visible {
-            let key: &[f32] = if kf.is_empty() {
-                let (ko, ks) = row_at(&self.k.layout, b, g, si);
-                kv.row_f32(ko, ks, &mut sc.k);
-                &sc.k
-            } else {
-                &kf[(g * len + si) * d..][..d]
-            };
-            let mut x = dot_f32(&sc.q, key) * self.scale;
-            if masked {
-                x += sc.mask[si];
-            }
-            sc.scores[si] = x;
-            max = nan_max(max, x);
-        }
-        out.iter_mut().for_each(|a| *a = 0.0);
-        let mut sum = 0f32;
-        // a row with no visible key gives zeros; a NaN score gives NaN (as PyTorch's softmax), never zeros
-        if max != f32::NEG_INFINITY {
-            for si in 0..visible {
-                let p = (sc.scores[si] - max).exp();
-                sum += p;
-                let val: &[f32] = if vf.is_empty() {
-                    let (vo, vs) = row_at(&self.v.layout, b, g, si);
-                    vv.row_f32(vo, vs, &mut sc.v);
-                    &sc.v
-                } else {
-                    &vf[(g * len + si) * dv..][..dv]
-                };
-                out.iter_mut().zip(val).for_each(|(a, &x)| *a += p * x);
+        let rows = out.len() / (q.len() / 4).max(1);
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Kv::F16(k, v) => attend_block(q, (visible, mask), (*k, *v), scale, sc, out),
+            #[cfg(target_arch = "x86_64")]
+            Kv::F32(k, v) => attend_block(q, (visible, mask), (*k, *v), scale, sc, out),
+            Kv::Converted { k, v, d, fast } => {
+                let dv = v.len() / (k.len() / d).max(1);
+                #[cfg(target_arch = "x86_64")]
+                if *fast {
+                    let (k, v) = (
+                        Rows { base: k.as_ptr(), stride: *d, width: *d },
+                        Rows { base: v.as_ptr(), stride: dv, width: dv },
+                    );
+                    return attend_block(q, (visible, mask), (k, v), scale, sc, out);
+                }
+                let _ = fast;
+                for (i, o) in out.chunks_exact_mut(dv).enumerate().take(rows) {
+                    let n = visible[i];
+                    row_softmax_v(&q[i * d..(i + 1) * d], (&k[..n * d], &v[..n * dv]), (scale, mask[i]), sc, o);
+                }
             }
         }
-        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-        out.iter_mut().for_each(|a| *a *= inv);
     }
+}
+
+/// [`attend`] for the block's rows (1 to 4).
+#[cfg(target_arch = "x86_64")]
+fn attend_block<T: Lane>(
+    q: &[f32],
+    (visible, mask): ([usize; 4], [&[f32]; 4]),
+    kv: (Rows<T>, Rows<T>),
+    scale: f32,
+    sc: &mut [f32],
+    out: &mut [f32],
+) {
+    let d = kv.0.width;
+    let rows = out.len() / kv.1.width;
+    macro_rules! block {
+        ($r:literal) => {{
+            let blk = Block::<$r> {
+                q: &q[..$r * d],
+                visible: std::array::from_fn(|i| visible[i]),
+                masks: std::array::from_fn(|i| mask[i]),
+            };
+            // SAFETY: the CPU has AVX2, FMA and F16C (`Kv::of` checked); K and V address `len` rows, at least
+            // every row's visible count.
+            unsafe { attend(&blk, kv, scale, sc, out) }
+        }};
+    }
+    match rows {
+        1 => block!(1),
+        2 => block!(2),
+        3 => block!(3),
+        _ => block!(4),
+    }
+}
+
+/// One attention row: `out = softmax(q·kᵀ·scale + mask)·v` over the keys `k [n, D]` and values `v [n, Dv]`
+/// (f32, contiguous; `mask` empty or `n` long). No key gives zeros; a NaN score gives NaN (as PyTorch's softmax),
+/// never zeros.
+fn row_softmax_v(q: &[f32], (k, v): (&[f32], &[f32]), (scale, mask): (f32, &[f32]), sc: &mut [f32], out: &mut [f32]) {
+    let (d, dv) = (q.len(), out.len());
+    let n = k.len() / d.max(1);
+    let sc = &mut sc[..n];
+    let mut max = f32::NEG_INFINITY;
+    for (x, key) in sc.iter_mut().zip(k.chunks_exact(d)) {
+        *x = dot(q, key) * scale;
+    }
+    if !mask.is_empty() {
+        sc.iter_mut().zip(mask).for_each(|(x, m)| *x += m);
+    }
+    sc.iter().for_each(|&x| max = nan_max(max, x));
+    out.iter_mut().for_each(|a| *a = 0.0);
+    if max == f32::NEG_INFINITY || n == 0 {
+        return;
+    }
+    sc.iter_mut().for_each(|x| *x = (*x - max).exp());
+    let sum: f32 = sc.iter().sum();
+    for (&p, val) in sc.iter().zip(v.chunks_exact(dv)) {
+        out.iter_mut().zip(val).for_each(|(a, &x)| *a += p * x);
+    }
+    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+    out.iter_mut().for_each(|a| *a *= inv);
+}
+
+/// `Σ a[i]·b[i]` with 16 independent sums added pairwise at the end (vector adds, where a sum in order would be
+/// 15 dependent ones: most of a short row's time).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let n = a.len() / 16 * 16;
+    for (ca, cb) in a[..n].chunks_exact(16).zip(b[..n].chunks_exact(16)) {
+        for j in 0..16 {
+            acc[j] += ca[j] * cb[j];
+        }
+    }
+    for w in [8, 4, 2, 1] {
+        for j in 0..w {
+            acc[j] += acc[j + w];
+        }
+    }
+    acc[0] + a[n..].iter().zip(&b[n..]).map(|(x, y)| x * y).sum::<f32>()
 }
 
 /// The larger of `a` and `b`, NaN when either is (`f32::max` drops a NaN: a row of NaN scores became zeros).
@@ -376,20 +512,5 @@ fn nan_max(a: f32, b: f32) -> f32 {
         f32::NAN
     } else {
         a.max(b)
-    }
-}
-
-/// A task's buffers: the query row, a K and a V row read in place, the scores and the mask's row.
-struct Scratch {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    scores: Vec<f32>,
-    mask: Vec<f32>,
-}
-
-impl Scratch {
-    fn new(len: usize, d: usize, dv: usize) -> Scratch {
-        Scratch { q: vec![0.0; d], k: vec![0.0; d], v: vec![0.0; dv], scores: vec![0.0; len], mask: vec![0.0; len] }
     }
 }

@@ -2,6 +2,7 @@
 //! read and written element by element through raw pointers (an in-place step reads and writes the same block),
 //! converting between the storage dtype and the f32 the kernels compute in.
 
+use super::widen::widen_f16;
 use crate::dtype::DType;
 use crate::graph::NodeId;
 use crate::shape::Layout;
@@ -142,16 +143,15 @@ impl View {
         unsafe { std::slice::from_raw_parts(self.ptr.add(range.start * bb), range.len() * bb) }
     }
 
-    /// The whole storage converted to f32 (f16 widened by half's vectorized conversion).
+    /// The whole storage converted to f32 (f16 widened by vector instructions).
     pub(crate) fn widen_to_f32(self) -> Vec<f32> {
         match self.dtype {
             DType::F16 => {
-                use half::slice::HalfFloatSliceExt;
                 // SAFETY: the storage holds `len` f16 elements (2-byte aligned: blocks and inputs are at least
                 // 4-byte aligned) and nothing writes it while the reading step runs.
                 let src = unsafe { std::slice::from_raw_parts(self.ptr as *const f16, self.len) };
                 let mut out = vec![0f32; self.len];
-                src.convert_to_f32_slice(&mut out);
+                widen_f16(src, &mut out);
                 out
             }
             _ => (0..self.len).map(|i| self.get(i)).collect(),
@@ -173,10 +173,9 @@ impl View {
                 out.copy_from_slice(unsafe { std::slice::from_raw_parts((self.ptr as *const f32).add(start), n) })
             }
             (DType::F16, 1) => {
-                use half::slice::HalfFloatSliceExt;
                 // SAFETY: as above; f16 storage is 2-byte aligned.
                 let src = unsafe { std::slice::from_raw_parts((self.ptr as *const f16).add(start), n) };
-                src.convert_to_f32_slice(out);
+                widen_f16(src, out);
             }
             (_, 0) => out.fill(self.get(start)),
             _ => out.iter_mut().enumerate().for_each(|(j, o)| *o = self.get(start + j * stride)),
@@ -203,6 +202,22 @@ impl View {
             }
             _ => vals.iter().enumerate().for_each(|(j, &v)| self.set(start + j, v)),
         }
+    }
+
+    /// Rows `0..rows` of `width` contiguous elements, row `j` at element `start + j·stride`, as a pointer to the
+    /// first element; `None` unless the storage is of `dtype` and every row lies inside it.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn rows_ptr(
+        &self,
+        dtype: DType,
+        start: usize,
+        (rows, stride, width): (usize, usize, usize),
+    ) -> Option<*const u8> {
+        let end = rows.checked_sub(1)?.checked_mul(stride)?.checked_add(start)?.checked_add(width)?;
+        (self.dtype == dtype && end <= self.len).then(|| {
+            // SAFETY: start < len (checked above); `Memory` keeps the storage live for the run.
+            unsafe { self.ptr.add(start * dtype.block_bytes()) as *const u8 }
+        })
     }
 
     /// Elements in the storage.

@@ -7,6 +7,7 @@
 //! per step, compile pass 5), the plan ([`plan`]: arenas and runs), and one module per kernel family.
 
 mod attention;
+mod attention_rows;
 mod buffer;
 mod device;
 mod elementwise;
@@ -22,6 +23,7 @@ mod rows;
 // natively the `gemm` crate multiplies (its AVX kernels); sgemm runs there only in its tests
 #[cfg_attr(not(all(target_arch = "wasm32", target_feature = "simd128")), allow(dead_code))]
 mod sgemm;
+mod widen;
 
 pub(crate) use device::CpuBackend;
 #[cfg(not(target_arch = "wasm32"))]

@@ -41,13 +41,12 @@ impl Weight {
         mem.block_bytes(self.storage, self.dtype, first..first + blocks)
     }
 
-    /// Decodes row `r` into `out` (`k` values); f16 rows by half's vectorized conversion.
+    /// Decodes row `r` into `out` (`k` values); f16 rows by vector instructions.
     pub(crate) fn row(&self, mem: &Memory, r: usize, out: &mut [f32]) {
         let bytes = self.bytes(mem, r);
         if self.dtype == DType::F16 {
             if let Ok(h) = bytemuck::try_cast_slice::<u8, half::f16>(bytes) {
-                use half::slice::HalfFloatSliceExt;
-                return h.convert_to_f32_slice(out);
+                return super::widen::widen_f16(h, out);
             }
         }
         if self.dtype == DType::BF16 {

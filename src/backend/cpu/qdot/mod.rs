@@ -51,8 +51,15 @@ fn dot_f32_fma(a: &[f32], b: &[f32]) -> f32 {
     dot_f32_portable(a, b)
 }
 
+/// Whether this CPU has AVX2 and FMA (and F16C): the kernels compiled with them may run.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn fma_available() -> bool {
+    avx2::available()
+}
+
+/// [`dot_f32`]'s sums, inlined into the caller (which may be compiled with wider vectors).
 #[inline(always)]
-fn dot_f32_portable(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot_f32_portable(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 16];
     let chunks = a.len() / 16 * 16;
     for (ca, cb) in a[..chunks].chunks_exact(16).zip(b[..chunks].chunks_exact(16)) {

@@ -21,7 +21,9 @@
 //! others, or a prompt read in one chunk or several, multiplies its rows identically.
 
 use super::panel::for_each_group;
-use super::row::{Q8Row, QK};
+#[cfg(test)]
+use super::row::Q8Row;
+use super::row::{quantize_block, QK};
 use crate::backend::cpu::parallel::for_chunks;
 use crate::dtype::DType;
 use crate::quant::{
@@ -158,13 +160,11 @@ impl Acts {
             (g.q, g.ds, g.sum) = (vec![0; nb * MR * QK], vec![0.0; nb * 2 * MR], vec![0; nb * MR * 3]);
             for i in 0..g.rows {
                 let r = gi * MR + i;
-                let row = Q8Row::quantize(&a[r * k..(r + 1) * k]);
-                for b in 0..nb {
-                    let qs = &row.qs[b * QK..(b + 1) * QK];
-                    g.q[(b * MR + i) * QK..(b * MR + i + 1) * QK].copy_from_slice(qs);
-                    (g.ds[b * 2 * MR + i], g.ds[b * 2 * MR + MR + i]) = (row.d[b], row.s[b]);
-                    let half = |h: usize| qs[16 * h..16 * h + 16].iter().map(|&q| q as i32).sum::<i32>();
-                    g.sum[(b * MR + i) * 3..(b * MR + i) * 3 + 3].copy_from_slice(&[row.sum[b], half(0), half(1)]);
+                for (b, xs) in a[r * k..(r + 1) * k].chunks_exact(QK).enumerate() {
+                    // as Q8Row::quantize rounds each block
+                    let (d, sums) = quantize_block(xs, &mut g.q[(b * MR + i) * QK..(b * MR + i + 1) * QK]);
+                    (g.ds[b * 2 * MR + i], g.ds[b * 2 * MR + MR + i]) = (d, d * sums[0] as f32);
+                    g.sum[(b * MR + i) * 3..(b * MR + i) * 3 + 3].copy_from_slice(&sums);
                 }
             }
         });

@@ -1,0 +1,184 @@
+//! Attention of a few query rows sharing a KV head (a decode step's heads of one group, a short prefill's rows),
+//! with AVX2, FMA and F16C: the K and V rows read in place, f16 or f32, each converted once for up to four query
+//! rows at a time (its scores, then its share of the weighted sum), where a row at a time converted every key once
+//! per query head and summed each score's 16 partial sums in order.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+/// Keys or values in place: row `j` at `base + j·stride` elements, `width` contiguous elements each.
+#[derive(Clone, Copy)]
+pub(crate) struct Rows<T> {
+    pub base: *const T,
+    pub stride: usize,
+    pub width: usize,
+}
+
+/// An element type the kernel reads: eight of them as eight f32.
+pub(crate) trait Lane: Copy {
+    /// # Safety
+    /// `p..p + 8` is readable; the caller has AVX and F16C.
+    unsafe fn load8(p: *const Self) -> __m256;
+}
+
+impl Lane for f32 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: as the trait says
+        unsafe { _mm256_loadu_ps(p) }
+    }
+}
+
+impl Lane for f16 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f16) -> __m256 {
+        // SAFETY: as the trait says
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+}
+
+/// Query rows of one block: `q [R, D]` f32, each row's visible keys and its mask (empty, or its visible length).
+pub(crate) struct Block<'a, const R: usize> {
+    pub q: &'a [f32],
+    pub visible: [usize; R],
+    pub masks: [&'a [f32]; R],
+}
+
+/// `out[r] = softmax(q[r]·kᵀ·scale + mask[r])·v` over row `r`'s visible keys, for the `R` rows of `blk` (`out
+/// [R, Dv]`, `sc` at least `R × max visible` scores). D and Dv are multiples of 8 (`k.width`, `v.width`). A row
+/// with no visible key, or all masked to −inf, gives zeros; a NaN score gives NaN (as PyTorch's softmax). Each
+/// row's result depends on its own keys only (not on the other rows or on keys past its visible ones).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; `k` and `v` address `max visible` readable rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn attend<T: Lane, const R: usize>(
+    blk: &Block<R>,
+    (k, v): (Rows<T>, Rows<T>),
+    scale: f32,
+    sc: &mut [f32],
+    out: &mut [f32],
+) {
+    let (d, dv) = (k.width, v.width);
+    let n = blk.visible.iter().copied().max().unwrap_or(0);
+    assert!(d % 8 == 0 && dv % 8 == 0 && blk.q.len() == R * d && out.len() == R * dv && sc.len() >= R * n);
+    let q = blk.q.as_ptr();
+    // scores two keys at a time (eight or fewer independent sums in flight)
+    let mut j = 0;
+    while j < n {
+        let two = j + 1 < n;
+        // SAFETY: rows j and j + 1 < n of k are readable (the caller's promise); q holds R rows of d.
+        let s =
+            unsafe { dots::<T, R>(q, [k.base.add(j * k.stride), k.base.add((j + usize::from(two)) * k.stride)], d) };
+        for r in 0..R {
+            sc[r * n + j] = s[0][r] * scale;
+            if two {
+                sc[r * n + j + 1] = s[1][r] * scale;
+            }
+        }
+        j += 2;
+    }
+    let mut sums = [0f32; R];
+    for r in 0..R {
+        sums[r] = softmax_in_place(&mut sc[r * n..r * n + blk.visible[r]], blk.masks[r]);
+    }
+    // the weighted sum sixteen (or eight) columns at a time, its sums in registers over the keys
+    let mut c = 0;
+    while c < dv {
+        let wide = c + 16 <= dv;
+        // SAFETY: columns c.. c + 8 (16 when wide) < dv of v's first n rows are readable; out holds R rows of dv.
+        unsafe {
+            match wide {
+                true => weighted::<T, R, 2>(&sc[..R * n], (n, blk.visible), (v, c), out),
+                false => weighted::<T, R, 1>(&sc[..R * n], (n, blk.visible), (v, c), out),
+            }
+        }
+        c += if wide { 16 } else { 8 };
+    }
+    for (row, sum) in out.chunks_exact_mut(dv).zip(sums) {
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        row.iter_mut().for_each(|a| *a *= inv);
+    }
+}
+
+/// The dot products of the R query rows `q [R, D]` with two key rows (equal for one key): each in eight lanes over
+/// the columns in order, then the lanes' sum.
+#[inline(always)]
+unsafe fn dots<T: Lane, const R: usize>(q: *const f32, kp: [*const T; 2], d: usize) -> [[f32; R]; 2] {
+    // SAFETY: the caller's: both key rows and R query rows of d readable; AVX2, FMA and F16C
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); R]; 2];
+        for c in (0..d).step_by(8) {
+            let kc = [T::load8(kp[0].add(c)), T::load8(kp[1].add(c))];
+            let [a0, a1] = &mut acc;
+            for (r, (x0, x1)) in a0.iter_mut().zip(a1.iter_mut()).enumerate() {
+                let qc = _mm256_loadu_ps(q.add(r * d + c));
+                *x0 = _mm256_fmadd_ps(qc, kc[0], *x0);
+                *x1 = _mm256_fmadd_ps(qc, kc[1], *x1);
+            }
+        }
+        [std::array::from_fn(|r| hsum(acc[0][r])), std::array::from_fn(|r| hsum(acc[1][r]))]
+    }
+}
+
+/// `out[r][c .. c + 8·W] = Σ_j p[r][j] · v[j][c .. c + 8·W]` over row r's visible keys, in key order (`p [R, n]`).
+#[inline(always)]
+unsafe fn weighted<T: Lane, const R: usize, const W: usize>(
+    p: &[f32],
+    (n, visible): (usize, [usize; R]),
+    (v, c): (Rows<T>, usize),
+    out: &mut [f32],
+) {
+    // SAFETY: the caller's: columns c .. c + 8·W of v's first n rows readable, out holds R rows of v.width;
+    // AVX2, FMA and F16C
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); W]; R];
+        for j in 0..n {
+            let vp = v.base.add(j * v.stride + c);
+            let vc: [__m256; W] = std::array::from_fn(|w| T::load8(vp.add(8 * w)));
+            for (r, row) in acc.iter_mut().enumerate() {
+                if j < visible[r] {
+                    let pr = _mm256_set1_ps(*p.get_unchecked(r * n + j));
+                    for (a, x) in row.iter_mut().zip(vc) {
+                        *a = _mm256_fmadd_ps(pr, x, *a);
+                    }
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (w, a) in row.iter().enumerate() {
+                _mm256_storeu_ps(out.as_mut_ptr().add(r * v.width + c + 8 * w), *a);
+            }
+        }
+    }
+}
+
+/// The eight lanes' sum, in a fixed order.
+#[inline(always)]
+unsafe fn hsum(a: __m256) -> f32 {
+    // SAFETY: the caller has AVX
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+}
+
+/// `x` (scores) plus `mask` (empty or as long), replaced by `exp(x − max)`; returns their sum (0 when every score
+/// is −inf or there is none: the row's output is zeros; NaN when a score is).
+#[inline(always)]
+fn softmax_in_place(x: &mut [f32], mask: &[f32]) -> f32 {
+    if !mask.is_empty() {
+        x.iter_mut().zip(mask).for_each(|(e, m)| *e += m);
+    }
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &e| if m.is_nan() || e.is_nan() { f32::NAN } else { m.max(e) });
+    if max == f32::NEG_INFINITY {
+        x.fill(0.0);
+        return 0.0;
+    }
+    x.iter_mut().for_each(|e| *e = (*e - max).exp());
+    x.iter().sum()
+}
