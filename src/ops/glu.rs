@@ -36,11 +36,6 @@ define_glu! {
 }
 
 impl GluOp {
-    /// The f32 value (the CPU backend's function).
-    pub(crate) fn eval(self, a: f32, b: f32) -> f32 {
-        self.activation().eval(a, 0.0, 0.0) * b
-    }
-
     /// The WGSL expression over gate `a` and value `b`.
     pub(crate) fn wgsl(self, a: &str, b: &str) -> String {
         format!("({} * {b})", self.activation().wgsl(a, 0, 0))

@@ -59,15 +59,23 @@ impl Rope {
         self.freq_base.powf(-2.0 / self.n_dims as f32)
     }
 
-    /// `(sin, cos)` of the angle by which pair `i` of a head at position `pos` turns, scaled: θₑ computed in f32
-    /// as ggml does (and as the GPU kernel does, so both agree): `pos · theta_scale · .. · theta_scale / factor`,
-    /// `i` factors of `theta_scale`; then YaRN's mix and scales as [`Rope`] describes.
-    pub(crate) fn sin_cos(&self, pos: i32, i: usize, factor: f32) -> (f32, f32) {
+    /// `(sin, cos)` of the angle by which each pair `i` of a head at position `pos` turns (`out.len()` pairs,
+    /// pair `i` with `factors[i]`), scaled: θᵢ computed in f32 as ggml does (and as the GPU kernel does, so both
+    /// agree): `pos · theta_scale · .. · theta_scale / factor`, `i` factors of `theta_scale` (each product formed
+    /// once, in order, for all pairs); then YaRN's mix and scales as [`Rope`] describes.
+    pub(crate) fn sin_cos_table(&self, pos: i32, factors: &[f32], out: &mut [(f32, f32)]) {
         let ts = self.theta_scale();
         let mut theta = pos as f32;
-        for _ in 0..i {
-            theta *= ts;
+        for (i, (o, &factor)) in out.iter_mut().zip(factors).enumerate() {
+            if i > 0 {
+                theta *= ts;
+            }
+            *o = self.sin_cos_of(theta, i, factor);
         }
+    }
+
+    /// Pair `i`'s (sin, cos) for the unscaled angle `theta` (`pos · theta_scale^i`).
+    fn sin_cos_of(&self, theta: f32, i: usize, factor: f32) -> (f32, f32) {
         let extrap = theta / factor;
         let mut angle = self.freq_scale * extrap;
         let mut mscale = self.attn_factor;

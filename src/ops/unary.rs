@@ -77,19 +77,8 @@ macro_rules! define_unary {
                 match self { $(UnaryOp::$var => $params,)* }
             }
 
-            /// The f32 value of the op at `x` with parameters `a`, `b` (the CPU backend's function).
-            #[allow(unused_variables)]
-            pub(crate) fn eval(self, x: f32, a: f32, b: f32) -> f32 {
-                match self {
-                    $(UnaryOp::$var => {
-                        let f = |$x: f32, $a: f32, $b: f32| -> f32 { $cpu };
-                        f(x, a, b)
-                    })*
-                }
-            }
-
-            /// [`UnaryOp::eval`] over every element of `xs` in place: one loop per op, which the compiler
-            /// vectorizes where the op's function allows.
+            /// The op's f32 value (the CPU backend's function) at every element of `xs` in place, with parameters
+            /// `a`, `b`: one loop per op, which the compiler vectorizes where the op's function allows.
             #[allow(unused_variables)]
             pub(crate) fn eval_slice(self, xs: &mut [f32], a: f32, b: f32) {
                 match self {

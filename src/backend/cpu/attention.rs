@@ -38,11 +38,12 @@ fn thd(l: &Layout) -> (usize, usize, usize, usize) {
 impl RopeKernel {
     pub(crate) fn run(&self, mem: &Memory) {
         let out = mem.view(self.out, self.out_dtype);
-        self.rotate(mem, &mut |i, v| out.set(i, v));
+        self.rotate(mem, &mut |first, row| out.write_f32(first, row));
     }
 
-    /// Passes each element of the contiguous output to `sink` as (flat index, value in f32).
-    fn rotate(&self, mem: &Memory, sink: &mut dyn FnMut(usize, f32)) {
+    /// Passes each rotated row (a head of a position) of the contiguous output to `sink` as (flat index of its
+    /// first element, values in f32); each position's angles computed once for all its heads.
+    fn rotate(&self, mem: &Memory, sink: &mut dyn FnMut(usize, &[f32])) {
         let x = mem.view(self.x.storage, self.x.dtype);
         let pos = mem.view(self.pos.storage, self.pos.dtype);
         let (b, t, h, d) = thd(&self.x.layout);
@@ -56,20 +57,21 @@ impl RopeKernel {
             }
             None => vec![1.0; self.rope.n_dims / 2],
         };
+        let mut angles = vec![(0f32, 0f32); factors.len()];
         for bi in 0..b {
             for ti in 0..t {
                 let p = pos.get_i32(self.pos.layout.index_of(ti));
+                self.rope.sin_cos_table(p, &factors, &mut angles);
                 for hi in 0..h {
                     let first = ((bi * t + ti) * h + hi) * d;
                     x.row_f32(l.index_of(first), st, &mut row);
-                    for (i, &factor) in factors.iter().enumerate() {
+                    for (i, &(sin, cos)) in angles.iter().enumerate() {
                         let (a, c) = self.rope.pair(i);
-                        let (sin, cos) = self.rope.sin_cos(p, i, factor);
                         let (x0, x1) = (row[a], row[c]);
                         row[a] = x0 * cos - x1 * sin;
                         row[c] = x0 * sin + x1 * cos;
                     }
-                    row.iter().enumerate().for_each(|(j, &v)| sink(first + j, v));
+                    sink(first, &row);
                 }
             }
         }
@@ -92,7 +94,11 @@ impl RopeSetRowsKernel {
     pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
         let mut rows = vec![0f32; self.rope.x.layout.numel()];
         let f16 = self.rope.out_dtype == DType::F16;
-        self.rope.rotate(mem, &mut |i, v| rows[i] = if f16 { half::f16::from_f32(v).to_f32() } else { v });
+        self.rope.rotate(mem, &mut |first, row| {
+            for (o, &v) in rows[first..first + row.len()].iter_mut().zip(row) {
+                *o = if f16 { half::f16::from_f32(v).to_f32() } else { v };
+            }
+        });
         self.set.scatter(mem, &|i| rows[i])
     }
 }

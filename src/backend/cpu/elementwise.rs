@@ -50,7 +50,9 @@ pub(crate) fn eval(expr: &Expr, leaves: &[Vec<f32>], acc: &[f32], out: &mut [f32
                 }
                 ElemOp::Binary(op) => with_operand(&args[1], leaves, acc, n, |y| op.eval_slice(out, y)),
                 ElemOp::Glu(op) => with_operand(&args[1], leaves, acc, n, |y| {
-                    out.iter_mut().zip(y).for_each(|(x, &y)| *x = op.eval(*x, y))
+                    // `op.eval` over the slice: the activation's own loop (no dispatch per element), then the product
+                    op.activation().eval_slice(out, 0.0, 0.0);
+                    out.iter_mut().zip(y).for_each(|(x, &y)| *x *= y)
                 }),
                 ElemOp::Cast => {}
             }

@@ -364,9 +364,9 @@ impl Batch {
             let slot = &mut self.slots[i];
             slot.cached.push(token);
             let seq = slot.seq.as_mut().expect("decoding");
-            let wants = seq.stream.wants_logits();
-            let logits = logits.as_ref().filter(|_| wants).map(|l| l[i * vocab..(i + 1) * vocab].to_vec());
             let argmax = argmax.get(i).map_or(0, |&a| a as u32);
+            let wants = seq.stream.needs_logits(argmax, &self.model.tokenizer);
+            let logits = logits.as_ref().filter(|_| wants).map(|l| l[i * vocab..(i + 1) * vocab].to_vec());
             seq.stream.step = Some(StepOut { logits, argmax, finite: sums.get(i).is_some_and(|s| s.is_finite()) });
         }
         Ok(())

@@ -208,6 +208,12 @@ impl TokenStream {
         !self.options.sampling.is_greedy() || self.options.ignore_eos
     }
 
+    /// Whether a step whose device argmax is `argmax` needs its logits after all: a sampler other than the argmax,
+    /// or an argmax that ends the generation under `ignore_eos` (the choice is then among the other tokens).
+    pub(super) fn needs_logits(&self, argmax: u32, tokenizer: &Tokenizer) -> bool {
+        !self.options.sampling.is_greedy() || (self.options.ignore_eos && tokenizer.is_eog(argmax))
+    }
+
     /// Before a decode step: the token returned last, to evaluate now, unless the stream ends first (its token
     /// limit reached, or the KV cache's `cached` of `context` positions full).
     pub(super) fn take_pending(&mut self, cached: usize, context: usize) -> Pending {
@@ -233,11 +239,14 @@ impl TokenStream {
             );
             return Err(Error::InvalidArgument { op: "generate", reason });
         }
-        let mut next = match &step.logits {
+        // greedy under ignore_eos: the device's argmax unless it ends the generation (a greedy sampler's choice
+        // over finite logits is that argmax)
+        let logits = step.logits.as_ref().filter(|_| self.needs_logits(step.argmax, tokenizer));
+        let mut next = match logits {
             Some(l) => self.sampler.sample(l, &self.history),
             None => step.argmax,
         };
-        if let (true, Some(l)) = (self.options.ignore_eos && tokenizer.is_eog(next), &step.logits) {
+        if let (true, Some(l)) = (self.options.ignore_eos && tokenizer.is_eog(next), logits) {
             // the choice among the tokens that do not end the generation (the logits are read when ignore_eos)
             let mut l = l.clone();
             for (i, x) in l.iter_mut().enumerate() {
