@@ -10,7 +10,7 @@ mod precision;
 mod reduce;
 mod rope;
 mod rows;
-mod unary;
+pub(crate) mod unary;
 
 pub(crate) use binary::for_each_binary;
 pub use binary::BinaryOp;

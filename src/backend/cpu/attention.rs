@@ -11,6 +11,7 @@ use super::sgemm::Operand;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
+use crate::ops::unary::exp;
 use crate::ops::Rope;
 use crate::shape::Layout;
 #[cfg(target_arch = "x86_64")]
@@ -288,7 +289,7 @@ impl AttentionKernel {
                     x.iter_mut().for_each(|e| *e = 0.0);
                     continue;
                 }
-                x[..visible].iter_mut().for_each(|e| *e = (*e - max).exp());
+                x[..visible].iter_mut().for_each(|e| *e = exp(*e - max));
                 x[visible..].iter_mut().for_each(|e| *e = 0.0);
                 sums[i] = x[..visible].iter().sum();
             }
@@ -483,7 +484,7 @@ fn row_softmax_v(q: &[f32], (k, v): (&[f32], &[f32]), (scale, mask): (f32, &[f32
     if max == f32::NEG_INFINITY || n == 0 {
         return;
     }
-    sc.iter_mut().for_each(|x| *x = (*x - max).exp());
+    sc.iter_mut().for_each(|x| *x = exp(*x - max));
     let sum: f32 = sc.iter().sum();
     for (&p, val) in sc.iter().zip(v.chunks_exact(dv)) {
         out.iter_mut().zip(val).for_each(|(a, &x)| *a += p * x);

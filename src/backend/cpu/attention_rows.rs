@@ -9,6 +9,8 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
+use crate::ops::unary::exp;
+
 /// Keys or values in place: row `j` at `base + j·stride` elements, `width` contiguous elements each.
 #[derive(Clone, Copy)]
 pub(crate) struct Rows<T> {
@@ -179,6 +181,6 @@ fn softmax_in_place(x: &mut [f32], mask: &[f32]) -> f32 {
         x.fill(0.0);
         return 0.0;
     }
-    x.iter_mut().for_each(|e| *e = (*e - max).exp());
+    x.iter_mut().for_each(|e| *e = exp(*e - max));
     x.iter().sum()
 }
