@@ -667,6 +667,15 @@ fn attention() {
             ));
         }
     }
+    // values narrower than keys (Dv ≠ D): a width the CPU's vector kernel takes and one it does not
+    for (h, hkv, t, s, d, dv) in [(4, 2, 1, 9, 16, 8), (6, 3, 5, 11, 20, 12)] {
+        cases.push(Case::new(
+            format!("attention/f16/H{h}/Hkv{hkv}/T{t}/S{s}/D{d}/Dv{dv}"),
+            vec![inp(F32, &[h, t, d], 1), inp(F16, &[hkv, s, d], 2), inp(F16, &[hkv, s, dv], 3)],
+            move |g, x| g.attention(x[0], x[1], x[2], &plain(0.3, true)),
+            move |x| r::attention(&x[0], &x[1], &x[2], None, 0.3, true, s),
+        ));
+    }
     // a run-time KV length L < S (prefill and decode), causal; over a cache of 2048 (decode splits the keys: only
     // the splits L reaches run), L given or computed in the graph (L - 1 + 1: the run cannot see it)
     for (t, s, l, computed) in

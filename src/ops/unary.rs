@@ -167,15 +167,15 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
 
 /// `eˣ` in f32 within 2 ulps of the exact value (Cephes' `expf`: `x = k·ln 2 + r` with `ln 2` in two parts, a
 /// degree-6 polynomial for `eʳ` on |r| ≤ ln 2 / 2, then `2ᵏ` as two powers of two by their exponent bits, so that
-/// subnormal results and `k` = 128 come out right); 0 below −103.98, ∞ above 88.7228, NaN kept. Branch-free and
-/// without a library call, so that loops over it vectorize (a call to libm's `expf` per value was most of a SiLU
-/// epilogue's and a softmax's time).
+/// subnormal results and `k` = 128 come out right); 0 below −103.98, ∞ above 88.72283 (ln of f32's largest), NaN
+/// kept. Branch-free and without a library call, so that loops over it vectorize (a call to libm's `expf` per
+/// value was most of a SiLU epilogue's and a softmax's time).
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     // round to nearest by the 1.5·2²³ trick: vector adds only
     const ROUND: f32 = 12_582_912.0;
-    let c = x.clamp(-103.98, 88.7228);
+    let c = x.clamp(-103.98, 88.722_83);
     let k = (c * LOG2E + ROUND) - ROUND;
     let r = c - k * 0.693_359_4 - k * -2.121_944_4e-4;
     let p = 1.987_569_2e-4;
@@ -189,7 +189,7 @@ pub(crate) fn exp(x: f32) -> f32 {
     let v = y * pow2(k >> 1) * pow2(k - (k >> 1));
     if x < -103.98 {
         0.0
-    } else if x > 88.7228 {
+    } else if x > 88.722_83 {
         f32::INFINITY
     } else {
         v

@@ -407,7 +407,6 @@ impl Kv {
         sc: &mut [f32],
         out: &mut [f32],
     ) {
-        let rows = out.len() / (q.len() / 4).max(1);
         match self {
             #[cfg(target_arch = "x86_64")]
             Kv::F16(k, v) => attend_block(q, (visible, mask), (*k, *v), scale, sc, out),
@@ -424,7 +423,8 @@ impl Kv {
                     return attend_block(q, (visible, mask), (k, v), scale, sc, out);
                 }
                 let _ = fast;
-                for (i, o) in out.chunks_exact_mut(dv).enumerate().take(rows) {
+                // out holds exactly the block's rows
+                for (i, o) in out.chunks_exact_mut(dv).enumerate() {
                     let n = visible[i];
                     row_softmax_v(&q[i * d..(i + 1) * d], (&k[..n * d], &v[..n * dv]), (scale, mask[i]), sc, o);
                 }

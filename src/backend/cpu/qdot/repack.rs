@@ -131,7 +131,7 @@ impl Form {
     }
 }
 
-/// The activations of a matmul rounded to 8-bit blocks as [`Q8Row`] rounds them, in groups of [`MR`] rows laid
+/// The activations of a matmul rounded to 8-bit blocks as `Q8Row::quantize` rounds them, in groups of [`MR`] rows laid
 /// out as the kernel reads them: per block, the group's rows' 32 values one after another, then their scales,
 /// scaled sums, and integer sums (whole and per half). A last group of fewer rows has zeros after them.
 pub(crate) struct Acts {
