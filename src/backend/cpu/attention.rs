@@ -2,6 +2,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::attention_rows::{attend, Block, Lane, Rows};
+use super::attention_rows::{nan_max, softmax_in_place};
 use super::buffer::Memory;
 use super::elementwise::Leaf;
 use super::gather::SetRowsKernel;
@@ -323,13 +324,13 @@ impl AttentionKernel {
             for (bi, o) in chunk.chunks_mut(4 * dv).enumerate() {
                 let first = ci * per + bi * 4;
                 let mut visible = [0usize; 4];
-                let mut masked = false;
+                let masked = self.mask.is_some();
                 for i in 0..(rows - bi * 4).min(4) {
                     let (hi, ti) = (g * (h / hkv) + (first + i) / t, (first + i) % t);
                     let (qo, qs) = row_at(&self.q.layout, b, hi, ti);
                     qv.row_f32(qo, qs, &mut q[i * d..(i + 1) * d]);
                     visible[i] = self.visible(len, t, ti);
-                    masked = self.mask_row(mem, (b, hi, ti), s, &mut masks[i * len..i * len + visible[i]]);
+                    self.mask_row(mem, (b, hi, ti), s, &mut masks[i * len..i * len + visible[i]]);
                 }
                 let mask: [&[f32]; 4] =
                     std::array::from_fn(|i| if masked { &masks[i * len..i * len + visible[i]] } else { &[][..] });
@@ -472,20 +473,14 @@ fn row_softmax_v(q: &[f32], (k, v): (&[f32], &[f32]), (scale, mask): (f32, &[f32
     let (d, dv) = (q.len(), out.len());
     let n = k.len() / d.max(1);
     let sc = &mut sc[..n];
-    let mut max = f32::NEG_INFINITY;
     for (x, key) in sc.iter_mut().zip(k.chunks_exact(d)) {
         *x = dot(q, key) * scale;
     }
-    if !mask.is_empty() {
-        sc.iter_mut().zip(mask).for_each(|(x, m)| *x += m);
-    }
-    sc.iter().for_each(|&x| max = nan_max(max, x));
+    let sum = softmax_in_place(sc, mask);
     out.iter_mut().for_each(|a| *a = 0.0);
-    if max == f32::NEG_INFINITY || n == 0 {
+    if sum == 0.0 {
         return;
     }
-    sc.iter_mut().for_each(|x| *x = exp(*x - max));
-    let sum: f32 = sc.iter().sum();
     for (&p, val) in sc.iter().zip(v.chunks_exact(dv)) {
         out.iter_mut().zip(val).for_each(|(a, &x)| *a += p * x);
     }
@@ -510,14 +505,4 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     acc[0] + a[n..].iter().zip(&b[n..]).map(|(x, y)| x * y).sum::<f32>()
-}
-
-/// The larger of `a` and `b`, NaN when either is (`f32::max` drops a NaN: a row of NaN scores became zeros).
-#[inline]
-fn nan_max(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        f32::NAN
-    } else {
-        a.max(b)
-    }
 }

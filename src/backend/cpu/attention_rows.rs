@@ -2,15 +2,17 @@
 //! with AVX2, FMA and F16C: the K and V rows read in place, f16 or f32, each converted once for up to four query
 //! rows at a time (its scores, then its share of the weighted sum), where a row at a time converted every key once
 //! per query head and summed each score's 16 partial sums in order.
+//! The row softmax (`softmax_in_place`) is shared with the portable row of `attention.rs`.
 
-#![cfg(target_arch = "x86_64")]
-
+#[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+#[cfg(target_arch = "x86_64")]
 use half::f16;
 
 use crate::ops::unary::exp;
 
+#[cfg(target_arch = "x86_64")]
 /// Keys or values in place: row `j` at `base + j·stride` elements, `width` contiguous elements each.
 #[derive(Clone, Copy)]
 pub(crate) struct Rows<T> {
@@ -19,6 +21,7 @@ pub(crate) struct Rows<T> {
     pub width: usize,
 }
 
+#[cfg(target_arch = "x86_64")]
 /// An element type the kernel reads: eight of them as eight f32.
 pub(crate) trait Lane: Copy {
     /// # Safety
@@ -26,6 +29,7 @@ pub(crate) trait Lane: Copy {
     unsafe fn load8(p: *const Self) -> __m256;
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Lane for f32 {
     #[inline(always)]
     unsafe fn load8(p: *const f32) -> __m256 {
@@ -34,6 +38,7 @@ impl Lane for f32 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Lane for f16 {
     #[inline(always)]
     unsafe fn load8(p: *const f16) -> __m256 {
@@ -42,6 +47,7 @@ impl Lane for f16 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 /// Query rows of one block: `q [R, D]` f32, each row's visible keys and its mask (empty, or its visible length).
 pub(crate) struct Block<'a, const R: usize> {
     pub q: &'a [f32],
@@ -49,6 +55,7 @@ pub(crate) struct Block<'a, const R: usize> {
     pub masks: [&'a [f32]; R],
 }
 
+#[cfg(target_arch = "x86_64")]
 /// `out[r] = softmax(q[r]·kᵀ·scale + mask[r])·v` over row `r`'s visible keys, for the `R` rows of `blk` (`out
 /// [R, Dv]`, `sc` at least `R × max visible` scores). D and Dv are multiples of 8 (`k.width`, `v.width`). A row
 /// with no visible key, or all masked to −inf, gives zeros; a NaN score gives NaN (as PyTorch's softmax). Each
@@ -106,6 +113,7 @@ pub(crate) unsafe fn attend<T: Lane, const R: usize>(
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 /// The dot products of the R query rows `q [R, D]` with two key rows (equal for one key): each in eight lanes over
 /// the columns in order, then the lanes' sum.
 #[inline(always)]
@@ -126,6 +134,7 @@ unsafe fn dots<T: Lane, const R: usize>(q: *const f32, kp: [*const T; 2], d: usi
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 /// `out[r][c .. c + 8·W] = Σ_j p[r][j] · v[j][c .. c + 8·W]` over row r's visible keys, in key order (`p [R, n]`).
 #[inline(always)]
 unsafe fn weighted<T: Lane, const R: usize, const W: usize>(
@@ -158,6 +167,7 @@ unsafe fn weighted<T: Lane, const R: usize, const W: usize>(
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 /// The eight lanes' sum, in a fixed order.
 #[inline(always)]
 unsafe fn hsum(a: __m256) -> f32 {
@@ -172,15 +182,25 @@ unsafe fn hsum(a: __m256) -> f32 {
 /// `x` (scores) plus `mask` (empty or as long), replaced by `exp(x − max)`; returns their sum (0 when every score
 /// is −inf or there is none: the row's output is zeros; NaN when a score is).
 #[inline(always)]
-fn softmax_in_place(x: &mut [f32], mask: &[f32]) -> f32 {
+pub(super) fn softmax_in_place(x: &mut [f32], mask: &[f32]) -> f32 {
     if !mask.is_empty() {
         x.iter_mut().zip(mask).for_each(|(e, m)| *e += m);
     }
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &e| if m.is_nan() || e.is_nan() { f32::NAN } else { m.max(e) });
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &e| nan_max(m, e));
     if max == f32::NEG_INFINITY {
         x.fill(0.0);
         return 0.0;
     }
     x.iter_mut().for_each(|e| *e = exp(*e - max));
     x.iter().sum()
+}
+
+/// The larger of `a` and `b`, NaN when either is (`f32::max` drops a NaN: a row of NaN scores became zeros).
+#[inline(always)]
+pub(super) fn nan_max(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        a.max(b)
+    }
 }
