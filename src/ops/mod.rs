@@ -7,7 +7,7 @@ mod binary;
 mod common;
 mod glu;
 mod precision;
-mod reduce;
+pub(crate) mod reduce;
 mod rope;
 mod rows;
 pub(crate) mod unary;

@@ -1,5 +1,7 @@
 //! The row-op table: ops over the last axis that give a row for each row (softmax and the norms).
 
+use super::reduce::sum_f64;
+
 /// The parameters a row op may use: softmax's scale, the norms' epsilon.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct RowParams {
@@ -53,17 +55,17 @@ define_rows! {
         }
         let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         row.iter_mut().for_each(|e| *e = if max == f64::NEG_INFINITY { 0.0 } else { (*e - max).exp() });
-        let s: f64 = row.iter().sum();
+        let s = sum_f64(row, |x| x);
         row.iter_mut().for_each(|e| *e = if s > 0.0 { *e / s } else { 0.0 });
     }, "`softmax(x·scale + mask)`; a row of −inf gives zeros (ggml_soft_max_ext), a row with a NaN NaN (torch.softmax).")
     (RmsNorm, rms_norm, "RMS_NORM", |row, p| {
-        let inv = 1.0 / (row.iter().map(|x| x * x).sum::<f64>() / row.len() as f64 + p.eps as f64).sqrt();
+        let inv = 1.0 / (sum_f64(row, |x| x * x) / row.len() as f64 + p.eps as f64).sqrt();
         row.iter_mut().for_each(|e| *e *= inv);
     }, "`x / √(mean(x²) + eps)` (ggml_rms_norm).")
     (LayerNorm, layer_norm, "LAYER_NORM", |row, p| {
         let n = row.len() as f64;
-        let mean = row.iter().sum::<f64>() / n;
-        let var = row.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+        let mean = sum_f64(row, |x| x) / n;
+        let var = sum_f64(row, |x| (x - mean) * (x - mean)) / n;
         let inv = 1.0 / (var + p.eps as f64).sqrt();
         row.iter_mut().for_each(|e| *e = (*e - mean) * inv);
     }, "`(x − mean) / √(var + eps)`, biased variance (ggml_norm).")

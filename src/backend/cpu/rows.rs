@@ -41,12 +41,14 @@ impl RowsKernel {
         let mask = self.mask.as_ref().map(|m| (mem.view(m.storage, m.dtype), &m.layout));
         let last = |l: &crate::shape::Layout| l.strides.last().copied().unwrap_or(1);
         let (mut row, mut mrow) = (vec![0f32; n], vec![0f32; if mask.is_some() { n } else { 0 }]);
-        let mut v = vec![0f64; n];
+        let mut v = vec![0f64; if matches!(self.op, RowKind::Row(..)) { n } else { 0 }];
         for r in range {
             x.row_f32(self.x.layout.index_of(r * n), last(&self.x.layout), &mut row);
-            v.iter_mut().zip(&row).for_each(|(e, &x)| *e = x as f64);
             match self.op {
+                RowKind::Reduce(ReduceOp::ArgMax) => out.set_i32(r, ReduceOp::ArgMax.eval(&row) as i32),
+                RowKind::Reduce(op) => out.set(r, op.eval(&row) as f32),
                 RowKind::Row(op, p) => {
+                    v.iter_mut().zip(&row).for_each(|(e, &x)| *e = x as f64);
                     if op == RowOp::Softmax {
                         v.iter_mut().for_each(|e| *e *= p.scale as f64);
                         if let Some((mv, ml)) = &mask {
@@ -58,8 +60,6 @@ impl RowsKernel {
                     row.iter_mut().zip(&v).for_each(|(o, &e)| *o = e as f32);
                     out.write_f32(r * n, &row);
                 }
-                RowKind::Reduce(ReduceOp::ArgMax) => out.set_i32(r, ReduceOp::ArgMax.eval(&v) as i32),
-                RowKind::Reduce(op) => out.set(r, op.eval(&v) as f32),
             }
         }
     }
