@@ -66,6 +66,14 @@ impl Data {
         }
     }
 
+    /// [`Data::to_f32`], taking the values: f32 data is returned as it is, without a copy.
+    pub fn into_f32(self) -> Vec<f32> {
+        match self {
+            Data::F32(v) => v,
+            other => other.to_f32(),
+        }
+    }
+
     /// Values converted to f64 (exact for every dtype).
     pub fn to_f64(&self) -> Vec<f64> {
         match self {

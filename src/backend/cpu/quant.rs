@@ -205,17 +205,26 @@ impl QMatmulKernel {
     pub(crate) fn run(&self, mem: &Memory) {
         let k = self.w.k;
         let m = self.a.layout.numel() / k;
-        let av = mem.view(self.a.storage, self.a.dtype);
-        let mut a = vec![0f32; m * k];
-        let st = self.a.layout.strides[self.a.layout.rank() - 1];
-        for r in 0..m {
-            av.row_f32(self.a.layout.index_of(r * k), st, &mut a[r * k..(r + 1) * k]);
-        }
+        let a = self.activations(mem, m);
         #[cfg(target_arch = "x86_64")]
         // (lowering gives no repacked weight to f32 activations)
         if let Some(w) = &self.repacked {
-            let c = self.repacked(w, &a, m);
-            return self.store(mem, &c);
+            let out = mem.view(self.out, self.out_dtype);
+            return match out.f32_mut_ptr().filter(|_| out.len() == m * self.n) {
+                // straight into an f32 output, the epilogue then over it in place (a matmul never writes in place:
+                // the output is no operand's storage)
+                Some(p) => {
+                    self.repacked(w, &a, m, SendPtr(p));
+                    if let Some((expr, leaves)) = &self.epilogue {
+                        epilogue(mem, (self.out, self.out_dtype, m * self.n), expr, leaves, None);
+                    }
+                }
+                None => {
+                    let mut c = vec![0f32; m * self.n];
+                    self.repacked(w, &a, m, SendPtr(c.as_mut_ptr()));
+                    self.store(mem, &c);
+                }
+            };
         }
         let c = if m <= VEC_ROWS {
             self.mat_vec(mem, &a, m)
@@ -228,6 +237,23 @@ impl QMatmulKernel {
             self.panels(mem, &a, m)
         };
         self.store(mem, &c);
+    }
+
+    /// The `m` rows of a as f32 `[m, K]`: its storage itself when that is f32 and contiguous, else a copy.
+    fn activations<'a>(&self, mem: &'a Memory, m: usize) -> std::borrow::Cow<'a, [f32]> {
+        let k = self.w.k;
+        let (av, l) = (mem.view(self.a.storage, self.a.dtype), &self.a.layout);
+        if let Some(p) = av.f32_ptr().filter(|_| l.is_contiguous() && l.offset + m * k <= av.len()) {
+            // SAFETY: elements offset..offset + m·k of the live f32 storage (checked); nothing writes them while
+            // this step runs (a matmul never writes in place)
+            return std::borrow::Cow::Borrowed(unsafe { std::slice::from_raw_parts(p.add(l.offset), m * k) });
+        }
+        let mut a = vec![0f32; m * k];
+        let st = l.strides[l.rank() - 1];
+        for r in 0..m {
+            av.row_f32(l.index_of(r * k), st, &mut a[r * k..(r + 1) * k]);
+        }
+        std::borrow::Cow::Owned(a)
     }
 
     /// Small M: each thread takes a range of w's rows and dots each with every row of a, in integer
@@ -350,13 +376,12 @@ impl QMatmulKernel {
     /// rounded to 8-bit blocks, then each task multiplies them with its panels of 16 repacked weight rows into
     /// its columns of `c [m, n]`.
     #[cfg(target_arch = "x86_64")]
-    fn repacked(&self, w: &RepackedW, a: &[f32], m: usize) -> Vec<f32> {
+    /// `c [m, N] = a @ t(w)` through the repacked weight, into `c`'s `m · N` f32 elements.
+    fn repacked(&self, w: &RepackedW, a: &[f32], m: usize, c: SendPtr) {
         use qdot::repack::NR;
         let (k, n, row0) = (self.w.k, self.n, w.row0);
         let packed = w.packed();
         let acts = qdot::repack::Acts::quantize(a, k);
-        let mut c = vec![0f32; m * n];
-        let dst = SendPtr(c.as_mut_ptr());
         let (p0, p1) = (row0 / NR, (row0 + n).div_ceil(NR));
         // at least about 16 KiB of weights times rows of a task
         let panel_bytes = NR * k / self.w.dtype.block_size() * self.w.dtype.block_bytes();
@@ -366,10 +391,9 @@ impl QMatmulKernel {
                 let (lo, hi) = ((p * NR).max(row0), ((p + 1) * NR).min(row0 + n));
                 // SAFETY: `of` checked the CPU (available); acts rows have k values; columns lo - row0 .. hi - row0
                 // of c [m, n] are this task's alone
-                unsafe { packed.multiply(p, &acts, dst.at(lo - row0), n, lo - p * NR..hi - p * NR) };
+                unsafe { packed.multiply(p, &acts, c.at(lo - row0), n, lo - p * NR..hi - p * NR) };
             }
         });
-        c
     }
 
     fn store(&self, mem: &Memory, c: &[f32]) {

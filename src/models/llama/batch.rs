@@ -358,7 +358,7 @@ impl Batch {
         let mut outs = dp.plan.run_with_async(&inputs, &fetch).await?;
         let argmax = outs[1].take().map(|a| a.data.to_f32()).unwrap_or_default();
         let sums = outs[2].take().map(|s| s.data.to_f32()).unwrap_or_default();
-        let logits = outs[0].take().map(|l| l.data.to_f32());
+        let logits = outs[0].take().map(|l| l.data.into_f32());
         let vocab = self.model.config.n_vocab;
         for &(i, token) in rows {
             let slot = &mut self.slots[i];

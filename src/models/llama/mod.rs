@@ -326,7 +326,7 @@ impl Llama {
         let mut outs = sp.plan.run_with_async(&inputs, &fetch).await?;
         let argmax = outs[1].take().map(|a| a.data.to_f32()[0] as u32).unwrap_or(0);
         let finite = outs[2].take().is_some_and(|s| s.data.to_f32()[0].is_finite());
-        let logits = outs[0].take().map(|l| l.data.to_f32());
+        let logits = outs[0].take().map(|l| l.data.into_f32());
         Ok(StepOut { logits, argmax, finite })
     }
 
