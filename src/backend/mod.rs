@@ -34,6 +34,13 @@ pub struct PlanStats {
     pub memory_bytes: u64,
     /// Largest sum of live tensor sizes at one point of the schedule, in bytes.
     pub peak_live_bytes: u64,
+    /// Bytes of resident tensors (weights) the steps read per run: each step's view of each (once, however it
+    /// broadcasts), only the gathered rows for `get_rows`. A language model's decode step reads its weights once
+    /// at best: this against the weights' bytes is then 1.0.
+    pub resident_read_bytes: u64,
+    /// Bytes of the resident tensors the plan uses, each once (as stored: a copy a backend keeps, such as the
+    /// CPU's repacked weights, not counted).
+    pub resident_bytes: u64,
     /// Buffers the plan created at compile time.
     pub buffers: usize,
     /// The kernel of each step, in schedule order (e.g. `matmul_tiled 128x128x8`, `matvec`, `rows softmax`): its

@@ -244,15 +244,29 @@ fn plan_report(model: &Llama) -> Vec<String> {
             let kernels: Vec<String> = counts.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
             let what = if t == 1 { "decode step" } else { "prefill chunk" };
             format!(
-                "plan of {t} token(s) ({what}): {} dispatches ({:.1} a layer), {} pipelines, {:.1} MiB; steps: {}",
+                "plan of {t} token(s) ({what}): {} dispatches ({:.1} a layer), {} pipelines, {:.1} MiB; {}; steps: {}",
                 s.dispatches,
                 s.dispatches as f64 / layers as f64,
                 s.pipelines,
                 s.memory_bytes as f64 / (1u64 << 20) as f64,
+                weights_read(&s, t),
                 kernels.join(", ")
             )
         })
         .collect()
+}
+
+/// The weight bytes a run of a plan of `t` tokens reads, per token, against the weights it uses (1.00x: each
+/// weight read once a step, the ideal of a decode step).
+pub(crate) fn weights_read(s: &webtensor::PlanStats, t: usize) -> String {
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let per_token = s.resident_read_bytes as f64 / t.max(1) as f64;
+    format!(
+        "weights read {:.1} MiB a token of {:.1} MiB ({:.2}x a step)",
+        per_token / (1u64 << 20) as f64,
+        mib(s.resident_bytes),
+        s.resident_read_bytes as f64 / s.resident_bytes.max(1) as f64
+    )
 }
 
 /// Set by Ctrl-C; the running answer stops at its next token.

@@ -285,6 +285,35 @@ impl Program {
         out
     }
 
+    /// Bytes of resident (read-only external) tensors the steps read per run: each step's view of each resident
+    /// operand (once per step, however it broadcasts), and for `get_rows` of a resident table only the rows it
+    /// gathers. A decode step of a language model reads each weight once at best: this against the weights'
+    /// bytes is 1.0 then (a tied embedding: its rows plus the whole table in the head).
+    pub(crate) fn resident_read_bytes(&self) -> u64 {
+        let mut total = 0u64;
+        for &s in &self.steps {
+            for src in self.nodes[s].step.srcs() {
+                let n = &self.nodes[src];
+                if !self.external(n.storage).is_some_and(|e| !e.ext.writable) {
+                    continue;
+                }
+                let numel = match self.nodes[s].step {
+                    Step::Op(Op::GetRows { table, idx }) if table == src => {
+                        self.nodes[idx].layout.numel() * n.layout.shape.last().copied().unwrap_or(1)
+                    }
+                    _ => n.layout.numel(),
+                };
+                total += n.dtype.bytes_of(numel).unwrap_or(0) as u64;
+            }
+        }
+        total
+    }
+
+    /// Bytes of the resident (read-only external) tensors the steps and outputs use, each counted once.
+    pub(crate) fn resident_bytes(&self) -> u64 {
+        self.live_externals().iter().filter(|r| !r.ext.writable).map(|r| r.ext.bytes()).sum()
+    }
+
     /// Whether storage node `s` is a state (written by the graph's steps, read across runs).
     pub(crate) fn is_state(&self, s: NodeId) -> bool {
         self.external(s).is_some_and(|e| e.ext.writable)

@@ -79,6 +79,8 @@ impl Executable for CpuPlan {
             pipelines: 0,
             memory_bytes: self.memory.total_bytes(),
             peak_live_bytes: self.memory.peak_live_bytes,
+            resident_read_bytes: self.program.resident_read_bytes(),
+            resident_bytes: self.program.resident_bytes(),
             buffers: self.arenas.len(),
             kernels: self.program.steps.iter().map(|&s| self.program.nodes[s].step.name()).collect(),
             transfer: Default::default(),

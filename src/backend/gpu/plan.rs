@@ -557,6 +557,8 @@ impl Executable for GpuPlan {
             pipelines: self.pipelines,
             memory_bytes: self.mem.total_bytes(),
             peak_live_bytes: self.mem.peak_live_bytes,
+            resident_read_bytes: self.program.resident_read_bytes(),
+            resident_bytes: self.program.resident_bytes(),
             buffers: self.buffers,
             kernels: self.kernels.clone(),
             transfer: self.transfer,

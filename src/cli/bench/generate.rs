@@ -136,6 +136,15 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     }
     out += &format!("| webtensor / llama.cpp | {} | {} | |\n", ratio(&pp, &lpp), ratio(&tg, &ltg));
     out += "\nmedian (min-max) over the rounds; peak RSS is each process's VmHWM (llama.cpp's includes its Python)\n";
+    if let Some((_, st)) = model.plan_stats().into_iter().find(|(t, _)| *t == 1) {
+        let layers = model.config.n_layers.max(1);
+        out += &format!(
+            "webtensor's decode step: {} dispatches ({:.1} a layer); {}\n",
+            st.dispatches,
+            st.dispatches as f64 / layers as f64,
+            super::super::generate::weights_read(&st, 1)
+        );
+    }
     emit(&out);
     Ok(())
 }
