@@ -6,7 +6,9 @@
 //! Then the growing sequence: a decode step (rope, a write of the new key and value into f16 KV-cache states,
 //! attention with a run-time KV length L, nine query heads over three K/V heads of 64) at L = 64 in a plan whose
 //! cache holds 8192 positions, against a plan made for exactly 64: its cost must follow L, not the capacity
-//! (goal: at most 1.2×). `WEBTENSOR_BENCH_BACKENDS=cpu,vulkan,gl` chooses the backends.
+//! (goal: at most 1.2×). Then the same step at L = 16, 256 and 2048 in one plan (capacity 4096): how its cost
+//! grows with L (goal on a GPU: L = 2048 at most 1.5× L = 16). `WEBTENSOR_BENCH_BACKENDS=cpu,vulkan,gl` chooses
+//! the backends.
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
@@ -99,6 +101,20 @@ fn growing_sequence(kinds: &[webtensor::BackendKind]) {
         let t = interleaved_ms(&mut steps, 100);
         let long = interleaved_ms(&mut [Box::new(decode_step(&device, 8192, 4096))], 10)[0];
         println!("| {kind} | {:.3} | {:.3} | {:.2}× | {long:.3} |", t[0], t[1], t[1] / t[0]);
+    }
+    // issue 34's cost growth: a step at L = 2048 against one at L = 16 (goal on a GPU: at most 1.5×, the KV
+    // length split over workgroups)
+    println!();
+    println!("| backend | step at L = 16 (ms) | L = 256 (ms) | L = 2048 (ms) | L = 2048 / L = 16 |");
+    println!("|---|---|---|---|---|");
+    for &kind in kinds {
+        let Ok(device) = Device::with_backend(kind) else { continue };
+        let mut steps: Vec<Box<dyn FnMut()>> = [16, 256, 2048]
+            .into_iter()
+            .map(|len| Box::new(decode_step(&device, 4096, len)) as Box<dyn FnMut()>)
+            .collect();
+        let t = interleaved_ms(&mut steps, 30);
+        println!("| {kind} | {:.3} | {:.3} | {:.3} | {:.2}× |", t[0], t[1], t[2], t[2] / t[0]);
     }
 }
 

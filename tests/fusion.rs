@@ -344,6 +344,29 @@ fn forms() -> Vec<Form> {
         let bv = f16_values(&[n], |j| [-40.0, 1.0, 0.0, 3.0][j % 4]);
         v.push(Form { name, graph: g, inputs: vec![(a, av), (w, wv), (b, bv)], out, kernel });
     }
+    // an f16 rms_norm (rows of ±a: exactly ±1 after rounding to f16) through its weight, two scales and a
+    // residual, all in f16: 65504·2 overflows before the second scale would bring it back
+    let mut g = Graph::new();
+    let x = g.input("x", webtensor::DType::F16, &[4, 33]).unwrap();
+    let w = g.input("w", webtensor::DType::F16, &[33]).unwrap();
+    let h = g.input("h", webtensor::DType::F16, &[4, 33]).unwrap();
+    let y = g.rms_norm(x, 0.0).unwrap();
+    let y = g.mul(y, w).unwrap();
+    let y = g.scale(y, 2.0).unwrap();
+    let y = g.scale(y, 0.25).unwrap();
+    let y = g.add(y, h).unwrap();
+    let out = g.cast(y, F32).unwrap();
+    let xv = f16_values(&[4, 33], |i| [2.0, 0.5, 8.0, 4.0][i / 33] * if i % 3 == 0 { -1.0 } else { 1.0 });
+    let wv = f16_values(&[33], |j| [65504.0, 2.0, -3.0, 0.5][j % 4]);
+    let hv = f16_values(&[4, 33], |i| [1.0, -0.25, 0.0, 8.0][i % 4]);
+    let inputs = vec![(x, xv), (w, wv), (h, hv)];
+    v.push(Form {
+        name: "f16 rms_norm · w, scales, residual",
+        graph: g,
+        inputs,
+        out,
+        kernel: "rows rms_norm+epilogue",
+    });
     v
 }
 
@@ -485,6 +508,73 @@ fn rope_is_fused_into_the_kv_cache_write() {
                     let g = fused[row * h * d + j] as f64;
                     assert!((g - w).abs() <= tol * w.abs().max(1.0), "{case} on {dev}: [{row}, {j}] {g} vs {w}");
                 }
+            }
+        }
+    }
+}
+
+/// A transformer block's norms as llama.cpp fuses them (RMS_NORM + MUL, and BERT's layer norm with its weight and
+/// bias): `h + rms_norm(x)·w` and `layer_norm(x)·w + b` run as one kernel (the row op with an epilogue) on every
+/// backend, with the unfused plan's values bit for bit, and the reference's.
+#[test]
+fn norms_run_their_weight_bias_and_residual_in_their_store() {
+    let (rows, n) = (5, 200);
+    let val = |seed: u32, len: usize| -> Vec<f32> {
+        (0..len as u32).map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 250.0 - 2.0).collect()
+    };
+    let (xv, wv, bv, hv) = (val(1, rows * n), val(2, n), val(3, n), val(4, rows * n));
+    let mut g = Graph::new();
+    let x = g.input("x", F32, &[rows, n]).unwrap();
+    let w = g.input("w", F32, &[n]).unwrap();
+    let b = g.input("b", F32, &[n]).unwrap();
+    let h = g.input("h", F32, &[rows, n]).unwrap();
+    let rms = g.rms_norm(x, 1e-5).unwrap();
+    let rms = g.mul(rms, w).unwrap();
+    let rms = g.add(h, rms).unwrap();
+    let ln = g.layer_norm(x, 1e-5).unwrap();
+    let ln = g.mul(ln, w).unwrap();
+    let ln = g.add(ln, b).unwrap();
+    let tensors = [(x, &xv), (w, &wv), (b, &bv), (h, &hv)];
+    let values: Vec<(Tensor, webtensor::HostTensor)> = tensors
+        .iter()
+        .map(|&(t, v)| (t, webtensor::HostTensor::f32(&g.shape(t).unwrap(), v.clone()).unwrap()))
+        .collect();
+    let inputs: Vec<(Tensor, &webtensor::HostTensor)> = values.iter().map(|(t, v)| (*t, v)).collect();
+    // the f64 reference
+    let want = |layer: bool| -> Vec<f64> {
+        let mut out = Vec::new();
+        for r in 0..rows {
+            let row: Vec<f64> = xv[r * n..(r + 1) * n].iter().map(|&v| v as f64).collect();
+            let mean = if layer { row.iter().sum::<f64>() / n as f64 } else { 0.0 };
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
+            let inv = 1.0 / (var + 1e-5).sqrt();
+            for (j, v) in row.iter().enumerate() {
+                let y = (v - mean) * inv * wv[j] as f64;
+                out.push(if layer { y + bv[j] as f64 } else { hv[r * n + j] as f64 + y });
+            }
+        }
+        out
+    };
+    for device in common::devices() {
+        let dev = device.capabilities().name.clone();
+        let run = |no_fusion| {
+            let options = CompileOptions { poison: true, no_fusion, ..Default::default() };
+            let mut plan = device.compile_with(&g, &[rms, ln], &options).unwrap();
+            let out = plan.run(&inputs).unwrap();
+            (out.iter().map(|o| o.data.to_f32()).collect::<Vec<_>>(), plan.stats())
+        };
+        let ((fused, stats), (unfused, unfused_stats)) = (run(false), run(true));
+        assert_eq!(stats.dispatches, 2, "{dev}: {:?}", stats.kernels);
+        assert!(stats.kernels.iter().all(|k| k.ends_with("norm+epilogue")), "{dev}: {:?}", stats.kernels);
+        assert_eq!(unfused_stats.dispatches, 6, "{dev}: {:?}", unfused_stats.kernels);
+        for (i, layer) in [(0, false), (1, true)] {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+            assert_eq!(bits(&fused[i]), bits(&unfused[i]), "{dev}: output {i}, fused vs unfused");
+            for (j, (&got, want)) in fused[i].iter().zip(want(layer)).enumerate() {
+                assert!(
+                    (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{dev}: output {i}[{j}] {got} vs {want}"
+                );
             }
         }
     }

@@ -1,13 +1,13 @@
 //! Fusion (stage 2, compile pass 2): chains of elementwise steps become one expression, an elementwise epilogue
-//! (bias, activation, residual, gating) folds into the matmul that feeds it, and a rope whose only reader is a
-//! KV-cache write (`set_rows`) is computed by that write.
+//! (bias, activation, residual, gating) folds into the matmul or row op (a norm's weight and bias) that feeds it,
+//! and a rope whose only reader is a KV-cache write (`set_rows`) is computed by that write.
 //!
 //! A node is absorbed into its consumer when it is an elementwise step on floats, has exactly one consuming
 //! node, is read directly (not through a view), and is not a requested output. Absorbed nodes get no memory
 //! and no dispatch; the consumer's expression grows over the remaining operands ("leaves"), each read through
-//! its own strides broadcast to the output's shape. When one leaf is a matmul of the same shape with no other
-//! consumer, the expression moves into that matmul's store (its epilogue), which runs where the expression's
-//! root was scheduled, so every other leaf is ready.
+//! its own strides broadcast to the output's shape. When one leaf is a matmul or a row op (softmax, a norm) of
+//! the same shape with no other consumer, the expression moves into that step's store (its epilogue), which runs
+//! where the expression's root was scheduled, so every other leaf is ready.
 //!
 //! Fusion never changes a result: every intermediate keeps the dtype the graph gave it (each backend rounds an
 //! f16 node of an expression to f16, and a matmul's product to its dtype before its epilogue), so a fused plan
@@ -19,7 +19,7 @@ use crate::graph::{NodeId, Op};
 
 /// Most operands one fused elementwise kernel reads (bounded by its uniform block).
 pub(crate) const MAX_LEAVES: usize = 6;
-/// Most extra operands a matmul epilogue reads, besides A and B.
+/// Most extra operands an epilogue reads, besides a matmul's A and B (a row op's x; its mask counts as one).
 pub(crate) const MAX_EPILOGUE_LEAVES: usize = 5;
 
 fn is_elementwise_float(p: &Program, id: NodeId) -> bool {
@@ -145,13 +145,13 @@ pub(crate) fn fuse(mut p: Program) -> Program {
         };
         let mut expr = b.build(root, 0);
         let mut leaves = b.leaves;
-        // a matmul leaf of the root's shape with no other consumer hosts the expression
+        // a matmul or row-op leaf of the root's shape with no other consumer hosts the expression
         let shape = &p.nodes[root].layout.shape;
         let host = leaves
             .iter()
             .enumerate()
             .filter(|&(_, &l)| {
-                matches!(p.nodes[l].step, Step::MatMul { epilogue: None, .. })
+                matches!(p.nodes[l].step, Step::MatMul { epilogue: None, .. } | Step::Row { epilogue: None, .. })
                     && !reads_state(&p, l)
                     && !materialize[l]
                     && consumers[l].len() == 1
@@ -159,10 +159,14 @@ pub(crate) fn fuse(mut p: Program) -> Program {
             })
             .max_by_key(|&(_, &l)| l)
             .map(|(k, &l)| (k, l));
+        // the host's own operands besides A and B (the row op's x and mask) count against the bindings
+        let room = |l: NodeId| match p.nodes[l].step {
+            Step::Row { mask, .. } => MAX_EPILOGUE_LEAVES - usize::from(mask.is_some()),
+            _ => MAX_EPILOGUE_LEAVES,
+        };
         match host {
-            Some((k, l)) if leaves.len() - 1 <= MAX_EPILOGUE_LEAVES => {
-                let Step::MatMul { a, b, prec, .. } = p.nodes[l].step else { unreachable!() };
-                // the product keeps the matmul's dtype: an f16 matmul's sum rounds (and overflows) to f16 first
+            Some((k, l)) if leaves.len() - 1 <= room(l) => {
+                // the host's value keeps its dtype: an f16 matmul's sum or row rounds (and overflows) to f16 first
                 let acc = match p.nodes[l].dtype {
                     DType::F16 => Expr::Node { op: ElemOp::Cast, args: vec![Expr::Acc], dtype: DType::F16 },
                     _ => Expr::Acc,
@@ -174,7 +178,13 @@ pub(crate) fn fuse(mut p: Program) -> Program {
                 });
                 leaves.remove(k);
                 trial[l] = true;
-                p.nodes[root].step = Step::MatMul { a, b, epilogue: Some((expr, leaves)), prec };
+                p.nodes[root].step = match p.nodes[l].step {
+                    Step::MatMul { a, b, prec, .. } => Step::MatMul { a, b, epilogue: Some((expr, leaves)), prec },
+                    Step::Row { op, x, mask, params, .. } => {
+                        Step::Row { op, x, mask, params, epilogue: Some((expr, leaves)) }
+                    }
+                    _ => unreachable!("hosts are matmuls and row ops"),
+                };
             }
             _ if leaves.len() <= MAX_LEAVES => p.nodes[root].step = Step::Elementwise { expr, srcs: leaves },
             _ => continue,

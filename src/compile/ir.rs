@@ -81,8 +81,10 @@ pub(crate) enum Step {
     /// `a @ b`, its product passed through `epilogue` (an expression over [`Expr::Acc`] and the extra operands)
     /// before the store.
     MatMul { a: NodeId, b: NodeId, epilogue: Option<(Expr, Vec<NodeId>)>, prec: MatmulPrecision },
-    /// A row op over the last axis of `x` (its own layout); the mask broadcasts to x.
-    Row { op: RowOp, x: NodeId, mask: Option<NodeId>, params: RowParams },
+    /// A row op over the last axis of `x` (its own layout); the mask broadcasts to x. Its values pass through
+    /// `epilogue` (over [`Expr::Acc`] and the extra operands, as a matmul's) before the store: a norm's weight and
+    /// bias, a residual add (ggml's fused RMS_NORM + MUL).
+    Row { op: RowOp, x: NodeId, mask: Option<NodeId>, params: RowParams, epilogue: Option<(Expr, Vec<NodeId>)> },
     /// `set_rows(dst, idx, reshape(rope(x, pos)))`: the rotated rows written straight into `dst` (a KV cache),
     /// each value rounded to `rope_dtype` (the rope's own dtype) first, as the unfused plan stores it.
     RopeSetRows {
@@ -106,7 +108,9 @@ impl Step {
             Step::MatMul { a, b, epilogue, .. } => {
                 [*a, *b].into_iter().chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
             }
-            Step::Row { x, mask, .. } => std::iter::once(*x).chain(*mask).collect(),
+            Step::Row { x, mask, epilogue, .. } => {
+                std::iter::once(*x).chain(*mask).chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
+            }
             Step::RopeSetRows { dst, idx, x, pos, factors, .. } => {
                 [*dst, *idx, *x, *pos].into_iter().chain(*factors).collect()
             }
@@ -131,7 +135,8 @@ impl Step {
             Step::Elementwise { .. } => "fused".into(),
             Step::MatMul { epilogue: None, .. } => "matmul".into(),
             Step::MatMul { .. } => "matmul+epilogue".into(),
-            Step::Row { op, .. } => op.name().into(),
+            Step::Row { op, epilogue: None, .. } => op.name().into(),
+            Step::Row { op, .. } => format!("{}+epilogue", op.name()),
             Step::RopeSetRows { .. } => "rope+set_rows".into(),
         }
     }
@@ -175,7 +180,9 @@ fn step_of(op: &Op, dtype: DType) -> Step {
         Op::Glu { op, a, b } => node(ElemOp::Glu(op), vec![a, b]),
         Op::Cast { x } => node(ElemOp::Cast, vec![x]),
         Op::MatMul { a, b, prec } => Step::MatMul { a, b, epilogue: None, prec },
-        Op::Row { op, x, mask, scale, eps } => Step::Row { op, x, mask, params: RowParams { scale, eps } },
+        Op::Row { op, x, mask, scale, eps } => {
+            Step::Row { op, x, mask, params: RowParams { scale, eps }, epilogue: None }
+        }
         Op::Input { .. }
         | Op::External { .. }
         | Op::SetRows { .. }

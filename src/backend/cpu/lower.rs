@@ -7,7 +7,7 @@ use super::gather::{ConcatKernel, CopyIntoKernel, GetRowsKernel, SetRowsKernel};
 use super::matmul::{MatmulKernel, TransposedB};
 use super::quant::{self, DequantizeKernel, GetRowsQKernel, QMatmulKernel, Weight};
 use super::rows::{RowKind, RowsKernel};
-use crate::compile::ir::{Program, Step};
+use crate::compile::ir::{Expr, Program, Step};
 use crate::compile::memory::{MemoryLimits, MemoryPlan};
 use crate::compile::Target;
 use crate::dtype::DType;
@@ -139,12 +139,13 @@ impl CpuTarget {
         let node = &p.nodes[id];
         let shape = &node.layout.shape;
         let (out, out_dtype) = (id, node.dtype);
-        let rows = |op: RowKind, x: NodeId, mask: Option<NodeId>| {
+        let rows = |op: RowKind, x: NodeId, mask: Option<NodeId>, epi: Option<&(Expr, Vec<NodeId>)>| {
             let x = leaf(p, x, None);
             let n = x.layout.shape.last().copied().unwrap_or(1);
             let count = x.layout.numel() / n.max(1);
             let mask = mask.map(|m| leaf(p, m, Some(&x.layout.shape)));
-            CpuKernel::Rows(RowsKernel { op, out, out_dtype, x, mask, n }, count)
+            let epilogue = epi.map(|(e, srcs)| (e.clone(), srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect()));
+            CpuKernel::Rows(RowsKernel { op, out, out_dtype, x, mask, n, epilogue }, count)
         };
         Ok(match &node.step {
             Step::Elementwise { expr, srcs } => CpuKernel::Elementwise(ElementwiseKernel {
@@ -169,8 +170,10 @@ impl CpuTarget {
                 let (w, rows) = weight_of_rows(p, *x);
                 CpuKernel::Dequantize(DequantizeKernel { out, out_dtype, w, rows })
             }
-            Step::Row { op, x, mask, params } => rows(RowKind::Row(*op, *params), *x, *mask),
-            Step::Op(Op::Reduce { op, x }) => rows(RowKind::Reduce(*op), *x, None),
+            Step::Row { op, x, mask, params, epilogue } => {
+                rows(RowKind::Row(*op, *params), *x, *mask, epilogue.as_ref())
+            }
+            Step::Op(Op::Reduce { op, x }) => rows(RowKind::Reduce(*op), *x, None, None),
             Step::Op(Op::GetRows { table, idx }) => CpuKernel::GetRows(GetRowsKernel {
                 out,
                 out_dtype,

@@ -1,8 +1,9 @@
 //! Row ops on the CPU (the row-op and reduction tables' f64 functions over each row).
 
 use super::buffer::Memory;
-use super::elementwise::{Leaf, GRAIN};
+use super::elementwise::{eval, load, Leaf, GRAIN};
 use super::parallel::for_ranges;
+use crate::compile::ir::Expr;
 use crate::dtype::DType;
 use crate::graph::NodeId;
 use crate::ops::{ReduceOp, RowOp, RowParams};
@@ -25,6 +26,9 @@ pub(crate) struct RowsKernel {
     pub mask: Option<Leaf>,
     /// Row length.
     pub n: usize,
+    /// The expression each row's values pass through before the store (over [`Expr::Acc`] and these operands,
+    /// broadcast to the output's shape).
+    pub epilogue: Option<(Expr, Vec<Leaf>)>,
 }
 
 impl RowsKernel {
@@ -42,6 +46,7 @@ impl RowsKernel {
         let last = |l: &crate::shape::Layout| l.strides.last().copied().unwrap_or(1);
         let (mut row, mut mrow) = (vec![0f32; n], vec![0f32; if mask.is_some() { n } else { 0 }]);
         let mut v = vec![0f64; if matches!(self.op, RowKind::Row(..)) { n } else { 0 }];
+        let mut epi = self.epilogue.as_ref().map(|(_, leaves)| Epilogue::new(leaves.len(), n));
         for r in range {
             x.row_f32(self.x.layout.index_of(r * n), last(&self.x.layout), &mut row);
             match self.op {
@@ -58,9 +63,35 @@ impl RowsKernel {
                     }
                     op.eval(&mut v, p);
                     row.iter_mut().zip(&v).for_each(|(o, &e)| *o = e as f32);
+                    if let (Some((expr, leaves)), Some(e)) = (&self.epilogue, epi.as_mut()) {
+                        // before the store: the output may be an operand's storage (in place)
+                        e.apply(mem, (expr, leaves), r * n, &mut row);
+                    }
                     out.write_f32(r * n, &row);
                 }
             }
         }
+    }
+}
+
+/// Buffers for a row's epilogue: its operands' values and positions, and the result.
+struct Epilogue {
+    vals: Vec<Vec<f32>>,
+    pos: Vec<usize>,
+    res: Vec<f32>,
+}
+
+impl Epilogue {
+    fn new(leaves: usize, n: usize) -> Epilogue {
+        Epilogue { vals: vec![vec![0f32; n]; leaves], pos: vec![0; n], res: vec![0f32; n] }
+    }
+
+    /// `row` (the op's values of the output's elements `start..`) replaced by the epilogue over them.
+    fn apply(&mut self, mem: &Memory, (expr, leaves): (&Expr, &[Leaf]), start: usize, row: &mut [f32]) {
+        for (leaf, v) in leaves.iter().zip(self.vals.iter_mut()) {
+            load(mem, leaf, start, &mut self.pos, v);
+        }
+        eval(expr, &self.vals, row, &mut self.res);
+        row.copy_from_slice(&self.res);
     }
 }

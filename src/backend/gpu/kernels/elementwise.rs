@@ -172,3 +172,20 @@ pub(crate) fn variants(keys: &mut Vec<KernelKey>) {
     in_place.alias = vec![0, 0];
     keys.extend([add, in_place]);
 }
+
+/// The `epilogue(acc, c)` function of a kernel with a fused epilogue (a matmul's, a row op's): the expression
+/// over `acc` and the `operands` extra operands (bindings `e0..`), each read at the output element's coordinates
+/// `c` (rank 4) through its strides and offset in the parameters (`P.epi_strides[k]`,
+/// `P.epi_offsets[k / 4][k % 4]`). The identity when nothing was fused.
+pub(crate) fn epilogue_fn(operands: usize, epi: Option<&Expr>) -> String {
+    let Some(expr) = epi else {
+        return "fn epilogue(acc: f32, c: vec4<u32>) -> f32 {\n    return acc;\n}".into();
+    };
+    let loads: String = (0..operands)
+        .map(|k| {
+            let off = format!("P.epi_offsets[{}].{}", k / 4, ["x", "y", "z", "w"][k % 4]);
+            format!("    let x{k} = f32(ld_e{k}(at(c, P.epi_strides[{k}], {off})));\n")
+        })
+        .collect();
+    format!("fn epilogue(acc: f32, c: vec4<u32>) -> f32 {{\n{loads}    return {};\n}}", render_expr(expr))
+}

@@ -1,7 +1,7 @@
 // rows.wgsl — ops over the last axis, one workgroup of 256 per row: softmax (optional mask and scale), rms_norm,
 // layer_norm, and the reductions sum, mean, max, argmax.
 // Bindings: 0 P (RowsParams), 1 out (contiguous, N or 1 values per row), 2 x, 3 mask (only in the softmax-with-mask
-// variant).
+// variant), then a row op's epilogue operands e0.. (its values pass through epilogue() before the store).
 // Dispatch: one workgroup per row, split over x and y.
 // Tokens: OP names the op (one of the constants below), HAS_MASK, OUT_C the compute type of out.
 // CPU reference: src/backend/cpu/rows.rs.
@@ -39,6 +39,8 @@ fn load_x(base: u32, j: u32) -> f32 {
 }
 
 {{MASK_FN}}
+
+{{EPILOGUE}}
 
 fn value(xb: u32, mb: u32, j: u32) -> f32 {
     var v = load_x(xb, j);
@@ -168,7 +170,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         let inv = select(0.0, 1.0 / total, total > 0.0);
         for (var j = lid; j < N; j = j + WG) {
             let w = select(select(exp(relative(xb, mb, j, xk, mk)) * inv, 0.0, masked), nan_f32(0x7fc00000u), nan);
-            st_out(ob + j, {{OUT_C}}(w));
+            st_out(ob + j, {{OUT_C}}(epilogue(w, vec4<u32>(rc.xyz, j))));
         }
         return;
     }
@@ -188,6 +190,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     let inv = inverseSqrt(div_rn(row_sum(q, lid), f32(N)) + P.eps);
     for (var j = lid; j < N; j = j + WG) {
-        st_out(ob + j, {{OUT_C}}((load_x(xb, j) - mean) * inv));
+        st_out(ob + j, {{OUT_C}}(epilogue((load_x(xb, j) - mean) * inv, vec4<u32>(rc.xyz, j))));
     }
 }

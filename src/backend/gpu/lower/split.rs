@@ -177,8 +177,9 @@ impl Splitter<'_> {
 
     fn rows(&self, p0: &RowsParams, reduces: bool) -> Result<Vec<Dispatch>> {
         let (n, rows) = (p0.n as u64, p0.rows as u64);
-        if self.bytes.len() > 2 && self.large(2) {
-            return Err(self.too_big(self.describe(2), self.bytes[2]));
+        // the mask and the epilogue's operands are bound whole
+        if let Some(i) = (2..self.bytes.len()).find(|&i| self.large(i)) {
+            return Err(self.too_big(self.describe(i), self.bytes[i]));
         }
         let shape: Vec<usize> = p0.x_shape.iter().map(|&v| v as usize).collect();
         let strides: Vec<usize> = p0.x_strides.iter().map(|&v| v as usize).collect();

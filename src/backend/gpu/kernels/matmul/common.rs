@@ -1,6 +1,6 @@
 //! What the four matmul kernels share: their parameters, their bindings and the epilogue function each calls.
 
-use super::super::elementwise::render_expr;
+use super::super::elementwise::epilogue_fn;
 use crate::backend::gpu::kernel::{Binding, KernelKey};
 use crate::backend::gpu::params::params;
 use crate::compile::ir::Expr;
@@ -59,20 +59,9 @@ pub(crate) fn bindings(key: &KernelKey, names: [&str; 2], out_vec4: bool, in_vec
     v
 }
 
-/// The `epilogue(acc, coords)` function of a matmul variant: the expression over `acc` and the extra operands
-/// (`ins[2..]`), each read at the output element's coordinates (b0, b1, m, n) through its strides and offset in
-/// the parameters. The identity when nothing was fused.
+/// The `epilogue(acc, coords)` function of a matmul variant: [`epilogue_fn`] over the operands after A and B.
 pub(crate) fn epilogue(key: &KernelKey, epi: Option<&Expr>) -> String {
-    let Some(expr) = epi else {
-        return "fn epilogue(acc: f32, c: vec4<u32>) -> f32 {\n    return acc;\n}".into();
-    };
-    let loads: String = (0..key.ins.len() - 2)
-        .map(|k| {
-            let off = format!("P.epi_offsets[{}].{}", k / 4, ["x", "y", "z", "w"][k % 4]);
-            format!("    let x{k} = f32(ld_e{k}(at(c, P.epi_strides[{k}], {off})));\n")
-        })
-        .collect();
-    format!("fn epilogue(acc: f32, c: vec4<u32>) -> f32 {{\n{loads}    return {};\n}}", render_expr(expr))
+    epilogue_fn(key.ins.len() - 2, epi)
 }
 
 /// `+epilogue` when an epilogue is fused, for kernel names.
