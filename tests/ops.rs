@@ -656,6 +656,9 @@ fn attention() {
         // the CPU's matrix-product path for long prefills (64 query rows or more)
         (4, 2, 70, 70, 32, true),
         (2, 1, 64, 100, 16, false),
+        // groups of more heads than a GPU workgroup's 16 decode rows (two blocks of a K/V head's heads), split and not
+        (40, 2, 1, 300, 16, true),
+        (34, 2, 1, 40, 16, false),
     ] {
         for (dq, dkv) in [(F32, F32), (F32, F16)] {
             let scale = 1.0 / (d as f32).sqrt();

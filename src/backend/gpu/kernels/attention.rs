@@ -66,8 +66,9 @@ params! {
     }
 }
 
-/// `attention.wgsl`: head dims `d` and `dv`, `br` queries and `bc` keys a tile, `partial` results of a split for
-/// the combine pass, an additive `mask`, a run-time length (`dyn_len`).
+/// `attention.wgsl`: head dims `d` and `dv`, `br` query rows (of a K/V head's group) and `bc` keys a tile,
+/// `partial` results of a split for the combine pass, an additive `mask`, a run-time length (`dyn_len`); `decode`
+/// for one query a head (the rows are then the group's heads).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Attention {
     pub d: u32,
@@ -77,11 +78,12 @@ pub(crate) struct Attention {
     pub partial: bool,
     pub mask: bool,
     pub dyn_len: bool,
+    pub decode: bool,
 }
 
 impl Family for Attention {
     fn name(&self) -> String {
-        let stage = if self.br == 1 { "decode" } else { "prefill" };
+        let stage = if self.decode { "decode" } else { "prefill" };
         format!("attention {stage}{}", if self.partial { " split" } else { "" })
     }
 
@@ -107,7 +109,7 @@ impl Family for Attention {
     }
 
     fn wgsl(&self, key: &KernelKey, bindings: String) -> String {
-        let Attention { d, dv, br, bc, partial, mask, dyn_len } = *self;
+        let Attention { d, dv, br, bc, partial, mask, dyn_len, .. } = *self;
         // the mask's and the length's accessors exist only in the variants that bind them
         let mask_fn = if mask {
             "fn mask_at(b: u32, h: u32, t: u32, s: u32) -> f32 {\n    let st = P.mask_strides;\n    \
@@ -221,9 +223,10 @@ struct AttentionStep {
     pub causal: bool,
 }
 
-/// Tile sizes (BR queries, BC keys) for head dims `d`, `dv` and `t` queries that fit `max_shared` bytes.
-fn tiles(d: u32, dv: u32, t: usize, max_shared: u32) -> Result<(u32, u32)> {
-    let br = if t == 1 { 1 } else { 16 };
+/// Tile sizes (BR query rows, BC keys) for head dims `d`, `dv`, `t` queries and `group` query heads a K/V head
+/// that fit `max_shared` bytes: a decode step's rows are the group's heads (up to 16), a prefill's 16.
+fn tiles(d: u32, dv: u32, (t, group): (usize, usize), max_shared: u32) -> Result<(u32, u32)> {
+    let br = if t == 1 { group.clamp(1, 16) as u32 } else { 16 };
     [64, 32, 16, 8, 4].into_iter().find(|&bc| shared_bytes(d, dv, br, bc) <= max_shared).map(|bc| (br, bc)).ok_or_else(
         || Error::LimitExceeded {
             what: format!("attention with head dims {d}/{dv}: workgroup memory of its smallest tile"),
@@ -291,15 +294,17 @@ fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Resul
     let (lq, lk, lv) = (&nodes[a.q].layout, &nodes[a.k].layout, &nodes[a.v].layout);
     let r = lq.rank();
     let (h, tq, d) = (lq.shape[r - 3], lq.shape[r - 2], lq.shape[r - 1]);
-    let (s, dv) = (lk.shape[r - 2], lv.shape[r - 1]);
+    let (hkv, s, dv) = (lk.shape[r - 3], lk.shape[r - 2], lv.shape[r - 1]);
+    let group = h / hkv.max(1);
     let batch = if r == 4 { lq.shape[0] } else { 1 };
-    let (br, bc) = tiles(d as u32, dv as u32, tq, t.max_shared)?;
+    let (br, bc) = tiles(d as u32, dv as u32, (tq, group), t.max_shared)?;
     let split_len = if tq == 1 && s > 256 { s.div_ceil(64).max(256).div_ceil(bc as usize) * bc as usize } else { s };
     let splits = s.div_ceil(split_len);
     let params = params(p, a, splits, split_len, bc);
     let partial = splits > 1;
     let (mask, dyn_len) = (a.mask.is_some(), a.kv_len.is_some());
-    let kind = KernelKind::new(Attention { d: d as u32, dv: dv as u32, br, bc, partial, mask, dyn_len });
+    let decode = tq == 1;
+    let kind = KernelKind::new(Attention { d: d as u32, dv: dv as u32, br, bc, partial, mask, dyn_len, decode });
     let mut ins = vec![nodes[a.q].dtype, nodes[a.k].dtype, nodes[a.v].dtype];
     let out = nodes[id].storage;
     let mut bindings =
@@ -313,17 +318,20 @@ fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Resul
         ins.push(nodes[id].dtype);
         bindings.push(out);
     }
-    let z = batch * tq.div_ceil(br as usize);
-    if [splits, h, z].into_iter().any(|n| n > t.max_groups as usize) {
+    // a workgroup's rows are of one K/V head's group of heads (its K/V tiles staged once for all of them)
+    let z = batch * (group * tq).div_ceil(br as usize);
+    if [splits, hkv, z].into_iter().any(|n| n > t.max_groups as usize) {
         return Err(Error::LimitExceeded {
-            what: format!("attention over {splits} splits, {h} heads and {z} query blocks: workgroups per dimension"),
-            size: splits.max(h).max(z) as u64,
+            what: format!(
+                "attention over {splits} splits, {hkv} K/V heads and {z} query blocks: workgroups per dimension"
+            ),
+            size: splits.max(hkv).max(z) as u64,
             unit: "workgroups",
             limit_name: "max_compute_workgroups_per_dimension",
             limit: t.max_groups as u64,
         });
     }
-    let workgroups = [splits as u32, h as u32, z as u32];
+    let workgroups = [splits as u32, hkv as u32, z as u32];
     let out_dtype = if partial { DType::F32 } else { nodes[id].dtype };
     let mut first =
         dispatch(KernelKey::new(kind, out_dtype, ins), Params::new(params), bindings, workgroups);
@@ -358,14 +366,15 @@ fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Resul
 /// Prefill and decode tiles, the split pass and its combine, with and without mask and run-time length.
 pub(crate) fn variants(keys: &mut Vec<KernelKey>) {
     use DType::{F16, F32, I32};
-    for (d, dv, br, bc) in [(64, 64, 16, 32), (64, 64, 1, 32), (32, 32, 16, 64), (128, 128, 16, 16)] {
+    for (d, dv, br, bc) in [(64, 64, 16, 32), (64, 64, 1, 32), (64, 64, 3, 32), (32, 32, 16, 64), (128, 128, 16, 16)] {
         for i in 0..8 {
             let (partial, mask, dyn_len) = (i & 4 != 0, i & 2 != 0, i & 1 != 0);
-            if partial && br != 1 {
+            let decode = br < 16;
+            if partial && !decode {
                 continue;
             }
             for (q, kv) in [(F32, F32), (F32, F16), (F16, F16)] {
-                let kind = KernelKind::new(Attention { d, dv, br, bc, partial, mask, dyn_len });
+                let kind = KernelKind::new(Attention { d, dv, br, bc, partial, mask, dyn_len, decode });
                 let mut ins = vec![q, kv, kv];
                 ins.extend(mask.then_some(q));
                 ins.extend(dyn_len.then_some(I32));

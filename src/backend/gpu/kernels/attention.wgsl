@@ -1,16 +1,17 @@
 // attention.wgsl — flash attention: out[b, t, h, :] = softmax_s(q[b, h, t]·k[b, g, s] * scale + mask[b, h, t, s])
 // · v[b, g, s, :] with g = h / group (grouped-query attention), one pass over K and V in tiles of BC keys with an
 // online softmax (running max m, sum l, accumulator rescaled by exp(m_old - m_new)), f32 throughout.
-// A workgroup of 64 takes BR queries of one head and one split of the keys: the split's tiles are staged in
-// workgroup memory, scores computed pairwise, the row statistics by one invocation per row, the accumulators
-// (BR x DV, ACC per invocation) in registers. Keys at or past the run-time length L (KV_LEN) are never read; with
+// A workgroup of 64 takes BR query rows of the heads sharing one K/V head (row i of the group's G·T: head
+// g·G + i / T, query i % T; a decode step's rows are the group's heads, so each K/V tile is read once for all of
+// them) and one split of the keys: the split's tiles are staged in workgroup memory, scores computed pairwise,
+// the row statistics by one invocation per row, the accumulators (BR x DV, ACC per invocation) in registers. Keys at or past the run-time length L (KV_LEN) are never read; with
 // CAUSAL, query t (the last T of L positions) sees keys s <= L - T + t. A row whose keys are all masked gives 0; a
 // row with a NaN score gives NaN (as PyTorch's softmax), kept by a flag: WGSL's max() and comparisons drop a NaN.
 // PARTIAL: several splits of the keys per query (decode), each writing (m, l, acc[DV]) to the scratch buffer for
 // attention_combine.wgsl; when the length reaches only the first split, it also writes the output (the run then
 // skips the combine). Else one split writing the normalized rows into a contiguous [B, T, H, DV] output.
 // Bindings: 0 P (AttentionParams), 1 out (or the scratch), 2 q, 3 k, 4 v, then the mask and the length when
-// present. Dispatch: (splits, H, B * ceil(T / BR)); with a run-time length the run may dispatch only the splits
+// present. Dispatch: (splits, Hkv, B * ceil(G·T / BR)); with a run-time length the run may dispatch only the splits
 // it reaches (the combine reads no others). CPU reference: src/backend/cpu/attention.rs.
 {{BINDINGS}}
 
@@ -59,14 +60,20 @@ fn finish(r: u32, a: f32) -> f32 {
 
 {{MASK_FN}}
 
-// the BR query rows of head hi from row0 into q_s (zeros past T)
-fn stage_q(lid: u32, b: u32, hi: u32, row0: u32) {
+// query row i of K/V head g's group: its head and query (past the group's G·T rows: rows = G·T)
+fn row_of(g: u32, i: u32) -> vec2<u32> {
+    return vec2<u32>(g * P.group + i / P.t, i % P.t);
+}
+
+// the BR query rows of K/V head g's group from row0 into q_s (zeros past the group's G·T rows)
+fn stage_q(lid: u32, b: u32, g: u32, row0: u32) {
     let nd = P.d;
     for (var e = lid; e < BR * nd; e = e + WGS) {
-        let t = row0 + e / nd;
+        let i = row0 + e / nd;
         var x = 0.0;
-        if (t < P.t) {
-            x = f32(ld_q(P.q_offset + b * P.q_strides.x + hi * P.q_strides.y + t * P.q_strides.z + (e % nd) * P.q_strides.w));
+        if (i < P.group * P.t) {
+            let ht = row_of(g, i);
+            x = f32(ld_q(P.q_offset + b * P.q_strides.x + ht.x * P.q_strides.y + ht.y * P.q_strides.z + (e % nd) * P.q_strides.w));
         }
         q_s[e] = x;
     }
@@ -118,12 +125,12 @@ fn update_row(r: u32) {
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let blocks = (P.t + BR - 1u) / BR;
+    let rows = P.group * P.t;
+    let blocks = (rows + BR - 1u) / BR;
     let row0 = (wg.z % blocks) * BR;
-    let hi = wg.y;
+    let g = wg.y;
     let b = wg.z / blocks;
     let split = wg.x;
-    let g = hi / P.group;
     let T = P.t;
     let L = min(kv_length(), P.s);
     // a split past the run-time length has nothing to do (the combine pass reads only the splits L reaches): leave
@@ -135,7 +142,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let nd = P.d; // loop bounds from the parameters (= D, DV, BC): constant bounds get fully unrolled by some
     let ndv = P.dv; // drivers (Mesa's GL compiles such a kernel for minutes)
     let nbc = P.bc;
-    stage_q(lid, b, hi, row0);
+    stage_q(lid, b, g, row0);
     if (lid < BR) {
         m_s[lid] = NEG;
         l_s[lid] = 0.0;
@@ -152,10 +159,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         workgroupBarrier();
         for (var e = lid; e < BR * nbc; e = e + WGS) {
             let r = e / nbc;
-            let t = row0 + r;
+            let ht = row_of(g, row0 + r);
+            let hi = ht.x;
+            let t = ht.y;
             let s = s0 + e % nbc;
             var x = NEG;
-            if (s < s_end && t < T && (P.causal == 0u || s + T <= L + t)) {
+            if (s < s_end && row0 + r < rows && (P.causal == 0u || s + T <= L + t)) {
                 var dot = 0.0;
                 for (var d = 0u; d < nd; d = d + 1u) {
                     dot = fma(q_s[r * nd + d], k_s[(e % nbc) * nd + d], dot);
@@ -191,8 +200,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let e = lid + j * WGS;
         let r = e / ndv;
         let d = e % ndv;
-        let t = row0 + r;
-        if (e < BR * ndv && t < T) {
+        let ht = row_of(g, row0 + r);
+        let hi = ht.x;
+        let t = ht.y;
+        if (e < BR * ndv && row0 + r < rows) {
             if (PARTIAL) {
                 let base = (((b * P.h + hi) * T + t) * P.splits + split) * (ndv + 2u);
                 st_out(base + 2u + d, acc[j]);
