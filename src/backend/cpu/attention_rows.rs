@@ -94,18 +94,21 @@ pub(crate) unsafe fn attend<T: Lane, const R: usize>(
     for r in 0..R {
         sums[r] = softmax_in_place(&mut sc[r * n..r * n + blk.visible[r]], blk.masks[r]);
     }
-    // the weighted sum sixteen (or eight) columns at a time, its sums in registers over the keys
+    // the weighted sum 32 (with four rows 16, the accumulators in 16 registers) or 8 columns at a time, its
+    // sums in registers over the keys
+    let cols = if R <= 3 { 32 } else { 16 };
     let mut c = 0;
     while c < dv {
-        let wide = c + 16 <= dv;
-        // SAFETY: columns c.. c + 8 (16 when wide) < dv of v's first n rows are readable; out holds R rows of dv.
+        let wide = c + cols <= dv;
+        // SAFETY: columns c.. c + 8 (cols when wide) < dv of v's first n rows are readable; out holds R rows of dv.
         unsafe {
-            match wide {
-                true => weighted::<T, R, 2>(&sc[..R * n], (n, blk.visible), (v, c), out),
-                false => weighted::<T, R, 1>(&sc[..R * n], (n, blk.visible), (v, c), out),
+            match (wide, cols) {
+                (true, 32) => weighted::<T, R, 4>(&sc[..R * n], (n, blk.visible), (v, c), out),
+                (true, _) => weighted::<T, R, 2>(&sc[..R * n], (n, blk.visible), (v, c), out),
+                (false, _) => weighted::<T, R, 1>(&sc[..R * n], (n, blk.visible), (v, c), out),
             }
         }
-        c += if wide { 16 } else { 8 };
+        c += if wide { cols } else { 8 };
     }
     for (row, sum) in out.chunks_exact_mut(dv).zip(sums) {
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
@@ -186,13 +189,36 @@ pub(super) fn softmax_in_place(x: &mut [f32], mask: &[f32]) -> f32 {
     if !mask.is_empty() {
         x.iter_mut().zip(mask).for_each(|(e, m)| *e += m);
     }
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &e| nan_max(m, e));
+    let max = row_max(x);
     if max == f32::NEG_INFINITY {
         x.fill(0.0);
         return 0.0;
     }
     x.iter_mut().for_each(|e| *e = exp(*e - max));
     x.iter().sum()
+}
+
+/// The largest of `x`, NaN when one is (`nan_max` over the row: eight running maxima, so that the loop
+/// vectorizes, then a NaN test; −inf for an empty row).
+#[inline(always)]
+fn row_max(x: &[f32]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    let mut nan = false;
+    for c in chunks {
+        for (a, &e) in m.iter_mut().zip(c) {
+            // a NaN fails every comparison: it is caught below, not kept here
+            *a = if e > *a { e } else { *a };
+            nan |= e.is_nan();
+        }
+    }
+    let max = m.iter().chain(tail).fold(f32::NEG_INFINITY, |a, &e| nan_max(a, e));
+    if nan {
+        f32::NAN
+    } else {
+        max
+    }
 }
 
 /// The larger of `a` and `b`, NaN when either is (`f32::max` drops a NaN: a row of NaN scores became zeros).
