@@ -537,7 +537,7 @@ fn norms_run_their_weight_bias_and_residual_in_their_store() {
     let tensors = [(x, &xv), (w, &wv), (b, &bv), (h, &hv)];
     let values: Vec<(Tensor, webtensor::HostTensor)> = tensors
         .iter()
-        .map(|&(t, v)| (t, webtensor::HostTensor::f32(&g.shape(t).unwrap(), v.clone()).unwrap()))
+        .map(|&(t, v)| (t, webtensor::HostTensor::f32(g.shape(t).unwrap(), v.clone()).unwrap()))
         .collect();
     let inputs: Vec<(Tensor, &webtensor::HostTensor)> = values.iter().map(|(t, v)| (*t, v)).collect();
     // the f64 reference

@@ -301,7 +301,7 @@ impl Program {
         for &s in &self.steps {
             for src in self.nodes[s].step.srcs() {
                 let n = &self.nodes[src];
-                if !self.external(n.storage).is_some_and(|e| !e.ext.writable) {
+                if self.external(n.storage).is_none_or(|e| e.ext.writable) {
                     continue;
                 }
                 let numel = match self.nodes[s].step {

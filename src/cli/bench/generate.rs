@@ -40,6 +40,18 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// The decode step plan's dispatches and the weight bytes it reads per token (empty before a decode step ran).
+fn decode_step_line(model: &Llama) -> String {
+    let Some((_, st)) = model.plan_stats().into_iter().find(|(t, _)| *t == 1) else { return String::new() };
+    let layers = model.config.n_layers.max(1);
+    format!(
+        "webtensor's decode step: {} dispatches ({:.1} a layer); {}\n",
+        st.dispatches,
+        st.dispatches as f64 / layers as f64,
+        super::super::generate::weights_read(&st, 1)
+    )
+}
+
 pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let chosen = choose_device(args.backend)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -136,15 +148,7 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     }
     out += &format!("| webtensor / llama.cpp | {} | {} | |\n", ratio(&pp, &lpp), ratio(&tg, &ltg));
     out += "\nmedian (min-max) over the rounds; peak RSS is each process's VmHWM (llama.cpp's includes its Python)\n";
-    if let Some((_, st)) = model.plan_stats().into_iter().find(|(t, _)| *t == 1) {
-        let layers = model.config.n_layers.max(1);
-        out += &format!(
-            "webtensor's decode step: {} dispatches ({:.1} a layer); {}\n",
-            st.dispatches,
-            st.dispatches as f64 / layers as f64,
-            super::super::generate::weights_read(&st, 1)
-        );
-    }
+    out += &decode_step_line(&model);
     emit(&out);
     Ok(())
 }
