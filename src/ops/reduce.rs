@@ -80,13 +80,17 @@ pub(crate) fn first_max<T: Copy + PartialOrd>(row: &[T]) -> usize {
     if let Some(j) = row.iter().position(|e| e.partial_cmp(e).is_none()) {
         return j;
     }
-    let (mut best, mut arg) = (row[0], 0);
-    for (j, &e) in row.iter().enumerate() {
-        if e > best {
-            (best, arg) = (e, j);
+    // the largest value in eight running maxima (a loop that vectorizes), then its first index
+    let mut m = [row[0]; 8];
+    let chunks = row.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &e) in m.iter_mut().zip(c) {
+            *a = if e > *a { e } else { *a };
         }
     }
-    arg
+    let best = m.iter().chain(tail).fold(row[0], |a, &e| if e > a { e } else { a });
+    row.iter().position(|&e| e == best).unwrap_or(0)
 }
 
 impl ReduceOp {
@@ -97,5 +101,45 @@ impl ReduceOp {
         } else {
             dtype
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `first_max` against the plain scan (first index of the largest; the first NaN wins), on rows with ties,
+    /// signed zeros, infinities and NaNs, at every length around the eight running maxima.
+    #[test]
+    fn first_max_is_the_first_largest_or_the_first_nan() {
+        let values = [0.0f32, -0.0, 1.0, -1.0, 3.5, 3.5, f32::INFINITY, f32::NEG_INFINITY, 2.0];
+        let mut state = 0x9e37_79b9u32;
+        let mut nans = 0;
+        for len in 1..40 {
+            for _ in 0..200 {
+                let row: Vec<f32> = (0..len)
+                    .map(|_| {
+                        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                        // a NaN one time in 64, so that most rows have none
+                        let k = (state >> 16) as usize % 64;
+                        if k == 63 {
+                            f32::NAN
+                        } else {
+                            values[k % values.len()]
+                        }
+                    })
+                    .collect();
+                nans += usize::from(row.iter().any(|e| e.is_nan()));
+                let want = row.iter().position(|e| e.is_nan()).unwrap_or_else(|| {
+                    let mut arg = 0;
+                    for (j, &e) in row.iter().enumerate() {
+                        if e > row[arg] {
+                            arg = j;
+                        }
+                    }
+                    arg
+                });
+                assert_eq!(super::first_max(&row), want, "{row:?}");
+            }
+        }
+        assert!(nans > 100, "rows with a NaN: {nans}");
     }
 }

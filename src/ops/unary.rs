@@ -78,9 +78,30 @@ macro_rules! define_unary {
             }
 
             /// The op's f32 value (the CPU backend's function) at every element of `xs` in place, with parameters
-            /// `a`, `b`: one loop per op, which the compiler vectorizes where the op's function allows.
-            #[allow(unused_variables)]
+            /// `a`, `b`: one loop per op, which the compiler vectorizes where the op's function allows (eight lanes
+            /// and fused multiply-adds where the CPU has AVX2 and FMA: the same operations, so the same bits).
             pub(crate) fn eval_slice(self, xs: &mut [f32], a: f32, b: f32) {
+                #[cfg(target_arch = "x86_64")]
+                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU has the features (checked above)
+                    return unsafe { self.eval_slice_avx2(xs, a, b) };
+                }
+                self.eval_slice_inline(xs, a, b)
+            }
+
+            /// [`UnaryOp::eval_slice`] compiled for AVX2 and FMA.
+            ///
+            /// # Safety
+            /// The CPU has AVX2 and FMA.
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn eval_slice_avx2(self, xs: &mut [f32], a: f32, b: f32) {
+                self.eval_slice_inline(xs, a, b)
+            }
+
+            #[allow(unused_variables)]
+            #[inline(always)]
+            fn eval_slice_inline(self, xs: &mut [f32], a: f32, b: f32) {
                 match self {
                     $(UnaryOp::$var => {
                         let f = |$x: f32, $a: f32, $b: f32| -> f32 { $cpu };
