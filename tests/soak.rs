@@ -2,8 +2,7 @@
 //! weights, a readback every run) and SmolLM2 takes hundreds of decode steps (`WEBTENSOR_SOAK_RUNS`,
 //! `WEBTENSOR_SOAK_DECODE_STEPS` set more; 2000 runs and 20 steps on a software adapter), on the CPU backend and
 //! the GPU. After a warm-up, the process's anonymous resident memory (RssAnon: what a leak grows; not the model
-//! file's mapped pages, which come back as the token embedding's rows are read after the CPU's repacking gave
-//! its pages back) may not grow by more than 2 MiB in all, and
+//! file's mapped pages, which the page cache and fault-around move) may not grow by more than 2 MiB in all, and
 //! the GPU's live buffers, bind groups and pipelines stay exactly as they were. One test, so that no other test
 //! of this binary moves RSS meanwhile.
 

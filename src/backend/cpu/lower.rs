@@ -123,6 +123,23 @@ impl Target for CpuTarget {
     }
 }
 
+/// `get_rows` of a table in a storage format (read through its repacked copy once it has one, where it is a
+/// resident).
+fn get_rows_q_kernel(p: &Program, out: NodeId, table: NodeId, idx: NodeId) -> GetRowsQKernel {
+    let (w, rows) = weight_of_rows(p, table);
+    GetRowsQKernel {
+        out,
+        table: w,
+        rows,
+        idx: leaf(p, idx, None),
+        #[cfg(target_arch = "x86_64")]
+        resident: p
+            .external(p.nodes[table].storage)
+            .filter(|e| !e.ext.writable)
+            .map(|e| quant::TableResident(e.ext.clone())),
+    }
+}
+
 /// The rope of `x` at `pos` (with frequency factors where given) into `out` of `dtype`.
 fn rope_kernel(
     p: &Program,
@@ -163,8 +180,7 @@ impl CpuTarget {
             }
             Step::MatMul { a, b, epilogue, .. } => CpuKernel::MatMul(matmul_kernel(p, id, *a, *b, epilogue.as_ref())),
             Step::Op(Op::GetRows { table, idx }) if p.nodes[*table].dtype.is_storage_format() => {
-                let (w, rows) = weight_of_rows(p, *table);
-                CpuKernel::GetRowsQ(GetRowsQKernel { out, table: w, rows, idx: leaf(p, *idx, None) })
+                CpuKernel::GetRowsQ(get_rows_q_kernel(p, out, *table, *idx))
             }
             Step::Dequantize { x } => {
                 let (w, rows) = weight_of_rows(p, *x);

@@ -85,6 +85,22 @@ pub(crate) struct GetRowsQKernel {
     pub table: Weight,
     pub rows: usize,
     pub idx: Leaf,
+    /// The table's resident when it is one: once a matmul has repacked it (a tied embedding, also the output
+    /// head) its rows are decoded from the copy, so that the original's pages, given back, stay out of memory.
+    #[cfg(target_arch = "x86_64")]
+    pub resident: Option<TableResident>,
+}
+
+/// A `get_rows` table's resident (see [`GetRowsQKernel::resident`]).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone)]
+pub(crate) struct TableResident(pub std::sync::Arc<crate::resident::External>);
+
+#[cfg(target_arch = "x86_64")]
+impl std::fmt::Debug for TableResident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TableResident({} {:?})", self.0.name, self.0.shape)
+    }
 }
 
 impl GetRowsQKernel {
@@ -94,6 +110,13 @@ impl GetRowsQKernel {
         let out = mem.view(self.out, DType::F32);
         let ix = mem.view(self.idx.storage, self.idx.dtype);
         let mut row = vec![0f32; self.table.k];
+        #[cfg(target_arch = "x86_64")]
+        let packed = self
+            .resident
+            .as_ref()
+            .and_then(|e| e.0.memory.as_any().downcast_ref::<super::external::CpuBytes>())
+            .and_then(|b| b.repacked.get())
+            .filter(|rep| rep.k() == self.table.k && self.table.row0 + self.rows <= rep.rows());
         for i in 0..self.idx.layout.numel() {
             let r = ix.get_i32(self.idx.layout.index_of(i));
             if r < 0 || r as usize >= self.rows {
@@ -101,8 +124,14 @@ impl GetRowsQKernel {
                     format!("index {r} at position {i} is outside 0..{} of the {} table", self.rows, self.table.dtype);
                 return Err(Error::BadInput { name: "get_rows".into(), reason });
             }
+            #[cfg(target_arch = "x86_64")]
+            if let Some(rep) = packed {
+                rep.row(self.table.row0 + r as usize, &mut row);
+                out.write_f32(i * self.table.k, &row);
+                continue;
+            }
             self.table.row(mem, r as usize, &mut row);
-            row.iter().enumerate().for_each(|(j, &v)| out.set(i * self.table.k + j, v));
+            out.write_f32(i * self.table.k, &row);
         }
         Ok(())
     }

@@ -227,6 +227,29 @@ impl Repacked {
         self.k
     }
 
+    /// Row `r` of the weight decoded into `out` (`k` values) from the copy, each value `s·(q − offset) − o` as the
+    /// kernel's scales form it: the values `crate::quant::decode` gives for the original row, bit for bit, so that
+    /// `get_rows` of a resident whose original pages were given back reads this copy instead of paging them in.
+    ///
+    /// # Panics
+    /// When `r` is not a row of the weight or `out` is not `k` long (a caller's bug).
+    pub(crate) fn row(&self, r: usize, out: &mut [f32]) {
+        assert!(r < self.rows && out.len() == self.k, "row {r} of {} rows of {} values", self.rows, self.k);
+        let f = match self.kind {
+            Q4_0 => decode_row::<Q4_0>,
+            Q4_1 => decode_row::<Q4_1>,
+            Q8_0 => decode_row::<Q8_0>,
+            Q4_K => decode_row::<Q4_K>,
+            Q5_0 => decode_row::<Q5_0>,
+            Q5_1 => decode_row::<Q5_1>,
+            Q5_K => decode_row::<Q5_K>,
+            _ => decode_row::<Q6_K>,
+        };
+        // SAFETY: a `Repacked` exists only where the CPU has the features (`available`); the data holds every
+        // panel's units
+        unsafe { f(&self.data, self.k, r, out) }
+    }
+
     /// `c[i][j] = Σ acts[i] · w[panel·16 + lanes.start + j]` for every activation row and the panel's lanes in
     /// `lanes`, written at `c + i·ldc + j`.
     ///
@@ -460,6 +483,52 @@ unsafe fn unpack<const KIND: u8>(data: *const u8, units: usize, out: &mut [u8]) 
     }
 }
 
+/// Row `r` (lane `r % 16` of panel `r / 16`) of a weight of `k` values a row repacked into `data`, decoded
+/// into `out`.
+///
+/// # Safety
+/// The CPU has the features; `data` holds the panel's units.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn decode_row<const KIND: u8>(data: &[u8], k: usize, r: usize, out: &mut [f32]) {
+    let form = Form::of(KIND);
+    let (ub, units, lane) = (form.unit_bytes(), k / (QK * form.groups), r % NR);
+    let panel = &data[r / NR * units * ub..(r / NR + 1) * units * ub];
+    let lanes = |v: __m512| {
+        let mut x = [0f32; NR];
+        // SAFETY: x holds 16 floats
+        unsafe { _mm512_storeu_ps(x.as_mut_ptr(), v) };
+        x[lane]
+    };
+    for u in 0..units {
+        // SAFETY: unit u lies in the panel; its scales follow its groups
+        unsafe {
+            let unit = panel.as_ptr().add(u * ub);
+            let scales = unit.add(form.groups * form.group_bytes);
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(scales.cast()));
+            let second = if has_offset(KIND) {
+                _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(2 * NR).cast()))
+            } else {
+                _mm512_setzero_ps()
+            };
+            for g in 0..form.groups {
+                let [s, s_hi, o] = group_scales::<KIND>(scales, g, d, second);
+                let (s, s_hi, o) = (lanes(s), lanes(s_hi), lanes(o));
+                let dst = &mut out[(u * form.groups + g) * QK..(u * form.groups + g + 1) * QK];
+                let mut bytes = [0u8; 64];
+                for (c, q) in group_values::<KIND>(unit, g).iter().enumerate() {
+                    _mm512_storeu_si512(bytes.as_mut_ptr().cast(), *q);
+                    // chunk c holds the group's values 4c .. 4c + 4 of each of the 16 rows
+                    for (i, &q) in bytes[4 * lane..4 * lane + 4].iter().enumerate() {
+                        let j = 4 * c + i;
+                        let v = (if j < QK / 2 { s } else { s_hi }) * (q as i32 - form.offset) as f32;
+                        dst[j] = if has_offset(KIND) { v - o } else { v };
+                    }
+                }
+            }
+        }
+    }
+}
+
 type TileFn = unsafe fn(*const u8, Option<*const u8>, usize, &Group, &mut [[f32; NR]; MR], bool);
 
 /// The kernel of `rows` (1 to [`MR`]) activation rows for type `kind`.
@@ -619,6 +688,32 @@ mod tests {
     use super::Acts as RepackedActs;
     use super::*;
     use crate::quant::decode;
+
+    /// Every row decoded from the copy (`Repacked::row`, what `get_rows` reads) has the original's values.
+    #[test]
+    fn rows_decoded_from_the_copy_equal_the_originals_bitwise() {
+        for dtype in
+            [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K]
+        {
+            if !available(dtype) {
+                println!("SKIPPED: this CPU lacks AVX-512 VNNI (or WEBTENSOR_CPU_NO_VNNI is set)");
+                return;
+            }
+            let (k, rows) = (512, 37);
+            let bb = k / dtype.block_size() * dtype.block_bytes();
+            let w = super::super::tests::blocks(dtype, k * rows, 29 + bb as u64);
+            let rep = Repacked::new(dtype, &w, rows, k, &|_| {});
+            let mut want = vec![0f32; k * rows];
+            decode(dtype, &w, &mut want);
+            for r in 0..rows {
+                let mut got = vec![f32::NAN; k];
+                rep.row(r, &mut got);
+                for (j, (g, x)) in got.iter().zip(&want[r * k..(r + 1) * k]).enumerate() {
+                    assert_eq!(g.to_bits(), x.to_bits(), "{dtype}: row {r} value {j}: {g} vs {x}");
+                }
+            }
+        }
+    }
 
     /// The repacked kernel gives every bit the prefill panel kernel gives, for 1 to 11 activation rows, a weight
     /// of rows not a multiple of 16 and lanes from a panel's middle; and agrees with decoding the weights.
