@@ -73,23 +73,33 @@ pub(crate) fn sum_f64<T: Copy + Into<f64>>(row: &[T], f: impl Fn(f64) -> f64) ->
     acc.iter().sum::<f64>() + tail.iter().map(|&x| f(x.into())).sum::<f64>()
 }
 
-/// The index of the first maximum of a non-empty row of f32 or f64 values, or of its first NaN (a NaN is the
-/// largest, as numpy.argmax and torch.amax take it).
-pub(crate) fn first_max<T: Copy + PartialOrd>(row: &[T]) -> usize {
+/// The largest comparable value of `row` in eight running maxima (a loop that vectorizes; `init` when there is
+/// none larger), and whether the row holds a NaN (which no comparison keeps).
+#[inline(always)]
+pub(crate) fn running_max<T: Copy + PartialOrd>(row: &[T], init: T) -> (T, bool) {
     // a NaN is the only value not comparable with itself
-    if let Some(j) = row.iter().position(|e| e.partial_cmp(e).is_none()) {
-        return j;
-    }
-    // the largest value in eight running maxima (a loop that vectorizes), then its first index
-    let mut m = [row[0]; 8];
+    let is_nan = |e: &T| e.partial_cmp(e).is_none();
+    let mut m = [init; 8];
+    let mut nan = false;
     let chunks = row.chunks_exact(8);
     let tail = chunks.remainder();
     for c in chunks {
         for (a, &e) in m.iter_mut().zip(c) {
             *a = if e > *a { e } else { *a };
+            nan |= is_nan(&e);
         }
     }
-    let best = m.iter().chain(tail).fold(row[0], |a, &e| if e > a { e } else { a });
+    let max = m.iter().chain(tail).fold(init, |a, &e| if e > a { e } else { a });
+    (max, nan || tail.iter().any(is_nan))
+}
+
+/// The index of the first maximum of a non-empty row of f32 or f64 values, or of its first NaN (a NaN is the
+/// largest, as numpy.argmax and torch.amax take it).
+pub(crate) fn first_max<T: Copy + PartialOrd>(row: &[T]) -> usize {
+    let (best, nan) = running_max(row, row[0]);
+    if nan {
+        return row.iter().position(|e| e.partial_cmp(e).is_none()).unwrap_or(0);
+    }
     row.iter().position(|&e| e == best).unwrap_or(0)
 }
 

@@ -10,6 +10,7 @@ use std::arch::x86_64::*;
 #[cfg(target_arch = "x86_64")]
 use half::f16;
 
+use crate::ops::reduce::running_max;
 use crate::ops::unary::exp;
 
 #[cfg(target_arch = "x86_64")]
@@ -198,26 +199,12 @@ pub(super) fn softmax_in_place(x: &mut [f32], mask: &[f32]) -> f32 {
     x.iter().sum()
 }
 
-/// The largest of `x`, NaN when one is (`nan_max` over the row: eight running maxima, so that the loop
-/// vectorizes, then a NaN test; −inf for an empty row).
+/// The largest of `x`, NaN when one is (−inf for an empty row).
 #[inline(always)]
 fn row_max(x: &[f32]) -> f32 {
-    let mut m = [f32::NEG_INFINITY; 8];
-    let chunks = x.chunks_exact(8);
-    let tail = chunks.remainder();
-    let mut nan = false;
-    for c in chunks {
-        for (a, &e) in m.iter_mut().zip(c) {
-            // a NaN fails every comparison: it is caught below, not kept here
-            *a = if e > *a { e } else { *a };
-            nan |= e.is_nan();
-        }
-    }
-    let max = m.iter().chain(tail).fold(f32::NEG_INFINITY, |a, &e| nan_max(a, e));
-    if nan {
-        f32::NAN
-    } else {
-        max
+    match running_max(x, f32::NEG_INFINITY) {
+        (_, true) => f32::NAN,
+        (max, false) => max,
     }
 }
 

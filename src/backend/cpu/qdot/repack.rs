@@ -689,20 +689,28 @@ mod tests {
     use super::*;
     use crate::quant::decode;
 
+    const TYPES: [DType; 8] =
+        [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K];
+
+    /// A weight of 37 rows of 512 values of `dtype` (seeded by `seed` and the row's bytes), its row bytes and its
+    /// repacked copy; `None` (said as skipped) where this CPU has no repacked kernels.
+    fn weight(dtype: DType, seed: u64) -> Option<(usize, usize, usize, Vec<u8>, Repacked)> {
+        if !available(dtype) {
+            println!("SKIPPED: this CPU lacks AVX-512 VNNI (or WEBTENSOR_CPU_NO_VNNI is set)");
+            return None;
+        }
+        let (k, rows) = (512, 37);
+        let bb = k / dtype.block_size() * dtype.block_bytes();
+        let w = super::super::tests::blocks(dtype, k * rows, seed + bb as u64);
+        let rep = Repacked::new(dtype, &w, rows, k, &|_| {});
+        Some((k, rows, bb, w, rep))
+    }
+
     /// Every row decoded from the copy (`Repacked::row`, what `get_rows` reads) has the original's values.
     #[test]
     fn rows_decoded_from_the_copy_equal_the_originals_bitwise() {
-        for dtype in
-            [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K]
-        {
-            if !available(dtype) {
-                println!("SKIPPED: this CPU lacks AVX-512 VNNI (or WEBTENSOR_CPU_NO_VNNI is set)");
-                return;
-            }
-            let (k, rows) = (512, 37);
-            let bb = k / dtype.block_size() * dtype.block_bytes();
-            let w = super::super::tests::blocks(dtype, k * rows, 29 + bb as u64);
-            let rep = Repacked::new(dtype, &w, rows, k, &|_| {});
+        for dtype in TYPES {
+            let Some((k, rows, _, w, rep)) = weight(dtype, 29) else { return };
             let mut want = vec![0f32; k * rows];
             decode(dtype, &w, &mut want);
             for r in 0..rows {
@@ -719,17 +727,8 @@ mod tests {
     /// of rows not a multiple of 16 and lanes from a panel's middle; and agrees with decoding the weights.
     #[test]
     fn repacked_equals_the_panel_kernel_bitwise() {
-        for dtype in
-            [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K]
-        {
-            if !available(dtype) {
-                println!("SKIPPED: this CPU lacks AVX-512 VNNI (or WEBTENSOR_CPU_NO_VNNI is set)");
-                return;
-            }
-            let (k, rows) = (512, 37);
-            let bb = k / dtype.block_size() * dtype.block_bytes();
-            let w = super::super::tests::blocks(dtype, k * rows, 11 + bb as u64);
-            let rep = Repacked::new(dtype, &w, rows, k, &|_| {});
+        for dtype in TYPES {
+            let Some((k, rows, bb, w, rep)) = weight(dtype, 11) else { return };
             assert_eq!((rep.rows(), rep.k()), (rows, k));
             let mut wf = vec![0f32; k * rows];
             decode(dtype, &w, &mut wf);
