@@ -197,7 +197,11 @@ pub(crate) fn exp(x: f32) -> f32 {
     // round to nearest by the 1.5·2²³ trick: vector adds only
     const ROUND: f32 = 12_582_912.0;
     let c = x.clamp(-103.98, 88.722_83);
-    let k = (c * LOG2E + ROUND) - ROUND;
+    let t = c * LOG2E + ROUND;
+    let k = t - ROUND;
+    // k as an integer from the bits (t lies in [2²³, 2²⁴), where its ulp is 1): a vector integer subtraction,
+    // where `k as i32` (saturating) was a scalar conversion per value
+    let ki = t.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
     let r = c - k * 0.693_359_4 - k * -2.121_944_4e-4;
     let p = 1.987_569_2e-4;
     let p = p * r + 1.398_2e-3;
@@ -206,8 +210,8 @@ pub(crate) fn exp(x: f32) -> f32 {
     let p = p * r + 1.666_666_5e-1;
     let p = p * r + 0.5;
     let y = p * (r * r) + r + 1.0;
-    let (k, pow2) = (k as i32, |e: i32| f32::from_bits(((e + 127) as u32) << 23));
-    let v = y * pow2(k >> 1) * pow2(k - (k >> 1));
+    let pow2 = |e: i32| f32::from_bits((e.wrapping_add(127) as u32) << 23);
+    let v = y * pow2(ki >> 1) * pow2(ki.wrapping_sub(ki >> 1));
     if x < -103.98 {
         0.0
     } else if x > 88.722_83 {
