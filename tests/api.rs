@@ -331,3 +331,42 @@ fn every_listed_dtype_runs_on_its_device() {
         assert!(caps.dtypes.contains(&DType::F16), "{} runs f16 (packed without SHADER_F16)", caps.name);
     }
 }
+
+/// On the CPU backend a query's keys masked with −inf after its last visible one are not read (as
+/// ggml_flash_attn_ext skips masked keys), so a batched row attends over its own length, not the longest row's:
+/// with NaN in those K and V rows its output is the attention over its visible keys alone, bit for bit.
+#[test]
+fn cpu_attention_does_not_read_the_keys_masked_past_a_rows_length() {
+    use webtensor::{Attention, Device};
+    let (h, hkv, s, d, visible) = (4usize, 2usize, 40usize, 64usize, 13usize);
+    let val = |i: usize| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3;
+    let qv: Vec<f32> = (0..h * d).map(val).collect();
+    let kv: Vec<f32> = (0..hkv * s * d).map(|i| if i / d % s < visible { val(i + 3) } else { f32::NAN }).collect();
+    let vv: Vec<f32> = (0..hkv * s * d).map(|i| if i / d % s < visible { val(i + 5) } else { f32::NAN }).collect();
+    let attend = |len: usize| {
+        let mut g = Graph::new();
+        let q = g.input("q", DType::F32, &[1, h, 1, d]).unwrap();
+        let k = g.input("k", DType::F32, &[1, hkv, len, d]).unwrap();
+        let v = g.input("v", DType::F32, &[1, hkv, len, d]).unwrap();
+        let m = g.input("mask", DType::F32, &[1, 1, 1, len]).unwrap();
+        let a = Attention { scale: 0.125, causal: false, mask: Some(m), kv_len: None };
+        let o = g.attention(q, k, v, &a).unwrap();
+        let mut plan = Device::cpu().compile(&g, &[o]).unwrap();
+        let rows = |x: &[f32]| -> Vec<f32> {
+            x.chunks_exact(s * d).flat_map(|head| head[..len * d].iter().copied()).collect()
+        };
+        let mask: Vec<f32> = (0..len).map(|j| if j < visible { 0.0 } else { f32::NEG_INFINITY }).collect();
+        let ins = [
+            (q, HostTensor::f32(&[1, h, 1, d], qv.clone()).unwrap()),
+            (k, HostTensor::f32(&[1, hkv, len, d], rows(&kv)).unwrap()),
+            (v, HostTensor::f32(&[1, hkv, len, d], rows(&vv)).unwrap()),
+            (m, HostTensor::f32(&[1, 1, 1, len], mask).unwrap()),
+        ];
+        let ins: Vec<_> = ins.iter().map(|(t, x)| (*t, x)).collect();
+        plan.run(&ins).unwrap()[0].data.to_f32()
+    };
+    let (tail, alone) = (attend(s), attend(visible));
+    assert!(alone.iter().all(|x| x.is_finite()));
+    let differ = tail.iter().zip(&alone).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    assert!(differ == 0, "{differ} of {} outputs differ (first: {} against {})", alone.len(), tail[0], alone[0]);
+}

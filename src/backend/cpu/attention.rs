@@ -330,7 +330,12 @@ impl AttentionKernel {
                     let (qo, qs) = row_at(&self.q.layout, b, hi, ti);
                     qv.row_f32(qo, qs, &mut q[i * d..(i + 1) * d]);
                     visible[i] = self.visible(len, t, ti);
-                    self.mask_row(mem, (b, hi, ti), s, &mut masks[i * len..i * len + visible[i]]);
+                    let m = &mut masks[i * len..i * len + visible[i]];
+                    if self.mask_row(mem, (b, hi, ti), s, m) {
+                        // keys masked with −inf at the end (a batched row's positions past its own length) are
+                        // not read: each adds an exact 0, and a sequence's cost follows its own length
+                        visible[i] = m.iter().rposition(|&x| x != f32::NEG_INFINITY).map_or(0, |p| p + 1);
+                    }
                 }
                 let mask: [&[f32]; 4] =
                     std::array::from_fn(|i| if masked { &masks[i * len..i * len + visible[i]] } else { &[][..] });
