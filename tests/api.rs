@@ -332,18 +332,18 @@ fn every_listed_dtype_runs_on_its_device() {
     }
 }
 
-/// On the CPU backend a query's keys masked with −inf after its last visible one are not read (as
-/// ggml_flash_attn_ext skips masked keys), so a batched row attends over its own length, not the longest row's:
-/// with NaN in those K and V rows its output is the attention over its visible keys alone, bit for bit.
+/// A query's keys masked with −inf after its last visible one are not read (as ggml_flash_attn_ext skips masked
+/// keys), so a batched row attends over its own length, not the longest row's: with NaN in those K and V rows its
+/// output is the attention over its visible keys alone, bit for bit, on every backend.
 #[test]
-fn cpu_attention_does_not_read_the_keys_masked_past_a_rows_length() {
-    use webtensor::{Attention, Device};
+fn attention_does_not_read_the_keys_masked_past_a_rows_length() {
+    use webtensor::Attention;
     let (h, hkv, s, d, visible) = (4usize, 2usize, 40usize, 64usize, 13usize);
     let val = |i: usize| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3;
     let qv: Vec<f32> = (0..h * d).map(val).collect();
     let kv: Vec<f32> = (0..hkv * s * d).map(|i| if i / d % s < visible { val(i + 3) } else { f32::NAN }).collect();
     let vv: Vec<f32> = (0..hkv * s * d).map(|i| if i / d % s < visible { val(i + 5) } else { f32::NAN }).collect();
-    let attend = |len: usize| {
+    let attend = |device: &Device, len: usize| {
         let mut g = Graph::new();
         let q = g.input("q", DType::F32, &[1, h, 1, d]).unwrap();
         let k = g.input("k", DType::F32, &[1, hkv, len, d]).unwrap();
@@ -351,7 +351,7 @@ fn cpu_attention_does_not_read_the_keys_masked_past_a_rows_length() {
         let m = g.input("mask", DType::F32, &[1, 1, 1, len]).unwrap();
         let a = Attention { scale: 0.125, causal: false, mask: Some(m), kv_len: None };
         let o = g.attention(q, k, v, &a).unwrap();
-        let mut plan = Device::cpu().compile(&g, &[o]).unwrap();
+        let mut plan = device.compile(&g, &[o]).unwrap();
         let rows = |x: &[f32]| -> Vec<f32> {
             x.chunks_exact(s * d).flat_map(|head| head[..len * d].iter().copied()).collect()
         };
@@ -365,8 +365,11 @@ fn cpu_attention_does_not_read_the_keys_masked_past_a_rows_length() {
         let ins: Vec<_> = ins.iter().map(|(t, x)| (*t, x)).collect();
         plan.run(&ins).unwrap()[0].data.to_f32()
     };
-    let (tail, alone) = (attend(s), attend(visible));
-    assert!(alone.iter().all(|x| x.is_finite()));
-    let differ = tail.iter().zip(&alone).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-    assert!(differ == 0, "{differ} of {} outputs differ (first: {} against {})", alone.len(), tail[0], alone[0]);
+    for device in common::devices() {
+        let (tail, alone) = (attend(&device, s), attend(&device, visible));
+        let name = &device.capabilities().name;
+        assert!(alone.iter().all(|x| x.is_finite()), "{name}");
+        let differ = tail.iter().zip(&alone).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert!(differ == 0, "{name}: {differ} of {} differ (first: {} against {})", alone.len(), tail[0], alone[0]);
+    }
 }

@@ -95,8 +95,9 @@ impl Graph {
     /// the GPU (online softmax, one pass over K and V, f32 accumulation), a multithreaded kernel on the CPU, never
     /// a `[heads, T, S]` tensor of scores. Query head `h` uses K/V head `h / (H / Hkv)` (grouped-query attention,
     /// without copies); K and V may be views of a KV-cache state. A query whose keys are all masked gives zeros.
-    /// The CPU backend does not read a query's keys that its mask hides with −inf after its last visible one (as
-    /// ggml_flash_attn_ext skips masked keys), so a batched row masked to its own length costs that length.
+    /// Keys that the mask hides with −inf after the last one a query sees are not read (as ggml_flash_attn_ext
+    /// skips masked keys; on a GPU, after the last one any query of its workgroup sees — the heads sharing a K/V
+    /// head), so a batched row masked to its own length costs that length.
     ///
     /// # Shapes
     /// q `[.., H, T, D]`, k `[.., Hkv, S, D]`, v `[.., Hkv, S, Dv]` with the same leading (batch) dims and H a

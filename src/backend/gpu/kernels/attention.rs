@@ -117,6 +117,7 @@ impl Family for Attention {
         } else {
             "fn mask_at(b: u32, h: u32, t: u32, s: u32) -> f32 {\n    return 0.0;\n}"
         };
+        let visible_fn = if mask { VISIBLE_END } else { VISIBLE_END_ALL };
         let n = |v: u32| v.to_string();
         let subs = [
             ("BINDINGS", bindings),
@@ -133,6 +134,7 @@ impl Family for Attention {
             ("LENGTH_FN", length_fn(dyn_len, true)),
             ("FIN_STORE", fin_store(key, partial)),
             ("MASK_FN", mask_fn.into()),
+            ("VISIBLE_FN", visible_fn.into()),
         ];
         render(ATTENTION, &subs)
     }
@@ -170,6 +172,44 @@ impl Family for AttentionCombine {
         render(COMBINE, &subs)
     }
 }
+
+/// `visible_end(lid, (b, g, row0), s_begin, s_end)`, with a mask: one past the last key of `s_begin..s_end`
+/// that any of the workgroup's rows sees (its mask above `HIDDEN`, or NaN), at least `s_begin`; the keys after it
+/// are masked for every row and go unread. Uniform (through `workgroupUniformLoad`): call it in uniform control
+/// flow.
+const VISIBLE_END: &str = "var<workgroup> visible_a: atomic<u32>;
+var<workgroup> visible_s: u32;
+
+fn visible_end(lid: u32, bgr: vec3<u32>, s_begin: u32, s_end: u32) -> u32 {
+    let rows = P.group * P.t;
+    if (lid == 0u) {
+        atomicStore(&visible_a, s_begin);
+    }
+    workgroupBarrier();
+    var last = s_begin;
+    for (var s = s_begin + lid; s < s_end; s = s + WGS) {
+        for (var r = 0u; r < BR; r = r + 1u) {
+            if (bgr.z + r < rows) {
+                let ht = row_of(bgr.y, bgr.z + r);
+                let m = mask_at(bgr.x, ht.x, ht.y, s);
+                if (m > HIDDEN || is_nan(m)) {
+                    last = s + 1u;
+                }
+            }
+        }
+    }
+    atomicMax(&visible_a, last);
+    workgroupBarrier();
+    if (lid == 0u) {
+        visible_s = atomicLoad(&visible_a);
+    }
+    return workgroupUniformLoad(&visible_s);
+}";
+
+/// `visible_end` without a mask: every key of the range.
+const VISIBLE_END_ALL: &str = "fn visible_end(lid: u32, bgr: vec3<u32>, s_begin: u32, s_end: u32) -> u32 {
+    return s_end;
+}";
 
 /// In a split variant: the final output's store when the length reaches only the first split.
 fn fin_store(key: &KernelKey, partial: bool) -> String {

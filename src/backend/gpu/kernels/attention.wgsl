@@ -7,6 +7,8 @@
 // the row statistics by one invocation per row, the accumulators (BR x DV, ACC per invocation) in registers. Keys at or past the run-time length L (KV_LEN) are never read; with
 // CAUSAL, query t (the last T of L positions) sees keys s <= L - T + t. A row whose keys are all masked gives 0; a
 // row with a NaN score gives NaN (as PyTorch's softmax), kept by a flag: WGSL's max() and comparisons drop a NaN.
+// With a mask, keys it hides with -inf after the last one any of the workgroup's rows sees are not read (as
+// ggml_flash_attn_ext skips masked keys): a batched row masked to its own length costs that length.
 // PARTIAL: several splits of the keys per query (decode), each writing (m, l, acc[DV]) to the scratch buffer for
 // attention_combine.wgsl; when the length reaches only the first split, it also writes the output (the run then
 // skips the combine). Else one split writing the normalized rows into a contiguous [B, T, H, DV] output.
@@ -59,6 +61,8 @@ fn finish(r: u32, a: f32) -> f32 {
 {{LENGTH_FN}}
 
 {{MASK_FN}}
+
+{{VISIBLE_FN}}
 
 // query row i of K/V head g's group: its head and query (past the group's G·T rows: rows = G·T)
 fn row_of(g: u32, i: u32) -> vec2<u32> {
@@ -150,7 +154,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     var acc: array<f32, ACC>;
     let s_begin = split * P.split_len;
-    let s_end = min(L, s_begin + P.split_len);
+    let s_end = visible_end(lid, vec3<u32>(b, g, row0), s_begin, min(L, s_begin + P.split_len));
     let k_base = P.k_offset + b * P.k_strides.x + g * P.k_strides.y;
     let v_base = P.v_offset + b * P.v_strides.x + g * P.v_strides.y;
     workgroupBarrier();
