@@ -179,7 +179,9 @@ pub(crate) fn fuse(mut p: Program) -> Program {
                 leaves.remove(k);
                 trial[l] = true;
                 p.nodes[root].step = match p.nodes[l].step {
-                    Step::MatMul { a, b, prec, .. } => Step::MatMul { a, b, epilogue: Some((expr, leaves)), prec },
+                    Step::MatMul { a, b, prec, .. } => {
+                        Step::MatMul { a, b, b2: None, epilogue: Some((expr, leaves)), prec }
+                    }
                     Step::Row { op, x, mask, params, .. } => {
                         Step::Row { op, x, mask, params, epilogue: Some((expr, leaves)) }
                     }
@@ -193,6 +195,55 @@ pub(crate) fn fuse(mut p: Program) -> Program {
     }
     p.steps.retain(|&s| !absorbed[s]);
     fuse_rope_set_rows(&mut p);
+    p
+}
+
+/// Dual matmuls (llama.cpp's fused gate and up): a matmul `u = a @ b` whose epilogue reads another matmul `g = a
+/// @ b2` of the same A, shape, dtype and precision (a gated feed-forward's `act(x @ gate) · (x @ up)`) computes
+/// both products in one step, `g` becoming [`Expr::Acc2`], when nothing else reads `g` (a view counts), `g` is no
+/// output, has no epilogue of its own and reads no state, and the backend says it multiplies that pair
+/// (`allowed(program, a, b, b2)`). `g` gets no memory and no kernel; A is read once.
+pub(crate) fn fuse_dual_matmuls(mut p: Program, allowed: &dyn Fn(&Program, NodeId, NodeId, NodeId) -> bool) -> Program {
+    let (consumers, materialize, _) = consumers(&p);
+    let mut fused = Vec::new();
+    for &u in &p.steps {
+        let Step::MatMul { a, b, b2: None, epilogue: Some((expr, leaves)), prec } = &p.nodes[u].step else {
+            continue;
+        };
+        let second = leaves.iter().position(|&g| {
+            let n = &p.nodes[g];
+            matches!(n.step, Step::MatMul { a: ga, b2: None, epilogue: None, prec: gp, .. } if ga == *a && gp == *prec)
+                && n.dtype == p.nodes[u].dtype
+                && n.layout.shape == p.nodes[u].layout.shape
+                && consumers[g] == [u]
+                && !materialize[g]
+                && !reads_state(&p, g)
+        });
+        let Some(k) = second else { continue };
+        let g = leaves[k];
+        let Step::MatMul { b: gb, .. } = p.nodes[g].step else { unreachable!("checked above") };
+        if !allowed(&p, *a, *b, gb) {
+            continue;
+        }
+        // the second product keeps its dtype, as the host's does (an f16 matmul's sum rounds to f16 first)
+        let acc2 = match p.nodes[g].dtype {
+            DType::F16 => Expr::Node { op: ElemOp::Cast, args: vec![Expr::Acc2], dtype: DType::F16 },
+            _ => Expr::Acc2,
+        };
+        let expr = expr.map_leaves(&mut |j| match j.cmp(&k) {
+            std::cmp::Ordering::Equal => acc2.clone(),
+            std::cmp::Ordering::Greater => Expr::Leaf(j - 1),
+            std::cmp::Ordering::Less => Expr::Leaf(j),
+        });
+        let mut leaves = leaves.clone();
+        leaves.remove(k);
+        let step = Step::MatMul { a: *a, b: *b, b2: Some(gb), epilogue: Some((expr, leaves)), prec: *prec };
+        fused.push((u, g, step));
+    }
+    for (u, g, step) in fused {
+        p.nodes[u].step = step;
+        p.steps.retain(|&id| id != g);
+    }
     p
 }
 

@@ -33,6 +33,8 @@ pub(crate) enum Expr {
     Leaf(usize),
     /// A matmul's accumulated product (only in a matmul's epilogue).
     Acc,
+    /// A dual matmul's second product, `a @ b2` (only in the epilogue of a matmul with `b2`).
+    Acc2,
     /// `op(args)`; `dtype` is the dtype the graph gave this intermediate.
     Node { op: ElemOp, args: Vec<Expr>, dtype: DType },
 }
@@ -48,6 +50,7 @@ impl Expr {
         match self {
             Expr::Leaf(k) => leaf(*k),
             Expr::Acc => "acc".into(),
+            Expr::Acc2 => "acc2".into(),
             Expr::Node { op, args, dtype } => {
                 let args: Vec<String> = args.iter().map(|a| a.render(leaf, node)).collect();
                 node(*op, *dtype, &args)
@@ -60,6 +63,7 @@ impl Expr {
         match self {
             Expr::Leaf(k) => f(*k),
             Expr::Acc => Expr::Acc,
+            Expr::Acc2 => Expr::Acc2,
             Expr::Node { op, args, dtype } => {
                 Expr::Node { op: *op, args: args.iter().map(|a| a.map_leaves(f)).collect(), dtype: *dtype }
             }
@@ -79,8 +83,9 @@ pub(crate) enum Step {
     /// `expr` over `srcs` (leaf k is `srcs[k]`), one value per output element.
     Elementwise { expr: Expr, srcs: Vec<NodeId> },
     /// `a @ b`, its product passed through `epilogue` (an expression over [`Expr::Acc`] and the extra operands)
-    /// before the store.
-    MatMul { a: NodeId, b: NodeId, epilogue: Option<(Expr, Vec<NodeId>)>, prec: MatmulPrecision },
+    /// before the store. With `b2` (a dual matmul: a gated feed-forward's gate and up), `a @ b2` of the same
+    /// shape too, [`Expr::Acc2`] in the epilogue.
+    MatMul { a: NodeId, b: NodeId, b2: Option<NodeId>, epilogue: Option<(Expr, Vec<NodeId>)>, prec: MatmulPrecision },
     /// A row op over the last axis of `x` (its own layout); the mask broadcasts to x. Its values pass through
     /// `epilogue` (over [`Expr::Acc`] and the extra operands, as a matmul's) before the store: a norm's weight and
     /// bias, a residual add (ggml's fused RMS_NORM + MUL).
@@ -105,8 +110,8 @@ impl Step {
             Step::Op(op) => op.srcs(),
             Step::Dequantize { x } => vec![*x],
             Step::Elementwise { srcs, .. } => srcs.clone(),
-            Step::MatMul { a, b, epilogue, .. } => {
-                [*a, *b].into_iter().chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
+            Step::MatMul { a, b, b2, epilogue, .. } => {
+                [*a, *b].into_iter().chain(*b2).chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
             }
             Step::Row { x, mask, epilogue, .. } => {
                 std::iter::once(*x).chain(*mask).chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
@@ -134,6 +139,7 @@ impl Step {
             }
             Step::Elementwise { .. } => "fused".into(),
             Step::MatMul { epilogue: None, .. } => "matmul".into(),
+            Step::MatMul { b2: Some(_), .. } => "dual_matmul+epilogue".into(),
             Step::MatMul { .. } => "matmul+epilogue".into(),
             Step::Row { op, epilogue: None, .. } => op.name().into(),
             Step::Row { op, .. } => format!("{}+epilogue", op.name()),
@@ -179,7 +185,7 @@ fn step_of(op: &Op, dtype: DType) -> Step {
         Op::Binary { op, a, b } => node(ElemOp::Binary(op), vec![a, b]),
         Op::Glu { op, a, b } => node(ElemOp::Glu(op), vec![a, b]),
         Op::Cast { x } => node(ElemOp::Cast, vec![x]),
-        Op::MatMul { a, b, prec } => Step::MatMul { a, b, epilogue: None, prec },
+        Op::MatMul { a, b, prec } => Step::MatMul { a, b, b2: None, epilogue: None, prec },
         Op::Row { op, x, mask, scale, eps } => {
             Step::Row { op, x, mask, params: RowParams { scale, eps }, epilogue: None }
         }

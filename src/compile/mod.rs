@@ -1,7 +1,8 @@
 //! Compiling (stage 2): the pass list every backend runs, in order —
 //!
 //! 1. **dead nodes** ([`ir::Program::new`]): keep what the outputs need, translated into the compiler's steps;
-//! 2. **fusion** ([`fuse`]): elementwise chains into one expression, epilogues into matmuls;
+//! 2. **fusion** ([`fuse`]): elementwise chains into one expression, epilogues into matmuls, a gated
+//!    feed-forward's two matmuls into one step where the backend has that kernel;
 //! 3. **in-place** ([`inplace`]): which operands a step may overwrite;
 //! 4. **memory plan** ([`memory`]): arenas, blocks reused after their last reader;
 //! 5. **lowering** (the backend's [`Target::lower`]): a kernel per step;
@@ -34,6 +35,11 @@ pub(crate) trait Target {
     /// Whether a step may write over storage node `storage` in place (a backend's own restriction).
     fn may_overwrite(&self, _program: &Program, _storage: NodeId) -> bool {
         true
+    }
+
+    /// Whether the backend computes `a @ b` and `a @ b2` in one step (a dual matmul, [`fuse::fuse_dual_matmuls`]).
+    fn dual_matmul(&self, _program: &Program, _a: NodeId, _b: NodeId, _b2: NodeId) -> bool {
+        false
     }
 
     /// The memory the planner may use.
@@ -75,7 +81,12 @@ pub(crate) fn compile<T: Target>(graph: &Graph, outputs: &[Tensor], target: &T) 
             reason: format!("{what} '{}' belongs to another device than the one compiling", r.ext.name),
         });
     }
-    let program = if target.fusion() { fuse::fuse(program) } else { program };
+    let program = if target.fusion() {
+        let allowed = |p: &Program, a: NodeId, b: NodeId, b2: NodeId| target.dual_matmul(p, a, b, b2);
+        fuse::fuse_dual_matmuls(fuse::fuse(program), &allowed)
+    } else {
+        program
+    };
     let allowed = |s: NodeId| target.may_overwrite(&program, s);
     let inplace = |s: NodeId| if target.fusion() { inplace::candidates(&program, s, &allowed) } else { vec![] };
     let memory = memory::plan(&program, target.memory_limits(), &inplace)?;

@@ -36,12 +36,14 @@ fn round(dtype: DType, v: &mut [f32]) {
     }
 }
 
-/// Evaluates `expr` into `out` (one chunk), with leaf k's values in `leaves[k]` and the accumulator in `acc`.
-pub(crate) fn eval(expr: &Expr, leaves: &[Vec<f32>], acc: &[f32], out: &mut [f32]) {
+/// Evaluates `expr` into `out` (one chunk), with leaf k's values in `leaves[k]` and the accumulators
+/// ([`Expr::Acc`], [`Expr::Acc2`]) in `acc` (empty where the expression has none).
+pub(crate) fn eval(expr: &Expr, leaves: &[Vec<f32>], acc: [&[f32]; 2], out: &mut [f32]) {
     let n = out.len();
     match expr {
         Expr::Leaf(k) => out.copy_from_slice(&leaves[*k][..n]),
-        Expr::Acc => out.copy_from_slice(&acc[..n]),
+        Expr::Acc => out.copy_from_slice(&acc[0][..n]),
+        Expr::Acc2 => out.copy_from_slice(&acc[1][..n]),
         Expr::Node { op, args, dtype } => {
             eval(&args[0], leaves, acc, out);
             match op {
@@ -63,10 +65,11 @@ pub(crate) fn eval(expr: &Expr, leaves: &[Vec<f32>], acc: &[f32], out: &mut [f32
 
 /// Calls `f` with the values of `e` over a chunk of `n`: a leaf's or the accumulator's own slice, else a new
 /// buffer evaluated into.
-fn with_operand(e: &Expr, leaves: &[Vec<f32>], acc: &[f32], n: usize, f: impl FnOnce(&[f32])) {
+fn with_operand(e: &Expr, leaves: &[Vec<f32>], acc: [&[f32]; 2], n: usize, f: impl FnOnce(&[f32])) {
     match e {
         Expr::Leaf(k) => f(&leaves[*k][..n]),
-        Expr::Acc => f(&acc[..n]),
+        Expr::Acc => f(&acc[0][..n]),
+        Expr::Acc2 => f(&acc[1][..n]),
         _ => {
             let mut y = vec![0f32; n];
             eval(e, leaves, acc, &mut y);
@@ -114,13 +117,13 @@ pub(crate) const GRAIN: usize = 16 * 1024;
 
 /// `out[i] = expr(acc[i], leaves at i)` for the `numel` elements of the output (a matmul's, row-major), split
 /// over the CPU's threads: a fused epilogue. `acc` is the product, or `None` when it is in the output already
-/// (each element is then read before it is overwritten).
+/// (each element is then read before it is overwritten); `acc2` a dual matmul's second product (else empty).
 pub(crate) fn epilogue(
     mem: &Memory,
     (out, dtype, numel): (NodeId, DType, usize),
     expr: &Expr,
     leaves: &[Leaf],
-    acc: Option<&[f32]>,
+    (acc, acc2): (Option<&[f32]>, &[f32]),
 ) {
     for_ranges(numel, GRAIN, |range| {
         let out = mem.view(out, dtype);
@@ -139,7 +142,8 @@ pub(crate) fn epilogue(
                     &own[..len]
                 }
             };
-            eval(expr, &vals, acc, &mut res[..len]);
+            let acc2 = if acc2.is_empty() { acc2 } else { &acc2[i..i + len] };
+            eval(expr, &vals, [acc, acc2], &mut res[..len]);
             out.write_f32(i, &res[..len]);
         }
     });
@@ -171,7 +175,7 @@ impl ElementwiseKernel {
             for (leaf, v) in self.leaves.iter().zip(vals.iter_mut()) {
                 load(mem, leaf, i, &mut pos[..n], &mut v[..n]);
             }
-            eval(&self.expr, &vals, &[], &mut res[..n]);
+            eval(&self.expr, &vals, [&[], &[]], &mut res[..n]);
             out.write_f32(i, &res[..n]);
             i += n;
         }

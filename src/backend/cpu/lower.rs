@@ -68,6 +68,11 @@ fn weight_of_rows(p: &Program, x: NodeId) -> (Weight, usize) {
 
 /// A mat-vec (at most `VEC_ROWS` rows of a) over an f16 weight read as `t(w)` (w `[N, K]` row-major): converted a
 /// row at a time by the quantized kernel's mat-vec, not as a whole as `gemm`'s path would.
+/// Whether `a @ b` runs the quantized matmul kernel (`QMatmulKernel`): b in a storage format, or f16 for few rows.
+fn quantized_matmul(p: &Program, a: NodeId, b: NodeId) -> bool {
+    p.nodes[b].dtype.is_storage_format() || half_mat_vec(p, a, b)
+}
+
 fn half_mat_vec(p: &Program, a: NodeId, b: NodeId) -> bool {
     let lb = &p.nodes[b].layout;
     let k = lb.shape[0];
@@ -116,6 +121,12 @@ impl Target for CpuTarget {
 
     fn memory_limits(&self) -> MemoryLimits {
         MemoryLimits { align: 64, max_arena: 1 << 40, max_tensor: MAX_TENSOR_BYTES, place_inputs: false }
+    }
+
+    /// Two quantized weights of one dtype: `QMatmulKernel` computes both products, its activations rounded
+    /// once (and, repacked, both weights' panels in one parallel pass).
+    fn dual_matmul(&self, p: &Program, a: NodeId, b: NodeId, b2: NodeId) -> bool {
+        quantized_matmul(p, a, b) && quantized_matmul(p, a, b2) && p.nodes[b].dtype == p.nodes[b2].dtype
     }
 
     fn lower(&self, p: &Program, _memory: &MemoryPlan, id: NodeId) -> Result<Vec<CpuKernel>> {
@@ -172,12 +183,14 @@ impl CpuTarget {
                 expr: expr.clone(),
                 leaves: srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect(),
             }),
-            Step::MatMul { a, b, epilogue, prec }
-                if p.nodes[*b].dtype.is_storage_format() || half_mat_vec(p, *a, *b) =>
-            {
+            Step::MatMul { a, b, b2, epilogue, prec } if quantized_matmul(p, *a, *b) => {
                 let f32_activations = self.f32_activations || *prec == MatmulPrecision::F32;
-                CpuKernel::QMatmul(qmatmul_kernel(p, id, (*a, *b), epilogue.as_ref(), f32_activations))
+                let mut k = qmatmul_kernel(p, id, (*a, *b), epilogue.as_ref(), f32_activations);
+                // a dual matmul's second product (`dual_matmul` allowed only a quantized weight of b's dtype)
+                k.second = b2.map(|b2| Box::new(qmatmul_kernel(p, id, (*a, b2), None, f32_activations)));
+                CpuKernel::QMatmul(k)
             }
+            Step::MatMul { b2: Some(_), .. } => unreachable!("dual matmuls are fused over quantized weights only"),
             Step::MatMul { a, b, epilogue, .. } => CpuKernel::MatMul(matmul_kernel(p, id, *a, *b, epilogue.as_ref())),
             Step::Op(Op::GetRows { table, idx }) if p.nodes[*table].dtype.is_storage_format() => {
                 CpuKernel::GetRowsQ(get_rows_q_kernel(p, out, *table, *idx))
@@ -277,6 +290,7 @@ fn qmatmul_kernel(
         f32_activations,
         #[cfg(target_arch = "x86_64")]
         repacked,
+        second: None,
     }
 }
 

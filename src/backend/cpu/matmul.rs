@@ -279,7 +279,7 @@ impl MatmulKernel {
         match (&self.epilogue, acc) {
             (None, None) => {}
             (None, Some(c)) => out.write_f32(0, c),
-            (Some((expr, leaves)), acc) => epilogue(mem, (self.out, self.out_dtype, total), expr, leaves, acc),
+            (Some((expr, leaves)), acc) => epilogue(mem, (self.out, self.out_dtype, total), expr, leaves, (acc, &[])),
         }
     }
 }

@@ -154,6 +154,9 @@ pub(crate) struct QMatmulKernel {
     /// The weight's resident repacked for the AVX-512 VNNI kernel, which then runs every row count.
     #[cfg(target_arch = "x86_64")]
     pub repacked: Option<RepackedW>,
+    /// A dual matmul's second product (`Expr::Acc2` in the epilogue): the same activations times another weight
+    /// of the same dtype and shape (its kernel's epilogue and output unused).
+    pub second: Option<Box<QMatmulKernel>>,
 }
 
 /// Rows `row0..` of a block-quantized resident through its repacked copy (`qdot/repack.rs`).
@@ -235,6 +238,11 @@ impl QMatmulKernel {
         let k = self.w.k;
         let m = self.a.layout.numel() / k;
         let a = self.activations(mem, m);
+        if let Some(second) = &self.second {
+            let (c, c2) = self.products(second, mem, &a, m);
+            let (expr, leaves) = self.epilogue.as_ref().expect("a dual matmul has an epilogue");
+            return epilogue(mem, (self.out, self.out_dtype, m * self.n), expr, leaves, (Some(&c), &c2));
+        }
         #[cfg(target_arch = "x86_64")]
         // (lowering gives no repacked weight to f32 activations)
         if let Some(w) = &self.repacked {
@@ -243,29 +251,49 @@ impl QMatmulKernel {
                 // straight into an f32 output, the epilogue then over it in place (a matmul never writes in place:
                 // the output is no operand's storage)
                 Some(p) => {
-                    self.repacked(w, &a, m, SendPtr(p));
+                    self.repacked(&[(w, &SendPtr(p))], &a, m);
                     if let Some((expr, leaves)) = &self.epilogue {
-                        epilogue(mem, (self.out, self.out_dtype, m * self.n), expr, leaves, None);
+                        epilogue(mem, (self.out, self.out_dtype, m * self.n), expr, leaves, (None, &[]));
                     }
                 }
                 None => {
-                    let mut c = vec![0f32; m * self.n];
-                    self.repacked(w, &a, m, SendPtr(c.as_mut_ptr()));
+                    let c = self.product(mem, &a, m);
                     self.store(mem, &c);
                 }
             };
         }
-        let c = if m <= VEC_ROWS {
-            self.mat_vec(mem, &a, m)
-        } else {
-            #[cfg(target_arch = "x86_64")]
-            if qdot::panel::available(self.w.dtype) && !self.f32_activations {
-                let c = self.int_panels(mem, &a, m);
-                return self.store(mem, &c);
-            }
-            self.panels(mem, &a, m)
-        };
+        let c = self.product(mem, &a, m);
         self.store(mem, &c);
+    }
+
+    /// `c [m, N] = a @ t(w)` by the path this weight and row count take.
+    fn product(&self, mem: &Memory, a: &[f32], m: usize) -> Vec<f32> {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(w) = &self.repacked {
+            let mut c = vec![0f32; m * self.n];
+            self.repacked(&[(w, &SendPtr(c.as_mut_ptr()))], a, m);
+            return c;
+        }
+        if m <= VEC_ROWS {
+            return self.mat_vec(mem, a, m);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if qdot::panel::available(self.w.dtype) && !self.f32_activations {
+            return self.int_panels(mem, a, m);
+        }
+        self.panels(mem, a, m)
+    }
+
+    /// A dual matmul's two products, `a @ t(w)` and `a @ t(second.w)`: repacked, with the activations rounded
+    /// once and both weights' panels in one parallel pass; else one after the other.
+    fn products(&self, second: &QMatmulKernel, mem: &Memory, a: &[f32], m: usize) -> (Vec<f32>, Vec<f32>) {
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(w), Some(w2)) = (&self.repacked, &second.repacked) {
+            let (mut c, mut c2) = (vec![0f32; m * self.n], vec![0f32; m * self.n]);
+            self.repacked(&[(w, &SendPtr(c.as_mut_ptr())), (w2, &SendPtr(c2.as_mut_ptr()))], a, m);
+            return (c, c2);
+        }
+        (self.product(mem, a, m), second.product(mem, a, m))
     }
 
     /// The `m` rows of a as f32 `[m, K]`: its storage itself when that is f32 and contiguous, else a copy.
@@ -402,25 +430,33 @@ impl QMatmulKernel {
     }
 
     /// Every row count with AVX-512 VNNI, for the types repacked at first use (`qdot/repack.rs`): a's rows
-    /// rounded to 8-bit blocks, then each task multiplies them with its panels of 16 repacked weight rows into
-    /// its columns of `c [m, n]`.
+    /// rounded to 8-bit blocks once, then each task multiplies them with its panels of 16 repacked weight rows
+    /// into its columns of `c [m, N]` (`m · N` f32 elements), for each `(w, c)` of `products` (a dual matmul's
+    /// two weights of one dtype and shape: their panels one parallel pass).
     #[cfg(target_arch = "x86_64")]
-    /// `c [m, N] = a @ t(w)` through the repacked weight, into `c`'s `m · N` f32 elements.
-    fn repacked(&self, w: &RepackedW, a: &[f32], m: usize, c: SendPtr) {
+    fn repacked(&self, products: &[(&RepackedW, &SendPtr)], a: &[f32], m: usize) {
         use qdot::repack::NR;
-        let (k, n, row0) = (self.w.k, self.n, w.row0);
-        let packed = w.packed();
+        let (k, n) = (self.w.k, self.n);
         let acts = qdot::repack::Acts::quantize(a, k);
-        let (p0, p1) = (row0 / NR, (row0 + n).div_ceil(NR));
+        // each product's panels, one range after the other
+        let spans: Vec<(usize, usize)> =
+            products.iter().map(|(w, _)| (w.row0 / NR, (w.row0 + n).div_ceil(NR))).collect();
+        let total: usize = spans.iter().map(|(p0, p1)| p1 - p0).sum();
         // at least about 16 KiB of weights times rows of a task
         let panel_bytes = NR * k / self.w.dtype.block_size() * self.w.dtype.block_bytes();
         let grain = (16 * 1024 / (panel_bytes * m).max(1)).max(1);
-        for_ranges(p1 - p0, grain, |panels| {
-            for p in panels.map(|i| p0 + i) {
-                let (lo, hi) = ((p * NR).max(row0), ((p + 1) * NR).min(row0 + n));
+        for_ranges(total, grain, |panels| {
+            for mut i in panels {
+                let mut j = 0;
+                while i >= spans[j].1 - spans[j].0 {
+                    i -= spans[j].1 - spans[j].0;
+                    j += 1;
+                }
+                let ((w, c), p) = (products[j], spans[j].0 + i);
+                let (lo, hi) = ((p * NR).max(w.row0), ((p + 1) * NR).min(w.row0 + n));
                 // SAFETY: `of` checked the CPU (available); acts rows have k values; columns lo - row0 .. hi - row0
-                // of c [m, n] are this task's alone
-                unsafe { packed.multiply(p, &acts, c.at(lo - row0), n, lo - p * NR..hi - p * NR) };
+                // of this product's c [m, n] are this task's alone
+                unsafe { w.packed().multiply(p, &acts, c.at(lo - w.row0), n, lo - p * NR..hi - p * NR) };
             }
         });
     }
@@ -429,7 +465,7 @@ impl QMatmulKernel {
         let out = mem.view(self.out, self.out_dtype);
         match &self.epilogue {
             None => out.write_f32(0, c),
-            Some((expr, leaves)) => epilogue(mem, (self.out, self.out_dtype, c.len()), expr, leaves, Some(c)),
+            Some((expr, leaves)) => epilogue(mem, (self.out, self.out_dtype, c.len()), expr, leaves, (Some(c), &[])),
         }
     }
 }

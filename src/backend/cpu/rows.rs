@@ -91,7 +91,7 @@ impl Epilogue {
         for (leaf, v) in leaves.iter().zip(self.vals.iter_mut()) {
             load(mem, leaf, start, &mut self.pos, v);
         }
-        eval(expr, &self.vals, row, &mut self.res);
+        eval(expr, &self.vals, [row, &[]], &mut self.res);
         row.copy_from_slice(&self.res);
     }
 }

@@ -176,7 +176,9 @@ fn one_matvec_a_row(s: &mut MatmulShape, p: &mut MatmulParams) -> usize {
 /// Lowers matmul steps (`a @ b`, optionally with a fused epilogue over extra operands) to dispatches: one, or
 /// one per group of batches when there are more than a dispatch's z may count.
 pub(crate) fn lower(program: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
-    let Step::MatMul { a, b, epilogue, .. } = &program.nodes[id].step else { return None };
+    let Step::MatMul { a, b, b2, epilogue, .. } = &program.nodes[id].step else { return None };
+    // the GPU target allows no dual matmul (`Target::dual_matmul`'s default)
+    debug_assert!(b2.is_none(), "a dual matmul reached the GPU");
     Some(lower_matmul(program, id, *a, *b, epilogue.as_ref(), t))
 }
 
