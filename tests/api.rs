@@ -366,7 +366,7 @@ fn attention_does_not_read_the_keys_masked_past_a_rows_length() {
         plan.run(&ins).unwrap()[0].data.to_f32()
     };
     for device in common::devices() {
-        let (tail, alone) = (attend(&device, s), attend(&device, visible));
+        let (tail, alone) = (attend(device, s), attend(device, visible));
         let name = &device.capabilities().name;
         assert!(alone.iter().all(|x| x.is_finite()), "{name}");
         let differ = tail.iter().zip(&alone).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
