@@ -49,6 +49,10 @@ impl Target for GpuTarget {
         self.shader_f16 || program.nodes[storage].dtype != DType::F16
     }
 
+    fn dual_matmul(&self, program: &Program, a: NodeId, b: NodeId, b2: NodeId) -> bool {
+        kernels::matmul::dual_matvec(program, (a, b, b2), self)
+    }
+
     fn memory_limits(&self) -> MemoryLimits {
         let max = self.max_buffer.min(1 << 40);
         // a tensor may exceed one binding (it is then split), not one buffer

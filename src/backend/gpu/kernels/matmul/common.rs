@@ -36,7 +36,8 @@ params! {
         /// First batch of this dispatch: workgroup z is batch `batch0 + z` (more batches than one dispatch's
         /// z may count are dispatched in groups).
         batch0: u32,
-        _pad1: u32,
+        /// A dual matmul's second B's offset within its binding (`b2_in`; its strides are B's).
+        b2_offset: u32,
         /// Strides of epilogue operand k, broadcast to C's coordinates (b0, b1, m, n).
         epi_strides: [[u32; 4]; 5],
         /// Offset of epilogue operand k, at `epi_offsets[k / 4][k % 4]`.

@@ -10,11 +10,13 @@
 // B_NCONTIG = true (W[k, n], n contiguous): a workgroup handles 64 outputs (16 invocations x vec4) and
 //   splits K 16 ways; the 16 partial vec4 meet in workgroup memory. Dispatch: ceil(N/64) workgroups.
 // Workgroups are split over x and y when there are more than the per-dimension limit; z is the batch.
+// DUAL (B_NCONTIG = false only; binding 4 b2_in, the epilogue operands after it): a dual matmul's second product
+//   x · B2 summed alongside (x read once), reduced the same way into acc2, which the epilogue reads.
 // CPU reference: src/backend/cpu/matmul.rs.
 {{BINDINGS}}
 
 {{EPILOGUE}}
-
+{{DUAL_DECL}}
 const B_NCONTIG: bool = {{B_NCONTIG}};
 
 var<workgroup> part: array<vec4<f32>, 256>;
@@ -40,13 +42,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         let row = lid / 32u;
         let lane = lid % 32u;
         let n = group * 8u + row;
-        var s = vec4<f32>(0.0);
+        var s = vec4<f32>(0.0);{{DUAL_INIT}}
         if (n < N) {
-            let w_base = (b_base + n * sb.w) / 4u;
+            let w_base = (b_base + n * sb.w) / 4u;{{DUAL_BASE}}
             for (var k4 = lane; k4 < K4; k4 = k4 + 32u) {
-                s = fma(ld4_x_in((x_base + k4) * 4u), ld4_b_in((w_base + k4) * 4u), s);
+                let xv = ld4_x_in((x_base + k4) * 4u);
+                s = fma(xv, ld4_b_in((w_base + k4) * 4u), s);{{DUAL_STEP}}
             }
-        }
+        }{{DUAL_REDUCE}}
         reduce_row(s.x + s.y + s.z + s.w, lid, row, lane, n, N, y_base, b0, b1, n0{{SUBGROUP_CALL}});
         return;
     }

@@ -21,7 +21,7 @@ use crate::compile::ir::{ElemOp, Expr, Program, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
-use crate::ops::{BinaryOp, UnaryOp};
+use crate::ops::{BinaryOp, GluOp, UnaryOp};
 pub(crate) use common::MatmulParams;
 pub(crate) use coop::MatMulCoop;
 pub(crate) use generic::MatMul;
@@ -30,6 +30,7 @@ pub(crate) use tiled::MatMulTiled;
 
 /// What choosing a kernel needs to know about one matmul: sizes, strides (batch0, batch1, row, col) and offsets
 /// in elements, all already broadcast to the output's batch dims.
+#[derive(Clone)]
 pub(crate) struct MatmulShape {
     pub m: usize,
     pub n: usize,
@@ -83,7 +84,7 @@ fn groups(s: &MatmulShape, g: u64, what: &str, max_groups: u32) -> Result<u32> {
 /// used. `f16_operands`: A and B are both f16 (a cooperative-matrix candidate).
 pub(crate) fn choose(
     s: &MatmulShape,
-    epi: Option<Expr>,
+    (epi, dual): (Option<Expr>, bool),
     scalar_only: bool,
     f16_operands: bool,
     t: &GpuTarget,
@@ -101,10 +102,15 @@ pub(crate) fn choose(
                 Some(MatVecReduce::Serial) => MatVecReduce::Serial,
                 _ => MatVecReduce::Shared,
             };
-            let mv = MatVec { b_ncontig, reduce, epi };
+            let mv = MatVec { b_ncontig, reduce, epi, dual };
             let [x, y, _] = grid("matmul (mat-vec)", s.n.div_ceil(mv.columns() as usize) as u64, t.max_groups)?;
             return Ok((KernelKind::new(mv), [x, y, z]));
         }
+    }
+    if dual {
+        // `dual_matvec` allowed only what runs as the mat-vec: a bug if reached
+        let reason = format!("a dual matmul of [{}, {}] x [{}, {}] that is no mat-vec", s.m, s.k, s.k, s.n);
+        return Err(Error::Unsupported { op: "matmul".into(), backend: "GPU".into(), reason });
     }
     if let (Some(cfg), Some(a_kcontig), Some(b_ncontig)) = (coop, a, b) {
         if f16_operands && t.coop_frag == Some(cfg.frag) && cfg.shared_bytes() <= t.max_shared {
@@ -177,16 +183,38 @@ fn one_matvec_a_row(s: &mut MatmulShape, p: &mut MatmulParams) -> usize {
 /// one per group of batches when there are more than a dispatch's z may count.
 pub(crate) fn lower(program: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
     let Step::MatMul { a, b, b2, epilogue, .. } = &program.nodes[id].step else { return None };
-    // the GPU target allows no dual matmul (`Target::dual_matmul`'s default)
-    debug_assert!(b2.is_none(), "a dual matmul reached the GPU");
-    Some(lower_matmul(program, id, *a, *b, epilogue.as_ref(), t))
+    Some(lower_matmul(program, id, (*a, *b, *b2), epilogue.as_ref(), t))
+}
+
+/// Whether `a @ b` and `a @ b2` lower to one dual mat-vec (`Target::dual_matmul`): A `[m, K]` and both weights
+/// `[K, N]` views (K contiguous) of one dtype and layout, whose bindings need no split, where the matmul runs as
+/// the mat-vec kernel (one row, or rows as batches on adapters with the serial mat-vec).
+pub(crate) fn dual_matvec(program: &Program, (a, b, b2): (NodeId, NodeId, NodeId), t: &GpuTarget) -> bool {
+    let nodes = &program.nodes;
+    let (la, lb, lb2) = (&nodes[a].layout, &nodes[b].layout, &nodes[b2].layout);
+    if la.rank() != 2 || lb.rank() != 2 || lb.shape != lb2.shape || lb.strides != lb2.strides {
+        return false;
+    }
+    let fits = |n: NodeId| {
+        let st = &nodes[nodes[n].storage];
+        st.dtype.bytes_of(st.layout.numel()).is_some_and(|x| x as u64 <= t.max_binding)
+    };
+    let (m, k, n) = (la.shape[0], la.shape[1], lb.shape[1]);
+    let pad = |s: &[usize]| [0, 0, s[0], s[1]];
+    let s = MatmulShape { m, n, k, batches: 1, sa: pad(&la.strides), sb: pad(&lb.strides), oa: la.offset, ob: lb.offset };
+    let s2 = MatmulShape { ob: lb2.offset, ..s.clone() };
+    let one_row = m == 1 || rows_as_batch(&s, Some(0), false, t);
+    nodes[b].dtype == nodes[b2].dtype
+        && [a, b, b2].into_iter().all(fits)
+        && one_row
+        && vec4_layouts(&s) == (Some(true), Some(false))
+        && vec4_layouts(&s2) == (Some(true), Some(false))
 }
 
 fn lower_matmul(
     program: &Program,
     id: NodeId,
-    a: NodeId,
-    b: NodeId,
+    (a, b, b2): (NodeId, NodeId, Option<NodeId>),
     epilogue: Option<&(Expr, Vec<NodeId>)>,
     t: &GpuTarget,
 ) -> Result<Vec<Dispatch>> {
@@ -225,6 +253,12 @@ fn lower_matmul(
     };
     let mut ins = vec![nodes[a].dtype, nodes[b].dtype];
     let mut bindings = vec![id, nodes[a].storage, nodes[b].storage];
+    if let Some(b2) = b2 {
+        // a dual matmul's second weight: B's layout (`dual_matvec`), its own offset
+        p.b2_offset = full(b2, k, n).1 as u32;
+        ins.push(nodes[b2].dtype);
+        bindings.push(nodes[b2].storage);
+    }
     let mut epi = None;
     let mut scalar_only = false;
     if let Some((expr, srcs)) = epilogue {
@@ -234,7 +268,8 @@ fn lower_matmul(
             set_packed(&mut p.epi_offsets, j, l.offset);
             ins.push(nodes[s].dtype);
             bindings.push(nodes[s].storage);
-            scalar_only |= nodes[s].storage == nodes[a].storage || nodes[s].storage == nodes[b].storage;
+            let weights = [Some(a), Some(b), b2].map(|w| w.map(|w| nodes[w].storage));
+            scalar_only |= weights.contains(&Some(nodes[s].storage));
         }
         epi = Some(expr.clone());
     }
@@ -243,7 +278,7 @@ fn lower_matmul(
     let b_bytes = b_storage.dtype.bytes_of(b_storage.layout.numel());
     let batches = if rows_as_batch(&ms, b_bytes, scalar_only, t) { one_matvec_a_row(&mut ms, &mut p) } else { batches };
     let f16_operands = nodes[a].dtype == DType::F16 && nodes[b].dtype == DType::F16;
-    let (kind, workgroups) = choose(&ms, epi, scalar_only, f16_operands, t)?;
+    let (kind, workgroups) = choose(&ms, (epi, b2.is_some()), scalar_only, f16_operands, t)?;
     let key = KernelKey::new(kind, nodes[id].dtype, ins);
     let per = workgroups[2] as usize;
     let groups = (0..batches).step_by(per.max(1)).map(|b0| {
@@ -286,7 +321,7 @@ pub(crate) fn variants(keys: &mut Vec<KernelKey>) {
                 [(true, MatVecReduce::Shared), (false, MatVecReduce::Subgroups), (false, MatVecReduce::Shared)];
             let serial = [(true, MatVecReduce::Serial), (false, MatVecReduce::Serial)];
             for (b_ncontig, reduce) in layouts.into_iter().chain(serial) {
-                add(KernelKind::new(MatVec { b_ncontig, reduce, epi: epi.clone() }), o);
+                add(KernelKind::new(MatVec { b_ncontig, reduce, epi: epi.clone(), dual: false }), o);
             }
         }
     }
@@ -304,12 +339,19 @@ fn storage_format_variants(keys: &mut Vec<KernelKey>) {
             let mut add = |kind: KernelKind| keys.push(KernelKey::new(kind, F32, vec![a, q]));
             add(KernelKind::new(MatMul { epi: None }));
             for reduce in [MatVecReduce::Subgroups, MatVecReduce::Shared, MatVecReduce::Serial] {
-                add(KernelKind::new(MatVec { b_ncontig: false, reduce, epi: None }));
+                add(KernelKind::new(MatVec { b_ncontig: false, reduce, epi: None, dual: false }));
             }
             for cfg in TILE_CONFIGS {
                 for (a_kcontig, out_vec4) in [(true, true), (false, false)] {
                     add(KernelKind::new(MatMulTiled { cfg, a_kcontig, b_ncontig: false, out_vec4, epi: None }));
                 }
+            }
+            // a gated feed-forward's gate and up in one dual mat-vec: swiglu(acc2, acc)
+            for reduce in [MatVecReduce::Subgroups, MatVecReduce::Shared, MatVecReduce::Serial] {
+                let args = vec![Expr::Acc2, Expr::Acc];
+                let epi = Some(Expr::Node { op: ElemOp::Glu(GluOp::ALL[0]), args, dtype: F32 });
+                let dual = KernelKind::new(MatVec { b_ncontig: false, reduce, epi, dual: true });
+                keys.push(KernelKey::new(dual, F32, vec![a, q, q]));
             }
         }
     }
