@@ -438,9 +438,10 @@ impl QMatmulKernel {
         use qdot::repack::NR;
         let (k, n) = (self.w.k, self.n);
         let acts = qdot::repack::Acts::quantize(a, k);
-        // each product's panels, one range after the other
+        // each product's panels, one range after the other, and its repacked copy (looked up once)
         let spans: Vec<(usize, usize)> =
             products.iter().map(|(w, _)| (w.row0 / NR, (w.row0 + n).div_ceil(NR))).collect();
+        let packed: Vec<&qdot::repack::Repacked> = products.iter().map(|(w, _)| w.packed()).collect();
         let total: usize = spans.iter().map(|(p0, p1)| p1 - p0).sum();
         // at least about 16 KiB of weights times rows of a task
         let panel_bytes = NR * k / self.w.dtype.block_size() * self.w.dtype.block_bytes();
@@ -456,7 +457,7 @@ impl QMatmulKernel {
                 let (lo, hi) = ((p * NR).max(w.row0), ((p + 1) * NR).min(w.row0 + n));
                 // SAFETY: `of` checked the CPU (available); acts rows have k values; columns lo - row0 .. hi - row0
                 // of this product's c [m, n] are this task's alone
-                unsafe { w.packed().multiply(p, &acts, c.at(lo - w.row0), n, lo - p * NR..hi - p * NR) };
+                unsafe { packed[j].multiply(p, &acts, c.at(lo - w.row0), n, lo - p * NR..hi - p * NR) };
             }
         });
     }

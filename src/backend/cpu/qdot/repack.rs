@@ -56,6 +56,25 @@ const Q5_0: u8 = 5;
 const Q5_1: u8 = 6;
 const Q5_K: u8 = 7;
 
+/// `$e` with `$k` the const kind matching the run-time kind `$kind` (one monomorphization per repacked type).
+macro_rules! by_kind {
+    ($kind:expr, $k:ident => $e:expr) => {
+        by_kind!(@arms $kind, $k, $e, [Q4_0 Q4_1 Q8_0 Q4_K Q5_0 Q5_1 Q5_K], Q6_K)
+    };
+    (@arms $kind:expr, $k:ident, $e:expr, [$($c:ident)*], $last:ident) => {
+        match $kind {
+            $($c => {
+                const $k: u8 = $c;
+                $e
+            })*
+            _ => {
+                const $k: u8 = $last;
+                $e
+            }
+        }
+    };
+}
+
 /// The kinds with a fifth bit a value.
 const fn fifth_bit(kind: u8) -> bool {
     matches!(kind, Q5_0 | Q5_1 | Q5_K)
@@ -235,16 +254,7 @@ impl Repacked {
     /// When `r` is not a row of the weight or `out` is not `k` long (a caller's bug).
     pub(crate) fn row(&self, r: usize, out: &mut [f32]) {
         assert!(r < self.rows && out.len() == self.k, "row {r} of {} rows of {} values", self.rows, self.k);
-        let f = match self.kind {
-            Q4_0 => decode_row::<Q4_0>,
-            Q4_1 => decode_row::<Q4_1>,
-            Q8_0 => decode_row::<Q8_0>,
-            Q4_K => decode_row::<Q4_K>,
-            Q5_0 => decode_row::<Q5_0>,
-            Q5_1 => decode_row::<Q5_1>,
-            Q5_K => decode_row::<Q5_K>,
-            _ => decode_row::<Q6_K>,
-        };
+        let f: unsafe fn(&[u8], usize, usize, &mut [f32]) = by_kind!(self.kind, K => decode_row::<K>);
         // SAFETY: a `Repacked` exists only where the CPU has the features (`available`); the data holds every
         // panel's units
         unsafe { f(&self.data, self.k, r, out) }
@@ -453,16 +463,7 @@ unsafe fn group_values<const KIND: u8>(unit: *const u8, g: usize) -> [__m512i; 8
 type UnpackFn = unsafe fn(*const u8, usize, &mut [u8]);
 
 fn unpack_fn(kind: u8) -> UnpackFn {
-    match kind {
-        Q4_0 => unpack::<Q4_0>,
-        Q4_1 => unpack::<Q4_1>,
-        Q8_0 => unpack::<Q8_0>,
-        Q4_K => unpack::<Q4_K>,
-        Q5_0 => unpack::<Q5_0>,
-        Q5_1 => unpack::<Q5_1>,
-        Q5_K => unpack::<Q5_K>,
-        _ => unpack::<Q6_K>,
-    }
+    by_kind!(kind, K => unpack::<K>)
 }
 
 /// A panel's `units` units at `data` unpacked into `out`: per group of 32, the eight chunks [`group_values`] gives.
@@ -547,16 +548,7 @@ fn tile_fn(kind: u8, rows: usize) -> TileFn {
             }
         };
     }
-    match kind {
-        Q4_0 => by_rows!(Q4_0),
-        Q4_1 => by_rows!(Q4_1),
-        Q8_0 => by_rows!(Q8_0),
-        Q4_K => by_rows!(Q4_K),
-        Q5_0 => by_rows!(Q5_0),
-        Q5_1 => by_rows!(Q5_1),
-        Q5_K => by_rows!(Q5_K),
-        _ => by_rows!(Q6_K),
-    }
+    by_kind!(kind, K => by_rows!(K))
 }
 
 /// Group `g`'s scales of a unit: `(s, s of the second half, o)` for 16 rows (`d`: the unit's f16 scale, `second`:
