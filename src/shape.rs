@@ -174,12 +174,41 @@ impl Layout {
     }
 
     /// The same elements under a new shape, without copying; `None` when the strides do not allow it
-    /// (the graph then inserts a contiguous copy, as torch.reshape does).
+    /// (the graph then inserts a contiguous copy, as torch.reshape does). A strided view reshapes in place where
+    /// each run of its dims that is contiguous in memory (each dim's stride its inner neighbour's stride times
+    /// size) maps onto whole dims of the new shape: a column slice `[R, N]` of a wider matrix splits into
+    /// `[R, H, D]` (as torch.Tensor.view's stride rule; numpy's `_attempt_nocopy_reshape`).
     pub(crate) fn reshape(&self, shape: &[usize]) -> Option<Layout> {
-        if self.is_contiguous() {
+        if self.is_contiguous() || self.numel() == 0 {
             return Some(Layout { shape: shape.to_vec(), strides: contiguous_strides(shape), offset: self.offset });
         }
-        None
+        // dims of size 1 have no stride that matters: leave them out of the old layout
+        let old: Vec<(usize, usize)> =
+            self.shape.iter().zip(&self.strides).filter(|(&n, _)| n != 1).map(|(&n, &s)| (n, s)).collect();
+        let mut strides = vec![0; shape.len()];
+        let mut next = shape.len(); // new dims not given a stride yet: 0..next
+        let mut i = old.len();
+        while i > 0 {
+            // the run of old dims j..i contiguous in memory, its innermost stride `base`
+            let base = old[i - 1].1;
+            let (mut j, mut run) = (i - 1, old[i - 1].0);
+            while j > 0 && old[j - 1].1 == old[j].1 * old[j].0 {
+                j -= 1;
+                run *= old[j].0;
+            }
+            // the new dims it covers, inner first (dims of size 1 taken along)
+            let mut covered = 1;
+            while next > 0 && (covered < run || shape[next - 1] == 1) {
+                next -= 1;
+                strides[next] = covered * base;
+                covered *= shape[next];
+            }
+            if covered != run {
+                return None;
+            }
+            i = j;
+        }
+        (next == 0).then(|| Layout { shape: shape.to_vec(), strides, offset: self.offset })
     }
 
     /// Shape and strides padded on the left to rank 4 (size 1, stride 0), as kernels consume them.
@@ -208,6 +237,46 @@ pub(crate) fn resolve_axis(op: &'static str, axis: isize, shape: &[usize]) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every reshape of a strided layout that gives a view addresses the same elements as reshaping a copy, and
+    /// the views the rule allows are given: split and merged dims of a column slice, a permuted matrix, size-1 dims.
+    #[test]
+    fn strided_reshape_addresses_the_same_elements() {
+        let offsets = |l: &Layout| -> Vec<usize> {
+            let n = l.numel();
+            (0..n)
+                .map(|mut flat| {
+                    let mut off = l.offset;
+                    for d in (0..l.rank()).rev() {
+                        off += (flat % l.shape[d]) * l.strides[d];
+                        flat /= l.shape[d];
+                    }
+                    off
+                })
+                .collect()
+        };
+        let slice = Layout { shape: vec![4, 576], strides: vec![960, 1], offset: 576 }; // columns 576..1152 of 960
+        let cases: [(&Layout, &[usize], bool); 10] = [
+            (&slice, &[4, 9, 64], true),
+            (&slice, &[1, 4, 9, 64], true),
+            (&slice, &[4, 1, 9, 64, 1], true),
+            (&slice, &[2, 2, 576], true),
+            (&slice, &[4 * 576], false),
+            (&slice, &[8, 288], false),
+            (&slice, &[4, 576], true),
+            (&Layout { shape: vec![3, 4], strides: vec![1, 3], offset: 0 }, &[12], false),
+            (&Layout { shape: vec![3, 4], strides: vec![1, 3], offset: 0 }, &[3, 2, 2], true),
+            (&Layout { shape: vec![2, 1, 6], strides: vec![12, 99, 1], offset: 5 }, &[2, 2, 3], true),
+        ];
+        for (l, shape, view) in cases {
+            let got = l.reshape(shape);
+            assert_eq!(got.is_some(), view, "{l:?} as {shape:?}: {got:?}");
+            if let Some(r) = got {
+                assert_eq!(r.shape, shape);
+                assert_eq!(offsets(&r), offsets(l), "{l:?} as {shape:?}: {r:?}");
+            }
+        }
+    }
 
     #[test]
     fn broadcast_rules() {
