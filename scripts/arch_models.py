@@ -46,13 +46,13 @@ from gguf_fixtures import byte_chars
 
 BASE = dict(E=64, H=4, Hkv=2, D=16, F=96, L=2, eps=1e-5, base=10000.0, tied=False, window=None, bias=False,
             qk_norm=False, fused=False, gemma=False, attn_cap=None, final_cap=None, rope_linear=None,
-            head_dim_keys=False, qk_gain=1.0, pre="default", llama3_rope=None, yarn=None, longrope=None)
+            head_dim_keys=False, qk_gain=1.0, pre="default", llama3_rope=None, yarn=None, longrope=None, v_f16=False)
 CASES = {
     "llama": dict(arch="llama"),
     # Llama 3.1's rope scaling at a small original context, so that most pairs are scaled within the prompts
     "llama3": dict(arch="llama", base=10000.0, llama3_rope=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                                               original_max_position_embeddings=32)),
-    "mistral": dict(arch="llama", tied=True, window=5),
+    "mistral": dict(arch="llama", tied=True, window=5, v_f16=True),
     "qwen2": dict(arch="qwen2", bias=True, tied=True, base=1e6, eps=1e-6, pre="qwen2"),
     # YaRN as Qwen2.5's long-context setting writes it; an original context of 4096 puts the ramp at pairs 2..6 of
     # 8, so that some pairs keep their angle, some are scaled and some are mixed
@@ -102,6 +102,8 @@ def make_weights(c, rng):
             W[p + "attn_qkv.weight"] = np.concatenate([q, k, v])
         else:
             W[p + "attn_q.weight"], W[p + "attn_k.weight"], W[p + "attn_v.weight"] = q, k, v
+            if c["v_f16"]:  # as a mixed quantization stores V in more bits than Q and K: three matmuls, not one
+                W[p + "attn_v.weight"] = v.astype(np.float16)
         if c["bias"]:
             for n, rows in (("q", H * D), ("k", Hkv * D), ("v", Hkv * D)):
                 W[p + f"attn_{n}.bias"] = (0.3 * rng.standard_normal(rows)).astype(np.float32)

@@ -41,12 +41,6 @@ impl Bytes {
         Bytes { owner: Arc::new(map), start: 0, len, file_map: true }
     }
 
-    /// Whether these bytes lie in a read-only memory map of a file (whose pages the kernel can drop and read again).
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    pub(crate) fn is_file_map(&self) -> bool {
-        self.file_map
-    }
-
     /// Bytes `range` of `owner` (a memory map, for example), kept alive as long as these bytes are.
     ///
     /// # Errors
@@ -83,6 +77,31 @@ impl Bytes {
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
         &(*self.owner).as_ref()[self.start..self.start + self.len]
+    }
+
+    /// Gives the pages wholly inside `range` of these bytes back to the kernel now, after a copy made of them
+    /// replaces them for every read (a repacked weight, weights concatenated at load): a read-only memory map of a
+    /// file drops them from this process
+    /// (`MADV_DONTNEED`: read back from the file if ever touched again, even where another process maps the same
+    /// file); other memory is paged out (`MADV_PAGEOUT`: it keeps its contents, and may go to swap). Elsewhere than
+    /// Linux, or where the kernel refuses, nothing happens.
+    pub(crate) fn page_out(&self, range: std::ops::Range<usize>) {
+        #[cfg(target_os = "linux")]
+        {
+            const PAGE: usize = 4096;
+            let slice = &self.as_slice()[range];
+            let start = (slice.as_ptr() as usize).next_multiple_of(PAGE);
+            let end = (slice.as_ptr() as usize + slice.len()) / PAGE * PAGE;
+            let advice = if self.file_map { libc::MADV_DONTNEED } else { libc::MADV_PAGEOUT };
+            if end > start {
+                // SAFETY: the range lies inside these bytes, which stay mapped. MADV_PAGEOUT never changes what
+                // memory holds; MADV_DONTNEED is given only for a read-only map of a file, whose pages are never written
+                // and so are read back unchanged from the file. The result is a hint's: ignored.
+                unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = range;
     }
 
     /// Length in bytes.

@@ -192,6 +192,33 @@ fn gemma3_qk_norm_and_local_rope() {
     batched_as_alone("gemma3");
 }
 
+/// Q, K and V are one matmul where their weights share a dtype (the three concatenated at load, or a fused
+/// `attn_qkv` as Phi-3's), biased or not, and three where they do not (the Mistral-style case keeps V in f16): the
+/// decode plan's matmuls, on every device of the suite.
+#[test]
+fn qkv_projections_are_one_matmul_where_they_share_a_dtype() {
+    if cases().is_none() {
+        return;
+    }
+    // a layer: Q/K/V, the output projection, gate and up (one dual matmul where the backend has it), down
+    for device in common::devices() {
+        let mut counts = vec![];
+        for case in ["llama", "qwen2", "phi3", "mistral"] {
+            let mut m = load(case, device, true, 4);
+            m.logits(&[3]).unwrap();
+            let stats = m.plan_stats();
+            let (t, decode) = &stats[0];
+            assert_eq!(*t, 1, "{case}: the decode plan");
+            let matmuls = decode.kernels.iter().filter(|k| k.contains("mat")).count();
+            counts.push(matmuls);
+            println!("{case} on {device:?}: {matmuls} matmuls in {:?}", decode.kernels);
+        }
+        let [llama, qwen2, phi3, mistral] = counts[..] else { unreachable!() };
+        assert!(llama == qwen2 && llama == phi3, "{device:?}: one Q/K/V matmul each: {counts:?}");
+        assert_eq!(mistral, llama + 2 * 2, "{device:?}: V in another dtype, three matmuls a layer (2 layers)");
+    }
+}
+
 /// `inspect` names each file's architecture, says that it runs, and gives the widths its metadata declares.
 #[test]
 fn inspect_names_the_architecture() {

@@ -27,31 +27,6 @@ impl CpuBytes {
     }
 }
 
-/// Gives the pages wholly inside `bytes` back to the kernel now, after a copy made of them replaces them for every
-/// hot read (a repacked weight): a read-only memory map of a file drops them from this process
-/// (`MADV_DONTNEED`: read back from the file if ever touched again, even where another process maps the same
-/// file); other memory is paged out (`MADV_PAGEOUT`: it keeps its contents, and may go to swap). Elsewhere than
-/// Linux, or where the kernel refuses, nothing happens.
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn page_out(bytes: &Bytes, range: std::ops::Range<usize>) {
-    #[cfg(target_os = "linux")]
-    {
-        const PAGE: usize = 4096;
-        let slice = &bytes.as_slice()[range];
-        let start = (slice.as_ptr() as usize).next_multiple_of(PAGE);
-        let end = (slice.as_ptr() as usize + slice.len()) / PAGE * PAGE;
-        let advice = if bytes.is_file_map() { libc::MADV_DONTNEED } else { libc::MADV_PAGEOUT };
-        if end > start {
-            // SAFETY: the range lies inside `bytes`, which stays mapped. MADV_PAGEOUT never changes what memory
-            // holds; MADV_DONTNEED is given only for a read-only map of a file, whose pages are never written
-            // and so are read back unchanged from the file. The result is a hint's: ignored.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (bytes, range);
-}
-
 impl ExternalMemory for CpuBytes {
     fn write(&self, _bytes: &[u8]) -> Result<()> {
         let reason = "a resident tensor is read-only (a State is written)".to_string();

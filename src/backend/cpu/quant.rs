@@ -195,8 +195,7 @@ impl RepackedW {
         }
         let rep = repacked.get_or_init(|| {
             // the matmuls read the copy from now on: a mapped file's pages of the original can go, slab by slab
-            let rep =
-                Repacked::new(ext.dtype, bytes.as_slice(), r, k, &|range| super::external::page_out(bytes, range));
+            let rep = Repacked::new(ext.dtype, bytes.as_slice(), r, k, &|range| bytes.page_out(range));
             ext.accounting.fetch_add(rep.bytes() as u64, std::sync::atomic::Ordering::Relaxed);
             rep
         });

@@ -195,12 +195,11 @@ pub(crate) fn block(ld: &Loader, l: usize, cfg: &LlamaConfig, extras: Extras) ->
     let b = |s: &str| format!("blk.{l}.{s}.bias");
     Ok(Block {
         attn_norm: ld.tensor(&w("attn_norm"), &[e])?,
-        wq: ld.tensor(&w("attn_q"), &[hd, e])?,
-        wk: ld.tensor(&w("attn_k"), &[kv, e])?,
-        wv: ld.tensor(&w("attn_v"), &[kv, e])?,
-        bq: opt(extras.qkv_bias, b("attn_q"), &[hd])?,
-        bk: opt(extras.qkv_bias, b("attn_k"), &[kv])?,
-        bv: opt(extras.qkv_bias, b("attn_v"), &[kv])?,
+        qkv: {
+            let (wn, bn) = (["attn_q", "attn_k", "attn_v"].map(w), ["attn_q", "attn_k", "attn_v"].map(b));
+            let biases = extras.qkv_bias.then(|| bn.each_ref().map(String::as_str));
+            ld.qkv(wn.each_ref().map(String::as_str), biases, [hd, kv, kv], e)?
+        },
         q_norm: opt(extras.qk_norm, w("attn_q_norm"), &[d])?,
         k_norm: opt(extras.qk_norm, w("attn_k_norm"), &[d])?,
         wo: ld.tensor(&w("attn_output"), &[e, hd])?,

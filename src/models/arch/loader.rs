@@ -5,8 +5,9 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::io::gguf::{GgufFile, TensorInfo};
+use crate::models::arch::spec::Qkv;
 use crate::models::hparams::{vector_dtype, weight_dtype};
-use crate::resident::Resident;
+use crate::resident::{Bytes, Resident};
 
 /// Uploads the tensors of one file to one device, noting which it was asked for.
 pub(crate) struct Loader<'a> {
@@ -72,7 +73,7 @@ impl<'a> Loader<'a> {
     /// kernel takes; device errors from uploading.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Resident> {
         let t = self.info(name, shape)?;
-        self.device.upload_bytes(name, t.dtype, &t.shape, self.finite_data(name, t)?)
+        self.resident(name, t)
     }
 
     /// The matrix `name` of `shape`, resident: in f16 where `f16` is set and the file holds it in f32 (half the
@@ -129,8 +130,61 @@ impl<'a> Loader<'a> {
         self.device.upload_bytes(name, t.dtype, &t.shape, data).map(Some)
     }
 
-    /// Row blocks of the matrix `name` of `shape` `[Σ rows, in]`, one resident each (`rows` in order): the Q,
-    /// K and V of a fused `attn_qkv`, the gate and up of a fused `ffn_up`. A row of any dtype is whole bytes (a
+    /// The Q, K and V projections `names` (weights `[rows[i], in]`; biases `[rows[i]]` under `biases` where
+    /// given), as one matrix `[Σ rows, in]` where the three share a dtype (and the biases one): their bytes one
+    /// after another (a row of any dtype is whole bytes), copied once at load, so that one matmul reads the normed
+    /// rows for all three. Three residents otherwise.
+    ///
+    /// # Errors
+    /// As [`Loader::tensor`], for each of the six.
+    pub fn qkv(&self, names: [&str; 3], biases: Option<[&str; 3]>, rows: [usize; 3], inputs: usize) -> Result<Qkv> {
+        let w = names.iter().zip(rows).map(|(n, r)| self.info(n, &[r, inputs])).collect::<Result<Vec<_>>>()?;
+        let b = match biases {
+            Some(b) => Some(b.iter().zip(rows).map(|(n, r)| self.info(n, &[r])).collect::<Result<Vec<_>>>()?),
+            None => None,
+        };
+        let one_dtype = |ts: &[&TensorInfo]| ts.iter().all(|t| t.dtype == ts[0].dtype);
+        if !(one_dtype(&w) && b.as_deref().is_none_or(one_dtype)) {
+            let upload = |ts: &[&TensorInfo], names: [&str; 3]| -> Result<[Resident; 3]> {
+                let mut r = names.iter().zip(ts).map(|(n, t)| self.resident(n, t));
+                let mut next = || r.next().expect("three names, three tensors");
+                Ok([next()?, next()?, next()?])
+            };
+            let bias = match (&b, biases) {
+                (Some(b), Some(names)) => Some(upload(b, names)?),
+                _ => None,
+            };
+            return Ok(Qkv::Split { w: upload(&w, names)?, bias });
+        }
+        let name = names.join("+");
+        let total = rows.iter().sum::<usize>();
+        let w = self.concat(&name, &w, &names, &[total, inputs])?;
+        let bias = match (&b, biases) {
+            (Some(b), Some(names)) => Some(self.concat(&names.join("+"), b, &names, &[total])?),
+            _ => None,
+        };
+        Ok(Qkv::Fused { w, bias })
+    }
+
+    /// Tensor `name` (described by `t`), resident.
+    fn resident(&self, name: &str, t: &TensorInfo) -> Result<Resident> {
+        self.device.upload_bytes(name, t.dtype, &t.shape, self.finite_data(name, t)?)
+    }
+
+    /// Tensors `ts` (of one dtype, named `names`) one after another, resident as `name` of `shape`.
+    fn concat(&self, name: &str, ts: &[&TensorInfo], names: &[&str], shape: &[usize]) -> Result<Resident> {
+        let mut bytes = Vec::new();
+        for (t, n) in ts.iter().zip(names) {
+            let part = self.finite_data(n, t)?;
+            bytes.extend_from_slice(part.as_slice());
+            // the copy replaces it: a memory-mapped file's pages leave this process
+            part.page_out(0..part.len());
+        }
+        self.device.upload_bytes(name, ts[0].dtype, shape, Bytes::from_vec(bytes))
+    }
+
+    /// Row blocks of the matrix `name` of `shape` `[Σ rows, in]`, one resident each (`rows` in order): the
+    /// gate and up of a fused `ffn_up`. A row of any dtype is whole bytes (a
     /// block type's rows are whole blocks), so each part is a byte range of the tensor, used in place.
     pub fn split_rows(&self, name: &str, shape: &[usize], rows: &[usize]) -> Result<Vec<Resident>> {
         let t = self.info(name, shape)?;

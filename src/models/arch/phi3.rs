@@ -1,6 +1,6 @@
 //! phi3 (llama.cpp's `LLM_ARCH_PHI3`): Phi-3 and Phi-3.5 mini. One fused QKV projection (`attn_qkv`: Q's rows,
-//! then K's, then V's) and one fused gate-and-up (`ffn_up`: F gate rows, then F up rows), split into their parts
-//! at load; NeoX rope; SwiGLU; sliding-window attention on every layer when the file gives a window.
+//! then K's, then V's), multiplied as it is, and one fused gate-and-up (`ffn_up`: F gate rows, then F up rows),
+//! split into its parts at load (one dual matmul reads both); NeoX rope; SwiGLU; sliding-window attention on every layer when the file gives a window.
 //! The 128k-context models' LongRoPE (factors long and short, and `rope.scaling.attn_factor`) as llama.cpp
 //! applies it: see `load_weights`.
 //!
@@ -8,7 +8,7 @@
 
 use super::common;
 use super::loader::Loader;
-use super::spec::{Arch, Block, LlamaConfig};
+use super::spec::{Arch, Block, LlamaConfig, Qkv};
 use crate::error::Result;
 use crate::models::hparams::Hparams;
 use crate::ops::RopeMode;
@@ -24,17 +24,11 @@ fn configure(h: &Hparams, cfg: &mut LlamaConfig) -> Result<()> {
 fn block(ld: &Loader, l: usize, cfg: &LlamaConfig) -> Result<Block> {
     let (e, hd, kv, ff) = (cfg.n_embd, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.n_ff);
     let w = |s: &str| format!("blk.{l}.{s}.weight");
-    let mut qkv = ld.split_rows(&w("attn_qkv"), &[hd + 2 * kv, e], &[hd, kv, kv])?.into_iter();
     let mut gate_up = ld.split_rows(&w("ffn_up"), &[2 * ff, e], &[ff, ff])?.into_iter();
     let next = |parts: &mut std::vec::IntoIter<_>| parts.next().expect("split_rows gives one per part");
     Ok(Block {
         attn_norm: ld.tensor(&w("attn_norm"), &[e])?,
-        wq: next(&mut qkv),
-        wk: next(&mut qkv),
-        wv: next(&mut qkv),
-        bq: None,
-        bk: None,
-        bv: None,
+        qkv: Qkv::Fused { w: ld.tensor(&w("attn_qkv"), &[hd + 2 * kv, e])?, bias: None },
         q_norm: None,
         k_norm: None,
         wo: ld.tensor(&w("attn_output"), &[e, hd])?,

@@ -99,17 +99,12 @@ pub enum Activation {
     GeluTanh,
 }
 
-/// One block's weights, resident on the device (GGUF names `blk.N.*`; matrices `[out, in]`). Fused tensors
-/// (Phi-3's `attn_qkv`, `ffn_up` holding gate and up) are split into their parts at load.
+/// One block's weights, resident on the device (GGUF names `blk.N.*`; matrices `[out, in]`). Phi-3's `ffn_up`,
+/// which holds gate and up, is split into its parts at load (one dual matmul multiplies both).
 pub(crate) struct Block {
     pub attn_norm: Resident,
-    pub wq: Resident,
-    pub wk: Resident,
-    pub wv: Resident,
-    /// Biases of the Q, K and V projections (Qwen2).
-    pub bq: Option<Resident>,
-    pub bk: Option<Resident>,
-    pub bv: Option<Resident>,
+    /// The Q, K and V projections (biased in Qwen2).
+    pub qkv: Qkv,
     /// RMS norms of each head's queries and keys before rope, `[D]` (Qwen3, Gemma 3).
     pub q_norm: Option<Resident>,
     pub k_norm: Option<Resident>,
@@ -122,6 +117,17 @@ pub(crate) struct Block {
     pub w_down: Resident,
     /// Norm of the feed-forward's output before the residual add (Gemma 2 and 3).
     pub post_ffn_norm: Option<Resident>,
+}
+
+/// The Q, K and V projections of a block, `[H · D, E]`, `[Hkv · D, E]` and `[Hkv · D, E]` (GGUF `attn_q`, `attn_k`,
+/// `attn_v`), with their biases where the architecture has them.
+pub(crate) enum Qkv {
+    /// The three as one matrix `[(H + 2 · Hkv) · D, E]` (rows Q, then K, then V) and one bias: one matmul reads the
+    /// normed rows once for all three, as llama.cpp does with a file's fused `attn_qkv`. A file's fused tensor
+    /// (Phi-3), or the three concatenated at load where they share a dtype.
+    Fused { w: Resident, bias: Option<Resident> },
+    /// Three matrices of different dtypes (a mixed quantization: `attn_v` often in more bits), each its own matmul.
+    Split { w: [Resident; 3], bias: Option<[Resident; 3]> },
 }
 
 /// Every weight of the model, resident.

@@ -7,7 +7,7 @@
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::{Graph, Tensor};
-use crate::models::arch::spec::{Block, LlamaConfig, Weights};
+use crate::models::arch::spec::{Block, LlamaConfig, Qkv, Weights};
 use crate::models::nn::{self, AttendSpec};
 use crate::resident::State;
 
@@ -205,16 +205,26 @@ fn qkv(
     let r = g.shape(x)?[0];
     let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
     let rope = cfg.rope(l);
-    let q = nn::linear(g, x, &b.wq, b.bq.as_ref())?;
+    let (q, k, v) = match &b.qkv {
+        Qkv::Fused { w, bias } => {
+            // one matmul, Q, K and V column views of its rows
+            let y = nn::linear(g, x, w, bias.as_ref())?;
+            let (nq, nkv) = (h * d, hkv * d);
+            (g.slice(y, 1, 0, nq)?, g.slice(y, 1, nq, nq + nkv)?, g.slice(y, 1, nq + nkv, nq + 2 * nkv)?)
+        }
+        Qkv::Split { w, bias } => {
+            let mut p = w.iter().enumerate().map(|(i, w)| nn::linear(g, x, w, bias.as_ref().map(|b| &b[i])));
+            let mut next = || p.next().expect("three projections");
+            (next()?, next()?, next()?)
+        }
+    };
     let q = g.reshape(q, &[r, h, d])?;
     let q = nn::maybe_rms_norm(g, q, b.q_norm.as_ref(), cfg.rms_eps)?;
     let q = g.rope_ext(q, io.pos, io.rope_factors, &rope)?;
-    let k = nn::linear(g, x, &b.wk, b.bk.as_ref())?;
     let k = g.reshape(k, &[r, hkv, d])?;
     let k = nn::maybe_rms_norm(g, k, b.k_norm.as_ref(), cfg.rms_eps)?;
     let k = g.rope_ext(k, io.pos, io.rope_factors, &rope)?;
     let k = g.reshape(k, &[r, hkv * d])?;
-    let v = nn::linear(g, x, &b.wv, b.bv.as_ref())?;
     Ok((q, k, v))
 }
 
