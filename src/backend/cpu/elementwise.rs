@@ -127,9 +127,11 @@ pub(crate) fn epilogue(
 ) {
     for_ranges(numel, GRAIN, |range| {
         let out = mem.view(out, dtype);
-        let mut pos = vec![0usize; CHUNK];
-        let mut vals = vec![vec![0f32; CHUNK]; leaves.len()];
-        let (mut res, mut own) = (vec![0f32; CHUNK], vec![0f32; if acc.is_none() { CHUNK } else { 0 }]);
+        // buffers of the task's length where it is under a chunk (a decode step's outputs are a few thousand)
+        let chunk = CHUNK.min(range.len());
+        let mut pos = vec![0usize; chunk];
+        let mut vals = vec![vec![0f32; chunk]; leaves.len()];
+        let (mut res, mut own) = (vec![0f32; chunk], vec![0f32; if acc.is_none() { chunk } else { 0 }]);
         for i in range.clone().step_by(CHUNK) {
             let len = CHUNK.min(range.end - i);
             for (leaf, v) in leaves.iter().zip(vals.iter_mut()) {
@@ -166,9 +168,10 @@ impl ElementwiseKernel {
         if self.integer() {
             return self.run_i32(mem, out, range);
         }
-        let mut pos = vec![0usize; CHUNK];
-        let mut vals = vec![vec![0f32; CHUNK]; self.leaves.len()];
-        let mut res = vec![0f32; CHUNK];
+        let chunk = CHUNK.min(range.len());
+        let mut pos = vec![0usize; chunk];
+        let mut vals = vec![vec![0f32; chunk]; self.leaves.len()];
+        let mut res = vec![0f32; chunk];
         let mut i = range.start;
         while i < range.end {
             let n = CHUNK.min(range.end - i);
