@@ -302,3 +302,110 @@ fn gate_and_up_are_one_dual_matmul() {
         }
     }
 }
+
+/// An RMS norm whose only reader is a mat-vec (`rms_norm(x) · nw @ t(w)`, bare, with a weight of f32 or f16, with
+/// a bias after the product, and as the A of a dual gate-and-up) is normed by the mat-vec as it loads x on a GPU
+/// (`rms_norm+matvec`, one dispatch fewer) at one row, and at 3 and 8 where the adapter runs rows as batches: its
+/// values within f32 rounding of the unfused plan's and within the CPU's 8-bit activations' error of the f64
+/// result, on every device and mat-vec reduction.
+#[test]
+fn rms_norm_is_normed_by_the_mat_vec_that_reads_it() {
+    let (k, eps) = (512, 1e-5f32);
+    let weights: Vec<_> =
+        weights().into_iter().filter(|(d, ..)| matches!(d.name(), "q4_1" | "q8_0" | "q6_k")).collect();
+    assert_eq!(weights.len(), 3);
+    let reductions = common::gpu().into_iter().flat_map(|gpu| {
+        [true, false].map(|sub| webtensor::testing::device_with_matvec_reduce(gpu.capabilities().backend, sub))
+    });
+    let devices: Vec<webtensor::Device> =
+        common::devices().iter().cloned().chain(reductions.map(|d| d.unwrap())).collect();
+    for (dtype, bytes, decoded) in weights {
+        let row_bytes = bytes.len() / 9;
+        let w_bytes: Vec<u8> =
+            (0..18).flat_map(|r| bytes[(r % 9) * row_bytes..(r % 9 + 1) * row_bytes].to_vec()).collect();
+        let w_f64: Vec<f64> = (0..18).flat_map(|r| decoded[(r % 9) * k..(r % 9 + 1) * k].to_vec()).collect();
+        for device in &devices {
+            let dev = &device.capabilities().name;
+            let host = webtensor::HostTensor::new(&[18, k], webtensor::Data::Raw { dtype, bytes: w_bytes.clone() });
+            let w = device.upload("w", host.unwrap()).unwrap();
+            for (case, m) in
+                ["bare", "weight", "f16 weight", "bias", "dual"].into_iter().flat_map(|c| [1, 3, 8].map(|m| (c, m)))
+            {
+                let nw_dtype = if case == "f16 weight" { webtensor::DType::F16 } else { F32 };
+                let mut g = webtensor::Graph::new();
+                let x = g.input("x", F32, &[m, k]).unwrap();
+                let nw = g.input("nw", nw_dtype, &[k]).unwrap();
+                let bias = g.input("bias", F32, &[9]).unwrap();
+                let normed = g.rms_norm(x, eps).unwrap();
+                let normed = if case == "bare" { normed } else { g.mul(normed, nw).unwrap() };
+                let wr = g.resident(&w).unwrap();
+                let proj = |g: &mut webtensor::Graph, lo: usize| {
+                    let ws = g.slice(wr, 0, lo, lo + 9).unwrap();
+                    let wt = g.t(ws).unwrap();
+                    g.matmul(normed, wt).unwrap()
+                };
+                let y = match case {
+                    "dual" => {
+                        let (gate, up) = (proj(&mut g, 0), proj(&mut g, 9));
+                        g.swiglu(gate, up).unwrap()
+                    }
+                    "bias" => {
+                        let p = proj(&mut g, 0);
+                        g.add(p, bias).unwrap()
+                    }
+                    _ => proj(&mut g, 0),
+                };
+                let xv: Vec<f32> = (0..m * k).map(|i| ((i * 7919 + 13) % 2001) as f32 / 500.0 - 2.0).collect();
+                let nv: Vec<f32> = (0..k).map(|i| 0.5 + ((i * 31) % 17) as f32 / 16.0).collect();
+                let bv: Vec<f32> = (0..9).map(|i| i as f32 * 0.25 - 1.0).collect();
+                let xh = webtensor::HostTensor::f32(&[m, k], xv.clone()).unwrap();
+                let nh = match nw_dtype {
+                    F32 => webtensor::HostTensor::f32(&[k], nv.clone()).unwrap(),
+                    _ => webtensor::HostTensor::new(
+                        &[k],
+                        webtensor::Data::F16(nv.iter().map(|&v| half::f16::from_f32(v)).collect()),
+                    )
+                    .unwrap(),
+                };
+                let bh = webtensor::HostTensor::f32(&[9], bv.clone()).unwrap();
+                let run = |no_fusion| {
+                    let options = webtensor::CompileOptions { poison: true, no_fusion, ..Default::default() };
+                    let mut plan = device.compile_with(&g, &[y], &options).unwrap();
+                    let inputs = [(x, &xh), (nw, &nh), (bias, &bh)];
+                    let read = plan.inputs();
+                    let inputs: Vec<_> = inputs.into_iter().filter(|(t, _)| read.contains(t)).collect();
+                    (plan.run(&inputs).unwrap().remove(0).data.to_f32(), plan.stats())
+                };
+                let ((fused, st), (unfused, _)) = (run(false), run(true));
+                let label = format!("{dev} {dtype} {case} m {m}");
+                let gpu = device.capabilities().backend != webtensor::BackendKind::Cpu;
+                let normed_by_matvec = st.kernels.iter().any(|k| k.starts_with("rms_norm+matvec"));
+                assert!(normed_by_matvec || !gpu || m > 1, "{label}: {:?}", st.kernels);
+                assert!(!normed_by_matvec || !st.kernels.iter().any(|k| k.contains("rows rms_norm")), "{label}");
+                for (i, (&v, &u)) in fused.iter().zip(&unfused).enumerate() {
+                    let (r, j) = (i / 9, i % 9);
+                    let xr = &xv[r * k..(r + 1) * k];
+                    let inv =
+                        1.0 / (xr.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / k as f64 + eps as f64).sqrt();
+                    let scale = |c: usize| if case == "bare" { inv } else { inv * nv[c] as f64 };
+                    let dot = |row: usize| -> (f64, f64) {
+                        let wr = &w_f64[row * k..(row + 1) * k];
+                        let terms = wr.iter().zip(xr).enumerate().map(|(c, (a, &b))| a * b as f64 * scale(c));
+                        terms.fold((0.0, 0.0), |(s, t), p| (s + p, t + p.abs()))
+                    };
+                    let ((pv, ps), (uv, us)) = (dot(j), dot(9 + j));
+                    let (want, terms) = match case {
+                        "dual" => (pv / (1.0 + (-pv).exp()) * uv, ps * (uv.abs() + us) + us * pv.abs()),
+                        "bias" => (pv + bv[j] as f64, ps),
+                        _ => (pv, ps),
+                    };
+                    assert!(
+                        v.is_finite() && (v as f64 - u as f64).abs() <= 1e-5 * terms + 1e-6,
+                        "{label} [{r}, {j}]: fused {v}, unfused {u}"
+                    );
+                    assert!((v as f64 - want).abs() <= 0.02 * terms + 1e-5, "{label} [{r}, {j}]: {v} vs {want}");
+                }
+            }
+        }
+    }
+}

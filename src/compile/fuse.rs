@@ -13,9 +13,10 @@
 //! f16 node of an expression to f16, and a matmul's product to its dtype before its epilogue), so a fused plan
 //! gives the unfused plan's values, overflow to inf included.
 
-use super::ir::{ElemOp, Expr, Program, Step};
+use super::ir::{ElemOp, Expr, NormIn, Program, Step};
 use crate::dtype::DType;
 use crate::graph::{NodeId, Op};
+use crate::ops::{BinaryOp, RowOp};
 
 /// Most operands one fused elementwise kernel reads (bounded by its uniform block).
 pub(crate) const MAX_LEAVES: usize = 6;
@@ -180,7 +181,7 @@ pub(crate) fn fuse(mut p: Program) -> Program {
                 trial[l] = true;
                 p.nodes[root].step = match p.nodes[l].step {
                     Step::MatMul { a, b, prec, .. } => {
-                        Step::MatMul { a, b, b2: None, epilogue: Some((expr, leaves)), prec }
+                        Step::MatMul { a, b, b2: None, epilogue: Some((expr, leaves)), prec, norm: None }
                     }
                     Step::Row { op, x, mask, params, .. } => {
                         Step::Row { op, x, mask, params, epilogue: Some((expr, leaves)) }
@@ -207,12 +208,12 @@ pub(crate) fn fuse_dual_matmuls(mut p: Program, allowed: &dyn Fn(&Program, NodeI
     let (consumers, materialize, _) = consumers(&p);
     let mut fused = Vec::new();
     for &u in &p.steps {
-        let Step::MatMul { a, b, b2: None, epilogue: Some((expr, leaves)), prec } = &p.nodes[u].step else {
+        let Step::MatMul { a, b, b2: None, epilogue: Some((expr, leaves)), prec, norm: None } = &p.nodes[u].step else {
             continue;
         };
         let second = leaves.iter().position(|&g| {
             let n = &p.nodes[g];
-            matches!(n.step, Step::MatMul { a: ga, b2: None, epilogue: None, prec: gp, .. } if ga == *a && gp == *prec)
+            matches!(n.step, Step::MatMul { a: ga, b2: None, epilogue: None, prec: gp, norm: None, .. } if ga == *a && gp == *prec)
                 && n.dtype == p.nodes[u].dtype
                 && n.layout.shape == p.nodes[u].layout.shape
                 && consumers[g] == [u]
@@ -237,12 +238,58 @@ pub(crate) fn fuse_dual_matmuls(mut p: Program, allowed: &dyn Fn(&Program, NodeI
         });
         let mut leaves = leaves.clone();
         leaves.remove(k);
-        let step = Step::MatMul { a: *a, b: *b, b2: Some(gb), epilogue: Some((expr, leaves)), prec: *prec };
+        let step = Step::MatMul { a: *a, b: *b, b2: Some(gb), epilogue: Some((expr, leaves)), prec: *prec, norm: None };
         fused.push((u, g, step));
     }
     for (u, g, step) in fused {
         p.nodes[u].step = step;
         p.steps.retain(|&id| id != g);
+    }
+    p
+}
+
+/// Whether a backend norms a matmul's A on load: `(program, matmul, x, weight)` (`Target::norm_matmul`).
+pub(crate) type NormAllowed<'a> = dyn Fn(&Program, NodeId, NodeId, Option<NodeId>) -> bool + 'a;
+
+/// RMS norms into the matmul that reads them (llama.cpp's RMS_NORM + MUL before a mat-vec, in one kernel): a
+/// matmul (or dual matmul) whose A is an f32 `rms_norm(x)` row step, bare or times a weight `[K]` (the norm's
+/// epilogue `acc · w`), reads x and norms it on load ([`NormIn`]) when nothing else reads the norm (a view
+/// counts), it is no output, its input x is f32, and the backend says it has the kernel (`allowed(program,
+/// matmul, x, weight)`). The norm gets no memory and no kernel.
+pub(crate) fn fuse_norm_prologues(mut p: Program, allowed: &NormAllowed) -> Program {
+    let (consumers, materialize, _) = consumers(&p);
+    let mut fused = Vec::new();
+    for &u in &p.steps {
+        let Step::MatMul { a, norm: None, .. } = p.nodes[u].step else { continue };
+        let n = &p.nodes[a];
+        let Step::Row { op: RowOp::RmsNorm, x, mask: None, params, epilogue } = &n.step else { continue };
+        let weight = match epilogue {
+            None => None,
+            Some((Expr::Node { op: ElemOp::Binary(BinaryOp::Mul), args, dtype: DType::F32 }, leaves))
+                if leaves.len() == 1 && matches!(args[..], [Expr::Acc, Expr::Leaf(0)] | [Expr::Leaf(0), Expr::Acc]) =>
+            {
+                Some(leaves[0])
+            }
+            Some(_) => continue,
+        };
+        let k = *n.layout.shape.last().unwrap_or(&0);
+        let weight_ok = weight.is_none_or(|w| p.nodes[w].layout.shape == [k]);
+        if n.dtype != DType::F32
+            || p.nodes[*x].dtype != DType::F32
+            || consumers[a] != [u]
+            || materialize[a]
+            || !weight_ok
+            || !allowed(&p, u, *x, weight)
+        {
+            continue;
+        }
+        fused.push((u, a, *x, NormIn { eps: params.eps, weight }));
+    }
+    for (u, norm_node, x, n) in fused {
+        if let Step::MatMul { a, norm, .. } = &mut p.nodes[u].step {
+            (*a, *norm) = (x, Some(n));
+        }
+        p.steps.retain(|&id| id != norm_node);
     }
     p
 }

@@ -72,6 +72,15 @@ impl Expr {
 }
 
 /// What one node of the program computes.
+/// A matmul's A normed as it is loaded (llama.cpp's RMS_NORM + MUL ahead of a mat-vec, in one kernel): the rows
+/// `x` multiply as `rms_norm(x, eps) · weight` (weight `[K]`, broadcast over the rows, where given). Computed as
+/// `(Σ_k x·w·B) / √(mean(x²) + eps)`: the norm's scale is a row's one factor, applied to the sums.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct NormIn {
+    pub eps: f32,
+    pub weight: Option<NodeId>,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Step {
     /// A graph op the compiler passes through as the graph recorded it: inputs, externals, views, the writes into
@@ -85,7 +94,16 @@ pub(crate) enum Step {
     /// `a @ b`, its product passed through `epilogue` (an expression over [`Expr::Acc`] and the extra operands)
     /// before the store. With `b2` (a dual matmul: a gated feed-forward's gate and up), `a @ b2` of the same
     /// shape too, [`Expr::Acc2`] in the epilogue.
-    MatMul { a: NodeId, b: NodeId, b2: Option<NodeId>, epilogue: Option<(Expr, Vec<NodeId>)>, prec: MatmulPrecision },
+    /// With `norm`, A is the input of an RMS norm that only this matmul reads: the product is that of the normed
+    /// rows (see [`NormIn`]).
+    MatMul {
+        a: NodeId,
+        b: NodeId,
+        b2: Option<NodeId>,
+        epilogue: Option<(Expr, Vec<NodeId>)>,
+        prec: MatmulPrecision,
+        norm: Option<NormIn>,
+    },
     /// A row op over the last axis of `x` (its own layout); the mask broadcasts to x. Its values pass through
     /// `epilogue` (over [`Expr::Acc`] and the extra operands, as a matmul's) before the store: a norm's weight and
     /// bias, a residual add (ggml's fused RMS_NORM + MUL).
@@ -110,9 +128,12 @@ impl Step {
             Step::Op(op) => op.srcs(),
             Step::Dequantize { x } => vec![*x],
             Step::Elementwise { srcs, .. } => srcs.clone(),
-            Step::MatMul { a, b, b2, epilogue, .. } => {
-                [*a, *b].into_iter().chain(*b2).chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
-            }
+            Step::MatMul { a, b, b2, epilogue, norm, .. } => [*a, *b]
+                .into_iter()
+                .chain(*b2)
+                .chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied()))
+                .chain(norm.as_ref().and_then(|n| n.weight))
+                .collect(),
             Step::Row { x, mask, epilogue, .. } => {
                 std::iter::once(*x).chain(*mask).chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect()
             }
@@ -138,9 +159,12 @@ impl Step {
                 }
             }
             Step::Elementwise { .. } => "fused".into(),
-            Step::MatMul { epilogue: None, .. } => "matmul".into(),
-            Step::MatMul { b2: Some(_), .. } => "dual_matmul+epilogue".into(),
-            Step::MatMul { .. } => "matmul+epilogue".into(),
+            Step::MatMul { b2, epilogue, norm, .. } => format!(
+                "{}{}matmul{}",
+                if norm.is_some() { "rms_norm+" } else { "" },
+                if b2.is_some() { "dual_" } else { "" },
+                if epilogue.is_some() { "+epilogue" } else { "" }
+            ),
             Step::Row { op, epilogue: None, .. } => op.name().into(),
             Step::Row { op, .. } => format!("{}+epilogue", op.name()),
             Step::RopeSetRows { .. } => "rope+set_rows".into(),
@@ -185,7 +209,7 @@ fn step_of(op: &Op, dtype: DType) -> Step {
         Op::Binary { op, a, b } => node(ElemOp::Binary(op), vec![a, b]),
         Op::Glu { op, a, b } => node(ElemOp::Glu(op), vec![a, b]),
         Op::Cast { x } => node(ElemOp::Cast, vec![x]),
-        Op::MatMul { a, b, prec } => Step::MatMul { a, b, b2: None, epilogue: None, prec },
+        Op::MatMul { a, b, prec } => Step::MatMul { a, b, b2: None, epilogue: None, prec, norm: None },
         Op::Row { op, x, mask, scale, eps } => {
             Step::Row { op, x, mask, params: RowParams { scale, eps }, epilogue: None }
         }

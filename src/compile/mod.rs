@@ -42,6 +42,12 @@ pub(crate) trait Target {
         false
     }
 
+    /// Whether the backend's kernel for matmul step `matmul` norms its A on load: `rms_norm(x) · weight`
+    /// ([`fuse::fuse_norm_prologues`]).
+    fn norm_matmul(&self, _program: &Program, _matmul: NodeId, _x: NodeId, _weight: Option<NodeId>) -> bool {
+        false
+    }
+
     /// The memory the planner may use.
     fn memory_limits(&self) -> MemoryLimits;
 
@@ -83,7 +89,9 @@ pub(crate) fn compile<T: Target>(graph: &Graph, outputs: &[Tensor], target: &T) 
     }
     let program = if target.fusion() {
         let allowed = |p: &Program, a: NodeId, b: NodeId, b2: NodeId| target.dual_matmul(p, a, b, b2);
-        fuse::fuse_dual_matmuls(fuse::fuse(program), &allowed)
+        let program = fuse::fuse_dual_matmuls(fuse::fuse(program), &allowed);
+        let allowed = |p: &Program, m: NodeId, x: NodeId, w: Option<NodeId>| target.norm_matmul(p, m, x, w);
+        fuse::fuse_norm_prologues(program, &allowed)
     } else {
         program
     };

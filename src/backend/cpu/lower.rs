@@ -183,7 +183,8 @@ impl CpuTarget {
                 expr: expr.clone(),
                 leaves: srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect(),
             }),
-            Step::MatMul { a, b, b2, epilogue, prec } if quantized_matmul(p, *a, *b) => {
+            Step::MatMul { norm: Some(_), .. } => unreachable!("the CPU backend takes no norm into a matmul"),
+            Step::MatMul { a, b, b2, epilogue, prec, .. } if quantized_matmul(p, *a, *b) => {
                 let f32_activations = self.f32_activations || *prec == MatmulPrecision::F32;
                 let mut k = qmatmul_kernel(p, id, (*a, *b), epilogue.as_ref(), f32_activations);
                 // a dual matmul's second product (`dual_matmul` allowed only a quantized weight of b's dtype)

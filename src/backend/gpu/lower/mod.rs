@@ -53,6 +53,10 @@ impl Target for GpuTarget {
         kernels::matmul::dual_matvec(program, (a, b, b2), self)
     }
 
+    fn norm_matmul(&self, program: &Program, matmul: NodeId, x: NodeId, weight: Option<NodeId>) -> bool {
+        kernels::matmul::norm_matvec(program, matmul, (x, weight), self)
+    }
+
     fn memory_limits(&self) -> MemoryLimits {
         let max = self.max_buffer.min(1 << 40);
         // a tensor may exceed one binding (it is then split), not one buffer

@@ -12,11 +12,14 @@
 // Workgroups are split over x and y when there are more than the per-dimension limit; z is the batch.
 // DUAL (B_NCONTIG = false only; binding 4 b2_in, the epilogue operands after it): a dual matmul's second product
 //   x · B2 summed alongside (x read once), reduced the same way into acc2, which the epilogue reads.
+// NORM (B_NCONTIG = false only): x is an RMS norm's input, normed on load: the workgroup first sums x² (norm_inv),
+//   each x loaded is multiplied by the norm's weight (nw_in, the last binding) where it has one, and the sums
+//   are scaled by 1 / √(mean(x²) + eps) before their reduction (the norm's one factor per row).
 // CPU reference: src/backend/cpu/matmul.rs.
 {{BINDINGS}}
 
 {{EPILOGUE}}
-{{DUAL_DECL}}
+{{DUAL_DECL}}{{NORM_DECL}}
 const B_NCONTIG: bool = {{B_NCONTIG}};
 
 var<workgroup> part: array<vec4<f32>, 256>;
@@ -38,7 +41,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let n0 = P.n0; // first output column of this chunk (a B larger than one binding), else 0
     let y_base = bz * P.ldc + n0;
     let K4 = K / 4u;
-    if (!B_NCONTIG) {
+    if (!B_NCONTIG) {{{NORM_PRE}}
         let row = lid / 32u;
         let lane = lid % 32u;
         let n = group * 8u + row;
@@ -46,10 +49,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         if (n < N) {
             let w_base = (b_base + n * sb.w) / 4u;{{DUAL_BASE}}
             for (var k4 = lane; k4 < K4; k4 = k4 + 32u) {
-                let xv = ld4_x_in((x_base + k4) * 4u);
+                let xv = ld4_x_in((x_base + k4) * 4u){{NORM_W}};
                 s = fma(xv, ld4_b_in((w_base + k4) * 4u), s);{{DUAL_STEP}}
             }
-        }{{DUAL_REDUCE}}
+        }{{NORM_SCALE}}{{DUAL_REDUCE}}
         reduce_row(s.x + s.y + s.z + s.w, lid, row, lane, n, N, y_base, b0, b1, n0{{SUBGROUP_CALL}});
         return;
     }

@@ -17,7 +17,7 @@ use crate::backend::gpu::config::{MatmulChoice, MatmulKernels, COOP_CONFIGS, DEF
 use crate::backend::gpu::kernel::{Dispatch, KernelKey, KernelKind, MatVecReduce};
 use crate::backend::gpu::params::{set_packed, vec4, Params};
 use crate::backend::gpu::target::{dispatch, grid, GpuTarget};
-use crate::compile::ir::{ElemOp, Expr, Program, Step};
+use crate::compile::ir::{ElemOp, Expr, NormIn, Program, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
@@ -25,7 +25,7 @@ use crate::ops::{BinaryOp, GluOp, UnaryOp};
 pub(crate) use common::MatmulParams;
 pub(crate) use coop::MatMulCoop;
 pub(crate) use generic::MatMul;
-pub(crate) use matvec::MatVec;
+pub(crate) use matvec::{MatVec, MatVecNorm};
 pub(crate) use tiled::MatMulTiled;
 
 /// What choosing a kernel needs to know about one matmul: sizes, strides (batch0, batch1, row, col) and offsets
@@ -84,7 +84,7 @@ fn groups(s: &MatmulShape, g: u64, what: &str, max_groups: u32) -> Result<u32> {
 /// used. `f16_operands`: A and B are both f16 (a cooperative-matrix candidate).
 pub(crate) fn choose(
     s: &MatmulShape,
-    (epi, dual): (Option<Expr>, bool),
+    (epi, dual, norm): (Option<Expr>, bool, Option<MatVecNorm>),
     scalar_only: bool,
     f16_operands: bool,
     t: &GpuTarget,
@@ -102,14 +102,14 @@ pub(crate) fn choose(
                 Some(MatVecReduce::Serial) => MatVecReduce::Serial,
                 _ => MatVecReduce::Shared,
             };
-            let mv = MatVec { b_ncontig, reduce, epi, dual };
+            let mv = MatVec { b_ncontig, reduce, epi, dual, norm };
             let [x, y, _] = grid("matmul (mat-vec)", s.n.div_ceil(mv.columns() as usize) as u64, t.max_groups)?;
             return Ok((KernelKind::new(mv), [x, y, z]));
         }
     }
-    if dual {
-        // `dual_matvec` allowed only what runs as the mat-vec: a bug if reached
-        let reason = format!("a dual matmul of [{}, {}] x [{}, {}] that is no mat-vec", s.m, s.k, s.k, s.n);
+    if dual || norm.is_some() {
+        // `dual_matvec` and `norm_matvec` allowed only what runs as the mat-vec: a bug if reached
+        let reason = format!("a dual or normed matmul of [{}, {}] x [{}, {}] that is no mat-vec", s.m, s.k, s.k, s.n);
         return Err(Error::Unsupported { op: "matmul".into(), backend: "GPU".into(), reason });
     }
     if let (Some(cfg), Some(a_kcontig), Some(b_ncontig)) = (coop, a, b) {
@@ -182,8 +182,45 @@ fn one_matvec_a_row(s: &mut MatmulShape, p: &mut MatmulParams) -> usize {
 /// Lowers matmul steps (`a @ b`, optionally with a fused epilogue over extra operands) to dispatches: one, or
 /// one per group of batches when there are more than a dispatch's z may count.
 pub(crate) fn lower(program: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
-    let Step::MatMul { a, b, b2, epilogue, .. } = &program.nodes[id].step else { return None };
-    Some(lower_matmul(program, id, (*a, *b, *b2), epilogue.as_ref(), t))
+    let Step::MatMul { a, b, b2, epilogue, norm, .. } = &program.nodes[id].step else { return None };
+    Some(lower_matmul(program, id, (*a, *b, *b2), (epilogue.as_ref(), norm.as_ref()), t))
+}
+
+/// Whether matmul step `matmul` (`a @ b`, or a dual `a @ b`, `a @ b2`) lowers to a mat-vec that norms its A on
+/// load when A is `rms_norm(x) · weight` (`Target::norm_matmul`): x f32 `[m, K]` with K contiguous and every
+/// offset a multiple of 4, B K-contiguous, the weight (where there is one) `[K]`, contiguous, at an offset that is
+/// a multiple of 4, in a storage no other operand uses, where the matmul runs as the mat-vec kernel (one row, or
+/// rows as batches on adapters with the serial mat-vec).
+pub(crate) fn norm_matvec(program: &Program, matmul: NodeId, (x, weight): (NodeId, Option<NodeId>), t: &GpuTarget) -> bool {
+    let nodes = &program.nodes;
+    let Step::MatMul { b, b2, epilogue, .. } = &nodes[matmul].step else { return false };
+    let (lx, lb) = (&nodes[x].layout, &nodes[*b].layout);
+    if lx.rank() != 2 || lb.rank() != 2 || nodes[matmul].layout.rank() != 2 || !lx.offset.is_multiple_of(4) {
+        return false;
+    }
+    let (m, k, n) = (lx.shape[0], lx.shape[1], lb.shape[1]);
+    let pad = |s: &[usize]| [0, 0, s[0], s[1]];
+    let s = MatmulShape { m, n, k, batches: 1, sa: pad(&lx.strides), sb: pad(&lb.strides), oa: lx.offset, ob: lb.offset };
+    let b_storage = &nodes[nodes[*b].storage];
+    let b_bytes = b_storage.dtype.bytes_of(b_storage.layout.numel());
+    let one_row = m == 1 || rows_as_batch(&s, b_bytes, false, t);
+    let weight_ok = weight.is_none_or(|w| {
+        let lw = &nodes[w].layout;
+        let others = [Some(x), Some(*b), *b2].into_iter().flatten();
+        let others: Vec<NodeId> = others.chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect();
+        let st = &nodes[nodes[w].storage];
+        lw.is_contiguous()
+            && lw.offset.is_multiple_of(4)
+            && st.dtype.bytes_of(st.layout.numel()).is_some_and(|x| x as u64 <= t.max_binding)
+            && others.iter().all(|&o| nodes[o].storage != nodes[w].storage)
+    });
+    let x_fits = nodes[nodes[x].storage].dtype.bytes_of(nodes[nodes[x].storage].layout.numel());
+    one_row
+        && weight_ok
+        && x_fits.is_some_and(|x| x as u64 <= t.max_binding)
+        && b_bytes.is_some_and(|x| x as u64 <= t.max_binding)
+        && k.is_multiple_of(4)
+        && vec4_layouts(&s) == (Some(true), Some(false))
 }
 
 /// Whether `a @ b` and `a @ b2` lower to one dual mat-vec (`Target::dual_matmul`): A `[m, K]` and both weights
@@ -215,7 +252,7 @@ fn lower_matmul(
     program: &Program,
     id: NodeId,
     (a, b, b2): (NodeId, NodeId, Option<NodeId>),
-    epilogue: Option<&(Expr, Vec<NodeId>)>,
+    (epilogue, norm): (Option<&(Expr, Vec<NodeId>)>, Option<&NormIn>),
     t: &GpuTarget,
 ) -> Result<Vec<Dispatch>> {
     let nodes = &program.nodes;
@@ -273,12 +310,23 @@ fn lower_matmul(
         }
         epi = Some(expr.clone());
     }
+    let norm = norm.map(|nm| {
+        if let Some(w) = nm.weight {
+            // the norm's weight after the epilogue's operands, its offset in the next slot (`norm_matvec`: [K],
+            // contiguous, its own storage)
+            let slot = epilogue.map_or(0, |(_, srcs)| srcs.len());
+            set_packed(&mut p.epi_offsets, slot, nodes[w].layout.offset);
+            ins.push(nodes[w].dtype);
+            bindings.push(nodes[w].storage);
+        }
+        MatVecNorm { eps_bits: nm.eps.to_bits(), weight: nm.weight.is_some() }
+    });
     let mut ms = MatmulShape { m, n, k, batches, sa, sb, oa, ob };
     let b_storage = &nodes[nodes[b].storage];
     let b_bytes = b_storage.dtype.bytes_of(b_storage.layout.numel());
     let batches = if rows_as_batch(&ms, b_bytes, scalar_only, t) { one_matvec_a_row(&mut ms, &mut p) } else { batches };
     let f16_operands = nodes[a].dtype == DType::F16 && nodes[b].dtype == DType::F16;
-    let (kind, workgroups) = choose(&ms, (epi, b2.is_some()), scalar_only, f16_operands, t)?;
+    let (kind, workgroups) = choose(&ms, (epi, b2.is_some(), norm), scalar_only, f16_operands, t)?;
     let key = KernelKey::new(kind, nodes[id].dtype, ins);
     let per = workgroups[2] as usize;
     let groups = (0..batches).step_by(per.max(1)).map(|b0| {
@@ -321,7 +369,7 @@ pub(crate) fn variants(keys: &mut Vec<KernelKey>) {
                 [(true, MatVecReduce::Shared), (false, MatVecReduce::Subgroups), (false, MatVecReduce::Shared)];
             let serial = [(true, MatVecReduce::Serial), (false, MatVecReduce::Serial)];
             for (b_ncontig, reduce) in layouts.into_iter().chain(serial) {
-                add(KernelKind::new(MatVec { b_ncontig, reduce, epi: epi.clone(), dual: false }), o);
+                add(KernelKind::new(MatVec { b_ncontig, reduce, epi: epi.clone(), dual: false, norm: None }), o);
             }
         }
     }
@@ -339,7 +387,7 @@ fn storage_format_variants(keys: &mut Vec<KernelKey>) {
             let mut add = |kind: KernelKind| keys.push(KernelKey::new(kind, F32, vec![a, q]));
             add(KernelKind::new(MatMul { epi: None }));
             for reduce in [MatVecReduce::Subgroups, MatVecReduce::Shared, MatVecReduce::Serial] {
-                add(KernelKind::new(MatVec { b_ncontig: false, reduce, epi: None, dual: false }));
+                add(KernelKind::new(MatVec { b_ncontig: false, reduce, epi: None, dual: false, norm: None }));
             }
             for cfg in TILE_CONFIGS {
                 for (a_kcontig, out_vec4) in [(true, true), (false, false)] {
@@ -350,8 +398,21 @@ fn storage_format_variants(keys: &mut Vec<KernelKey>) {
             for reduce in [MatVecReduce::Subgroups, MatVecReduce::Shared, MatVecReduce::Serial] {
                 let args = vec![Expr::Acc2, Expr::Acc];
                 let epi = Some(Expr::Node { op: ElemOp::Glu(GluOp::ALL[0]), args, dtype: F32 });
-                let dual = KernelKind::new(MatVec { b_ncontig: false, reduce, epi, dual: true });
+                let dual = KernelKind::new(MatVec { b_ncontig: false, reduce, epi: epi.clone(), dual: true, norm: None });
                 keys.push(KernelKey::new(dual, F32, vec![a, q, q]));
+                // x an RMS norm's input, normed on load: with a weight (f32 or f16), the dual's too; without
+                let norm = Some(MatVecNorm { eps_bits: 1e-5f32.to_bits(), weight: true });
+                if a == F32 {
+                    for nw in [F32, F16] {
+                        let kind = KernelKind::new(MatVec { b_ncontig: false, reduce, epi: None, dual: false, norm });
+                        keys.push(KernelKey::new(kind, F32, vec![a, q, nw]));
+                        let kind = KernelKind::new(MatVec { b_ncontig: false, reduce, epi: epi.clone(), dual: true, norm });
+                        keys.push(KernelKey::new(kind, F32, vec![a, q, q, nw]));
+                    }
+                    let bare = Some(MatVecNorm { eps_bits: 1e-6f32.to_bits(), weight: false });
+                    let kind = KernelKind::new(MatVec { b_ncontig: false, reduce, epi: None, dual: false, norm: bare });
+                    keys.push(KernelKey::new(kind, F32, vec![a, q]));
+                }
             }
         }
     }
