@@ -131,9 +131,9 @@ impl<'a> Loader<'a> {
     }
 
     /// The Q, K and V projections `names` (weights `[rows[i], in]`; biases `[rows[i]]` under `biases` where
-    /// given), as one matrix `[Σ rows, in]` where the three share a dtype (and the biases one): their bytes one
-    /// after another (a row of any dtype is whole bytes), copied once at load, so that one matmul reads the normed
-    /// rows for all three. Three residents otherwise.
+    /// given), as one matrix `[Σ rows, in]` where the three share a dtype (and the biases one) and fit one storage
+    /// binding of the device: their bytes one after another (a row of any dtype is whole bytes), copied once at
+    /// load, so that one matmul reads the normed rows for all three. Three residents otherwise.
     ///
     /// # Errors
     /// As [`Loader::tensor`], for each of the six.
@@ -144,7 +144,9 @@ impl<'a> Loader<'a> {
             None => None,
         };
         let one_dtype = |ts: &[&TensorInfo]| ts.iter().all(|t| t.dtype == ts[0].dtype);
-        if !(one_dtype(&w) && b.as_deref().is_none_or(one_dtype)) {
+        // one binding holds the three (else each apart: a matmul of a weight over a binding splits its columns)
+        let fits = w.iter().map(|t| t.bytes).sum::<u64>() <= self.device.capabilities().max_storage_binding_bytes;
+        if !(fits && one_dtype(&w) && b.as_deref().is_none_or(one_dtype)) {
             let upload = |ts: &[&TensorInfo], names: [&str; 3]| -> Result<[Resident; 3]> {
                 let mut r = names.iter().zip(ts).map(|(n, t)| self.resident(n, t));
                 let mut next = || r.next().expect("three names, three tensors");
