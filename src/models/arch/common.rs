@@ -3,11 +3,13 @@
 //! (`blk.N.attn_q`, ...), with the parts some add.
 
 use super::loader::Loader;
-use super::spec::{Activation, Block, LlamaConfig};
+use super::spec::{Activation, Block, LlamaConfig, Qkv};
 use crate::error::{Error, Result};
 use crate::io::gguf::MetaValue;
+use crate::io::gguf::TensorInfo;
 use crate::models::hparams::Hparams;
 use crate::ops::{Rope, RopeMode};
+use crate::resident::Resident;
 
 /// Largest values a hostile file may claim (no real model comes near): widths, heads, layers, positions.
 const MAX_WIDTH: usize = 1 << 20;
@@ -198,7 +200,7 @@ pub(crate) fn block(ld: &Loader, l: usize, cfg: &LlamaConfig, extras: Extras) ->
         qkv: {
             let (wn, bn) = (["attn_q", "attn_k", "attn_v"].map(w), ["attn_q", "attn_k", "attn_v"].map(b));
             let biases = extras.qkv_bias.then(|| bn.each_ref().map(String::as_str));
-            ld.qkv(wn.each_ref().map(String::as_str), biases, [hd, kv, kv], e)?
+            qkv(ld, wn.each_ref().map(String::as_str), biases, [hd, kv, kv], e)?
         },
         q_norm: opt(extras.qk_norm, w("attn_q_norm"), &[d])?,
         k_norm: opt(extras.qk_norm, w("attn_k_norm"), &[d])?,
@@ -210,4 +212,48 @@ pub(crate) fn block(ld: &Loader, l: usize, cfg: &LlamaConfig, extras: Extras) ->
         w_down: ld.tensor(&w("ffn_down"), &[e, ff])?,
         post_ffn_norm: opt(extras.post_norms, w("post_ffw_norm"), &[e])?,
     })
+}
+
+/// The Q, K and V projections `names` (weights `[rows[i], in]`; biases `[rows[i]]` under `biases` where
+/// given), as one matrix `[Σ rows, in]` where the three share a dtype (and the biases one) and fit one storage
+/// binding of the device: their bytes one after another (a row of any dtype is whole bytes), copied once at
+/// load, so that one matmul reads the normed rows for all three. Three residents otherwise.
+///
+/// # Errors
+/// As [`Loader::tensor`], for each of the six.
+pub(crate) fn qkv(
+    ld: &Loader,
+    names: [&str; 3],
+    biases: Option<[&str; 3]>,
+    rows: [usize; 3],
+    inputs: usize,
+) -> Result<Qkv> {
+    let w = names.iter().zip(rows).map(|(n, r)| ld.info(n, &[r, inputs])).collect::<Result<Vec<_>>>()?;
+    let b = match biases {
+        Some(b) => Some(b.iter().zip(rows).map(|(n, r)| ld.info(n, &[r])).collect::<Result<Vec<_>>>()?),
+        None => None,
+    };
+    let one_dtype = |ts: &[&TensorInfo]| ts.iter().all(|t| t.dtype == ts[0].dtype);
+    // one binding holds the three (else each apart: a matmul of a weight over a binding splits its columns)
+    let fits = w.iter().map(|t| t.bytes).sum::<u64>() <= ld.device.capabilities().max_storage_binding_bytes;
+    if !(fits && one_dtype(&w) && b.as_deref().is_none_or(one_dtype)) {
+        let upload = |ts: &[&TensorInfo], names: [&str; 3]| -> Result<[Resident; 3]> {
+            let mut r = names.iter().zip(ts).map(|(n, t)| ld.resident(n, t));
+            let mut next = || r.next().expect("three names, three tensors");
+            Ok([next()?, next()?, next()?])
+        };
+        let bias = match (&b, biases) {
+            (Some(b), Some(names)) => Some(upload(b, names)?),
+            _ => None,
+        };
+        return Ok(Qkv::Split { w: upload(&w, names)?, bias });
+    }
+    let name = names.join("+");
+    let total = rows.iter().sum::<usize>();
+    let w = ld.concat(&name, &w, &names, &[total, inputs])?;
+    let bias = match (&b, biases) {
+        (Some(b), Some(names)) => Some(ld.concat(&names.join("+"), b, &names, &[total])?),
+        _ => None,
+    };
+    Ok(Qkv::Fused { w, bias })
 }

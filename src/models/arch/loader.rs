@@ -5,7 +5,6 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::io::gguf::{GgufFile, TensorInfo};
-use crate::models::arch::spec::Qkv;
 use crate::models::hparams::{vector_dtype, weight_dtype};
 use crate::resident::{Bytes, Resident};
 
@@ -47,7 +46,7 @@ impl<'a> Loader<'a> {
     }
 
     /// The tensor `name`, which must have `shape` (numpy order) and a dtype a kernel takes for it.
-    fn info(&self, name: &str, shape: &[usize]) -> Result<&'a TensorInfo> {
+    pub(crate) fn info(&self, name: &str, shape: &[usize]) -> Result<&'a TensorInfo> {
         let t = self.f.tensor(name).ok_or_else(|| self.error(format!("no tensor {name}")))?;
         self.used.borrow_mut().insert(name.to_string());
         if t.shape != shape {
@@ -130,51 +129,14 @@ impl<'a> Loader<'a> {
         self.device.upload_bytes(name, t.dtype, &t.shape, data).map(Some)
     }
 
-    /// The Q, K and V projections `names` (weights `[rows[i], in]`; biases `[rows[i]]` under `biases` where
-    /// given), as one matrix `[Σ rows, in]` where the three share a dtype (and the biases one) and fit one storage
-    /// binding of the device: their bytes one after another (a row of any dtype is whole bytes), copied once at
-    /// load, so that one matmul reads the normed rows for all three. Three residents otherwise.
-    ///
-    /// # Errors
-    /// As [`Loader::tensor`], for each of the six.
-    pub fn qkv(&self, names: [&str; 3], biases: Option<[&str; 3]>, rows: [usize; 3], inputs: usize) -> Result<Qkv> {
-        let w = names.iter().zip(rows).map(|(n, r)| self.info(n, &[r, inputs])).collect::<Result<Vec<_>>>()?;
-        let b = match biases {
-            Some(b) => Some(b.iter().zip(rows).map(|(n, r)| self.info(n, &[r])).collect::<Result<Vec<_>>>()?),
-            None => None,
-        };
-        let one_dtype = |ts: &[&TensorInfo]| ts.iter().all(|t| t.dtype == ts[0].dtype);
-        // one binding holds the three (else each apart: a matmul of a weight over a binding splits its columns)
-        let fits = w.iter().map(|t| t.bytes).sum::<u64>() <= self.device.capabilities().max_storage_binding_bytes;
-        if !(fits && one_dtype(&w) && b.as_deref().is_none_or(one_dtype)) {
-            let upload = |ts: &[&TensorInfo], names: [&str; 3]| -> Result<[Resident; 3]> {
-                let mut r = names.iter().zip(ts).map(|(n, t)| self.resident(n, t));
-                let mut next = || r.next().expect("three names, three tensors");
-                Ok([next()?, next()?, next()?])
-            };
-            let bias = match (&b, biases) {
-                (Some(b), Some(names)) => Some(upload(b, names)?),
-                _ => None,
-            };
-            return Ok(Qkv::Split { w: upload(&w, names)?, bias });
-        }
-        let name = names.join("+");
-        let total = rows.iter().sum::<usize>();
-        let w = self.concat(&name, &w, &names, &[total, inputs])?;
-        let bias = match (&b, biases) {
-            (Some(b), Some(names)) => Some(self.concat(&names.join("+"), b, &names, &[total])?),
-            _ => None,
-        };
-        Ok(Qkv::Fused { w, bias })
-    }
-
     /// Tensor `name` (described by `t`), resident.
-    fn resident(&self, name: &str, t: &TensorInfo) -> Result<Resident> {
+    pub(crate) fn resident(&self, name: &str, t: &TensorInfo) -> Result<Resident> {
         self.device.upload_bytes(name, t.dtype, &t.shape, self.finite_data(name, t)?)
     }
 
-    /// Tensors `ts` (of one dtype, named `names`) one after another, resident as `name` of `shape`.
-    fn concat(&self, name: &str, ts: &[&TensorInfo], names: &[&str], shape: &[usize]) -> Result<Resident> {
+    /// Tensors `ts` (of one dtype, named `names`) one after another, resident as `name` of `shape` (Q, K and V
+    /// as one matrix: [`super::common::qkv`]); the copied tensors' file pages are given back.
+    pub(crate) fn concat(&self, name: &str, ts: &[&TensorInfo], names: &[&str], shape: &[usize]) -> Result<Resident> {
         let mut bytes = Vec::new();
         for (t, n) in ts.iter().zip(names) {
             let part = self.finite_data(n, t)?;
