@@ -1,6 +1,7 @@
 //! phi3 (llama.cpp's `LLM_ARCH_PHI3`): Phi-3 and Phi-3.5 mini. One fused QKV projection (`attn_qkv`: Q's rows,
 //! then K's, then V's), multiplied as it is, and one fused gate-and-up (`ffn_up`: F gate rows, then F up rows),
-//! split into its parts at load (one dual matmul reads both); NeoX rope; SwiGLU; sliding-window attention on every layer when the file gives a window.
+//! split into its parts at load (one dual matmul reads both); NeoX rope; SwiGLU; sliding-window attention on
+//! every layer when the file gives a window.
 //! The 128k-context models' LongRoPE (factors long and short, and `rope.scaling.attn_factor`) as llama.cpp
 //! applies it: see `load_weights`.
 //!

@@ -215,7 +215,11 @@ pub(crate) fn norm_matvec(program: &Program, matmul: NodeId, (x, weight): (NodeI
             && others.iter().all(|&o| nodes[o].storage != nodes[w].storage)
     });
     let x_fits = nodes[nodes[x].storage].dtype.bytes_of(nodes[nodes[x].storage].layout.numel());
+    // an epilogue operand in A's or B's memory makes `lower_matmul` take the generic kernel (`scalar_only`)
+    let operands = [Some(x), Some(*b), *b2].map(|o| o.map(|o| nodes[o].storage));
+    let scalar_only = epilogue.iter().flat_map(|(_, s)| s.iter()).any(|&o| operands.contains(&Some(nodes[o].storage)));
     one_row
+        && !scalar_only
         && weight_ok
         && x_fits.is_some_and(|x| x as u64 <= t.max_binding)
         && b_bytes.is_some_and(|x| x as u64 <= t.max_binding)
