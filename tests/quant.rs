@@ -331,35 +331,7 @@ fn rms_norm_is_normed_by_the_mat_vec_that_reads_it() {
             let cases = ["bare", "weight", "f16 weight", "bias", "dual", "x residual"];
             for (case, m) in cases.into_iter().flat_map(|c| [1, 3, 8].map(|m| (c, m))) {
                 let nw_dtype = if case == "f16 weight" { webtensor::DType::F16 } else { F32 };
-                let mut g = webtensor::Graph::new();
-                let x = g.input("x", F32, &[m, k]).unwrap();
-                let nw = g.input("nw", nw_dtype, &[k]).unwrap();
-                let bias = g.input("bias", F32, &[9]).unwrap();
-                let normed = g.rms_norm(x, eps).unwrap();
-                let normed = if case == "bare" { normed } else { g.mul(normed, nw).unwrap() };
-                let wr = g.resident(&w).unwrap();
-                let proj = |g: &mut webtensor::Graph, lo: usize| {
-                    let ws = g.slice(wr, 0, lo, lo + 9).unwrap();
-                    let wt = g.t(ws).unwrap();
-                    g.matmul(normed, wt).unwrap()
-                };
-                let y = match case {
-                    "dual" => {
-                        let (gate, up) = (proj(&mut g, 0), proj(&mut g, 9));
-                        g.swiglu(gate, up).unwrap()
-                    }
-                    "bias" => {
-                        let p = proj(&mut g, 0);
-                        g.add(p, bias).unwrap()
-                    }
-                    "x residual" => {
-                        // an epilogue operand in A's memory: the generic kernel, unfused (a plan, not an error)
-                        let p = proj(&mut g, 0);
-                        let r = g.slice(x, 1, 0, 9).unwrap();
-                        g.add(p, r).unwrap()
-                    }
-                    _ => proj(&mut g, 0),
-                };
+                let (g, [x, nw, bias], y) = norm_case_graph(case, (m, k, eps), nw_dtype, &w);
                 let xv: Vec<f32> = (0..m * k).map(|i| ((i * 7919 + 13) % 2001) as f32 / 500.0 - 2.0).collect();
                 let nv: Vec<f32> = (0..k).map(|i| 0.5 + ((i * 31) % 17) as f32 / 16.0).collect();
                 let bv: Vec<f32> = (0..9).map(|i| i as f32 * 0.25 - 1.0).collect();
@@ -390,21 +362,7 @@ fn rms_norm_is_normed_by_the_mat_vec_that_reads_it() {
                 for (i, (&v, &u)) in fused.iter().zip(&unfused).enumerate() {
                     let (r, j) = (i / 9, i % 9);
                     let xr = &xv[r * k..(r + 1) * k];
-                    let inv =
-                        1.0 / (xr.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / k as f64 + eps as f64).sqrt();
-                    let scale = |c: usize| if case == "bare" { inv } else { inv * nv[c] as f64 };
-                    let dot = |row: usize| -> (f64, f64) {
-                        let wr = &w_f64[row * k..(row + 1) * k];
-                        let terms = wr.iter().zip(xr).enumerate().map(|(c, (a, &b))| a * b as f64 * scale(c));
-                        terms.fold((0.0, 0.0), |(s, t), p| (s + p, t + p.abs()))
-                    };
-                    let ((pv, ps), (uv, us)) = (dot(j), dot(9 + j));
-                    let (want, terms) = match case {
-                        "dual" => (pv / (1.0 + (-pv).exp()) * uv, ps * (uv.abs() + us) + us * pv.abs()),
-                        "bias" => (pv + bv[j] as f64, ps),
-                        "x residual" => (pv + xr[j] as f64, ps),
-                        _ => (pv, ps),
-                    };
+                    let (want, terms) = norm_case_want(case, (xr, &nv, &bv), (&w_f64, k, eps), j);
                     assert!(
                         v.is_finite() && (v as f64 - u as f64).abs() <= 1e-5 * terms + 1e-6,
                         "{label} [{r}, {j}]: fused {v}, unfused {u}"
@@ -413,5 +371,69 @@ fn rms_norm_is_normed_by_the_mat_vec_that_reads_it() {
                 }
             }
         }
+    }
+}
+
+/// The graph of a case of `rms_norm_is_normed_by_the_mat_vec_that_reads_it` over the 18 rows of `w`: its inputs
+/// x `[m, k]`, the norm's weight `[k]` and a bias `[9]`, and its output.
+fn norm_case_graph(
+    case: &str,
+    (m, k, eps): (usize, usize, f32),
+    nw_dtype: DType,
+    w: &webtensor::Resident,
+) -> (webtensor::Graph, [webtensor::Tensor; 3], webtensor::Tensor) {
+    let mut g = webtensor::Graph::new();
+    let x = g.input("x", F32, &[m, k]).unwrap();
+    let nw = g.input("nw", nw_dtype, &[k]).unwrap();
+    let bias = g.input("bias", F32, &[9]).unwrap();
+    let normed = g.rms_norm(x, eps).unwrap();
+    let normed = if case == "bare" { normed } else { g.mul(normed, nw).unwrap() };
+    let wr = g.resident(w).unwrap();
+    let proj = |g: &mut webtensor::Graph, lo: usize| {
+        let ws = g.slice(wr, 0, lo, lo + 9).unwrap();
+        let wt = g.t(ws).unwrap();
+        g.matmul(normed, wt).unwrap()
+    };
+    let y = match case {
+        "dual" => {
+            let (gate, up) = (proj(&mut g, 0), proj(&mut g, 9));
+            g.swiglu(gate, up).unwrap()
+        }
+        "bias" => {
+            let p = proj(&mut g, 0);
+            g.add(p, bias).unwrap()
+        }
+        "x residual" => {
+            // an epilogue operand in A's memory: the generic kernel, unfused (a plan, not an error)
+            let p = proj(&mut g, 0);
+            let r = g.slice(x, 1, 0, 9).unwrap();
+            g.add(p, r).unwrap()
+        }
+        _ => proj(&mut g, 0),
+    };
+    (g, [x, nw, bias], y)
+}
+
+/// The f64 value of output column `j` of a row `xr` in a case of `rms_norm_is_normed_by_the_mat_vec_that_reads_it`
+/// (norm weight `nv`, bias `bv`, weights `w` `[18, k]`), and the sum of its terms' magnitudes.
+fn norm_case_want(
+    case: &str,
+    (xr, nv, bv): (&[f32], &[f32], &[f32]),
+    (w, k, eps): (&[f64], usize, f32),
+    j: usize,
+) -> (f64, f64) {
+    let inv = 1.0 / (xr.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / k as f64 + eps as f64).sqrt();
+    let scale = |c: usize| if case == "bare" { inv } else { inv * nv[c] as f64 };
+    let dot = |row: usize| -> (f64, f64) {
+        let wr = &w[row * k..(row + 1) * k];
+        let terms = wr.iter().zip(xr).enumerate().map(|(c, (a, &b))| a * b as f64 * scale(c));
+        terms.fold((0.0, 0.0), |(s, t), p| (s + p, t + p.abs()))
+    };
+    let ((pv, ps), (uv, us)) = (dot(j), dot(9 + j));
+    match case {
+        "dual" => (pv / (1.0 + (-pv).exp()) * uv, ps * (uv.abs() + us) + us * pv.abs()),
+        "bias" => (pv + bv[j] as f64, ps),
+        "x residual" => (pv + xr[j] as f64, ps),
+        _ => (pv, ps),
     }
 }
