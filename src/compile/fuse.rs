@@ -254,13 +254,16 @@ pub(crate) type NormAllowed<'a> = dyn Fn(&Program, NodeId, NodeId, Option<NodeId
 /// RMS norms into the matmul that reads them (llama.cpp's RMS_NORM + MUL before a mat-vec, in one kernel): a
 /// matmul (or dual matmul) whose A is an f32 `rms_norm(x)` row step, bare or times a weight `[K]` (the norm's
 /// epilogue `acc · w`), reads x and norms it on load ([`NormIn`]) when nothing else reads the norm (a view
-/// counts), it is no output, its input x is f32, and the backend says it has the kernel (`allowed(program,
+/// counts), it is no output, its input x is f32, the weight's binding leaves the matmul within
+/// [`MAX_EPILOGUE_LEAVES`] operands besides A and B, and the backend says it has the kernel (`allowed(program,
 /// matmul, x, weight)`). The norm gets no memory and no kernel.
 pub(crate) fn fuse_norm_prologues(mut p: Program, allowed: &NormAllowed) -> Program {
     let (consumers, materialize, _) = consumers(&p);
     let mut fused = Vec::new();
     for &u in &p.steps {
-        let Step::MatMul { a, norm: None, .. } = p.nodes[u].step else { continue };
+        let Step::MatMul { a, b2, norm: None, ref epilogue, .. } = p.nodes[u].step else { continue };
+        // the weight is one more binding: the epilogue's operands, a dual's B2 and it within an epilogue's room
+        let operands = epilogue.as_ref().map_or(0, |(_, s)| s.len()) + usize::from(b2.is_some());
         let n = &p.nodes[a];
         let Step::Row { op: RowOp::RmsNorm, x, mask: None, params, epilogue } = &n.step else { continue };
         let weight = match epilogue {
@@ -273,7 +276,7 @@ pub(crate) fn fuse_norm_prologues(mut p: Program, allowed: &NormAllowed) -> Prog
             Some(_) => continue,
         };
         let k = *n.layout.shape.last().unwrap_or(&0);
-        let weight_ok = weight.is_none_or(|w| p.nodes[w].layout.shape == [k]);
+        let weight_ok = weight.is_none_or(|w| p.nodes[w].layout.shape == [k] && operands < MAX_EPILOGUE_LEAVES);
         if n.dtype != DType::F32
             || p.nodes[*x].dtype != DType::F32
             || consumers[a] != [u]

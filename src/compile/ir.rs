@@ -71,7 +71,6 @@ impl Expr {
     }
 }
 
-/// What one node of the program computes.
 /// A matmul's A normed as it is loaded (llama.cpp's RMS_NORM + MUL ahead of a mat-vec, in one kernel): the rows
 /// `x` multiply as `rms_norm(x, eps) · weight` (weight `[K]`, broadcast over the rows, where given). Computed as
 /// `(Σ_k x·w·B) / √(mean(x²) + eps)`: the norm's scale is a row's one factor, applied to the sums.
@@ -81,6 +80,7 @@ pub(crate) struct NormIn {
     pub weight: Option<NodeId>,
 }
 
+/// What one node of the program computes.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Step {
     /// A graph op the compiler passes through as the graph recorded it: inputs, externals, views, the writes into
