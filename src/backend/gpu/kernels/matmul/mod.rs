@@ -186,45 +186,54 @@ pub(crate) fn lower(program: &Program, id: NodeId, t: &GpuTarget) -> Option<Resu
     Some(lower_matmul(program, id, (*a, *b, *b2), (epilogue.as_ref(), norm.as_ref()), t))
 }
 
+/// Whether node `n`'s storage fits one binding of the target.
+fn fits_binding(program: &Program, n: NodeId, t: &GpuTarget) -> bool {
+    let st = &program.nodes[program.nodes[n].storage];
+    st.dtype.bytes_of(st.layout.numel()).is_some_and(|x| x as u64 <= t.max_binding)
+}
+
+/// `a [m, K] @ b [K, N]` (both 2-D, A's rows and B K-contiguous) where it runs as the mat-vec kernel: one row, or
+/// rows as batches on adapters with the serial mat-vec. `None` otherwise.
+fn as_matvec(program: &Program, a: NodeId, b: NodeId, t: &GpuTarget) -> Option<MatmulShape> {
+    let (la, lb) = (&program.nodes[a].layout, &program.nodes[b].layout);
+    if la.rank() != 2 || lb.rank() != 2 {
+        return None;
+    }
+    let (m, k, n) = (la.shape[0], la.shape[1], lb.shape[1]);
+    let pad = |s: &[usize]| [0, 0, s[0], s[1]];
+    let s = MatmulShape { m, n, k, batches: 1, sa: pad(&la.strides), sb: pad(&lb.strides), oa: la.offset, ob: lb.offset };
+    let one_row = m == 1 || rows_as_batch(&s, Some(0), false, t);
+    (one_row && vec4_layouts(&s) == (Some(true), Some(false))).then_some(s)
+}
+
 /// Whether matmul step `matmul` (`a @ b`, or a dual `a @ b`, `a @ b2`) lowers to a mat-vec that norms its A on
 /// load when A is `rms_norm(x) · weight` (`Target::norm_matmul`): x f32 `[m, K]` with K contiguous and every
 /// offset a multiple of 4, B K-contiguous, the weight (where there is one) `[K]`, contiguous, at an offset that is
-/// a multiple of 4, in a storage no other operand uses, where the matmul runs as the mat-vec kernel (one row, or
-/// rows as batches on adapters with the serial mat-vec).
+/// a multiple of 4, in a storage no other operand uses, no epilogue operand in A's or B's memory, where the matmul
+/// runs as the mat-vec kernel (one row, or rows as batches on adapters with the serial mat-vec).
 pub(crate) fn norm_matvec(program: &Program, matmul: NodeId, (x, weight): (NodeId, Option<NodeId>), t: &GpuTarget) -> bool {
     let nodes = &program.nodes;
     let Step::MatMul { b, b2, epilogue, .. } = &nodes[matmul].step else { return false };
-    let (lx, lb) = (&nodes[x].layout, &nodes[*b].layout);
-    if lx.rank() != 2 || lb.rank() != 2 || nodes[matmul].layout.rank() != 2 || !lx.offset.is_multiple_of(4) {
-        return false;
-    }
-    let (m, k, n) = (lx.shape[0], lx.shape[1], lb.shape[1]);
-    let pad = |s: &[usize]| [0, 0, s[0], s[1]];
-    let s = MatmulShape { m, n, k, batches: 1, sa: pad(&lx.strides), sb: pad(&lb.strides), oa: lx.offset, ob: lb.offset };
-    let b_storage = &nodes[nodes[*b].storage];
-    let b_bytes = b_storage.dtype.bytes_of(b_storage.layout.numel());
-    let one_row = m == 1 || rows_as_batch(&s, b_bytes, false, t);
+    let Some(s) = as_matvec(program, x, *b, t) else { return false };
+    let operands = [Some(x), Some(*b), *b2].map(|o| o.map(|o| nodes[o].storage));
+    let epilogue_storages = || epilogue.iter().flat_map(|(_, s)| s.iter()).map(|&o| Some(nodes[o].storage));
+    // an epilogue operand in A's or B's memory makes `lower_matmul` take the generic kernel (`scalar_only`)
+    let scalar_only = epilogue_storages().any(|st| operands.contains(&st));
     let weight_ok = weight.is_none_or(|w| {
-        let lw = &nodes[w].layout;
-        let others = [Some(x), Some(*b), *b2].into_iter().flatten();
-        let others: Vec<NodeId> = others.chain(epilogue.iter().flat_map(|(_, s)| s.iter().copied())).collect();
-        let st = &nodes[nodes[w].storage];
+        let (lw, own) = (&nodes[w].layout, Some(nodes[w].storage));
         lw.is_contiguous()
             && lw.offset.is_multiple_of(4)
-            && st.dtype.bytes_of(st.layout.numel()).is_some_and(|x| x as u64 <= t.max_binding)
-            && others.iter().all(|&o| nodes[o].storage != nodes[w].storage)
+            && fits_binding(program, w, t)
+            && !operands.contains(&own)
+            && !epilogue_storages().any(|st| st == own)
     });
-    let x_fits = nodes[nodes[x].storage].dtype.bytes_of(nodes[nodes[x].storage].layout.numel());
-    // an epilogue operand in A's or B's memory makes `lower_matmul` take the generic kernel (`scalar_only`)
-    let operands = [Some(x), Some(*b), *b2].map(|o| o.map(|o| nodes[o].storage));
-    let scalar_only = epilogue.iter().flat_map(|(_, s)| s.iter()).any(|&o| operands.contains(&Some(nodes[o].storage)));
-    one_row
+    nodes[matmul].layout.rank() == 2
+        && s.oa.is_multiple_of(4)
+        && s.k.is_multiple_of(4)
         && !scalar_only
         && weight_ok
-        && x_fits.is_some_and(|x| x as u64 <= t.max_binding)
-        && b_bytes.is_some_and(|x| x as u64 <= t.max_binding)
-        && k.is_multiple_of(4)
-        && vec4_layouts(&s) == (Some(true), Some(false))
+        && fits_binding(program, x, t)
+        && fits_binding(program, *b, t)
 }
 
 /// Whether `a @ b` and `a @ b2` lower to one dual mat-vec (`Target::dual_matmul`): A `[m, K]` and both weights
@@ -232,23 +241,13 @@ pub(crate) fn norm_matvec(program: &Program, matmul: NodeId, (x, weight): (NodeI
 /// the mat-vec kernel (one row, or rows as batches on adapters with the serial mat-vec).
 pub(crate) fn dual_matvec(program: &Program, (a, b, b2): (NodeId, NodeId, NodeId), t: &GpuTarget) -> bool {
     let nodes = &program.nodes;
-    let (la, lb, lb2) = (&nodes[a].layout, &nodes[b].layout, &nodes[b2].layout);
-    if la.rank() != 2 || lb.rank() != 2 || lb.shape != lb2.shape || lb.strides != lb2.strides {
-        return false;
-    }
-    let fits = |n: NodeId| {
-        let st = &nodes[nodes[n].storage];
-        st.dtype.bytes_of(st.layout.numel()).is_some_and(|x| x as u64 <= t.max_binding)
-    };
-    let (m, k, n) = (la.shape[0], la.shape[1], lb.shape[1]);
-    let pad = |s: &[usize]| [0, 0, s[0], s[1]];
-    let s = MatmulShape { m, n, k, batches: 1, sa: pad(&la.strides), sb: pad(&lb.strides), oa: la.offset, ob: lb.offset };
-    let s2 = MatmulShape { ob: lb2.offset, ..s.clone() };
-    let one_row = m == 1 || rows_as_batch(&s, Some(0), false, t);
-    nodes[b].dtype == nodes[b2].dtype
-        && [a, b, b2].into_iter().all(fits)
-        && one_row
-        && vec4_layouts(&s) == (Some(true), Some(false))
+    let (lb, lb2) = (&nodes[b].layout, &nodes[b2].layout);
+    let Some(s) = as_matvec(program, a, b, t) else { return false };
+    let s2 = MatmulShape { ob: lb2.offset, ..s };
+    lb.shape == lb2.shape
+        && lb.strides == lb2.strides
+        && nodes[b].dtype == nodes[b2].dtype
+        && [a, b, b2].into_iter().all(|n| fits_binding(program, n, t))
         && vec4_layouts(&s2) == (Some(true), Some(false))
 }
 
