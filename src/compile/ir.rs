@@ -119,6 +119,29 @@ pub(crate) enum Step {
         rope: Rope,
         rope_dtype: DType,
     },
+    /// `rope(x, pos)` (this node's value, contiguous as the rope step stores it) and, in the same kernel, a
+    /// layer's two KV-cache writes of rows `idx` that the compiler moved here from their own steps: the keys
+    /// `k.dst[idx[r], :] = rope(k.src, pos)[r, :]` (rounded to `k_rope_dtype`, as [`Step::RopeSetRows`]) and the
+    /// values `v.dst[idx[r], :] = v.src[r, :]`. A decode step's queries, keys and values in one dispatch.
+    RopeKvWrites {
+        x: NodeId,
+        pos: NodeId,
+        factors: Option<NodeId>,
+        rope: Rope,
+        idx: NodeId,
+        k: RowsWrite,
+        k_rope_dtype: DType,
+        v: RowsWrite,
+    },
+}
+
+/// One write moved into [`Step::RopeKvWrites`]: rows of `src` into the state `dst` (`[R, C]`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct RowsWrite {
+    /// The node of the write the step took over (unscheduled now; its storage is `dst`'s).
+    pub node: NodeId,
+    pub dst: NodeId,
+    pub src: NodeId,
 }
 
 impl Step {
@@ -139,6 +162,9 @@ impl Step {
             }
             Step::RopeSetRows { dst, idx, x, pos, factors, .. } => {
                 [*dst, *idx, *x, *pos].into_iter().chain(*factors).collect()
+            }
+            Step::RopeKvWrites { x, pos, factors, idx, k, v, .. } => {
+                [*x, *pos].into_iter().chain(*factors).chain([*idx, k.dst, k.src, v.dst, v.src]).collect()
             }
         }
     }
@@ -168,6 +194,7 @@ impl Step {
             Step::Row { op, epilogue: None, .. } => op.name().into(),
             Step::Row { op, .. } => format!("{}+epilogue", op.name()),
             Step::RopeSetRows { .. } => "rope+set_rows".into(),
+            Step::RopeKvWrites { .. } => "rope+kv_writes".into(),
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! 1. **dead nodes** ([`ir::Program::new`]): keep what the outputs need, translated into the compiler's steps;
 //! 2. **fusion** ([`fuse`]): elementwise chains into one expression, epilogues into matmuls, a gated
-//!    feed-forward's two matmuls into one step where the backend has that kernel;
+//!    feed-forward's two matmuls into one step where the backend has that kernel, an RMS norm into the mat-vec
+//!    that reads it, a layer's rope of the queries and its KV-cache writes into one step;
 //! 3. **in-place** ([`inplace`]): which operands a step may overwrite;
 //! 4. **memory plan** ([`memory`]): arenas, blocks reused after their last reader;
 //! 5. **lowering** (the backend's [`Target::lower`]): a kernel per step;
@@ -45,6 +46,12 @@ pub(crate) trait Target {
     /// Whether the backend's kernel for matmul step `matmul` norms its A on load: `rms_norm(x) · weight`
     /// ([`fuse::fuse_norm_prologues`]).
     fn norm_matmul(&self, _program: &Program, _matmul: NodeId, _x: NodeId, _weight: Option<NodeId>) -> bool {
+        false
+    }
+
+    /// Whether the backend runs a rope and a layer's two KV-cache writes as one step ([`ir::Step::RopeKvWrites`],
+    /// [`fuse::fuse_rope_kv_writes`]) binding the storage nodes `bindings`.
+    fn rope_kv_writes(&self, _program: &Program, _bindings: &[NodeId]) -> bool {
         false
     }
 
@@ -91,7 +98,9 @@ pub(crate) fn compile<T: Target>(graph: &Graph, outputs: &[Tensor], target: &T) 
         let allowed = |p: &Program, a: NodeId, b: NodeId, b2: NodeId| target.dual_matmul(p, a, b, b2);
         let program = fuse::fuse_dual_matmuls(fuse::fuse(program), &allowed);
         let allowed = |p: &Program, m: NodeId, x: NodeId, w: Option<NodeId>| target.norm_matmul(p, m, x, w);
-        fuse::fuse_norm_prologues(program, &allowed)
+        let program = fuse::fuse_norm_prologues(program, &allowed);
+        let allowed = |p: &Program, bindings: &[NodeId]| target.rope_kv_writes(p, bindings);
+        fuse::fuse_rope_kv_writes(program, &allowed)
     } else {
         program
     };

@@ -237,6 +237,7 @@ impl CpuTarget {
                     set: SetRowsKernel { dst: leaf(p, dst, None), idx: leaf(p, idx, None), src: leaf(p, x, None) },
                 })
             }
+            Step::RopeKvWrites { .. } => unreachable!("the CPU backend keeps a rope and the KV-cache writes apart"),
             Step::Op(Op::Attention { q, k, v, mask, kv_len, scale, causal }) => {
                 let q = leaf(p, *q, None);
                 let k = leaf(p, *k, None);

@@ -1,14 +1,21 @@
 //! Typed kernel parameters: one `#[repr(C)]` struct per kernel family, uploaded as the uniform block `P` of each
 //! dispatch. The WGSL `struct Params` of a family is generated from the same field list (`wgsl_fields`),
 //! so host and shader cannot disagree on a field; `tests/wgsl.rs` checks naga's layout of every generated struct
-//! against Rust's offsets. Fields are `u32`, `f32`, `vec4<u32>` (`[u32; 4]`) or arrays of `vec4<u32>` (arrays of
-//! scalars would have a 16-byte stride in a uniform block), placed so every vec4 starts at a multiple of 16 bytes.
+//! against Rust's offsets. Fields are `u32`, `f32`, `vec4<u32>` (`[u32; 4]`), arrays of `vec4<u32>` (arrays of
+//! scalars would have a 16-byte stride in a uniform block) or a struct of such fields shared by several families
+//! (`kernels/rope.rs`' `RopeAngles`), placed so every vec4 and struct starts at a multiple of 16 bytes.
 //! Units are elements unless a field says otherwise.
 
 /// A Rust field type and its WGSL spelling in a uniform struct.
 pub(crate) trait WgslType {
     /// The WGSL type.
     fn wgsl() -> String;
+
+    /// The WGSL declaration the type needs ahead of `struct Params` (a struct of fields shared by several
+    /// families), if any.
+    fn decl() -> String {
+        String::new()
+    }
 }
 
 impl WgslType for u32 {
@@ -91,7 +98,9 @@ macro_rules! params {
 
                 fn wgsl_fields() -> String {
                     use $crate::backend::gpu::params::WgslType;
-                    let mut s = String::from("struct Params {\n");
+                    let mut s = String::new();
+                    $(s.push_str(&<$ty as WgslType>::decl());)*
+                    s.push_str("struct Params {\n");
                     $(s.push_str(&format!("    {}: {},\n", stringify!($field), <$ty as WgslType>::wgsl()));)*
                     s.push_str("}\n");
                     s

@@ -41,6 +41,7 @@ families! {
     copy_into,
     rope,
     rope_set_rows,
+    rope_kv_writes,
     attention,
 }
 

@@ -2,7 +2,7 @@
 //! per output element.
 
 use crate::backend::gpu::kernel::{Binding, Dispatch, Family, KernelKey, KernelKind};
-use crate::backend::gpu::params::{params, vec4, Params, ParamsBlock, ParamsLayout};
+use crate::backend::gpu::params::{params, vec4, Params, ParamsBlock, ParamsLayout, WgslType};
 use crate::backend::gpu::target::{dispatch, grid, GpuTarget};
 use crate::backend::gpu::wgsl::template::{compute_type, render};
 use crate::compile::ir::{Program, Step};
@@ -14,44 +14,83 @@ use crate::ops::RopeMode;
 const ROPE: &str = include_str!("rope.wgsl");
 const ROTATE: &str = include_str!("rope_rotate.wgsl");
 
-/// `rope_value(i)`, shared with the rope fused into a KV-cache write (`rope_set_rows.rs`): each pair's angle
-/// divided by its frequency factor read from the binding `factors` names, or by none.
-pub(crate) fn rotate(factors: Option<&str>) -> String {
+/// The rope function `name(i, shape, x_strides, x_offset)` over x in binding `x`, shared with the ropes fused
+/// into KV-cache writes (`rope_set_rows.rs`, `rope_kv_writes.rs`): each pair's angle divided by its frequency
+/// factor read from the binding `factors` names, or by none.
+pub(crate) fn rotate(name: &str, x: &str, factors: Option<&str>) -> String {
     let theta = factors.map_or("theta".into(), |b| format!("(theta / f32(ld_{b}(pair)))"));
-    render(ROTATE, &[("THETA", theta)])
+    render(ROTATE, &[("NAME", name.into()), ("X", x.into()), ("THETA", theta)])
+}
+
+/// The rope's angle parameters, a struct of every rope kernel's uniform block (`P.rope` in `rope_rotate.wgsl`;
+/// 32 bytes, placed at a multiple of 16 as a uniform block's struct member must be).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct RopeAngles {
+    /// Rotated dims of each head.
+    pub n_dims: u32,
+    /// 1 for neox pairs (i, i + n_dims / 2), 0 for adjacent pairs.
+    pub neox: u32,
+    /// `freq_base^(-2 / n_dims)`.
+    pub theta_scale: f32,
+    /// Position scaling (linear or YaRN's).
+    pub freq_scale: f32,
+    /// YaRN's weight of the extrapolated angle (0: none).
+    pub ext_factor: f32,
+    /// Scale of cos and sin.
+    pub attn_factor: f32,
+    /// YaRN's ramp: its first pair.
+    pub corr_low: f32,
+    /// YaRN's ramp: its last pair.
+    pub corr_high: f32,
+}
+
+impl RopeAngles {
+    /// The angles of `rope`.
+    pub(crate) fn of(rope: &crate::ops::Rope) -> RopeAngles {
+        RopeAngles {
+            n_dims: rope.n_dims as u32,
+            neox: (rope.mode == RopeMode::Neox) as u32,
+            theta_scale: rope.theta_scale(),
+            freq_scale: rope.freq_scale,
+            ext_factor: rope.ext_factor,
+            attn_factor: rope.attn_factor,
+            corr_low: rope.corr_dims[0],
+            corr_high: rope.corr_dims[1],
+        }
+    }
+}
+
+impl WgslType for RopeAngles {
+    fn wgsl() -> String {
+        "RopeAngles".into()
+    }
+
+    fn decl() -> String {
+        let fields = ["n_dims: u32", "neox: u32", "theta_scale: f32", "freq_scale: f32", "ext_factor: f32"];
+        let more = ["attn_factor: f32", "corr_low: f32", "corr_high: f32"];
+        let body: String = fields.iter().chain(&more).map(|f| format!("    {f},\n")).collect();
+        format!("struct RopeAngles {{\n{body}}}\n")
+    }
 }
 
 params! {
     /// `rope.wgsl`: rotary position embedding of a `[B, T, H, D]` tensor.
     RopeParams {
+        /// Shape (B, T, H, D).
+        shape: [u32; 4],
+        /// x's strides.
+        x_strides: [u32; 4],
+        /// The rope's angles.
+        rope: RopeAngles,
         /// Output elements.
         count: u32,
-        /// Rotated dims of each head.
-        n_dims: u32,
-        /// 1 for neox pairs (i, i + n_dims / 2), 0 for adjacent pairs.
-        neox: u32,
-        /// `freq_base^(-2 / n_dims)`.
-        theta_scale: f32,
-        /// Position scaling (linear or YaRN's).
-        freq_scale: f32,
-        /// YaRN's weight of the extrapolated angle (0: none).
-        ext_factor: f32,
-        /// Scale of cos and sin.
-        attn_factor: f32,
-        /// YaRN's ramp: its first pair.
-        corr_low: f32,
-        /// YaRN's ramp: its last pair.
-        corr_high: f32,
         /// x's offset within its binding.
         x_offset: u32,
         /// The positions' offset within their binding.
         pos_offset: u32,
         /// The positions' stride.
         pos_stride: u32,
-        /// Shape (B, T, H, D).
-        shape: [u32; 4],
-        /// x's strides.
-        x_strides: [u32; 4],
     }
 }
 
@@ -76,7 +115,7 @@ impl Family for Rope {
 
     fn wgsl(&self, key: &KernelKey, bindings: String) -> String {
         let factors = (key.ins.len() == 3).then_some("src2");
-        render(ROPE, &[("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into())]) + &rotate(factors)
+        render(ROPE, &[("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into())]) + &rotate("rope_value", "src0", factors)
     }
 }
 
@@ -89,20 +128,13 @@ pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec
     let lp = &nodes[*pos].layout;
     let count = lx.numel();
     let params = RopeParams {
+        shape: vec4(shape),
+        x_strides: vec4(strides),
+        rope: RopeAngles::of(rope),
         count: count as u32,
-        n_dims: rope.n_dims as u32,
-        neox: (rope.mode == RopeMode::Neox) as u32,
-        theta_scale: rope.theta_scale(),
-        freq_scale: rope.freq_scale,
-        ext_factor: rope.ext_factor,
-        attn_factor: rope.attn_factor,
-        corr_low: rope.corr_dims[0],
-        corr_high: rope.corr_dims[1],
         x_offset: lx.offset as u32,
         pos_offset: lp.offset as u32,
         pos_stride: lp.strides[0] as u32,
-        shape: vec4(shape),
-        x_strides: vec4(strides),
     };
     let ins = [*x, *pos].into_iter().chain(*factors);
     let key = KernelKey::new(KernelKind::new(Rope), nodes[id].dtype, ins.clone().map(|n| nodes[n].dtype).collect());

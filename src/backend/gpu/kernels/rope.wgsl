@@ -12,5 +12,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (i >= P.count) {
         return;
     }
-    st_out(i, {{OUT_C}}(rope_value(i)));
+    st_out(i, {{OUT_C}}(rope_value(i, P.shape, P.x_strides, P.x_offset)));
 }

@@ -2,7 +2,7 @@
 //! rope's output seen as rows (llama.cpp's rope + set_rows fusion), one invocation per rotated element; the
 //! compiler makes the step (`compile/fuse.rs`), saving the rope's dispatch and its memory.
 
-use super::rope::rotate;
+use super::rope::{rotate, RopeAngles};
 use super::set_rows::TARGET_ROW;
 use crate::backend::gpu::kernel::{Binding, Dispatch, Family, KernelKey, KernelKind};
 use crate::backend::gpu::params::{params, vec4, Params, ParamsBlock, ParamsLayout};
@@ -12,41 +12,26 @@ use crate::compile::ir::{Program, Step};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::NodeId;
-use crate::ops::RopeMode;
 
 const ROPE_SET_ROWS: &str = include_str!("rope_set_rows.wgsl");
 
 params! {
     /// `rope_set_rows.wgsl`: rope's fields as `RopeParams` names them, then set_rows'.
     RopeSetRowsParams {
+        /// The rope's shape (B, T, H, D).
+        shape: [u32; 4],
+        /// x's strides.
+        x_strides: [u32; 4],
+        /// The rope's angles.
+        rope: RopeAngles,
         /// Rotated elements: N rows of `dim`.
         count: u32,
-        /// Rotated dims of each head.
-        n_dims: u32,
-        /// 1 for neox pairs (i, i + n_dims / 2), 0 for adjacent pairs.
-        neox: u32,
-        /// `freq_base^(-2 / n_dims)`.
-        theta_scale: f32,
-        /// Position scaling (linear or YaRN's).
-        freq_scale: f32,
-        /// YaRN's weight of the extrapolated angle (0: none).
-        ext_factor: f32,
-        /// Scale of cos and sin.
-        attn_factor: f32,
-        /// YaRN's ramp: its first pair.
-        corr_low: f32,
-        /// YaRN's ramp: its last pair.
-        corr_high: f32,
         /// x's offset within its binding.
         x_offset: u32,
         /// The positions' offset within their binding.
         pos_offset: u32,
         /// The positions' stride.
         pos_stride: u32,
-        /// The rope's shape (B, T, H, D).
-        shape: [u32; 4],
-        /// x's strides.
-        x_strides: [u32; 4],
         /// Row length of the written rows (the destination's columns).
         dim: u32,
         /// Destination rows R.
@@ -89,7 +74,7 @@ impl Family for RopeSetRows {
         let round = if self.rope_dtype == DType::F16 { "f16_round(v)" } else { "v" };
         let subs = [("BINDINGS", bindings), ("OUT_C", compute_type(key.out).into()), ("ROUND", round.into())];
         let target = render(TARGET_ROW, &[("IDX", "src2".into())]);
-        render(ROPE_SET_ROWS, &subs) + &rotate((key.ins.len() == 4).then_some("src3")) + &target
+        render(ROPE_SET_ROWS, &subs) + &rotate("rope_value", "src0", (key.ins.len() == 4).then_some("src3")) + &target
     }
 }
 
@@ -101,20 +86,13 @@ pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec
     let (shape, x_strides) = lx.padded4();
     let count = lx.numel();
     let params = RopeSetRowsParams {
+        shape: vec4(shape),
+        x_strides: vec4(x_strides),
+        rope: RopeAngles::of(&rope),
         count: count as u32,
-        n_dims: rope.n_dims as u32,
-        neox: (rope.mode == RopeMode::Neox) as u32,
-        theta_scale: rope.theta_scale(),
-        freq_scale: rope.freq_scale,
-        ext_factor: rope.ext_factor,
-        attn_factor: rope.attn_factor,
-        corr_low: rope.corr_dims[0],
-        corr_high: rope.corr_dims[1],
         x_offset: lx.offset as u32,
         pos_offset: lp.offset as u32,
         pos_stride: lp.strides[0] as u32,
-        shape: vec4(shape),
-        x_strides: vec4(x_strides),
         dim: ld.shape[1] as u32,
         rows: ld.shape[0] as u32,
         n: li.numel() as u32,

@@ -20,6 +20,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (row < 0) {
         return;
     }
-    let v = rope_value(i);
+    let v = rope_value(i, P.shape, P.x_strides, P.x_offset);
     st_out(P.dst_offset + u32(row) * P.dst_row_stride + col, {{OUT_C}}({{ROUND}}));
 }

@@ -57,6 +57,10 @@ impl Target for GpuTarget {
         kernels::matmul::norm_matvec(program, matmul, (x, weight), self)
     }
 
+    fn rope_kv_writes(&self, _program: &Program, bindings: &[NodeId]) -> bool {
+        bindings.len() <= kernels::rope_kv_writes::MAX_BINDINGS
+    }
+
     fn memory_limits(&self) -> MemoryLimits {
         let max = self.max_buffer.min(1 << 40);
         // a tensor may exceed one binding (it is then split), not one buffer
