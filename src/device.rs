@@ -448,9 +448,18 @@ impl Plan {
     }
 
     /// Host time of the last run until its work was submitted (uploads, encoding, submit), in microseconds; on the
-    /// CPU backend the whole run. 0 before the first run, and on wasm.
+    /// CPU backend the whole run. 0 before the first run, and on wasm. From a GPU plan's third run on, the
+    /// encoding is done ahead, after the run before (see [`last_encode_ahead_us`](Self::last_encode_ahead_us)),
+    /// unless the run's grid differs (a run-time length that changes a dispatch's workgroups).
     pub fn last_host_us(&self) -> f64 {
         self.exe.last_host_us()
+    }
+
+    /// Host time the last run spent after submitting its work, encoding the next run's dispatches while the GPU
+    /// works, in microseconds (0 on the CPU backend, and for a GPU plan's first run). wgpu submits a command
+    /// buffer once: this moves its encoding off the path from a run's call to its GPU work.
+    pub fn last_encode_ahead_us(&self) -> f64 {
+        self.exe.last_encode_ahead_us()
     }
 
     /// Dispatches, pipelines and memory of this plan.

@@ -135,7 +135,9 @@ fn two_plans_share_a_weight_and_a_state() {
 
 /// One decode plan over a cache of 2048 positions run at KV lengths that grow and shrink: each run attends to
 /// exactly its L keys (the GPU dispatches only the key splits L reaches; stale partial results of a longer
-/// earlier run must never leak into a shorter one).
+/// earlier run must never leak into a shorter one). A GPU plan encodes its next run's dispatches after each run
+/// from the second on, for the splits of that run's L: a run at another L (1 after 1, then 1500) encodes its
+/// own, one at the same L (300 thrice) uses them.
 #[test]
 fn one_plan_serves_every_kv_length() {
     use webtensor::Attention;
@@ -158,7 +160,7 @@ fn one_plan_serves_every_kv_length() {
                 assert!(kernels.iter().any(|k| k.ends_with("split")), "{device:?}: the keys are split: {kernels:?}");
             }
             let qv: Vec<f32> = (0..h * d).map(|i| (i as f32 * 0.37).sin()).collect();
-            for l in [2000usize, 300, 1, 1500, 257, 2048] {
+            for l in [2000usize, 300, 300, 300, 1, 1, 1500, 1500, 257, 2048] {
                 let out = plan.run_with(&[(q, Value::F32(&qv)), (l_in, Value::I32(&[l as i32]))], &[]).unwrap();
                 let got = out[0].as_ref().unwrap().data.to_f32();
                 let (kd, vd) = (k.data.to_f32(), v.data.to_f32());
@@ -176,6 +178,8 @@ fn one_plan_serves_every_kv_length() {
                     }
                 }
             }
+            let gpu = device.capabilities().backend != webtensor::BackendKind::Cpu;
+            assert_eq!(plan.last_encode_ahead_us() > 0.0, gpu, "{device:?}: the next run encoded ahead");
         }
     }
 }

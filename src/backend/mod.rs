@@ -94,9 +94,14 @@ pub(crate) trait Executable {
     fn stats(&self) -> PlanStats;
     /// The graph inputs the plan reads (live inputs), in declaration order.
     fn input_ids(&self) -> &[NodeId];
-    /// Host time of the last run until its work was submitted (uploads, encoding, submit), in microseconds; the
-    /// CPU backend reports the whole run.
+    /// Host time of the last run until its work was submitted (uploads, encoding unless it was encoded ahead,
+    /// submit), in microseconds; the CPU backend reports the whole run.
     fn last_host_us(&self) -> f64;
+    /// Host time the last run spent after its submit encoding the next run's work ahead, in microseconds (0 where
+    /// it encoded none).
+    fn last_encode_ahead_us(&self) -> f64 {
+        0.0
+    }
 }
 
 /// A device: compiles graphs into executables, and holds resident and state tensors.
