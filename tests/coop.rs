@@ -206,3 +206,54 @@ fn coop_configuration_is_tuned_checked_and_cached() {
     assert_eq!(again, text);
     let _ = std::fs::remove_file(&cache);
 }
+
+/// Block-quantized weights on cooperative matrices (`x @ t(w)`, w [9, 512] of tests/data/quant.gguf): f32
+/// activations of 33 and 70 rows (and f16 ones) staged as f16, each weight value decoded to f16 as it is staged,
+/// within f16 rounding of the f64 reference over gguf-py's decoding; under the precision F32 the tiled kernel, in
+/// f32. Every block type on a hardware adapter; on a software one (each case a pipeline of its own, seconds of
+/// LLVM on lavapipe) the types of the language models people download, at 70 rows, the rest on Q4_1.
+#[test]
+fn block_quantized_weights_run_on_cooperative_matrices() {
+    let devices = coop_devices();
+    let full = devices.iter().all(common::full_on);
+    let choice = configs().next().expect("a 16x16 configuration");
+    let mut cases = Vec::new();
+    let xwt = |g: &mut Graph, x: &[webtensor::Tensor]| {
+        let wt = g.t(x[1])?;
+        g.matmul(x[0], wt)
+    };
+    let common_types = ["q4_0", "q4_1", "q8_0", "q4_k", "q5_k", "q6_k"];
+    for (dtype, bytes, decoded) in common::quant_fixture() {
+        let q4_1 = dtype.name() == "q4_1";
+        if dtype.block_size() == 1 || !(full || common_types.contains(&dtype.name())) {
+            continue;
+        }
+        let w = move || common::inp_raw(dtype, &[9, 512], bytes.clone(), decoded.clone());
+        let all = full || q4_1;
+        let shapes = [(70, F32, true), (33, F32, all), (33, F16, all)];
+        for (m, x, _) in shapes.into_iter().filter(|s| s.2) {
+            let case = Case::new(format!("{dtype}/{m}x512/{x:?}"), vec![inp(x, &[m, 512], 1), w()], xwt, |x| {
+                r::matmul(&x[0], &x[1].transpose(0, 1))
+            });
+            cases.push(case.tol(1e-6).matmul(choice).expect_kernel("matmul_coop"));
+        }
+        if !all {
+            continue;
+        }
+        let f32_prec = Case::new(
+            format!("{dtype}/precision-f32"),
+            vec![inp(F32, &[33, 512], 1), w()],
+            move |g, x| {
+                let y = xwt(g, x)?;
+                g.set_matmul_precision(y, webtensor::MatmulPrecision::F32)?;
+                Ok(y)
+            },
+            |x| r::matmul(&x[0], &x[1].transpose(0, 1)),
+        );
+        cases.push(f32_prec.matmul(choice).expect_kernel("matmul_tiled"));
+    }
+    let (pass, _) = run_suite_on("matmul-coop-quantized", &cases, &devices);
+    if !devices.is_empty() {
+        assert_eq!(pass, cases.len() * devices.len(), "every case ran");
+    }
+}

@@ -103,6 +103,12 @@ fn graphs() -> Vec<(&'static str, Build)> {
         ("matmul f32 64x8192 @ t(w 16384x8192) (a 512 MiB weight)", |g| {
             Ok(vec![matmul(g, F32, 64, 8192, 16384, true)?])
         }),
+        ("prefill projection x f32 512x576 @ t(w q4_1 1536x576)", |g| {
+            let x = g.input("x", F32, &[512, 576])?;
+            let w = g.input("w", DType::Q4_1, &[1536, 576])?;
+            let wt = g.t(w)?;
+            Ok(vec![g.matmul(x, wt)?])
+        }),
     ]
 }
 
@@ -192,6 +198,10 @@ fn key_decisions_per_profile() {
     // a 512 MiB operand is split over lavapipe's 128 MiB bindings, bound whole on the H200
     assert_eq!(kernels("nvidia-h200-vulkan", 8).len(), 1);
     assert!(kernels("lavapipe-vulkan", 8).len() > 1);
+    // a prefill's projection against Q4_1 weights: tensor cores where the adapter has them (the weight decoded to
+    // f16 as it is staged), the tiled kernel elsewhere
+    assert!(first("nvidia-h200-vulkan", 9).starts_with("matmul_coop"), "{}", first("nvidia-h200-vulkan", 9));
+    assert!(first("apple-m1-pro-metal", 9).starts_with("matmul_tiled"), "{}", first("apple-m1-pro-metal", 9));
 }
 
 #[test]

@@ -6,22 +6,7 @@ mod common;
 
 use common::reference::{self as r, Arr};
 use common::{inp, inp_given, inp_raw, run_suite, Case};
-use webtensor::gguf::GgufFile;
 use webtensor::DType::{self, F16, F32, I32};
-
-/// Every block type of the fixture: (dtype, w bytes, w decoded), w [9, 512].
-fn weights() -> Vec<(DType, Vec<u8>, Vec<f64>)> {
-    let f = GgufFile::open(&common::repo_file("tests/data/quant.gguf")).unwrap();
-    ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "bf16", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
-        .into_iter()
-        .map(|name| {
-            let w = f.tensor(&format!("w.{name}")).unwrap();
-            let rf = f.tensor(&format!("ref.{name}")).unwrap();
-            let decoded = f.host_tensor(rf).unwrap().data.to_f64();
-            (w.dtype, f.data(w).as_slice().to_vec(), decoded)
-        })
-        .collect()
-}
 
 /// NMSE allowed where the CPU rounds activations to 8-bit blocks (a block's values to within 1/254 of its largest).
 const Q8_ACTIVATION_NMSE: f64 = 1e-4;
@@ -29,7 +14,7 @@ const Q8_ACTIVATION_NMSE: f64 = 1e-4;
 #[test]
 fn quantized_matmul_get_rows_and_cast() {
     let mut cases = Vec::new();
-    for (dtype, bytes, decoded) in weights() {
+    for (dtype, bytes, decoded) in common::quant_fixture() {
         let mut matmul_cases = Vec::new();
         let w = move || inp_raw(dtype, &[9, 512], bytes.clone(), decoded.clone());
         // x @ t(w): M = 1, 3, 33; a batched x; f16 x; a transposed x; an epilogue
@@ -127,7 +112,7 @@ fn quantized_matvec_reductions() {
         return;
     };
     let mut cases = Vec::new();
-    for (dtype, bytes, decoded) in weights() {
+    for (dtype, bytes, decoded) in common::quant_fixture() {
         for (name, xs) in [("matvec", vec![1usize, 512]), ("matvec-batch", vec![2, 1, 512])] {
             let w = inp_raw(dtype, &[9, 512], bytes.clone(), decoded.clone());
             let case = Case::new(
@@ -189,7 +174,7 @@ fn resident_weights_give_each_row_the_same_bits_at_every_row_count() {
     let device = webtensor::Device::cpu();
     let (k, rows, m_max) = (512, 37, 20);
     let x: Vec<f32> = (0..m_max * k).map(|i| ((i * 7919 + 13) % 2001) as f32 / 1000.0 - 1.0).collect();
-    for (dtype, bytes, decoded) in weights() {
+    for (dtype, bytes, decoded) in common::quant_fixture() {
         // the fixture's 9 rows repeated to 37 (each row its own blocks)
         let row_bytes = bytes.len() / 9;
         let w_bytes: Vec<u8> =
@@ -244,7 +229,7 @@ fn resident_weights_give_each_row_the_same_bits_at_every_row_count() {
 #[test]
 fn gate_and_up_are_one_dual_matmul() {
     let k = 512;
-    for (dtype, bytes, decoded) in weights() {
+    for (dtype, bytes, decoded) in common::quant_fixture() {
         let row_bytes = bytes.len() / 9;
         // 36 rows: the fixture's 9 four times; gate rows 0..18, up rows 18..36
         let w_bytes: Vec<u8> =
@@ -312,7 +297,7 @@ fn gate_and_up_are_one_dual_matmul() {
 fn rms_norm_is_normed_by_the_mat_vec_that_reads_it() {
     let (k, eps) = (512, 1e-5f32);
     let weights: Vec<_> =
-        weights().into_iter().filter(|(d, ..)| matches!(d.name(), "q4_1" | "q8_0" | "q6_k")).collect();
+        common::quant_fixture().into_iter().filter(|(d, ..)| matches!(d.name(), "q4_1" | "q8_0" | "q6_k")).collect();
     assert_eq!(weights.len(), 3);
     let reductions = common::gpu().into_iter().flat_map(|gpu| {
         [true, false].map(|sub| webtensor::testing::device_with_matvec_reduce(gpu.capabilities().backend, sub))

@@ -119,6 +119,21 @@ pub fn inp_map(dtype: DType, shape: &[usize], seed: u64, f: fn(f64) -> f64) -> I
 pub fn inp_given(dtype: DType, shape: &[usize], v: Vec<f64>) -> Input {
     Input { dtype, shape: shape.to_vec(), values: Values::Given(v) }
 }
+/// Every block type of tests/data/quant.gguf (scripts/make_quant_fixtures.py), and bf16: (dtype, the weight's
+/// bytes, its values as gguf-py decodes them), each weight [9, 512].
+pub fn quant_fixture() -> Vec<(DType, Vec<u8>, Vec<f64>)> {
+    let f = webtensor::gguf::GgufFile::open(&repo_file("tests/data/quant.gguf")).unwrap();
+    ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "bf16", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
+        .into_iter()
+        .map(|name| {
+            let w = f.tensor(&format!("w.{name}")).unwrap();
+            let rf = f.tensor(&format!("ref.{name}")).unwrap();
+            let decoded = f.host_tensor(rf).unwrap().data.to_f64();
+            (w.dtype, f.data(w).as_slice().to_vec(), decoded)
+        })
+        .collect()
+}
+
 pub fn inp_raw(dtype: DType, shape: &[usize], bytes: Vec<u8>, decoded: Vec<f64>) -> Input {
     Input { dtype, shape: shape.to_vec(), values: Values::Raw(bytes, decoded) }
 }

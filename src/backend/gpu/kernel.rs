@@ -206,9 +206,11 @@ impl KernelKey {
         KernelKey { kind, out, ins, alias, packed_f16: false }
     }
 
-    /// Whether the variant declares f16 arithmetic (`enable f16;`).
+    /// Whether the variant declares f16 arithmetic (`enable f16;`): f16 tensors not packed, or a kernel that
+    /// computes in f16 whatever its tensors' dtypes (cooperative matrices).
     pub(crate) fn uses_f16(&self) -> bool {
-        !self.packed_f16 && (self.out == DType::F16 || self.ins.contains(&DType::F16))
+        let tensors = self.out == DType::F16 || self.ins.contains(&DType::F16);
+        !self.packed_f16 && (tensors || self.kind.needs_shader_f16())
     }
 }
 

@@ -1,5 +1,6 @@
 //! The cooperative-matrix matmul kernel (`matmul_coop.wgsl`): the per-fragment code of a
-//! [`CoopConfig`] unrolled into the template's tokens. Chosen by lowering for f16 × f16 matmuls on adapters with
+//! [`CoopConfig`] unrolled into the template's tokens. Chosen by lowering for f16 × f16 matmuls (and f32 or f16
+//! activations against block-quantized weights, both staged as f16) on adapters with
 //! wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, an F×F×F f16 → f32 tile shape and a subgroup size of 32; each
 //! configuration is checked against the CPU backend on the device before it is used (`tune.rs`).
 
@@ -9,6 +10,7 @@ use crate::backend::gpu::kernel::{Binding, Family, KernelKey, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
 use crate::backend::gpu::wgsl::template::render;
 use crate::compile::ir::Expr;
+use crate::dtype::DType;
 
 const COOP: &str = include_str!("matmul_coop.wgsl");
 const EMULATION: &str = include_str!("matmul_coop_emulation.wgsl");
@@ -115,8 +117,10 @@ fn fragments(cfg: CoopConfig, a_kcontig: bool, b_ncontig: bool, emulated: bool) 
 
 /// Staging of A and B in three pieces: the global load into registers for the K step starting at `kf` (zero
 /// outside the operand), and the stores from registers into workgroup memory; each computes the index of vec4 `e`
-/// of a block (`outer` row, `q` column of the staged layout).
-fn staging(a_kcontig: bool, b_ncontig: bool) -> (String, String, String) {
+/// of a block (`outer` row, `q` column of the staged layout). An operand that is not f16 (`dtypes`: A's and B's)
+/// is loaded as f32 and rounded to f16: f32 activations, and a block-quantized weight's four values of one block
+/// (K contiguous: a vec4 from a multiple of 4 lies within a block).
+fn staging(a_kcontig: bool, b_ncontig: bool, dtypes: [DType; 2]) -> (String, String, String) {
     let index = |outer: &str, outer_len: &str, indent: usize| {
         format!("let {outer} = e / ({outer_len} / 4u);\n{i}let q = (e % ({outer_len} / 4u)) * 4u;", i = ind(indent))
     };
@@ -130,15 +134,16 @@ fn staging(a_kcontig: bool, b_ncontig: bool) -> (String, String, String) {
     } else {
         ("n", "BK", "col0 + n < N && kf + q < K", "b_base + (col0 + n) * sb.w + kf + q")
     };
-    let fetch_one = |reg: &str, loads: &str, outer: &str, len: &str, cond: &str, at: &str, x: &str| {
+    let fetch_one = |reg: &str, loads: &str, outer: &str, len: &str, cond: &str, at: &str, x: &str, d: DType| {
         let (i, j, idx) = (ind(12), ind(16), index(outer, len, 16));
+        let load = if d == DType::F16 { format!("ld4h_{x}_in({at})") } else { format!("vec4<f16>(ld4_{x}_in({at}))") };
         format!(
             "{i}for (var l = 0u; l < {loads}; l = l + 1u) {{\n{j}let e = lid + l * INV;\n{j}{idx}\n{j}{reg}[l] = \
-             vec4<f16>();\n{j}if ({cond}) {{\n{j}    {reg}[l] = ld4h_{x}_in({at});\n{j}}}\n{i}}}\n"
+             vec4<f16>();\n{j}if ({cond}) {{\n{j}    {reg}[l] = {load};\n{j}}}\n{i}}}\n"
         )
     };
-    let fetch = fetch_one("ra", "A_LOADS", a_outer, a_len, a_cond, a_at, "a")
-        + &fetch_one("rb", "B_LOADS", b_outer, b_len, b_cond, b_at, "b");
+    let fetch = fetch_one("ra", "A_LOADS", a_outer, a_len, a_cond, a_at, "a", dtypes[0])
+        + &fetch_one("rb", "B_LOADS", b_outer, b_len, b_cond, b_at, "b", dtypes[1]);
     let put_a = format!("{i}{}\n{i}put_a({a_outer} * SA + q, ra[l]);", index(a_outer, a_len, 12), i = ind(12));
     let put_b = format!("{i}{}\n{i}put_b({b_outer} * SB + q, rb[l]);", index(b_outer, b_len, 12), i = ind(12));
     (fetch, put_a, put_b)
@@ -150,7 +155,7 @@ fn wgsl(v: &MatMulCoop, key: &KernelKey, bindings: String) -> String {
     let (sa, sb) = cfg.strides(a_kcontig, b_ncontig);
     let f = cfg.frag;
     let (acc, mma, store) = fragments(cfg, a_kcontig, b_ncontig, emulated);
-    let (fetch, put_a, put_b) = staging(a_kcontig, b_ncontig);
+    let (fetch, put_a, put_b) = staging(a_kcontig, b_ncontig, [key.ins[0], key.ins[1]]);
     let a_shared = if a_kcontig { cfg.bm() * sa } else { cfg.bk * sa };
     let b_shared = if b_ncontig { cfg.bk * sb } else { cfg.bn() * sb };
     let (subgroup_args, subgroup_lets, emulation) = if emulated {

@@ -1,7 +1,8 @@
 // matmul_coop.wgsl — C[b, m, n] = epilogue(sum_k A[b, m, k] * B[b, k, n]) on cooperative matrices (tensor cores,
-// wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX): f16 A and B, f32 accumulation in F x F x F fragments, C in its own dtype.
-// Bindings: 0 P (MatmulParams), 1 C (out, scalar), 2 A, 3 B (vec4<f16> elements), 4.. epilogue operands (as in
-// matmul.wgsl).
+// wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX): A and B staged as f16, f32 accumulation in F x F x F fragments, C in its
+// own dtype.
+// Bindings: 0 P (MatmulParams), 1 C (out, scalar), 2 A, 3 B (vec4 elements: f16; or A f32 and B a block-quantized
+// weight with K contiguous, rounded to f16 as they are fetched), 4.. epilogue operands (as in matmul.wgsl).
 // Preconditions (src/backend/gpu/kernels/matmul/mod.rs): those of matmul_tiled.wgsl, a subgroup size of 32 and the
 // F x F x F f16 -> f32 cooperative-matrix shape on the adapter.
 // Tile: a workgroup of WM x WN subgroups computes BM = WM*SM*F rows by BN = WN*SN*F columns; each subgroup owns

@@ -4,8 +4,8 @@
 //!
 //! The tiled kernel (`matmul_tiled.wgsl`) needs each operand's contiguous axis to have stride 1 and a length that
 //! is a multiple of 4, with every other stride and offset a multiple of 4; the mat-vec kernel needs a one-row A
-//! with contiguous K; the cooperative-matrix kernel needs the tiled kernel's conditions, f16 A and B, and an
-//! adapter with cooperative matrices. Everything else takes the generic strided kernel, which handles any layout.
+//! with contiguous K; the cooperative-matrix kernel needs the tiled kernel's conditions, f16 A and B (or a
+//! block-quantized B, see `coop_operands`), and an adapter with cooperative matrices. Everything else takes the generic strided kernel, which handles any layout.
 
 mod common;
 mod coop;
@@ -21,7 +21,7 @@ use crate::compile::ir::{ElemOp, Expr, NormIn, Program, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
-use crate::ops::{BinaryOp, GluOp, UnaryOp};
+use crate::ops::{BinaryOp, GluOp, MatmulPrecision, UnaryOp};
 pub(crate) use common::MatmulParams;
 pub(crate) use coop::MatMulCoop;
 pub(crate) use generic::MatMul;
@@ -81,12 +81,13 @@ fn groups(s: &MatmulShape, g: u64, what: &str, max_groups: u32) -> Result<u32> {
 
 /// The kernel and its workgroup grid for a matmul of `shape`. `epi` is a fused epilogue; when `scalar_only` (an
 /// epilogue operand shares memory with A or B, so one scalar binding must serve both), the generic kernel is
-/// used. `f16_operands`: A and B are both f16 (a cooperative-matrix candidate).
+/// used. `coop_operands`: A and B are both f16, or B is block-quantized and A may be rounded to f16 (see
+/// [`coop_operands`]): a cooperative-matrix candidate.
 pub(crate) fn choose(
     s: &MatmulShape,
     (epi, dual, norm): (Option<Expr>, bool, Option<MatVecNorm>),
     scalar_only: bool,
-    f16_operands: bool,
+    coop_operands: bool,
     t: &GpuTarget,
 ) -> Result<(KernelKind, [u32; 3])> {
     let MatmulKernels { tiled: choice, coop, .. } = t.matmul;
@@ -113,7 +114,7 @@ pub(crate) fn choose(
         return Err(Error::Unsupported { op: "matmul".into(), backend: "GPU".into(), reason });
     }
     if let (Some(cfg), Some(a_kcontig), Some(b_ncontig)) = (coop, a, b) {
-        if f16_operands && t.coop_frag == Some(cfg.frag) && cfg.shared_bytes() <= t.max_shared {
+        if coop_operands && t.coop_frag == Some(cfg.frag) && cfg.shared_bytes() <= t.max_shared {
             let gx = groups(s, s.n.div_ceil(cfg.bn() as usize) as u64, "N / tile", t.max_groups)?;
             let gy = groups(s, s.m.div_ceil(cfg.bm() as usize) as u64, "M / tile", t.max_groups)?;
             let emulated = t.coop_emulated;
@@ -182,8 +183,17 @@ fn one_matvec_a_row(s: &mut MatmulShape, p: &mut MatmulParams) -> usize {
 /// Lowers matmul steps (`a @ b`, optionally with a fused epilogue over extra operands) to dispatches: one, or
 /// one per group of batches when there are more than a dispatch's z may count.
 pub(crate) fn lower(program: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
-    let Step::MatMul { a, b, b2, epilogue, norm, .. } = &program.nodes[id].step else { return None };
-    Some(lower_matmul(program, id, (*a, *b, *b2), (epilogue.as_ref(), norm.as_ref()), t))
+    let Step::MatMul { a, b, b2, epilogue, norm, prec } = &program.nodes[id].step else { return None };
+    Some(lower_matmul(program, id, (*a, *b, *b2), (epilogue.as_ref(), norm.as_ref()), *prec, t))
+}
+
+/// Whether `a @ b` may run on cooperative matrices (f16 operands, f32 accumulation): A and B f16; or B in a
+/// block-quantized format (a language model's weight, decoded to f16 as it is staged) and A f32 or f16 rounded
+/// to f16 on load, unless the matmul's precision is `F32` — llama.cpp's f16 tensor-core path for quantized
+/// weights. bf16 weights (whose range f16 lacks) keep the tiled kernel.
+fn coop_operands(a: DType, b: DType, prec: MatmulPrecision) -> bool {
+    let blocks = b.block_size() > 1;
+    (a == DType::F16 && b == DType::F16) || (blocks && a.is_float() && prec == MatmulPrecision::Default)
 }
 
 /// Whether node `n`'s storage fits one binding of the target.
@@ -256,6 +266,7 @@ fn lower_matmul(
     id: NodeId,
     (a, b, b2): (NodeId, NodeId, Option<NodeId>),
     (epilogue, norm): (Option<&(Expr, Vec<NodeId>)>, Option<&NormIn>),
+    prec: MatmulPrecision,
     t: &GpuTarget,
 ) -> Result<Vec<Dispatch>> {
     let nodes = &program.nodes;
@@ -328,8 +339,8 @@ fn lower_matmul(
     let b_storage = &nodes[nodes[b].storage];
     let b_bytes = b_storage.dtype.bytes_of(b_storage.layout.numel());
     let batches = if rows_as_batch(&ms, b_bytes, scalar_only, t) { one_matvec_a_row(&mut ms, &mut p) } else { batches };
-    let f16_operands = nodes[a].dtype == DType::F16 && nodes[b].dtype == DType::F16;
-    let (kind, workgroups) = choose(&ms, (epi, b2.is_some(), norm), scalar_only, f16_operands, t)?;
+    let coop = b2.is_none() && coop_operands(nodes[a].dtype, nodes[b].dtype, prec);
+    let (kind, workgroups) = choose(&ms, (epi, b2.is_some(), norm), scalar_only, coop, t)?;
     let key = KernelKey::new(kind, nodes[id].dtype, ins);
     let per = workgroups[2] as usize;
     let groups = (0..batches).step_by(per.max(1)).map(|b0| {
@@ -395,6 +406,12 @@ fn storage_format_variants(keys: &mut Vec<KernelKey>) {
             for cfg in TILE_CONFIGS {
                 for (a_kcontig, out_vec4) in [(true, true), (false, false)] {
                     add(KernelKind::new(MatMulTiled { cfg, a_kcontig, b_ncontig: false, out_vec4, epi: None }));
+                }
+            }
+            // block-quantized weights on cooperative matrices, decoded to f16 as they are staged
+            for cfg in COOP_CONFIGS.into_iter().filter(|_| q.block_size() > 1) {
+                for (a_kcontig, emulated) in [(true, false), (true, true), (false, false), (false, true)] {
+                    add(KernelKind::new(MatMulCoop { cfg, a_kcontig, b_ncontig: false, epi: None, emulated }));
                 }
             }
             // a gated feed-forward's gate and up in one dual mat-vec: swiglu(acc2, acc)
