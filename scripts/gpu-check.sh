@@ -27,7 +27,7 @@ ROOT=$PWD
 BUNDLE=${GPU_CHECK_BUNDLE:-$ROOT/gpu-bundle}
 LIMIT_MIB=60
 # the test binaries that exercise a GPU adapter (the others need none and run in CI)
-GPU_TESTS="ops matmul quant coop fusion numerics runtime limits shapes api faults profiles"
+GPU_TESTS="ops matmul quant coop fusion rope numerics runtime limits shapes api faults profiles"
 say() { echo "gpu-check: $*" >&2; }
 
 # ---- --prepare ------------------------------------------------------------------------------------------------

@@ -240,3 +240,35 @@ fn inspect_names_the_architecture() {
         assert!(line.contains("supported by generate, chat and serve") && line.contains(" layers, width "), "{line}");
     }
 }
+
+/// Each architecture's prefill and decode as real GPUs' adapters plan them (the recorded NVIDIA H200 and Apple
+/// M1 Pro profiles: subgroup mat-vecs, shader-f16, their limits), carried out on lavapipe: the logits within 1e-5
+/// of the f64 reference (f32 KV caches), and a llama-family decode step in 6 dispatches a layer (Q/K/V normed in one mat-vec;
+/// the queries' rope and both KV-cache writes in one dispatch; attention, with its combine a 7th where the keys
+/// are split; the output projection with the residual; gate and up normed in one dual mat-vec; down with the
+/// residual), 4 more for the embedding and the head.
+#[test]
+fn decode_steps_as_real_gpus_plan_them() {
+    let (Some(_), Some(gpu)) = (cases(), common::gpu()) else { return };
+    for profile in ["nvidia-h200-vulkan", "apple-m1-pro-metal"] {
+        let json = std::fs::read_to_string(common::repo_file(&format!("tests/data/profiles/{profile}.json"))).unwrap();
+        let caps = webtensor::Capabilities::from_json(&json).unwrap();
+        let kind = gpu.capabilities().backend;
+        let device = webtensor::testing::device_with_profile(kind, &caps, false, (128, 8)).unwrap();
+        for case in ["llama", "llama3", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"] {
+            let err = worst_error(case, &device, true, 4);
+            println!("{case} under {profile}: relative error {err:.2e}");
+            assert!(err <= 1e-5, "{case} under {profile}: {err:.2e}");
+            if ["llama", "llama3", "qwen2", "phi3"].contains(&case) {
+                let mut m = load(case, &device, false, 4);
+                m.logits(&[3]).unwrap();
+                let (_, decode) = &m.plan_stats()[0];
+                let layers = decode.kernels.iter().filter(|k| *k == "rope+kv_writes").count();
+                assert!(layers > 0, "{case} under {profile}: {:?}", decode.kernels);
+                let combines = decode.kernels.iter().filter(|k| k.ends_with("split")).count();
+                let want = 6 * layers + combines + 4;
+                assert_eq!(decode.dispatches, want, "{case} under {profile}: {:?}", decode.kernels);
+            }
+        }
+    }
+}
