@@ -395,8 +395,7 @@ fn kv_writes_after(p: &Program, i: usize) -> Option<([usize; 3], [NodeId; 3], St
     if [kx, vx, idx].into_iter().any(|n| p.is_state(st(n)) || st(n) == q) {
         return None;
     }
-    let write = |j: usize, dst: NodeId, src: NodeId| RowsWrite { node: p.steps[j], dst, src };
-    let (k, v) = (write(jk, kd, kx), write(jv, vd, vx));
+    let (k, v) = (RowsWrite { dst: kd, src: kx }, RowsWrite { dst: vd, src: vx });
     Some(([i, jk, jv], [q, sk, sv], Step::RopeKvWrites { x, pos, factors, rope, idx, k, k_rope_dtype: rope_dtype, v }))
 }
 
@@ -416,6 +415,7 @@ fn placement(p: &Program, at: &[Option<usize>], moved: [usize; 3], written: [Nod
     };
     moved.into_iter().filter(|&place| fits(place)).max()
 }
+
 /// The distinct storage nodes a [`Step::RopeKvWrites`] on `q` binds: its output, then its operands'.
 fn binding_storages(p: &Program, q: NodeId, step: &Step) -> Vec<NodeId> {
     let mut out = vec![q];

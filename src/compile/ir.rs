@@ -135,11 +135,10 @@ pub(crate) enum Step {
     },
 }
 
-/// One write moved into [`Step::RopeKvWrites`]: rows of `src` into the state `dst` (`[R, C]`).
+/// One write moved into [`Step::RopeKvWrites`]: rows of `src` into the state `dst` (`[R, C]`). The write's own
+/// node stays in the program, unscheduled (its storage is `dst`'s).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct RowsWrite {
-    /// The node of the write the step took over (unscheduled now; its storage is `dst`'s).
-    pub node: NodeId,
     pub dst: NodeId,
     pub src: NodeId,
 }
