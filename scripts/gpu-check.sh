@@ -12,14 +12,18 @@
 #                                    # CUDA, so that the script cannot rot (CI runs --prepare, then this)
 #
 # GPU_CHECK_BINARY=PATH makes --prepare take that webtensor binary instead of building the release one;
-# GPU_CHECK_BUNDLE=DIR and OUT=DIR move the bundle and the output.
+# GPU_CHECK_BUNDLE=DIR and OUT=DIR move the bundle and the output; GPU_CHECK_BUDGET_S (420) is how long after the
+# start llama.cpp's build may run (in the background, niced, without its CUDA flash-attention kernels) before it
+# is stopped and llama-bench left out; GPU_CHECK_STEP_TIMEOUT_S (300) bounds each step's command.
 #
 # What the run does: sets up the Vulkan loader (unpacked from the bundle where the system has none) and NVIDIA's
 # ICD; starts building llama.cpp with CUDA in the background (cmake, ninja and nvcc there); runs every GPU test
 # binary with REQUIRE_GPU=1; rebuilds SmolLM2-135M (GGUF, Q4_1) and all-MiniLM-L6-v2 (safetensors) with random
 # weights in their real layouts (scripts/gpu_models.py) and checks the GPU against the CPU backend on them
 # (greedy token ids equal, embedding cosines); runs `webtensor info`, `demo --stats`, `bench matmul --vs torch`,
-# `bench generate` with llama-bench (CUDA) beside it, and `bench embed` with sentence-transformers on CUDA.
+# `bench generate` (with the decode step's cost at KV lengths 16 and 2048) with llama-bench (CUDA) and Hugging Face
+# transformers' prefill (scripts/peer_transformers.py) beside it, and `bench embed` with sentence-transformers on
+# CUDA. `bench matmul` times block-quantized weights too (Q4_1, Q8_0, Q4_K, Q6_K: decode mat-vecs, pp512 matmuls).
 # Each step's output is in $OUT/logs/; the report says what each step printed that matters, and its duration.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -114,6 +118,10 @@ LOGS=$OUT/logs
 REPORT=$OUT/gpu-check-report.md
 QUICK=0
 START=$SECONDS
+# seconds after the start by which llama.cpp's build must be done (else it is stopped and llama-bench left out)
+BUDGET_S=${GPU_CHECK_BUDGET_S:-420}
+# seconds a step's command may run (a test binary, a bench) before it is stopped and its step marked failed
+STEP_TIMEOUT_S=${GPU_CHECK_STEP_TIMEOUT_S:-300}
 
 # appends to the report
 rep() { printf '%s\n' "$*" >> "$REPORT"; }
@@ -123,8 +131,13 @@ step() {
     local name=$1; shift
     local t0=$SECONDS rc
     say "$name: $*"
-    "$@" > "$LOGS/$name.log" 2>&1
+    if declare -F "$1" >/dev/null; then
+        "$@" > "$LOGS/$name.log" 2>&1
+    else # a command that hangs costs its step, not the run (whose report comes at the end)
+        timeout -k 10 "$STEP_TIMEOUT_S" "$@" > "$LOGS/$name.log" 2>&1
+    fi
     rc=$?
+    [ $rc -eq 124 ] && echo "gpu-check: stopped after GPU_CHECK_STEP_TIMEOUT_S=$STEP_TIMEOUT_S s" >> "$LOGS/$name.log"
     STEPS+=("| $name | $([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)") | $((SECONDS - t0)) s |")
     [ $rc -eq 0 ] || say "$name failed (exit $rc): $LOGS/$name.log"
     return $rc
@@ -161,9 +174,9 @@ build_llama() {
     mkdir -p "$OUT/llama" && tar -xJf "$BUNDLE/llama.cpp.tar.xz" -C "$OUT/llama"
     local gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
     cmake -S "$OUT/llama/llama.cpp" -B "$OUT/llama/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=native -DGGML_NATIVE=ON -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DCMAKE_CUDA_ARCHITECTURES=native -DGGML_NATIVE=ON -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-        -DLLAMA_BUILD_TOOLS=ON && cmake --build "$OUT/llama/build" --target llama-bench -j "$(nproc)"
+        -DLLAMA_BUILD_TOOLS=ON && nice -n 19 cmake --build "$OUT/llama/build" --target llama-bench -j "$(nproc)"
 }
 
 run_tests() {
@@ -221,7 +234,9 @@ run() {
     STEPS=(); TESTS=()
     local llama_pid=""
     if [ $QUICK = 0 ]; then
-        build_llama > "$LOGS/llama-build.log" 2>&1 &
+        # a process group of its own, so that a build still running at the deadline can be stopped whole
+        export -f build_llama && export OUT BUNDLE
+        setsid bash -c build_llama > "$LOGS/llama-build.log" 2>&1 &
         llama_pid=$!
     fi
     step info "$WT" info
@@ -230,14 +245,24 @@ run() {
     step demo "$WT" demo --backend "$GPU_BACKEND" --stats $([ $QUICK = 1 ] && echo "--n 256")
     run_tests
     step models model_checks
-    local sizes=1024,2048,4096,8192 dtype=all vs=torch matvec=--matvec
-    [ $QUICK = 1 ] && sizes=128 dtype=f32 vs=numpy matvec=
-    step bench-matmul "$WT" bench matmul --vs $vs --sizes $sizes --dtype $dtype $matvec --repeats 3 --cpu-max 0 \
-        --backend "$GPU_BACKEND" --out "$OUT/bench-matmul"
-    local gen_args=(--prompt-tokens 512 --gen-tokens 128 --repeats 3)
-    [ $QUICK = 1 ] && gen_args=(--prompt-tokens 8 --gen-tokens 4 --repeats 1)
+    # block-quantized weights: decode mat-vecs (GB/s against the copy bandwidth) and pp512 projections (against
+    # cuBLAS f16 on the same shape)
+    local sizes=1024,2048,4096,8192 dtype=all vs=torch matvec=(--matvec --quant q4_1,q8_0,q4_k,q6_k)
+    [ $QUICK = 1 ] && sizes=128 dtype=f32 vs=numpy matvec=(--quant q4_1 --matvec-size 256 --prefill-size 256)
+    step bench-matmul "$WT" bench matmul --vs $vs --sizes $sizes --dtype $dtype "${matvec[@]}" --repeats 3 \
+        --cpu-max 0 --backend "$GPU_BACKEND" --out "$OUT/bench-matmul"
+    local gen_args=(--prompt-tokens 512 --gen-tokens 128 --repeats 3 --decode-at 16,2048)
+    [ $QUICK = 1 ] && gen_args=(--prompt-tokens 8 --gen-tokens 4 --repeats 1 --decode-at 16,64)
     step bench-generate "$WT" bench generate --model "$OUT/models/smollm2-random.Q4_1.gguf" --backend "$GPU_BACKEND" \
         --python none "${gen_args[@]}"
+    # what fusion gains on this GPU: the same model compiled one dispatch per op (one round)
+    local unfused=(--prompt-tokens 512 --gen-tokens 128 --repeats 1 --decode-at 16)
+    [ $QUICK = 1 ] && unfused=(--prompt-tokens 8 --gen-tokens 4 --repeats 1 --decode-at 16)
+    step bench-generate-unfused "$WT" bench generate --model "$OUT/models/smollm2-random.Q4_1.gguf" \
+        --backend "$GPU_BACKEND" --python none --no-fusion "${unfused[@]}"
+    # the prefill peer: transformers on CUDA, the same shape (absent without torch and CUDA, as in the quick run)
+    step peer-transformers python3 "$ROOT/scripts/peer_transformers.py" --model "$OUT/models/smollm2-random.Q4_1.gguf" \
+        --prompt-tokens "${gen_args[1]}"
     local embed_args=(--sentences 256 --repeats 3)
     [ $QUICK = 1 ] && embed_args=(--sentences 8 --repeats 1)
     step bench-embed "$WT" bench embed --model "$OUT/models/minilm" --backend "$GPU_BACKEND" "${embed_args[@]}"
@@ -248,12 +273,21 @@ run() {
             --model "$OUT/models/smollm2-random.Q4_1.gguf" --embedding-model "$OUT/models/minilm"
     fi
     if [ -n "$llama_pid" ]; then
-        # no bare `wait`: only this job
-        wait "$llama_pid"; local rc=$?
-        STEPS+=("| llama-build | $([ $rc -eq 0 ] && echo ok || echo "not built (exit $rc, logs/llama-build.log)") | |")
+        # the build has until BUDGET_S after the start: a lent machine's time is short, and the report is worth
+        # more than the peer (no bare `wait`: only this job)
+        local deadline=$((START + BUDGET_S)) rc
+        while kill -0 "$llama_pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 2; done
+        if kill -0 "$llama_pid" 2>/dev/null; then
+            kill -- -"$llama_pid" 2>/dev/null; wait "$llama_pid"
+            rc=124 && say "llama.cpp's build still ran ${BUDGET_S} s after the start: stopped"
+        else
+            wait "$llama_pid"; rc=$?
+        fi
+        STEPS+=("| llama-build | $([ $rc -eq 0 ] && echo ok || echo "not built (exit $rc$([ $rc -eq 124 ] && echo ": over GPU_CHECK_BUDGET_S=$BUDGET_S"), logs/llama-build.log)") | $((SECONDS - START)) s since the start |")
         local lb=$OUT/llama/build/bin/llama-bench
         if [ $rc -eq 0 ] && [ -x "$lb" ]; then
-            step llama-bench "$lb" -m "$OUT/models/smollm2-random.Q4_1.gguf" -p 512 -n 128 -ngl 99 -r 3 -o md
+            # -d 0,2048: pp512 and tg128 with the KV cache empty and holding 2048 tokens
+            step llama-bench "$lb" -m "$OUT/models/smollm2-random.Q4_1.gguf" -p 512 -n 128 -d 0,2048 -ngl 99 -r 3 -o md
         fi
     fi
     write_report
@@ -278,9 +312,15 @@ write_report() {
         echo; echo "## demo"; echo; echo '```'; grep -vE '^\[(INFO|WARN|ERROR|DEBUG)|^$' "$LOGS/demo.log" | tail -n 22; echo '```'
         echo; echo "## bench matmul"; echo
         [ -f "$OUT/bench-matmul/matmul.md" ] && sed -n '/^### /,$p' "$OUT/bench-matmul/matmul.md" | grep -v '^Method'
-        echo; echo "## bench generate (webtensor; llama-bench with CUDA below)"; echo
+        echo; echo "## bench generate (webtensor; llama-bench with CUDA and transformers below)"; echo
         sed -n '/^| library/,/^$/p' "$LOGS/bench-generate.log"
-        [ -f "$LOGS/llama-bench.log" ] && grep -E '^\|' "$LOGS/llama-bench.log"
+        grep -E "^(webtensor's decode step|its host time)" "$LOGS/bench-generate.log" | sed 's/^/- /'
+        echo; echo "Unfused (--no-fusion, one round):"; echo
+        grep -E '^\| (library|---|webtensor, unfused)' "$LOGS/bench-generate-unfused.log"
+        grep -E "^webtensor's decode step: " "$LOGS/bench-generate-unfused.log" | sed 's/^/- /'
+        echo; echo "| prefill peer, the same shape | pp tokens/s |"; echo "|---|---|"
+        grep -E '^\|' "$LOGS/peer-transformers.log"
+        [ -f "$LOGS/llama-bench.log" ] && { echo; grep -E '^\|' "$LOGS/llama-bench.log"; }
         echo; echo "## bench embed"; echo
         sed -n '/^| library/,/^$/p' "$LOGS/bench-embed.log"
         if [ -f "$LOGS/bench-serve.log" ]; then
@@ -297,5 +337,5 @@ case "${1:-}" in
     --prepare) prepare ;;
     --ci) QUICK=1; run ;;
     "") run ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    *) sed -n '2,27p' "$0"; exit 2 ;;
 esac

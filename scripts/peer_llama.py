@@ -4,7 +4,8 @@ context; tg = one token per decode call, fixed pseudo-random tokens, no sampling
 as {"absent": why}, never an error.
 
 Requests: {"cmd": "load", "path", "n_ctx", "threads", "batch"} · {"cmd": "pp", "tokens"} · {"cmd": "tg",
-"tokens"} · {"cmd": "rss"} (peak resident set in KiB).
+"tokens"} · {"cmd": "depth", "tokens", "length", "steps"} (the cache filled with the first `length` tokens, then
+`steps` decode calls timed one by one: {"ms": [each call's]}) · {"cmd": "rss"} (peak resident set in KiB).
 """
 import json
 import sys
@@ -54,6 +55,18 @@ def main():
             for tok in toks[1:]:
                 llm.eval([tok])
             reply({"ms": (time.perf_counter() - t) * 1e3})
+        elif cmd == "depth":
+            llm.reset()
+            llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None
+            toks, n = req["tokens"], req["length"]
+            if n > 0:
+                llm.eval(toks[:n])
+            ms = []
+            for tok in toks[n:n + req["steps"]]:
+                t = time.perf_counter()
+                llm.eval([tok])
+                ms.append((time.perf_counter() - t) * 1e3)
+            reply({"ms": ms})
         elif cmd == "rss":
             reply({"kib": peak_rss_kib()})
         else:

@@ -396,3 +396,48 @@ fn generate_json_with_smollm2() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.lines().last().unwrap().contains("the context holds 64"), "{stderr}");
 }
+
+// ---- bench --------------------------------------------------------------------------------------------------
+
+/// `bench matmul --quant` on the CPU backend: a mat-vec row (GB/s of the blocks) and a prefill row (GFLOP/s) per
+/// block type, each a figure (the bench fails a workload whose chain of products overflows, so the calibrated
+/// scales are checked too); a type that is not block-quantized is one error line.
+#[test]
+fn bench_matmul_times_block_quantized_weights() {
+    let dir = scratch("bench-quant");
+    let out = dir.join("out").to_str().unwrap().to_string();
+    let args = ["bench", "matmul", "--vs", "none", "--sizes", "64", "--backend", "cpu", "--repeats", "1"];
+    let quant = ["--quant", "q4_1,q8_0,q4_k,q6_k", "--matvec-size", "256", "--prefill-size", "256", "--out", &out];
+    let stdout = assert_success(&webtensor(&dir, &[&args[..], &quant].concat()));
+    let table = |title: &str| {
+        let start = stdout.find(title).unwrap_or_else(|| panic!("no table {title:?}:\n{stdout}"));
+        stdout[start..].split("\n\n").nth(1).unwrap().to_string()
+    };
+    let (matvec, prefill) = (table("### mat-vec, block-quantized"), table("### prefill matmul, block-quantized"));
+    for t in ["q4_1", "q8_0", "q4_k", "q6_k"] {
+        let row = |table: &str| table.lines().find(|l| l.starts_with(&format!("| {t}, 256 |"))).map(str::to_string);
+        let mv = row(&matvec).unwrap_or_else(|| panic!("no {t} mat-vec row:\n{matvec}"));
+        assert!(mv.contains("GB/s") && !mv.contains("failed"), "{mv}");
+        let pf = row(&prefill).unwrap_or_else(|| panic!("no {t} prefill row:\n{prefill}"));
+        assert!(pf.contains("GFLOP/s") && !pf.contains("GB/s") && !pf.contains("failed"), "{pf}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("out/matmul.json")).unwrap()).unwrap();
+    assert!(json.to_string().contains("\"w_dtype\":\"q6_k\""), "{json}");
+    let bad = webtensor(&dir, &[&args[..], &["--quant", "f16"]].concat());
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("not a block-quantized type"), "{}", text(&bad.stderr));
+}
+
+/// `bench generate` on SmolLM2 (when installed) with the decode step timed at two KV lengths.
+#[test]
+fn bench_generate_times_decode_by_kv_length() {
+    let Some(path) = common::smollm2_path() else { return };
+    let dir = scratch("bench-generate");
+    let args = ["bench", "generate", "--model", &path, "--backend", "cpu", "--python", "none"];
+    let small = ["--prompt-tokens", "8", "--gen-tokens", "4", "--repeats", "1", "--decode-at", "16,64"];
+    let stdout = assert_success(&webtensor(&dir, &[&args[..], &small].concat()));
+    let line = stdout.lines().find(|l| l.contains("decode step by KV length")).expect("a KV length line");
+    assert!(line.contains("L = 16: ") && line.contains("L = 64: ") && line.contains("x L = 16)"), "{line}");
+    assert!(stdout.contains("| webtensor | ") && stdout.contains("dispatches"), "{stdout}");
+}

@@ -84,6 +84,15 @@ pub struct MatmulArgs {
     /// K = N of the mat-vec [default: 8192; 4096 on software adapters such as lavapipe].
     #[arg(long, value_parser = clap::value_parser!(u32).range(4..=65536))]
     matvec_size: Option<u32>,
+    /// Block-quantized weight types (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k), each timed as
+    /// a decode step's mat-vec x f32 [1, K] · t(W [K, K]) (K as --matvec-size; GB/s of the blocks, beside the
+    /// copy bandwidth) and as a prefill projection x f32 [512, K] · t(W [K, K]) (K as --prefill-size) beside
+    /// torch f16 on the same shape (cuBLAS on the weights dequantized).
+    #[arg(long, value_delimiter = ',', value_parser = quant_type)]
+    quant: Vec<DType>,
+    /// K = N of --quant's prefill projections [default: 4096; 1024 on software adapters such as lavapipe].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(256..=65536))]
+    prefill_size: Option<u32>,
     /// Timed samples per library and workload, after one warm-up; medians are reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeats: u32,
@@ -96,6 +105,17 @@ pub struct MatmulArgs {
     /// Python interpreter that runs the peers.
     #[arg(long, default_value = "python3")]
     python: String,
+}
+
+/// Rows of the quantized prefill projection ([`Work::QuantMatMul`]), llama-bench's pp512.
+const PREFILL_ROWS: usize = 512;
+
+/// A `--quant` value: a block-quantized type by its GGUF name.
+fn quant_type(s: &str) -> Result<DType, String> {
+    let blocks = || DType::ALL.into_iter().filter(|d| d.block_size() > 1);
+    blocks().find(|d| d.name().eq_ignore_ascii_case(s)).ok_or_else(|| {
+        format!("not a block-quantized type; one of {}", blocks().map(DType::name).collect::<Vec<_>>().join(", "))
+    })
 }
 
 /// Least extra time of the chained plan over the one-op plan (see [`Ours::new`]).
@@ -190,8 +210,15 @@ impl Ours {
         }
         let inner = ((SAMPLE_SECONDS / t1.max(1e-7)).ceil() as usize).clamp(1, 1000);
         let mut ours = Ours { one, chain, q, inner, one_s: vec![], chain_s: vec![] };
-        if q != PROBE_Q {
-            run_once(&mut ours.chain, data)?;
+        // the chain's warm-up run: its output stays finite, or the data were not scaled to keep it bounded (an
+        // overflow to inf and NaN would time other arithmetic than a model's)
+        let inputs: Vec<(Tensor, &HostTensor)> = ours.chain.inputs.iter().copied().zip(data).collect();
+        let out = ours.chain.plan.run(&inputs)?;
+        if out.iter().any(|t| t.data.to_f32().iter().any(|v| !v.is_finite())) {
+            return Err(webtensor::Error::InvalidArgument {
+                op: "bench",
+                reason: format!("the chain of {} ops overflowed: its output is not finite", 1 + q),
+            });
         }
         Ok(ours)
     }
@@ -269,14 +296,18 @@ fn matmul(args: &MatmulArgs) -> Result<(), CliError> {
     for &dtype in dtypes {
         works.extend(args.sizes.iter().map(|&n| Work::MatMul { n: n as usize, dtype }));
     }
+    let k = args.matvec_size.map_or(if software { 4096 } else { 8192 }, |k| k as usize);
     if args.matvec {
-        let k = args.matvec_size.map_or(if software { 4096 } else { 8192 }, |k| k as usize);
         works.push(Work::MatVec { k, transposed: false });
         works.push(Work::MatVec { k, transposed: true });
-        if !chosen.device.is_cpu() || want(PeerArg::Torch) {
-            let max = chosen.device.capabilities().max_storage_binding_bytes.min(COPY_BYTES);
-            works.push(Work::Copy { bytes: (max as usize / 4096) * 4096 });
-        }
+    }
+    let prefill_k = args.prefill_size.map_or(if software { 1024 } else { 4096 }, |k| k as usize);
+    works.extend(args.quant.iter().map(|&dtype| Work::QuantMatMul { m: 1, k, dtype }));
+    works.extend(args.quant.iter().map(|&dtype| Work::QuantMatMul { m: PREFILL_ROWS, k: prefill_k, dtype }));
+    // the copy bandwidth: the mat-vecs' yardstick
+    if (args.matvec || !args.quant.is_empty()) && (!chosen.device.is_cpu() || want(PeerArg::Torch)) {
+        let max = chosen.device.capabilities().max_storage_binding_bytes.min(COPY_BYTES);
+        works.push(Work::Copy { bytes: (max as usize / 4096) * 4096 });
     }
 
     let pb = ProgressBar::new((works.len() * (args.repeats as usize + 1)) as u64);
@@ -339,7 +370,7 @@ fn measure(
     let cpu_ok = |n: usize| n <= args.cpu_max;
     let size = match work {
         Work::MatMul { n, .. } => n,
-        Work::MatVec { k, .. } => k,
+        Work::MatVec { k, .. } | Work::QuantMatMul { k, .. } => k,
         Work::Copy { .. } => 0,
     };
     let data = data(work)?;
@@ -353,7 +384,7 @@ fn measure(
             on_cpu: c.device_type == webtensor::DeviceType::Cpu,
             outcome,
         };
-        let needs_f16 = !matches!(work, Work::Copy { .. } | Work::MatMul { dtype: DType::F32, .. });
+        let needs_f16 = matches!(work, Work::MatVec { .. } | Work::MatMul { dtype: DType::F16, .. });
         if d.is_cpu() && matches!(work, Work::Copy { .. }) {
             continue; // the CPU backend's copy is its f64 reference loop, not a bandwidth figure
         } else if d.is_cpu() && !cpu_ok(size) {
@@ -375,6 +406,9 @@ fn measure(
         match work {
             Work::MatMul { dtype: DType::F32, .. } => libs.extend([("torch-f32", false), ("torch-tf32", false)]),
             Work::MatMul { .. } | Work::MatVec { .. } => libs.push(("torch-f16", false)),
+            // a quantized mat-vec's yardstick is the copy bandwidth; torch has no kernel for ggml's blocks
+            Work::QuantMatMul { m: 1, .. } => {}
+            Work::QuantMatMul { .. } => libs.push(("torch-f16", false)),
             Work::Copy { .. } => libs.push(("torch", false)),
         }
     }

@@ -32,7 +32,18 @@ pub struct GenerateBenchArgs {
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND.
     #[arg(long, value_parser = super::super::backend_parser())]
     backend: Option<webtensor::BackendKind>,
+    /// KV-cache lengths L at which a decode step's cost is timed (a prefill fills the cache to L, then
+    /// 16 steps are timed one by one; their median), to show how a step's cost grows with the context.
+    #[arg(long, value_delimiter = ',', default_value = "16,2048")]
+    decode_at: Vec<usize>,
+    /// Compile webtensor's plans without fusion (one dispatch per op, as the model's graph is built), to measure
+    /// what fusion gains on this device.
+    #[arg(long)]
+    no_fusion: bool,
 }
+
+/// Decode steps timed at each of `--decode-at`'s KV lengths.
+const DEPTH_STEPS: usize = 16;
 
 fn peak_rss_mib() -> Option<f64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -41,30 +52,105 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 /// The decode step plan's dispatches and the weight bytes it reads per token (empty before a decode step ran).
-fn decode_step_line(model: &Llama) -> String {
+fn decode_step_line(model: &Llama, gpu: bool) -> String {
     let Some((_, st)) = model.plan_stats().into_iter().find(|(t, _)| *t == 1) else { return String::new() };
     let layers = model.config.n_layers.max(1);
-    format!(
+    let mut line = format!(
         "webtensor's decode step: {} dispatches ({:.1} a layer); {}\n",
         st.dispatches,
         st.dispatches as f64 / layers as f64,
         super::super::generate::weights_read(&st, 1)
-    )
+    );
+    // the CPU backend's host time is its whole run
+    if let Some((host, ahead)) = model.decode_host_us().filter(|_| gpu && st.dispatches > 0) {
+        let d = st.dispatches as f64;
+        line += &format!(
+            "its host time in the last step: {host:.0} µs until submitted ({:.2} µs a dispatch), {ahead:.0} µs \
+             encoding the next step ahead, while the device ran ({:.2} µs a dispatch)\n",
+            host / d,
+            ahead / d
+        );
+    }
+    line
+}
+
+/// Milliseconds of a decode step with each of `lengths` tokens in the KV cache, webtensor's and the peer's
+/// (NaN where it is absent): the median of [`DEPTH_STEPS`] steps timed one by one after a prefill of that many
+/// tokens (so a step that crosses an attention split into a new one does not decide the figure).
+fn step_ms_at(
+    model: &mut Llama,
+    peer: &mut Result<Helper, String>,
+    lengths: &[usize],
+    tokens: &[u32],
+) -> Result<Vec<(usize, f64, f64)>, CliError> {
+    let mut out = Vec::new();
+    for &l in lengths {
+        model.reset();
+        if l > 0 {
+            model.logits(&tokens[..l])?;
+        }
+        let mut ms = Vec::with_capacity(DEPTH_STEPS);
+        for &tok in &tokens[l..l + DEPTH_STEPS] {
+            let t = Instant::now();
+            model.step(tok)?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let theirs = match peer {
+            Ok(p) => {
+                let req = json!({"cmd": "depth", "tokens": tokens, "length": l, "steps": DEPTH_STEPS});
+                let r = p.ask(req).map_err(CliError::Msg)?;
+                let v: Vec<f64> = r["ms"].as_array().map_or(vec![], |a| a.iter().filter_map(|x| x.as_f64()).collect());
+                median(&v)
+            }
+            Err(_) => f64::NAN,
+        };
+        out.push((l, median(&ms), theirs));
+    }
+    Ok(out)
+}
+
+/// `webtensor's decode step by KV length (…): L = 16: 4.10 ms, L = 2048: 5.02 ms (1.22x L = 16)`, and the
+/// peer's line where it ran.
+fn depth_lines(at: &[(usize, f64, f64)]) -> String {
+    let Some(&(l0, ours0, theirs0)) = at.first() else { return String::new() };
+    let line = |who: &str, first: f64, pick: &dyn Fn(&(usize, f64, f64)) -> f64| {
+        let cells: Vec<String> = at
+            .iter()
+            .map(|a| {
+                let (l, ms) = (a.0, pick(a));
+                let vs = if l == l0 { String::new() } else { format!(" ({:.2}x L = {l0})", ms / first) };
+                format!("L = {l}: {ms:.2} ms{vs}")
+            })
+            .collect();
+        format!("{who} decode step by KV length (median of {DEPTH_STEPS} steps): {}\n", cells.join(", "))
+    };
+    let mut out = line("webtensor's", ours0, &|a| a.1);
+    if theirs0.is_finite() {
+        out += &line("llama.cpp's", theirs0, &|a| a.2);
+    }
+    out
 }
 
 pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let chosen = choose_device(args.backend)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let n_ctx = args.prompt_tokens + args.gen_tokens + 8;
+    let deepest = args.decode_at.iter().copied().max().unwrap_or(0);
+    let n_ctx = (args.prompt_tokens + args.gen_tokens + 8).max(deepest + DEPTH_STEPS + 8);
     let mut model = Llama::load(
         &chosen.device,
         &args.model,
-        LlamaOptions { context: n_ctx, max_chunk: 512, ..Default::default() },
+        LlamaOptions {
+            context: n_ctx,
+            max_chunk: 512,
+            compile: webtensor::CompileOptions { no_fusion: args.no_fusion, ..Default::default() },
+            ..Default::default()
+        },
     )?;
     let mut rng = SplitMix64::new(42);
     let vocab = model.config.n_vocab as u64;
     let prompt: Vec<u32> = (0..args.prompt_tokens).map(|_| (rng.next_u64() % vocab) as u32).collect();
     let gen: Vec<u32> = (0..args.gen_tokens + 1).map(|_| (rng.next_u64() % vocab) as u32).collect();
+    let deep: Vec<u32> = (0..deepest + DEPTH_STEPS).map(|_| (rng.next_u64() % vocab) as u32).collect();
     let mut peer = Helper::start(&args.python, SCRIPT);
     if let Ok(p) = &mut peer {
         let req = json!({"cmd": "load", "path": args.model, "n_ctx": n_ctx, "threads": threads, "batch": 512});
@@ -118,6 +204,9 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
         .and_then(|p| p.ask(json!({"cmd": "rss"})).ok())
         .and_then(|r| r["kib"].as_f64())
         .map(|k| k / 1024.0);
+    let host_line = decode_step_line(&model, !chosen.device.is_cpu());
+    eprintln!("timing decode steps at KV lengths {:?} ...", args.decode_at);
+    let depth = depth_lines(&step_ms_at(&mut model, &mut peer, &args.decode_at, &deep)?);
     let rss = |m: Option<f64>| m.map_or("—".into(), |m| format!("{m:.0}"));
     let ratio =
         |a: &[f64], b: &[f64]| if b.is_empty() { "—".into() } else { format!("{:.2}x", median(a) / median(b)) };
@@ -133,7 +222,8 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
         "| library | pp{} tokens/s | tg{} tokens/s | peak RSS MiB |\n|---|---|---|---|\n",
         args.prompt_tokens, args.gen_tokens
     );
-    out += &format!("| webtensor | {} | {} | {} |\n", summary(&pp), summary(&tg), rss(ours_rss));
+    let ours = if args.no_fusion { "webtensor, unfused (--no-fusion)" } else { "webtensor" };
+    out += &format!("| {ours} | {} | {} | {} |\n", summary(&pp), summary(&tg), rss(ours_rss));
     match &peer {
         Ok(p) => {
             out += &format!(
@@ -148,7 +238,8 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     }
     out += &format!("| webtensor / llama.cpp | {} | {} | |\n", ratio(&pp, &lpp), ratio(&tg, &ltg));
     out += "\nmedian (min-max) over the rounds; peak RSS is each process's VmHWM (llama.cpp's includes its Python)\n";
-    out += &decode_step_line(&model);
+    out += &host_line;
+    out += &depth;
     emit(&out);
     Ok(())
 }

@@ -49,25 +49,35 @@ fn table_of(w: &Work) -> (u8, String) {
     match w {
         Work::MatMul { dtype: DType::F32, .. } => (0, "matmul f32 (N×N · N×N)".into()),
         Work::MatMul { dtype, .. } => (1, format!("matmul {} (N×N · N×N, f32 accumulation)", short(*dtype))),
-        Work::MatVec { .. } => (2, "mat-vec, f16 weights (x f32 [1, K], K = N)".into()),
-        Work::Copy { .. } => (3, "device copy bandwidth (read + write)".into()),
+        Work::QuantMatMul { m: 1, .. } => {
+            (4, "mat-vec, block-quantized weights (x f32 [1, K] · t(W [N, K]), K = N)".into())
+        }
+        Work::QuantMatMul { m, .. } => (
+            2,
+            format!("prefill matmul, block-quantized weights (x f32 [{m}, K] · t(W [N, K]), K = N; peers: W in f16)"),
+        ),
+        Work::MatVec { .. } => (3, "mat-vec, f16 weights (x f32 [1, K], K = N)".into()),
+        Work::Copy { .. } => (5, "device copy bandwidth (read + write)".into()),
     }
 }
 
 /// The figure of `s` seconds for `w`, with its unit.
 fn figure(w: &Work, s: f64) -> String {
     match w {
-        Work::MatMul { .. } => format!("{:.1} GFLOP/s", w.flops() / s / 1e9),
-        Work::MatVec { .. } => format!("{:.1} GB/s, {:.1} GFLOP/s", w.bytes() / s / 1e9, w.flops() / s / 1e9),
         Work::Copy { .. } => format!("{:.1} GB/s", w.bytes() / s / 1e9),
+        _ if w.is_matvec() => format!("{:.1} GB/s, {:.1} GFLOP/s", w.bytes() / s / 1e9, w.flops() / s / 1e9),
+        _ => format!("{:.1} GFLOP/s", w.flops() / s / 1e9),
     }
 }
 
 /// The samples' range in the figure's first unit, slowest to fastest: `[lo–hi]`.
 fn spread(w: &Work, t: &super::Timing) -> String {
-    let per_s = |s: f64| match w {
-        Work::MatMul { .. } => w.flops() / s / 1e9,
-        Work::MatVec { .. } | Work::Copy { .. } => w.bytes() / s / 1e9,
+    let per_s = |s: f64| {
+        if w.is_matvec() || matches!(w, Work::Copy { .. }) {
+            w.bytes() / s / 1e9
+        } else {
+            w.flops() / s / 1e9
+        }
     };
     format!("[{:.1}–{:.1}]", per_s(t.range.1), per_s(t.range.0))
 }
@@ -119,6 +129,7 @@ fn row_name(w: &Work) -> String {
         Work::MatMul { n, .. } => n.to_string(),
         Work::MatVec { k, transposed: false } => format!("{k}, W [K, N]"),
         Work::MatVec { k, transposed: true } => format!("{k}, x · t(W), W [N, K]"),
+        Work::QuantMatMul { k, dtype, .. } => format!("{}, {k}", short(dtype)),
         Work::Copy { bytes } => format!("{} MiB", bytes >> 20),
     }
 }
@@ -269,6 +280,7 @@ impl<'a> Doc<'a> {
         let first = match rows[0].work {
             Work::MatMul { .. } => "N",
             Work::MatVec { .. } => "K = N",
+            Work::QuantMatMul { .. } => "weights, K = N",
             Work::Copy { .. } => "size",
         };
         let mut head = vec![first.to_string()];
@@ -378,6 +390,10 @@ impl<'a> Doc<'a> {
                 let (kind, dims) = match *w {
                     Work::MatMul { n, dtype } => ("matmul", json!({"m": n, "k": n, "n": n, "dtype": short(dtype)})),
                     Work::MatVec { k, transposed } => ("matvec", json!({"m": 1, "k": k, "n": k, "a_dtype": "f32", "w_dtype": "f16", "w_stored": if transposed { "[N, K], read as t(W)" } else { "[K, N]" }})),
+                    Work::QuantMatMul { m, k, dtype } => (
+                        if m == 1 { "matvec" } else { "matmul" },
+                        json!({"m": m, "k": k, "n": k, "a_dtype": "f32", "w_dtype": short(dtype), "w_stored": "[N, K], read as t(W)", "w_bytes": w.bytes()}),
+                    ),
                     Work::Copy { bytes } => ("copy", json!({"bytes": bytes, "dtype": "f32"})),
                 };
                 let ratios: Vec<Value> = m

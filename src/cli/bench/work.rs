@@ -13,6 +13,9 @@ pub enum Work {
     MatMul { n: usize, dtype: DType },
     /// `[1, k] f32 @ [k, k] f16`; `transposed`: the weight is stored [k, k] and read as `t(w)`.
     MatVec { k: usize, transposed: bool },
+    /// `[m, k] f32 @ t(W [k, k])` with W block-quantized (`dtype`, stored [N, K] as a model's weights are): a
+    /// prefill projection for m > 1, a decode step's mat-vec for m = 1.
+    QuantMatMul { m: usize, k: usize, dtype: DType },
     /// A copy of `bytes` of f32.
     Copy { bytes: usize },
 }
@@ -22,15 +25,17 @@ impl Work {
         match *self {
             Work::MatMul { n, .. } => 2.0 * (n as f64).powi(3),
             Work::MatVec { k, .. } => 2.0 * (k as f64).powi(2),
+            Work::QuantMatMul { m, k, .. } => 2.0 * m as f64 * (k as f64).powi(2),
             Work::Copy { .. } => 0.0,
         }
     }
 
-    /// Bytes that define the bandwidth figure: W for mat-vec, read + write for copy.
+    /// Bytes that define the bandwidth figure: W for mat-vec (its blocks for a quantized W), read + write for copy.
     pub fn bytes(&self) -> f64 {
         match *self {
             Work::MatMul { .. } => 0.0,
             Work::MatVec { k, .. } => 2.0 * (k as f64).powi(2),
+            Work::QuantMatMul { k, dtype, .. } => dtype.bytes_of(k * k).unwrap_or(0) as f64,
             Work::Copy { bytes } => 2.0 * bytes as f64,
         }
     }
@@ -40,8 +45,15 @@ impl Work {
             Work::MatMul { n, dtype } => format!("matmul {n}³ {}", short(dtype)),
             Work::MatVec { k, transposed: false } => format!("mat-vec 1×{k} · {k}×{k} (W [K, N] f16)"),
             Work::MatVec { k, transposed: true } => format!("mat-vec 1×{k} · ({k}×{k})ᵀ (W [N, K] f16)"),
+            Work::QuantMatMul { m: 1, k, dtype } => format!("mat-vec 1×{k} · ({k}×{k} {})ᵀ", short(dtype)),
+            Work::QuantMatMul { m, k, dtype } => format!("matmul {m}×{k} · ({k}×{k} {})ᵀ", short(dtype)),
             Work::Copy { bytes } => format!("copy {} MiB f32", bytes >> 20),
         }
+    }
+
+    /// Whether the figure is a bandwidth (GB/s of the weights) rather than GFLOP/s.
+    pub fn is_matvec(&self) -> bool {
+        matches!(self, Work::MatVec { .. } | Work::QuantMatMul { m: 1, .. })
     }
 
     /// The request that prepares this workload in the peer helper.
@@ -50,6 +62,10 @@ impl Work {
             Work::MatMul { n, dtype } => json!({"kind": "matmul", "m": n, "k": n, "n": n, "dtype": short(dtype)}),
             Work::MatVec { k, transposed } => {
                 json!({"kind": "matmul", "m": 1, "k": k, "n": k, "dtype": "f16", "transpose_b": transposed})
+            }
+            // the peer's f16 weights are the quantized ones dequantized: the same shape, cuBLAS's f16 path
+            Work::QuantMatMul { m, k, .. } => {
+                json!({"kind": "matmul", "m": m, "k": k, "n": k, "dtype": "f16", "transpose_b": true})
             }
             Work::Copy { bytes } => json!({"kind": "copy", "bytes": bytes}),
         }
@@ -88,6 +104,15 @@ pub fn build(device: &Device, work: Work, reps: usize) -> webtensor::Result<Buil
             let mut y = x;
             for _ in 0..reps {
                 y = g.matmul(y, w2)?;
+            }
+            (vec![x, w], y)
+        }
+        Work::QuantMatMul { m, k, dtype } => {
+            let (x, w) = (g.input("x", DType::F32, &[m, k])?, g.input("w", dtype, &[k, k])?);
+            let wt = g.t(w)?;
+            let mut y = x;
+            for _ in 0..reps {
+                y = g.matmul(y, wt)?;
             }
             (vec![x, w], y)
         }
@@ -130,6 +155,69 @@ pub fn data(work: Work) -> webtensor::Result<Vec<HostTensor>> {
         Work::MatVec { k, .. } => {
             Ok(vec![tensor(&[1, k], 1.0, DType::F32)?, tensor(&[k, k], (3.0 / k as f32).sqrt(), DType::F16)?])
         }
+        Work::QuantMatMul { m, k, dtype } => {
+            let x = tensor(&[m, k], 1.0, DType::F32)?;
+            let w = quant_weight(dtype, k, &mut rng)?;
+            Ok(vec![x, w])
+        }
         Work::Copy { bytes } => Ok(vec![tensor(&[bytes / 4], 1.0, DType::F32)?]),
     }
+}
+
+/// Where a block type keeps its f16 scale `d` and, if it has one, its min (`m` or `dmin`, bytes into the block),
+/// with the min's multiple of `d` that centres the block's values on zero for uniformly random quants (for
+/// Q4_1: values d·q + m, q in 0..16, so m = -7.5·d; for Q4_K: d·sc·q − dmin·mn, q in 0..16, so dmin = 7.5·d).
+/// Layouts as ggml-common.h.
+fn scale_fields(dtype: DType) -> Option<(usize, Option<(usize, f32)>)> {
+    Some(match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => (0, None),
+        DType::Q4_1 => (0, Some((2, -7.5))),
+        DType::Q5_1 => (0, Some((2, -15.5))),
+        DType::Q2_K => (80, Some((82, 1.5))),
+        DType::Q3_K => (108, None),
+        DType::Q4_K => (0, Some((2, 7.5))),
+        DType::Q5_K => (0, Some((2, 15.5))),
+        DType::Q6_K => (208, None),
+        _ => return None,
+    })
+}
+
+/// Blocks of random quants with every block's scale set to `d` (and its min to the centring multiple of `d`).
+fn blocks_with_scale(dtype: DType, quants: &[u8], d: f32) -> Vec<u8> {
+    let (at, min) = scale_fields(dtype).expect("a block type");
+    let mut bytes = quants.to_vec();
+    for block in bytes.chunks_exact_mut(dtype.block_bytes()) {
+        block[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+        if let Some((at, times)) = min {
+            block[at..at + 2].copy_from_slice(&half::f16::from_f32(times * d).to_le_bytes());
+        }
+    }
+    bytes
+}
+
+/// A `[k, k]` weight of block type `dtype`: random quants, and scales that keep a chain of products bounded — the
+/// scale is calibrated on the CPU backend so that `x · t(W)` has the root mean square of `x`.
+fn quant_weight(dtype: DType, k: usize, rng: &mut SplitMix64) -> webtensor::Result<HostTensor> {
+    if scale_fields(dtype).is_none() || !k.is_multiple_of(dtype.block_size()) {
+        return Err(webtensor::Error::UnsupportedDType {
+            op: "bench matmul --quant",
+            dtype,
+            shape: vec![k, k],
+            reason: format!("a block-quantized type whose block of {} values divides K", dtype.block_size()),
+        });
+    }
+    let len = dtype.bytes_of(k * k).unwrap_or(0);
+    let quants: Vec<u8> = (0..len.div_ceil(8)).flat_map(|_| rng.next_u64().to_le_bytes()).take(len).collect();
+    let unit = HostTensor::new(&[k, k], Data::from_bytes(dtype, &blocks_with_scale(dtype, &quants, 1.0)))?;
+    let x = HostTensor::f32(&[1, k], rng.vec_f32(k))?;
+    let mut g = Graph::new();
+    let (xi, wi) = (g.input("x", DType::F32, &[1, k])?, g.input("w", dtype, &[k, k])?);
+    let wt = g.t(wi)?;
+    let y = g.matmul(xi, wt)?;
+    let mut plan = Device::cpu().compile(&g, &[y])?;
+    let out = plan.run(&[(xi, &x), (wi, &unit)])?.remove(0).data.into_f32();
+    let rms = |v: &[f32]| (v.iter().map(|&a| f64::from(a) * f64::from(a)).sum::<f64>() / v.len() as f64).sqrt();
+    let gain = rms(&out) / rms(&x.data.to_f32());
+    let d = if gain.is_finite() && gain > 0.0 { (1.0 / gain) as f32 } else { 1.0 };
+    HostTensor::new(&[k, k], Data::from_bytes(dtype, &blocks_with_scale(dtype, &quants, d)))
 }

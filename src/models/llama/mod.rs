@@ -219,6 +219,16 @@ impl Llama {
         v
     }
 
+    /// The decode step plan's host times in its last run, in microseconds: until its work was submitted, and
+    /// encoding the next step's work ahead after the submit ([`Plan::last_host_us`],
+    /// [`Plan::last_encode_ahead_us`]); `None` before a decode step ran.
+    ///
+    /// [`Plan::last_host_us`]: crate::Plan::last_host_us
+    /// [`Plan::last_encode_ahead_us`]: crate::Plan::last_encode_ahead_us
+    pub fn decode_host_us(&self) -> Option<(f64, f64)> {
+        self.plans.get(&1).map(|sp| (sp.plan.last_host_us(), sp.plan.last_encode_ahead_us()))
+    }
+
     /// Blocking form of [`Llama::logits_async`] (native only).
     ///
     /// # Errors
