@@ -653,6 +653,8 @@ fn attention() {
         (2, 2, 33, 40, 16, true),
         // a width the CPU's vector kernel does not take (not a multiple of 8): K and V converted first
         (6, 2, 3, 21, 12, true),
+        // the same over keys the CPU splits in runs of 256
+        (6, 2, 1, 300, 12, true),
         // the CPU's matrix-product path for long prefills (64 query rows or more)
         (4, 2, 70, 70, 32, true),
         (2, 1, 64, 100, 16, false),
@@ -728,8 +730,25 @@ fn attention() {
         |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None }),
         |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 6),
     ));
+    padding_mask_long_case(&mut cases);
     kv_cache_views_case(&mut cases);
     run_suite("attention", &cases);
+}
+
+/// The CPU's decode over keys split in runs of 256: rows of 600, 300, 100 keys and none (zeros), f16 K/V.
+fn padding_mask_long_case(cases: &mut Vec<Case>) {
+    use webtensor::Attention;
+    cases.push(Case::new(
+        "attention/batch/padding-mask-600",
+        vec![inp(F32, &[4, 4, 1, 32], 1), inp(F16, &[4, 2, 600, 32], 2), inp(F16, &[4, 2, 600, 32], 3), {
+            let lens = [600usize, 300, 100, 0];
+            let m: Vec<f64> =
+                (0..4 * 600).map(|i| if i % 600 < lens[i / 600] { 0.0 } else { f64::NEG_INFINITY }).collect();
+            inp_given(F32, &[4, 1, 1, 600], m)
+        }],
+        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None }),
+        |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 600),
+    ));
 }
 
 /// K and V as views of an f16 KV-cache state [S, Hkv * D] (a row per position), q a view of [T, H, D].
@@ -783,4 +802,68 @@ fn case_filter_selects_by_suite_and_name() {
     assert!(case_matches(Some("rope,ops/sub"), "rows", "rope/neox"));
     assert!(!case_matches(Some("rope,ops/sub"), "ops", "mul/int32/[1000]"));
     assert!(case_matches(Some(","), "ops", "anything"));
+}
+
+/// A decode row's attention on the CPU backend over keys it splits (600 of them, in runs of 256) has the same
+/// bits alone (a run-time KV length) as in a batch beside a longer row (a padding mask over 900 keys): the splits
+/// are fixed runs of keys, whatever the batch, the run's length or the threads.
+#[test]
+fn cpu_split_attention_rows_do_not_depend_on_the_batch() {
+    use webtensor::{Attention, Data, Device, HostTensor};
+    let mut seed = 0x5eed_u64;
+    let mut next = move || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((seed >> 40) as f32) / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let (h, hkv, d, len, s) = (4, 2, 32, 600, 900);
+    let q: Vec<f32> = (0..2 * h * d).map(|_| next()).collect();
+    let kv = |next: &mut dyn FnMut() -> f32| -> Vec<half::f16> {
+        (0..2 * hkv * s * d).map(|_| half::f16::from_f32(next())).collect()
+    };
+    let (k, v) = (kv(&mut next), kv(&mut next));
+    let cpu = Device::cpu();
+    // alone: batch element 0's first 700 keys, a run-time length of 600
+    let alone = {
+        let mut g = Graph::new();
+        let qi = g.input("q", F32, &[1, h, 1, d]).unwrap();
+        let ki = g.input("k", F16, &[1, hkv, 700, d]).unwrap();
+        let vi = g.input("v", F16, &[1, hkv, 700, d]).unwrap();
+        let li = g.input("len", I32, &[1]).unwrap();
+        let o = g.attention(qi, ki, vi, &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(li) }).unwrap();
+        let first = |x: &[half::f16]| -> Vec<half::f16> {
+            (0..hkv).flat_map(|gi| x[gi * s * d..(gi * s + 700) * d].to_vec()).collect()
+        };
+        let ins = [
+            HostTensor::f32(&[1, h, 1, d], q[..h * d].to_vec()).unwrap(),
+            HostTensor::new(&[1, hkv, 700, d], Data::F16(first(&k))).unwrap(),
+            HostTensor::new(&[1, hkv, 700, d], Data::F16(first(&v))).unwrap(),
+            HostTensor::new(&[1], Data::I32(vec![len as i32])).unwrap(),
+        ];
+        let mut plan = cpu.compile(&g, &[o]).unwrap();
+        let inputs: Vec<(Tensor, &HostTensor)> = [qi, ki, vi, li].into_iter().zip(&ins).collect();
+        plan.run(&inputs).unwrap().remove(0).data.into_f32()
+    };
+    // in a batch of two over 900 keys: element 0 masked past its 600, element 1 sees all 900
+    let batched = {
+        let mut g = Graph::new();
+        let qi = g.input("q", F32, &[2, h, 1, d]).unwrap();
+        let ki = g.input("k", F16, &[2, hkv, s, d]).unwrap();
+        let vi = g.input("v", F16, &[2, hkv, s, d]).unwrap();
+        let mi = g.input("mask", F32, &[2, 1, 1, s]).unwrap();
+        let o =
+            g.attention(qi, ki, vi, &Attention { scale: 0.2, causal: false, mask: Some(mi), kv_len: None }).unwrap();
+        let mask: Vec<f32> = (0..2 * s).map(|i| if i < len || i >= s { 0.0 } else { f32::NEG_INFINITY }).collect();
+        let ins = [
+            HostTensor::f32(&[2, h, 1, d], q.clone()).unwrap(),
+            HostTensor::new(&[2, hkv, s, d], Data::F16(k.clone())).unwrap(),
+            HostTensor::new(&[2, hkv, s, d], Data::F16(v.clone())).unwrap(),
+            HostTensor::f32(&[2, 1, 1, s], mask).unwrap(),
+        ];
+        let mut plan = cpu.compile(&g, &[o]).unwrap();
+        let inputs: Vec<(Tensor, &HostTensor)> = [qi, ki, vi, mi].into_iter().zip(&ins).collect();
+        plan.run(&inputs).unwrap().remove(0).data.into_f32()
+    };
+    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert!(alone.iter().all(|v| v.is_finite() && *v != 0.0), "{alone:?}");
+    assert_eq!(bits(&alone), bits(&batched[..h * d]), "batch element 0 differs from the row alone");
 }

@@ -211,6 +211,9 @@ impl AttentionKernel {
                 let (nk, nv) = (hkv * len * d, hkv * len * dv);
                 self.prefill_head(mem, (b, hi), (len, s), (&kf[b * nk..(b + 1) * nk], &vf[b * nv..(b + 1) * nv]), o);
             });
+        } else if len > KEY_SPLIT {
+            // a decode step or a short prefill over many keys: each KV head's keys split among the threads
+            self.split_keys(mem, batches, (len, s), &mut res);
         } else {
             // a decode step or a short prefill: per (batch element, KV head), every query row of its heads
             // (fewer KV heads than threads: each one's rows split among them)
@@ -309,39 +312,138 @@ impl AttentionKernel {
     }
 
     /// Every query row of the heads sharing KV head `g` of batch element `b` (heads `g·gs .. (g + 1)·gs`, `gs·T`
-    /// rows), into `out [gs, T, Dv]`, split over `splits` tasks: with AVX2 (`attention_rows`) four rows at a time
-    /// over the K and V rows in place (f16 or f32), else a row at a time over them converted to f32 once. Each
-    /// row's value depends on its own keys only, not on the split or on the KV length of the run beyond them (a
-    /// key masked with −inf adds an exact 0).
+    /// rows), into `out [gs, T, Dv]`, split over `splits` tasks (see [`AttentionKernel::attend_rows`]). Each row's
+    /// value depends on its own keys only, not on the split or on the KV length of the run beyond them (a key
+    /// masked with −inf adds an exact 0).
     fn group(&self, mem: &Memory, (b, g): (usize, usize), (len, s): (usize, usize), splits: usize, out: &mut [f32]) {
-        let Dims { h, t, d, hkv, dv } = self.dims();
-        let kv = Kv::of(self, mem, (b, g), len);
+        let Dims { h, t, hkv, dv, .. } = self.dims();
+        let kv = Kv::of(self, mem, (b, g), 0..len);
         let per = (h / hkv * t).div_ceil(splits.max(1));
         for_chunks(out, per * dv, |ci, chunk| {
-            let qv = mem.view(self.q.storage, self.q.dtype);
-            let rows = chunk.len() / dv;
-            let (mut q, mut scores, mut masks) = (vec![0f32; 4 * d], vec![0f32; 4 * len], vec![0f32; 4 * len]);
-            for (bi, o) in chunk.chunks_mut(4 * dv).enumerate() {
-                let first = ci * per + bi * 4;
-                let mut visible = [0usize; 4];
-                let masked = self.mask.is_some();
-                for i in 0..(rows - bi * 4).min(4) {
-                    let (hi, ti) = (g * (h / hkv) + (first + i) / t, (first + i) % t);
-                    let (qo, qs) = row_at(&self.q.layout, b, hi, ti);
-                    qv.row_f32(qo, qs, &mut q[i * d..(i + 1) * d]);
-                    visible[i] = self.visible(len, t, ti);
-                    let m = &mut masks[i * len..i * len + visible[i]];
-                    if self.mask_row(mem, (b, hi, ti), s, m) {
-                        // keys masked with −inf at the end (a batched row's positions past its own length) are
-                        // not read: each adds an exact 0, and a sequence's cost follows its own length
-                        visible[i] = m.iter().rposition(|&x| x != f32::NEG_INFINITY).map_or(0, |p| p + 1);
-                    }
-                }
-                let mask: [&[f32]; 4] =
-                    std::array::from_fn(|i| if masked { &masks[i * len..i * len + visible[i]] } else { &[][..] });
-                kv.attend((&q, visible, mask), self.scale, &mut scores, o);
-            }
+            self.attend_rows(mem, &kv, (b, g), (len, s), (ci * per, 0..len), chunk, &mut []);
         });
+    }
+
+    /// The rows `first ..` of KV head `g`'s group (as many as `out [rows, Dv]` holds) over the keys `keys` of
+    /// their visible ones (`kv` holds those keys' rows): with AVX2 (`attention_rows`) four rows at a time over the
+    /// K and V rows in place (f16 or f32), else a row at a time over them converted to f32. Each row's output is
+    /// normalized over those keys; its (largest score, sum of exponentials) go to `stats` (two values a row) when
+    /// it is not empty.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_rows(
+        &self,
+        mem: &Memory,
+        kv: &Kv,
+        (b, g): (usize, usize),
+        (len, s): (usize, usize),
+        (first, keys): (usize, std::ops::Range<usize>),
+        out: &mut [f32],
+        stats: &mut [f32],
+    ) {
+        let Dims { h, t, d, hkv, dv } = self.dims();
+        let qv = mem.view(self.q.storage, self.q.dtype);
+        let rows = out.len() / dv;
+        let masked = self.mask.is_some();
+        // the masks' rows only where there is a mask (4·len values each task: a long context's decode step would
+        // otherwise clear megabytes)
+        let (mut q, mut scores) = (vec![0f32; 4 * d], vec![0f32; 4 * keys.len()]);
+        let mut masks = if masked { vec![0f32; 4 * len] } else { Vec::new() };
+        for (bi, o) in out.chunks_mut(4 * dv).enumerate() {
+            let first = first + bi * 4;
+            let mut visible = [0usize; 4];
+            for i in 0..(rows - bi * 4).min(4) {
+                let (hi, ti) = (g * (h / hkv) + (first + i) / t, (first + i) % t);
+                let (qo, qs) = row_at(&self.q.layout, b, hi, ti);
+                qv.row_f32(qo, qs, &mut q[i * d..(i + 1) * d]);
+                visible[i] = self.visible(len, t, ti);
+                if !masked {
+                    continue;
+                }
+                let m = &mut masks[i * len..i * len + visible[i]];
+                if self.mask_row(mem, (b, hi, ti), s, m) {
+                    // keys masked with −inf at the end (a batched row's positions past its own length) are not
+                    // read: each adds an exact 0, and a sequence's cost follows its own length
+                    visible[i] = m.iter().rposition(|&x| x != f32::NEG_INFINITY).map_or(0, |p| p + 1);
+                }
+            }
+            // the visible keys within `keys`, counted from its start
+            let seen: [usize; 4] = std::array::from_fn(|i| visible[i].clamp(keys.start, keys.end) - keys.start);
+            let mask: [&[f32]; 4] = std::array::from_fn(|i| {
+                let from = i * len + keys.start;
+                if masked {
+                    &masks[from..from + seen[i]]
+                } else {
+                    &[][..]
+                }
+            });
+            let st = kv.attend((&q, seen, mask), self.scale, &mut scores, o);
+            for (i, (max, sum)) in st.into_iter().take(o.len() / dv).enumerate() {
+                if let Some(pair) = stats.get_mut((bi * 4 + i) * 2..(bi * 4 + i) * 2 + 2) {
+                    pair.copy_from_slice(&[max, sum]);
+                }
+            }
+        }
+    }
+
+    /// A decode step (or a short prefill) over more than [`KEY_SPLIT`] keys: each KV head's keys in splits of
+    /// that many, a task each (so that every thread works however few KV heads there are, and each key is read
+    /// once), then each row's splits combined into `res [B, H, T, Dv]`: `Σ_i o_i·w_i / Σ_i w_i` with
+    /// `w_i = l_i·exp(m_i − M)` (flash-decoding's rescaling). The splits are fixed runs of keys, whatever the
+    /// threads or the run's length: a row whose keys lie in one split gets the unsplit path's bits.
+    fn split_keys(&self, mem: &Memory, batches: usize, (len, s): (usize, usize), res: &mut [f32]) {
+        let Dims { h, t, hkv, dv, .. } = self.dims();
+        let (rows, splits) = (h / hkv * t, len.div_ceil(KEY_SPLIT));
+        // per task: the group's rows normalized over the split's keys, then each row's (max, sum)
+        let width = rows * (dv + 2);
+        let mut part = vec![0f32; batches * hkv * splits * width];
+        for_chunks(&mut part, width, |ci, chunk| {
+            let (bg, c) = (ci / splits, ci % splits);
+            let keys = c * KEY_SPLIT..((c + 1) * KEY_SPLIT).min(len);
+            let kv = Kv::of(self, mem, (bg / hkv, bg % hkv), keys.clone());
+            let (o, st) = chunk.split_at_mut(rows * dv);
+            self.attend_rows(mem, &kv, (bg / hkv, bg % hkv), (len, s), (0, keys), o, st);
+        });
+        for (bg, dst) in res.chunks_exact_mut(rows * dv).enumerate() {
+            let parts: Vec<&[f32]> = part[bg * splits * width..(bg + 1) * splits * width].chunks_exact(width).collect();
+            for (r, o) in dst.chunks_exact_mut(dv).enumerate() {
+                // a split's part: the rows' outputs, then each row's (max, sum)
+                combine(
+                    parts.iter().map(|&p| (&p[r * dv..(r + 1) * dv], p[rows * dv + 2 * r], p[rows * dv + 2 * r + 1])),
+                    o,
+                );
+            }
+        }
+    }
+}
+
+/// Keys per task where a decode step's attention splits its keys ([`AttentionKernel::split_keys`]).
+const KEY_SPLIT: usize = 256;
+
+/// One row's output from its splits' `(normalized output, largest score, sum of exponentials)`: zeros when no
+/// split saw a key, NaN when one met a NaN score, the one split's output as it is when only one saw keys, else
+/// the splits rescaled to the largest score and weighted by their sums, in split order.
+fn combine<'a>(splits: impl Iterator<Item = (&'a [f32], f32, f32)> + Clone, out: &mut [f32]) {
+    if splits.clone().any(|(_, _, l)| l.is_nan()) {
+        out.fill(f32::NAN);
+        return;
+    }
+    let live = splits.filter(|&(_, _, l)| l > 0.0);
+    let mut first_two = live.clone();
+    match (first_two.next(), first_two.next()) {
+        (None, _) => out.fill(0.0),
+        (Some((o, _, _)), None) => out.copy_from_slice(o),
+        _ => {
+            let m = live.clone().fold(f32::NEG_INFINITY, |a, (_, m, _)| a.max(m));
+            out.fill(0.0);
+            let mut total = 0f32;
+            for (o, mi, l) in live {
+                let w = l * exp(mi - m);
+                total += w;
+                out.iter_mut().zip(o).for_each(|(a, &x)| *a += x * w);
+            }
+            let inv = 1.0 / total;
+            out.iter_mut().for_each(|a| *a *= inv);
+        }
     }
 }
 
@@ -360,9 +462,10 @@ enum Kv {
 unsafe impl Sync for Kv {}
 
 impl Kv {
-    /// The K and V rows `0..len` of (`b`, `g`): in place where AVX2 is there, D and Dv are multiples of 8 and both
-    /// are f16 or f32 rows of contiguous elements; else converted.
-    fn of(a: &AttentionKernel, mem: &Memory, (b, g): (usize, usize), len: usize) -> Kv {
+    /// The K and V rows `keys` of (`b`, `g`) (row 0 the first of `keys`): in place where AVX2 is there, D and Dv
+    /// are multiples of 8 and both are f16 or f32 rows of contiguous elements; else converted.
+    fn of(a: &AttentionKernel, mem: &Memory, (b, g): (usize, usize), keys: std::ops::Range<usize>) -> Kv {
+        let len = keys.len();
         let Dims { d, dv, .. } = a.dims();
         #[cfg(target_arch = "x86_64")]
         let fast = d % 8 == 0 && dv % 8 == 0 && super::qdot::fma_available();
@@ -371,7 +474,7 @@ impl Kv {
         #[cfg(target_arch = "x86_64")]
         if fast {
             let place = |x: &Leaf, w: usize, dt: DType| {
-                let (start, st) = row_at(&x.layout, b, g, 0);
+                let (start, st) = row_at(&x.layout, b, g, keys.start);
                 let stride = x.layout.strides[x.layout.rank() - 2];
                 let ok = st == 1 || w == 1;
                 let ptr = mem.view(x.storage, x.dtype).rows_ptr(dt, start, (len, stride, w)).filter(|_| ok)?;
@@ -396,7 +499,7 @@ impl Kv {
             let view = mem.view(x.storage, x.dtype);
             let mut out = vec![0f32; len * w];
             for (si, row) in out.chunks_exact_mut(w).enumerate() {
-                let (o, st) = row_at(&x.layout, b, g, si);
+                let (o, st) = row_at(&x.layout, b, g, keys.start + si);
                 view.row_f32(o, st, row);
             }
             out
@@ -405,14 +508,14 @@ impl Kv {
     }
 
     /// Attention of up to four query rows (`q [4, D]`, the first `out.len() / Dv` of them used), each over its
-    /// visible keys with its mask.
+    /// visible keys with its mask; each row's (largest score, sum of exponentials).
     fn attend(
         &self,
         (q, visible, mask): (&[f32], [usize; 4], [&[f32]; 4]),
         scale: f32,
         sc: &mut [f32],
         out: &mut [f32],
-    ) {
+    ) -> [(f32, f32); 4] {
         match self {
             #[cfg(target_arch = "x86_64")]
             Kv::F16(k, v) => attend_block(q, (visible, mask), (*k, *v), scale, sc, out),
@@ -430,10 +533,13 @@ impl Kv {
                 }
                 let _ = fast;
                 // out holds exactly the block's rows
+                let mut stats = [(f32::NEG_INFINITY, 0.0); 4];
                 for (i, o) in out.chunks_exact_mut(dv).enumerate() {
                     let n = visible[i];
-                    row_softmax_v(&q[i * d..(i + 1) * d], (&k[..n * d], &v[..n * dv]), (scale, mask[i]), sc, o);
+                    let (qi, kv) = (&q[i * d..(i + 1) * d], (&k[..n * d], &v[..n * dv]));
+                    stats[i] = row_softmax_v(qi, kv, (scale, mask[i]), sc, o);
                 }
+                stats
             }
         }
     }
@@ -448,9 +554,10 @@ fn attend_block<T: Lane>(
     scale: f32,
     sc: &mut [f32],
     out: &mut [f32],
-) {
+) -> [(f32, f32); 4] {
     let d = kv.0.width;
     let rows = out.len() / kv.1.width;
+    let widen = |st: &[(f32, f32)]| std::array::from_fn(|i| st.get(i).copied().unwrap_or((f32::NEG_INFINITY, 0.0)));
     macro_rules! block {
         ($r:literal) => {{
             let blk = Block::<$r> {
@@ -460,7 +567,7 @@ fn attend_block<T: Lane>(
             };
             // SAFETY: the CPU has AVX2, FMA and F16C (`Kv::of` checked); K and V address `len` rows, at least
             // every row's visible count.
-            unsafe { attend(&blk, kv, scale, sc, out) }
+            widen(&unsafe { attend(&blk, kv, scale, sc, out) })
         }};
     }
     match rows {
@@ -473,24 +580,31 @@ fn attend_block<T: Lane>(
 
 /// One attention row: `out = softmax(q·kᵀ·scale + mask)·v` over the keys `k [n, D]` and values `v [n, Dv]`
 /// (f32, contiguous; `mask` empty or `n` long). No key gives zeros; a NaN score gives NaN (as PyTorch's softmax),
-/// never zeros.
-fn row_softmax_v(q: &[f32], (k, v): (&[f32], &[f32]), (scale, mask): (f32, &[f32]), sc: &mut [f32], out: &mut [f32]) {
+/// never zeros. Returns the softmax's (largest score, sum of exponentials).
+fn row_softmax_v(
+    q: &[f32],
+    (k, v): (&[f32], &[f32]),
+    (scale, mask): (f32, &[f32]),
+    sc: &mut [f32],
+    out: &mut [f32],
+) -> (f32, f32) {
     let (d, dv) = (q.len(), out.len());
     let n = k.len() / d.max(1);
     let sc = &mut sc[..n];
     for (x, key) in sc.iter_mut().zip(k.chunks_exact(d)) {
         *x = dot(q, key) * scale;
     }
-    let sum = softmax_in_place(sc, mask);
+    let (max, sum) = softmax_in_place(sc, mask);
     out.iter_mut().for_each(|a| *a = 0.0);
     if sum == 0.0 {
-        return;
+        return (max, sum);
     }
     for (&p, val) in sc.iter().zip(v.chunks_exact(dv)) {
         out.iter_mut().zip(val).for_each(|(a, &x)| *a += p * x);
     }
     let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
     out.iter_mut().for_each(|a| *a *= inv);
+    (max, sum)
 }
 
 /// `Σ a[i]·b[i]` with 16 independent sums added pairwise at the end (vector adds, where a sum in order would be

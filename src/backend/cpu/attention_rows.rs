@@ -61,6 +61,7 @@ pub(crate) struct Block<'a, const R: usize> {
 /// [R, Dv]`, `sc` at least `R × max visible` scores). D and Dv are multiples of 8 (`k.width`, `v.width`). A row
 /// with no visible key, or all masked to −inf, gives zeros; a NaN score gives NaN (as PyTorch's softmax). Each
 /// row's result depends on its own keys only (not on the other rows or on keys past its visible ones).
+/// Returns each row's softmax statistics as [`softmax_in_place`]'s: (largest score, sum of its exponentials).
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C; `k` and `v` address `max visible` readable rows.
@@ -71,7 +72,7 @@ pub(crate) unsafe fn attend<T: Lane, const R: usize>(
     scale: f32,
     sc: &mut [f32],
     out: &mut [f32],
-) {
+) -> [(f32, f32); R] {
     let (d, dv) = (k.width, v.width);
     let n = blk.visible.iter().copied().max().unwrap_or(0);
     assert!(d % 8 == 0 && dv % 8 == 0 && blk.q.len() == R * d && out.len() == R * dv && sc.len() >= R * n);
@@ -92,10 +93,8 @@ pub(crate) unsafe fn attend<T: Lane, const R: usize>(
         }
         j += 2;
     }
-    let mut sums = [0f32; R];
-    for r in 0..R {
-        sums[r] = softmax_in_place(&mut sc[r * n..r * n + blk.visible[r]], blk.masks[r]);
-    }
+    let stats: [(f32, f32); R] =
+        std::array::from_fn(|r| softmax_in_place(&mut sc[r * n..r * n + blk.visible[r]], blk.masks[r]));
     // the weighted sum 32 (with four rows 16, the accumulators in 16 registers) or 8 columns at a time, its
     // sums in registers over the keys
     let cols = if R <= 3 { 32 } else { 16 };
@@ -112,10 +111,11 @@ pub(crate) unsafe fn attend<T: Lane, const R: usize>(
         }
         c += if wide { cols } else { 8 };
     }
-    for (row, sum) in out.chunks_exact_mut(dv).zip(sums) {
+    for (row, (_, sum)) in out.chunks_exact_mut(dv).zip(stats) {
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
         row.iter_mut().for_each(|a| *a *= inv);
     }
+    stats
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -204,20 +204,20 @@ unsafe fn hsum(a: __m256) -> f32 {
     }
 }
 
-/// `x` (scores) plus `mask` (empty or as long), replaced by `exp(x − max)`; returns their sum (0 when every score
-/// is −inf or there is none: the row's output is zeros; NaN when a score is).
+/// `x` (scores) plus `mask` (empty or as long), replaced by `exp(x − max)`; returns `max` and their sum (−inf and
+/// 0 when every score is −inf or there is none: the row's output is zeros; NaN sums when a score is NaN).
 #[inline(always)]
-pub(super) fn softmax_in_place(x: &mut [f32], mask: &[f32]) -> f32 {
+pub(super) fn softmax_in_place(x: &mut [f32], mask: &[f32]) -> (f32, f32) {
     if !mask.is_empty() {
         x.iter_mut().zip(mask).for_each(|(e, m)| *e += m);
     }
     let max = row_max(x);
     if max == f32::NEG_INFINITY {
         x.fill(0.0);
-        return 0.0;
+        return (max, 0.0);
     }
     x.iter_mut().for_each(|e| *e = exp(*e - max));
-    x.iter().sum()
+    (max, x.iter().sum())
 }
 
 /// The largest of `x`, NaN when one is (−inf for an empty row).
