@@ -358,6 +358,25 @@ fn software_suffix(d: &Device) -> &'static str {
     }
 }
 
+/// The peers that time `work` (their helper's library names) and whether each runs on the CPU.
+fn peer_libs(args: &MatmulArgs, work: Work) -> Vec<(&'static str, bool)> {
+    let mut libs = Vec::new();
+    if args.vs.contains(&PeerArg::Numpy) && matches!(work, Work::MatMul { dtype: DType::F32, .. }) {
+        libs.push(("numpy", true));
+    }
+    if args.vs.contains(&PeerArg::Torch) {
+        match work {
+            Work::MatMul { dtype: DType::F32, .. } => libs.extend([("torch-f32", false), ("torch-tf32", false)]),
+            Work::MatMul { .. } | Work::MatVec { .. } => libs.push(("torch-f16", false)),
+            // a quantized mat-vec's yardstick is the copy bandwidth; torch has no kernel for ggml's blocks
+            Work::QuantMatMul { m: 1, .. } => {}
+            Work::QuantMatMul { .. } => libs.push(("torch-f16", false)),
+            Work::Copy { .. } => libs.push(("torch", false)),
+        }
+    }
+    libs
+}
+
 /// Times `work` with every library that applies: webtensor on each device, then the peers, one sample each
 /// per round.
 fn measure(
@@ -398,21 +417,7 @@ fn measure(
             }
         }
     }
-    let mut libs: Vec<(&str, bool)> = Vec::new();
-    if args.vs.contains(&PeerArg::Numpy) && matches!(work, Work::MatMul { dtype: DType::F32, .. }) {
-        libs.push(("numpy", true));
-    }
-    if args.vs.contains(&PeerArg::Torch) {
-        match work {
-            Work::MatMul { dtype: DType::F32, .. } => libs.extend([("torch-f32", false), ("torch-tf32", false)]),
-            Work::MatMul { .. } | Work::MatVec { .. } => libs.push(("torch-f16", false)),
-            // a quantized mat-vec's yardstick is the copy bandwidth; torch has no kernel for ggml's blocks
-            Work::QuantMatMul { m: 1, .. } => {}
-            Work::QuantMatMul { .. } => libs.push(("torch-f16", false)),
-            Work::Copy { .. } => libs.push(("torch", false)),
-        }
-    }
-    for (i, &(lib, on_cpu)) in libs.iter().enumerate() {
+    for (i, &(lib, on_cpu)) in peer_libs(args, work).iter().enumerate() {
         let entry = |outcome| Entry { label: lib.to_string(), ours: false, on_cpu, outcome };
         let id = format!("p{i}");
         if on_cpu && !cpu_ok(size) {

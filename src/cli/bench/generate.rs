@@ -131,6 +131,41 @@ fn depth_lines(at: &[(usize, f64, f64)]) -> String {
     out
 }
 
+/// The markdown table of the rounds' tokens/s (`[pp, tg, llama.cpp's pp, llama.cpp's tg]`) and each side's peak
+/// resident memory (MiB).
+fn table(
+    args: &GenerateBenchArgs,
+    peer: &Result<Helper, String>,
+    [pp, tg, lpp, ltg]: [&[f64]; 4],
+    (ours_rss, peer_rss): (Option<f64>, Option<f64>),
+) -> String {
+    let mut out = String::new();
+    let rss = |m: Option<f64>| m.map_or("—".into(), |m| format!("{m:.0}"));
+    let ratio =
+        |a: &[f64], b: &[f64]| if b.is_empty() { "—".into() } else { format!("{:.2}x", median(a) / median(b)) };
+    out += &format!(
+        "| library | pp{} tokens/s | tg{} tokens/s | peak RSS MiB |\n|---|---|---|---|\n",
+        args.prompt_tokens, args.gen_tokens
+    );
+    let ours = if args.no_fusion { "webtensor, unfused (--no-fusion)" } else { "webtensor" };
+    out += &format!("| {ours} | {} | {} | {} |\n", summary(pp), summary(tg), rss(ours_rss));
+    match &peer {
+        Ok(p) => {
+            out += &format!(
+                "| llama.cpp {} (llama-cpp-python) | {} | {} | {} |\n",
+                p.hello["version"].as_str().unwrap_or("?"),
+                summary(lpp),
+                summary(ltg),
+                rss(peer_rss)
+            )
+        }
+        Err(why) => out += &format!("| llama.cpp | absent: {why} | | |\n"),
+    }
+    out += &format!("| webtensor / llama.cpp | {} | {} | |\n", ratio(pp, lpp), ratio(tg, ltg));
+    out += "\nmedian (min-max) over the rounds; peak RSS is each process's VmHWM (llama.cpp's includes its Python)\n";
+    out
+}
+
 pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let chosen = choose_device(args.backend)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -207,9 +242,6 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let host_line = decode_step_line(&model, !chosen.device.is_cpu());
     eprintln!("timing decode steps at KV lengths {:?} ...", args.decode_at);
     let depth = depth_lines(&step_ms_at(&mut model, &mut peer, &args.decode_at, &deep)?);
-    let rss = |m: Option<f64>| m.map_or("—".into(), |m| format!("{m:.0}"));
-    let ratio =
-        |a: &[f64], b: &[f64]| if b.is_empty() { "—".into() } else { format!("{:.2}x", median(a) / median(b)) };
     let mut out = String::new();
     out += &format!(
         "\nbench generate: {} on {}, {threads} threads, {} rounds, load average {:.2} at start\n\n",
@@ -218,26 +250,7 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
         args.repeats,
         load.unwrap_or(f64::NAN)
     );
-    out += &format!(
-        "| library | pp{} tokens/s | tg{} tokens/s | peak RSS MiB |\n|---|---|---|---|\n",
-        args.prompt_tokens, args.gen_tokens
-    );
-    let ours = if args.no_fusion { "webtensor, unfused (--no-fusion)" } else { "webtensor" };
-    out += &format!("| {ours} | {} | {} | {} |\n", summary(&pp), summary(&tg), rss(ours_rss));
-    match &peer {
-        Ok(p) => {
-            out += &format!(
-                "| llama.cpp {} (llama-cpp-python) | {} | {} | {} |\n",
-                p.hello["version"].as_str().unwrap_or("?"),
-                summary(&lpp),
-                summary(&ltg),
-                rss(peer_rss)
-            )
-        }
-        Err(why) => out += &format!("| llama.cpp | absent: {why} | | |\n"),
-    }
-    out += &format!("| webtensor / llama.cpp | {} | {} | |\n", ratio(&pp, &lpp), ratio(&tg, &ltg));
-    out += "\nmedian (min-max) over the rounds; peak RSS is each process's VmHWM (llama.cpp's includes its Python)\n";
+    out += &table(args, &peer, [&pp, &tg, &lpp, &ltg], (ours_rss, peer_rss));
     out += &host_line;
     out += &depth;
     emit(&out);
