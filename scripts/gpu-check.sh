@@ -316,7 +316,7 @@ write_report() {
         sed -n '/^| library/,/^$/p' "$LOGS/bench-generate.log"
         grep -E "^(webtensor's decode step|its host time)" "$LOGS/bench-generate.log" | sed 's/^/- /'
         echo; echo "Unfused (--no-fusion, one round):"; echo
-        grep -E '^\| (library|---|webtensor, unfused)' "$LOGS/bench-generate-unfused.log"
+        grep -E '^\| (library|webtensor, unfused)|^\|---' "$LOGS/bench-generate-unfused.log"
         grep -E "^webtensor's decode step: " "$LOGS/bench-generate-unfused.log" | sed 's/^/- /'
         echo; echo "| prefill peer, the same shape | pp tokens/s |"; echo "|---|---|"
         grep -E '^\|' "$LOGS/peer-transformers.log"
