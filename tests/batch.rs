@@ -1,7 +1,8 @@
 //! Continuous batching (`models::llama::Batch`) with SmolLM2-135M-Instruct: a request's greedy tokens are the same
 //! alone (the single-sequence runner, `Llama::generate`) and decoded in one step with others that join at
 //! different steps, have prompts of different lengths (read in chunks over several steps) and leave early, on the
-//! CPU backend and the GPU devices of the suite.
+//! CPU backend and the GPU devices of the suite; and the CPU's attention over split keys, whose rows have the
+//! same bits alone and in a batch.
 #![cfg(feature = "cli")]
 
 mod common;
@@ -177,4 +178,69 @@ fn ignore_eos_goes_on_to_the_token_limit() {
     let got = run(&mut batch, &[(0, prompt.clone(), opts.clone()), (1, prompt, greedy(48))], None);
     assert_eq!(got[&0].tokens, alone.tokens, "batched as alone");
     assert_eq!(got[&1].tokens, ended.tokens);
+}
+
+/// A decode row's attention on the CPU backend over keys it splits (600 of them, in runs of 256) has the same
+/// bits alone (a run-time KV length) as in a batch beside a longer row (a padding mask over 900 keys): the splits
+/// are fixed runs of keys, whatever the batch, the run's length or the threads.
+#[test]
+fn cpu_split_attention_rows_do_not_depend_on_the_batch() {
+    use webtensor::DType::{F16, F32, I32};
+    use webtensor::{Attention, Data, Graph, HostTensor, Tensor};
+    let mut seed = 0x5eed_u64;
+    let mut next = move || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((seed >> 40) as f32) / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let (h, hkv, d, len, s) = (4, 2, 32, 600, 900);
+    let q: Vec<f32> = (0..2 * h * d).map(|_| next()).collect();
+    let kv = |next: &mut dyn FnMut() -> f32| -> Vec<half::f16> {
+        (0..2 * hkv * s * d).map(|_| half::f16::from_f32(next())).collect()
+    };
+    let (k, v) = (kv(&mut next), kv(&mut next));
+    let cpu = Device::cpu();
+    // alone: batch element 0's first 700 keys, a run-time length of 600
+    let alone = {
+        let mut g = Graph::new();
+        let qi = g.input("q", F32, &[1, h, 1, d]).unwrap();
+        let ki = g.input("k", F16, &[1, hkv, 700, d]).unwrap();
+        let vi = g.input("v", F16, &[1, hkv, 700, d]).unwrap();
+        let li = g.input("len", I32, &[1]).unwrap();
+        let o = g.attention(qi, ki, vi, &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(li) }).unwrap();
+        let first = |x: &[half::f16]| -> Vec<half::f16> {
+            (0..hkv).flat_map(|gi| x[gi * s * d..(gi * s + 700) * d].to_vec()).collect()
+        };
+        let ins = [
+            HostTensor::f32(&[1, h, 1, d], q[..h * d].to_vec()).unwrap(),
+            HostTensor::new(&[1, hkv, 700, d], Data::F16(first(&k))).unwrap(),
+            HostTensor::new(&[1, hkv, 700, d], Data::F16(first(&v))).unwrap(),
+            HostTensor::new(&[1], Data::I32(vec![len as i32])).unwrap(),
+        ];
+        let mut plan = cpu.compile(&g, &[o]).unwrap();
+        let inputs: Vec<(Tensor, &HostTensor)> = [qi, ki, vi, li].into_iter().zip(&ins).collect();
+        plan.run(&inputs).unwrap().remove(0).data.into_f32()
+    };
+    // in a batch of two over 900 keys: element 0 masked past its 600, element 1 sees all 900
+    let batched = {
+        let mut g = Graph::new();
+        let qi = g.input("q", F32, &[2, h, 1, d]).unwrap();
+        let ki = g.input("k", F16, &[2, hkv, s, d]).unwrap();
+        let vi = g.input("v", F16, &[2, hkv, s, d]).unwrap();
+        let mi = g.input("mask", F32, &[2, 1, 1, s]).unwrap();
+        let o =
+            g.attention(qi, ki, vi, &Attention { scale: 0.2, causal: false, mask: Some(mi), kv_len: None }).unwrap();
+        let mask: Vec<f32> = (0..2 * s).map(|i| if i < len || i >= s { 0.0 } else { f32::NEG_INFINITY }).collect();
+        let ins = [
+            HostTensor::f32(&[2, h, 1, d], q.clone()).unwrap(),
+            HostTensor::new(&[2, hkv, s, d], Data::F16(k.clone())).unwrap(),
+            HostTensor::new(&[2, hkv, s, d], Data::F16(v.clone())).unwrap(),
+            HostTensor::f32(&[2, 1, 1, s], mask).unwrap(),
+        ];
+        let mut plan = cpu.compile(&g, &[o]).unwrap();
+        let inputs: Vec<(Tensor, &HostTensor)> = [qi, ki, vi, mi].into_iter().zip(&ins).collect();
+        plan.run(&inputs).unwrap().remove(0).data.into_f32()
+    };
+    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert!(alone.iter().all(|v| v.is_finite() && *v != 0.0), "{alone:?}");
+    assert_eq!(bits(&alone), bits(&batched[..h * d]), "batch element 0 differs from the row alone");
 }

@@ -183,9 +183,8 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     )?;
     let mut rng = SplitMix64::new(42);
     let vocab = model.config.n_vocab as u64;
-    let prompt: Vec<u32> = (0..args.prompt_tokens).map(|_| (rng.next_u64() % vocab) as u32).collect();
-    let gen: Vec<u32> = (0..args.gen_tokens + 1).map(|_| (rng.next_u64() % vocab) as u32).collect();
-    let deep: Vec<u32> = (0..deepest + DEPTH_STEPS).map(|_| (rng.next_u64() % vocab) as u32).collect();
+    let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
+    let (prompt, gen, deep) = (tokens(args.prompt_tokens), tokens(args.gen_tokens + 1), tokens(deepest + DEPTH_STEPS));
     let mut peer = Helper::start(&args.python, SCRIPT);
     if let Ok(p) = &mut peer {
         let req = json!({"cmd": "load", "path": args.model, "n_ctx": n_ctx, "threads": threads, "batch": 512});
