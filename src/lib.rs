@@ -92,6 +92,12 @@ pub mod testing {
 
     pub use crate::backend::gpu::params::ParamsLayout;
 
+    /// The workgroup memory, in bytes, that attention's lowering counts for a tile of `br` query rows and `bc`
+    /// keys with head dims `d` and `dv` when it picks the tile that fits the adapter.
+    pub fn attention_shared_bytes(d: u32, dv: u32, br: u32, bc: u32) -> u32 {
+        crate::backend::gpu::kernels::attention::shared_bytes(d, dv, br, bc)
+    }
+
     /// Every kernel family's parameters as Rust and the generated WGSL lay them out, for checking the two against
     /// each other.
     pub fn params_layouts() -> Vec<ParamsLayout> {

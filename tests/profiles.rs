@@ -8,34 +8,13 @@
 mod common;
 
 use common::reference::{self as r};
-use common::{inp, run_suite_on, Case};
+use common::{inp, profile, profiles, run_suite_on, Case};
 use webtensor::gpu::{uses_cooperative_matrices, MatmulChoice, COOP_CONFIGS, TILE_CONFIGS};
 use webtensor::testing::{plan_for_capabilities, tuner_verdict, ProfileDispatch};
-use webtensor::{Capabilities, CompileOptions, DType, DeviceType, Graph, Result, Tensor};
+use webtensor::{Attention, Capabilities, CompileOptions, DType, DeviceType, Graph, Result, Tensor};
 
 const F32: DType = DType::F32;
 const F16: DType = DType::F16;
-
-/// Every recorded profile, by file name (without `.json`), sorted.
-fn profiles() -> Vec<(String, Capabilities)> {
-    let dir = common::repo_file("tests/data/profiles");
-    let mut v: Vec<(String, Capabilities)> = std::fs::read_dir(&dir)
-        .expect("tests/data/profiles")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .map(|p| {
-            let text = std::fs::read_to_string(&p).unwrap();
-            let caps = Capabilities::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-            (p.file_stem().unwrap().to_string_lossy().into_owned(), caps)
-        })
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
-}
-
-fn profile(name: &str) -> Capabilities {
-    profiles().into_iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no profile {name}")).1
-}
 
 type Build = fn(&mut Graph) -> Result<Vec<Tensor>>;
 
@@ -109,8 +88,19 @@ fn graphs() -> Vec<(&'static str, Build)> {
             let wt = g.t(w)?;
             Ok(vec![g.matmul(x, wt)?])
         }),
+        ("decode attention: 9 heads over 3 K/V heads of 64, f16 KV cache of 4096, run-time length", |g| {
+            let q = g.input("q", F32, &[9, 1, 64])?;
+            let k = g.input("k", F16, &[3, 4096, 64])?;
+            let v = g.input("v", F16, &[3, 4096, 64])?;
+            let l = g.input("len", DType::I32, &[1])?;
+            g.attention(q, k, v, &Attention { scale: 0.125, causal: true, mask: None, kv_len: Some(l) })
+                .map(|o| vec![o])
+        }),
     ]
 }
+
+/// Graph index of the decode attention in [`graphs`].
+const DECODE_ATTENTION: usize = 10;
 
 fn plan(caps: &Capabilities, build: Build) -> Result<Vec<ProfileDispatch>> {
     let mut g = Graph::new();
@@ -202,6 +192,15 @@ fn key_decisions_per_profile() {
     // f16 as it is staged), the tiled kernel elsewhere
     assert!(first("nvidia-h200-vulkan", 9).starts_with("matmul_coop"), "{}", first("nvidia-h200-vulkan", 9));
     assert!(first("apple-m1-pro-metal", 9).starts_with("matmul_tiled"), "{}", first("apple-m1-pro-metal", 9));
+    // a decode step's attention: on GPUs a split of one tile of keys a workgroup (64 keys where 48 KiB of workgroup
+    // memory holds such a tile, 32 in 32 KiB), so a long context runs on many cores at once; on adapters that run
+    // on CPU cores splits of 256 keys, as the CPU backend's
+    for (p, splits) in [("nvidia-h200-vulkan", 64), ("apple-m1-pro-metal", 128), ("lavapipe-vulkan", 16)] {
+        let ds = kernels(p, DECODE_ATTENTION);
+        assert_eq!(ds.len(), 2, "{p}: {}", describe(&ds));
+        assert_eq!((ds[0].kernel.as_str(), ds[1].kernel.as_str()), ("attention decode split", "attention combine"));
+        assert_eq!(ds[0].workgroups, [splits, 3, 1], "{p}: splits of the keys, K/V heads, row blocks");
+    }
 }
 
 #[test]
@@ -273,7 +272,48 @@ fn lavapipe_cases(hardware: bool) -> Vec<Case> {
     } else {
         (few.expect_kernel("matvec serial"), rows33.expect_kernel("matmul_tiled"))
     };
-    vec![few, rows33, one, mean]
+    let mut cases = vec![few, rows33, one, mean];
+    cases.extend(decode_attention_cases(hardware));
+    cases
+}
+
+/// Decode attention (one query a head) as each profile splits its keys: a run-time length over a long cache (the
+/// splits it reaches and their combine), the first split alone, groups of more heads than one workgroup's rows,
+/// a batch whose padding mask leaves rows of 600, 300, 100 and no keys. On hardware profiles each is split.
+fn decode_attention_cases(hardware: bool) -> Vec<Case> {
+    let run_time_len = |s: usize, l: usize| {
+        Case::new(
+            format!("decode attention L = {l} over a cache of {s}"),
+            vec![inp(F32, &[6, 1, 32], 1), inp(F16, &[2, s, 32], 2), inp(F16, &[2, s, 32], 3), {
+                common::inp_given(DType::I32, &[1], vec![l as f64])
+            }],
+            |g, x| {
+                g.attention(x[0], x[1], x[2], &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(x[3]) })
+            },
+            move |x| r::attention(&x[0], &x[1], &x[2], None, 0.2, true, l),
+        )
+    };
+    let heads = Case::new(
+        "decode attention, 40 heads over 2 K/V heads of 16, 300 keys",
+        vec![inp(F32, &[40, 1, 16], 4), inp(F32, &[2, 300, 16], 5), inp(F32, &[2, 300, 16], 6)],
+        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.25, causal: true, mask: None, kv_len: None }),
+        |x| r::attention(&x[0], &x[1], &x[2], None, 0.25, true, 300),
+    );
+    let lens = [600usize, 300, 100, 0];
+    let mask: Vec<f64> = (0..4 * 600).map(|i| if i % 600 < lens[i / 600] { 0.0 } else { f64::NEG_INFINITY }).collect();
+    let padding = Case::new(
+        "decode attention, a batch of 4 with a padding mask (600, 300, 100, 0 keys)",
+        vec![
+            inp(F32, &[4, 4, 1, 32], 7),
+            inp(F16, &[4, 2, 600, 32], 8),
+            inp(F16, &[4, 2, 600, 32], 9),
+            common::inp_given(F32, &[4, 1, 1, 600], mask),
+        ],
+        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None }),
+        |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 600),
+    );
+    let cases = vec![run_time_len(2048, 600), run_time_len(2048, 1), heads, padding];
+    cases.into_iter().map(|c| if hardware { c.expect_kernel("attention decode split") } else { c }).collect()
 }
 
 #[test]

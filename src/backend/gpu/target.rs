@@ -33,6 +33,8 @@ pub(crate) struct GpuTarget {
     pub max_buffer: u64,
     /// Alignment of every tensor's block and of binding offsets, in bytes.
     pub align: u64,
+    /// The fewest keys a split of a decode step's attention takes (see [`decode_split_min`]).
+    pub decode_split_min: u32,
     /// Whether fusion and in-place execution run.
     pub fusion: bool,
     /// The device's identity.
@@ -52,6 +54,18 @@ pub(crate) fn coop_fragment(caps: &Capabilities) -> Option<u32> {
 /// the adapter has).
 pub(crate) fn preferred_matvec(caps: &Capabilities) -> Option<MatVecReduce> {
     (caps.device_type == DeviceType::Cpu).then_some(MatVecReduce::Serial)
+}
+
+/// The fewest keys a split of a decode step's attention takes on an adapter with capabilities `caps`: on one that
+/// runs on CPU cores (device type `Cpu`), 256, as the CPU backend's runs (its few threads are busy with fewer,
+/// longer splits, and a step within one split skips the combine pass); on a GPU none, so each split is one tile of
+/// keys on a workgroup of its own and a step's critical path is one tile whatever its length.
+pub(crate) fn decode_split_min(caps: &Capabilities) -> u32 {
+    if caps.device_type == DeviceType::Cpu {
+        256
+    } else {
+        0
+    }
 }
 
 /// Whether an adapter with capabilities `caps` runs f16 × f16 matmuls on webtensor's cooperative-matrix kernel:
@@ -76,6 +90,7 @@ impl GpuTarget {
             shader_f16: caps.shader_f16,
             max_binding: caps.max_storage_binding_bytes,
             max_buffer: caps.max_buffer_bytes,
+            decode_split_min: decode_split_min(caps),
             align: (caps.min_storage_offset_alignment as u64).max(256),
             fusion,
             device,

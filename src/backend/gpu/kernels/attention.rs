@@ -127,8 +127,9 @@ impl Family for Attention {
             ("D", n(d)),
             ("DV", n(dv)),
             ("PARTIAL", partial.to_string()),
+            ("LPR", n(lanes_per_row(br, bc))),
             ("Q_SHARED", n(br * d)),
-            ("K_SHARED", n(bc * d)),
+            ("K_SHARED", n(bc * (d + 1))),
             ("V_SHARED", n(bc * dv)),
             ("P_SHARED", n(br * bc)),
             ("LENGTH_FN", length_fn(dyn_len, true)),
@@ -167,6 +168,7 @@ impl Family for AttentionCombine {
             ("BINDINGS", bindings),
             ("OUT_C", compute_type(key.out).to_string()),
             ("DV", self.dv.to_string()),
+            ("MAX_SPLITS", MAX_SPLITS.to_string()),
             ("LENGTH_FN", length_fn(self.dyn_len, false)),
         ];
         render(COMBINE, &subs)
@@ -240,9 +242,17 @@ fn length_fn(dyn_len: bool, uniform: bool) -> String {
     }
 }
 
-/// Workgroup memory of an attention tile, in bytes.
+/// Workgroup memory of an attention tile, in bytes: the queries, the keys (each padded by a word), the values, the
+/// scores, the row statistics' partials (64), the rows' running values and flags, and three words of state.
 pub(crate) fn shared_bytes(d: u32, dv: u32, br: u32, bc: u32) -> u32 {
-    4 * (br * d + bc * d + bc * dv + br * bc + 3 * br)
+    4 * (br * d + bc * (d + 1) + bc * dv + br * bc + 64 + 4 * br + 3)
+}
+
+/// Invocations a row in `attention.wgsl`'s row statistics (LPR): the largest power of two with `br` rows of it
+/// within the workgroup's 64 and at most `bc`, the tile's keys.
+fn lanes_per_row(br: u32, bc: u32) -> u32 {
+    let most = (64 / br.max(1)).min(bc).max(1);
+    1 << most.ilog2()
 }
 
 /// Strides (b, h, t, last) of a `[.., h, t, last]` layout, batch stride 0 without a batch dim.
@@ -338,8 +348,9 @@ fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Resul
     let group = h / hkv.max(1);
     let batch = if r == 4 { lq.shape[0] } else { 1 };
     let (br, bc) = tiles(d as u32, dv as u32, (tq, group), t.max_shared)?;
-    let split_len = if tq == 1 && s > 256 { s.div_ceil(64).max(256).div_ceil(bc as usize) * bc as usize } else { s };
+    let split_len = if tq == 1 { decode_split_len(s, bc, t.decode_split_min) } else { s };
     let splits = s.div_ceil(split_len);
+    debug_assert!(splits <= MAX_SPLITS, "the combine pass stages at most MAX_SPLITS splits");
     let params = params(p, a, splits, split_len, bc);
     let partial = splits > 1;
     let (mask, dyn_len) = (a.mask.is_some(), a.kv_len.is_some());
@@ -401,6 +412,20 @@ fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Resul
     combine.scratch = first.scratch;
     combine.dynamic = host_len.map(|l| grid_of(l, true));
     Ok(vec![first, combine])
+}
+
+/// Most splits of a decode step's keys: the combine pass stages each split's weight in workgroup memory.
+pub(crate) const MAX_SPLITS: usize = 256;
+
+/// Keys a split of a decode step over `s` key positions with tiles of `bc` keys: at least `min` keys (the target's
+/// [`GpuTarget::decode_split_min`]), at least one tile, and enough that `s` needs at most [`MAX_SPLITS`] splits, in
+/// whole tiles. On a GPU that is one tile, so that a step's critical path is one tile's work whatever its length
+/// (the run-time length sets how many splits run, each on a workgroup of its own, as flash-decoding spreads a long
+/// context over the GPU's cores). A split's length is fixed by the plan, not by the run-time length or the batch,
+/// so that a row's bits do not depend on the other rows of a batched step.
+fn decode_split_len(s: usize, bc: u32, min: u32) -> usize {
+    let bc = bc as usize;
+    s.div_ceil(MAX_SPLITS).max(min as usize).div_ceil(bc).max(1) * bc
 }
 
 /// Prefill and decode tiles, the split pass and its combine, with and without mask and run-time length.

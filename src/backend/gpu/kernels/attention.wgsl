@@ -3,8 +3,10 @@
 // online softmax (running max m, sum l, accumulator rescaled by exp(m_old - m_new)), f32 throughout.
 // A workgroup of 64 takes BR query rows of the heads sharing one K/V head (row i of the group's G·T: head
 // g·G + i / T, query i % T; a decode step's rows are the group's heads, so each K/V tile is read once for all of
-// them) and one split of the keys: the split's tiles are staged in workgroup memory, scores computed pairwise,
-// the row statistics by one invocation per row, the accumulators (BR x DV, ACC per invocation) in registers. Keys at or past the run-time length L (KV_LEN) are never read; with
+// them) and one split of the keys: the split's tiles are staged in workgroup memory (a key's row padded to D + 1
+// words, so that the invocations scoring consecutive keys read distinct banks), scores computed pairwise, each
+// row's statistics by LPR invocations (a tree over their partial maxima and sums), the accumulators (BR x DV, ACC
+// per invocation) in registers. Keys at or past the run-time length L (KV_LEN) are never read; with
 // CAUSAL, query t (the last T of L positions) sees keys s <= L - T + t. A row whose keys are all masked gives 0; a
 // row with a NaN score gives NaN (as PyTorch's softmax), kept by a flag: WGSL's max() and comparisons drop a NaN.
 // With a mask, keys it hides with -inf after the last one any of the workgroup's rows sees are not read (as
@@ -23,6 +25,10 @@ const D: u32 = {{D}}u;
 const DV: u32 = {{DV}}u;
 const WGS: u32 = 64u;
 const ACC: u32 = (BR * DV + WGS - 1u) / WGS;
+// invocations per row in the row statistics: a power of two, BR * LPR <= WGS, LPR <= BC
+const LPR: u32 = {{LPR}}u;
+// a staged key's stride in k_s (words)
+const KS: u32 = D + 1u;
 const PARTIAL: bool = {{PARTIAL}};
 // masked scores: finite, so that exp(NEG - NEG) never appears; a masked entry is one at or below HIDDEN
 const NEG: f32 = -3.0e38;
@@ -35,6 +41,8 @@ var<workgroup> p_s: array<f32, {{P_SHARED}}>;
 var<workgroup> m_s: array<f32, BR>;
 var<workgroup> l_s: array<f32, BR>;
 var<workgroup> a_s: array<f32, BR>;
+// the row statistics' partial maxima and sums, LPR a row
+var<workgroup> red_s: array<f32, WGS>;
 // a row that met a NaN score (set by any invocation, hence atomic)
 var<workgroup> nan_s: array<atomic<u32>, BR>;
 
@@ -94,7 +102,7 @@ fn stage_kv(lid: u32, k_base: u32, v_base: u32, s0: u32, s_end: u32) {
         if (s < s_end) {
             x = f32(ld_k(k_base + s * P.k_strides.z + (e % nd) * P.k_strides.w));
         }
-        k_s[e] = x;
+        k_s[(e / nd) * KS + e % nd] = x;
     }
     for (var e = lid; e < nbc * ndv; e = e + WGS) {
         let s = s0 + e / ndv;
@@ -106,25 +114,63 @@ fn stage_kv(lid: u32, k_base: u32, v_base: u32, s0: u32, s_end: u32) {
     }
 }
 
-// row r's online softmax over the tile's scores in p_s: its running max and sum updated, the scores turned into
-// weights, and the factor that rescales its accumulators in a_s
-fn update_row(r: u32) {
+// the tree over the row statistics' partials in red_s: lane 0 of each row ends with `op` of its row's LPR
+// values (max for op 0, sum for op 1); call in uniform control flow (it holds barriers)
+fn reduce_rows(lid: u32, op: u32) {
+    let lane = lid % LPR;
+    for (var w = LPR / 2u; w > 0u; w = w / 2u) {
+        if (lid < BR * LPR && lane < w) {
+            let a = red_s[lid];
+            let b = red_s[lid + w];
+            red_s[lid] = select(a + b, max(a, b), op == 0u);
+        }
+        workgroupBarrier();
+    }
+}
+
+// the online softmax over the tile's scores in p_s, each row by LPR invocations over BC / LPR scores: the rows'
+// running maxima and sums updated, the scores turned into weights, and the factors that rescale the rows'
+// accumulators in a_s. Call in uniform control flow after the scores' barrier; it ends with a barrier.
+fn update_rows(lid: u32) {
     let nbc = P.bc;
-    var mx = m_s[r];
-    for (var c = 0u; c < nbc; c = c + 1u) {
-        mx = max(mx, p_s[r * nbc + c]);
+    let r = lid / LPR;
+    let per = nbc / LPR;
+    let c0 = r * nbc + (lid % LPR) * per;
+    let in_row = lid < BR * LPR;
+    if (in_row) {
+        var mx = NEG;
+        for (var c = c0; c < c0 + per; c = c + 1u) {
+            mx = max(mx, p_s[c]);
+        }
+        red_s[lid] = mx;
     }
+    workgroupBarrier();
+    reduce_rows(lid, 0u);
     var sum = 0.0;
-    for (var c = 0u; c < nbc; c = c + 1u) {
-        let x = p_s[r * nbc + c];
-        let w = select(0.0, exp(x - mx), x > HIDDEN);
-        p_s[r * nbc + c] = w;
-        sum = sum + w;
+    var mx = NEG;
+    if (in_row) {
+        mx = max(m_s[r], red_s[r * LPR]);
+        for (var c = c0; c < c0 + per; c = c + 1u) {
+            let x = p_s[c];
+            let w = select(0.0, exp(x - mx), x > HIDDEN);
+            p_s[c] = w;
+            sum = sum + w;
+        }
     }
-    let alpha = exp(m_s[r] - mx);
-    m_s[r] = mx;
-    l_s[r] = l_s[r] * alpha + sum;
-    a_s[r] = alpha;
+    // every row's maximum read before the sums take its place
+    workgroupBarrier();
+    if (in_row) {
+        red_s[lid] = sum;
+    }
+    workgroupBarrier();
+    reduce_rows(lid, 1u);
+    if (in_row && lid % LPR == 0u) {
+        let alpha = exp(m_s[r] - mx);
+        m_s[r] = mx;
+        l_s[r] = l_s[r] * alpha + red_s[lid];
+        a_s[r] = alpha;
+    }
+    workgroupBarrier();
 }
 
 @compute @workgroup_size(64)
@@ -171,7 +217,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             if (s < s_end && row0 + r < rows && (P.causal == 0u || s + T <= L + t)) {
                 var dot = 0.0;
                 for (var d = 0u; d < nd; d = d + 1u) {
-                    dot = fma(q_s[r * nd + d], k_s[(e % nbc) * nd + d], dot);
+                    dot = fma(q_s[r * nd + d], k_s[(e % nbc) * KS + d], dot);
                 }
                 let raw = dot * P.scale + mask_at(b, hi, t, s);
                 if (is_nan(raw)) {
@@ -182,10 +228,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             p_s[e] = x;
         }
         workgroupBarrier();
-        if (lid < BR) {
-            update_row(lid);
-        }
-        workgroupBarrier();
+        update_rows(lid);
         for (var j = 0u; j < ACC; j = j + 1u) {
             let e = lid + j * WGS;
             if (e < BR * ndv) {
