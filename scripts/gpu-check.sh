@@ -260,6 +260,14 @@ run() {
     [ $QUICK = 1 ] && unfused=(--prompt-tokens 8 --gen-tokens 4 --repeats 1 --decode-at 16)
     step bench-generate-unfused "$WT" bench generate --model "$OUT/models/smollm2-random.Q4_1.gguf" \
         --backend "$GPU_BACKEND" --python none --no-fusion "${unfused[@]}"
+    # the decode attention's splits as they were (256 keys a split, as on adapters that run on CPU cores) against
+    # the default (one tile of keys a split): the decode step at L = 16 and 2048 both ways on this GPU (left out of
+    # the quick run: lavapipe takes 256 either way)
+    if [ $QUICK = 0 ]; then
+        WEBTENSOR_DECODE_SPLIT=256 step bench-generate-split256 "$WT" bench generate \
+            --model "$OUT/models/smollm2-random.Q4_1.gguf" --backend "$GPU_BACKEND" --python none \
+            --prompt-tokens 64 --gen-tokens 16 --repeats 1 --decode-at 16,2048
+    fi
     # the prefill peer: transformers on CUDA, the same shape (absent without torch and CUDA, as in the quick run)
     step peer-transformers python3 "$ROOT/scripts/peer_transformers.py" --model "$OUT/models/smollm2-random.Q4_1.gguf" \
         --prompt-tokens "${gen_args[1]}"
@@ -293,6 +301,13 @@ run() {
     write_report
 }
 
+# the tuned matmul lines of `info` for the first usable adapter on the backend the run used
+tuned_kernels() {
+    awk -v b="$GPU_BACKEND" '/^adapter /{n++; be=""; ok=0} /^  usable +yes/{ok=1} /^  backend /{be=$2}
+        /matmul f(32|16) \(tuned\)/ && be == b && ok { if (pick == "") pick = n; if (n == pick) print }' \
+        "$LOGS/info.log" | sed 's/^ *//' | tr -s ' ' | paste -sd ';' -
+}
+
 write_report() {
     local gpu
     gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
@@ -301,7 +316,7 @@ write_report() {
         echo
         echo "- GPU: ${gpu:-no nvidia-smi}; webtensor backend: $GPU_BACKEND; $(nproc) CPU threads; load $(cut -d' ' -f1-3 /proc/loadavg)"
         echo "- adapter: $(grep -m1 -E '^best device:' "$LOGS/info.log" | sed 's/^best device: *//')"
-        echo "- tuned matmul kernels: $(grep -E 'matmul f(32|16) \(tuned\)' "$LOGS/info.log" | sed 's/^ *//' | tr -s ' ' | paste -sd ';' -)"
+        echo "- tuned matmul kernels ($GPU_BACKEND): $(tuned_kernels)"
         echo
         echo "## Steps"; echo; echo "| step | status | time |"; echo "|---|---|---|"
         printf '%s\n' "${STEPS[@]}"
@@ -318,6 +333,10 @@ write_report() {
         echo; echo "Unfused (--no-fusion, one round):"; echo
         grep -E '^\| (library|webtensor, unfused)|^\|---' "$LOGS/bench-generate-unfused.log"
         grep -E "^webtensor's decode step: " "$LOGS/bench-generate-unfused.log" | sed 's/^/- /'
+        if [ -f "$LOGS/bench-generate-split256.log" ]; then
+            echo; echo "Decode attention in splits of 256 keys (WEBTENSOR_DECODE_SPLIT=256; one round):"; echo
+            grep -E "^webtensor's decode step: " "$LOGS/bench-generate-split256.log" | sed 's/^/- /'
+        fi
         echo; echo "| prefill peer, the same shape | pp tokens/s |"; echo "|---|---|"
         grep -E '^\|' "$LOGS/peer-transformers.log"
         [ -f "$LOGS/llama-bench.log" ] && { echo; grep -E '^\|' "$LOGS/llama-bench.log"; }

@@ -16,6 +16,32 @@ pub const MATMUL_ENV: &str = "WEBTENSOR_MATMUL";
 /// still confines buffer accesses; `on` elsewhere. Browsers always check.
 pub const SHADER_CHECKS_ENV: &str = "WEBTENSOR_SHADER_CHECKS";
 
+/// Environment variable: the fewest keys a split of a decode step's attention takes on a GPU device, a whole
+/// number of keys (rounded up to whole tiles). Default: 256 on adapters that run on CPU cores, else one tile, so
+/// that each split runs on a workgroup of its own (README, Kernels). For timing one choice against another on
+/// the same device (`scripts/gpu-check.sh` times the decode step with 256).
+pub const DECODE_SPLIT_ENV: &str = "WEBTENSOR_DECODE_SPLIT";
+
+/// [`DECODE_SPLIT_ENV`]'s value where it is set to a whole number (warned about and ignored otherwise). Read once
+/// per process.
+pub(crate) fn decode_split_override() -> Option<u32> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static KEYS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+        *KEYS.get_or_init(|| match std::env::var(DECODE_SPLIT_ENV).as_deref() {
+            Ok(v) if !v.is_empty() => v
+                .parse()
+                .inspect_err(|e| {
+                    log::warn!("webtensor: {DECODE_SPLIT_ENV}={v} is not a whole number of keys ({e}); ignored")
+                })
+                .ok(),
+            _ => None,
+        })
+    }
+    #[cfg(target_arch = "wasm32")]
+    None
+}
+
 /// Environment variable: how long, in milliseconds, a run waits natively for the GPU to finish its work and map
 /// the outputs before it fails with [`Error::Gpu`] (default 60000, i.e. 60 s). Read once per process.
 ///

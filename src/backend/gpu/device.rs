@@ -4,7 +4,7 @@
 
 use super::kernel::{KernelKey, MatVecReduce};
 use super::target::{coop_fragment, preferred_matvec, GpuTarget};
-use crate::backend::gpu::config::MatmulKernels;
+use crate::backend::gpu::config::{decode_split_override, MatmulKernels};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::gpu::config::SHADER_CHECKS_ENV;
 use crate::caps::{BackendKind, Capabilities, DeviceType};
@@ -476,6 +476,9 @@ impl GpuBackend {
         t.coop_frag = self.coop_frag;
         t.coop_emulated = self.coop_emulated;
         t.matvec = self.matvec;
+        if let Some(keys) = decode_split_override() {
+            t.decode_split_min = keys;
+        }
         t
     }
 
