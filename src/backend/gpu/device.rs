@@ -4,9 +4,9 @@
 
 use super::kernel::{KernelKey, MatVecReduce};
 use super::target::{coop_fragment, preferred_matvec, GpuTarget};
-use crate::backend::gpu::config::{decode_split_override, MatmulKernels};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::backend::gpu::config::SHADER_CHECKS_ENV;
+use crate::backend::gpu::config::{decode_split_override, MatmulKernels};
 use crate::caps::{BackendKind, Capabilities, DeviceType};
 use crate::dtype::DType;
 use crate::error::{Error, Result};

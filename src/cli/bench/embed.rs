@@ -109,6 +109,20 @@ pub fn run(args: &EmbedBenchArgs) -> Result<(), CliError> {
         Err(why) => out += &format!("| sentence-transformers | absent: {why} | |\n"),
     }
     out += "\nmedian (min-max) over the rounds\n";
+    out += &plans_line(&e);
     emit(&out);
     Ok(())
+}
+
+/// The embedder's plans (batch x padded length): their dispatches, and a layer's share of them.
+fn plans_line(e: &SentenceEmbedder) -> String {
+    let layers = e.config.layers.max(1) as f64;
+    let plans: Vec<String> = e
+        .plan_stats()
+        .iter()
+        .map(|((b, t), st)| {
+            format!("{b} x {t} tokens: {} ({:.1} a layer)", st.dispatches, st.dispatches as f64 / layers)
+        })
+        .collect();
+    format!("webtensor's plans, dispatches by batch x padded length: {}\n", plans.join("; "))
 }

@@ -10,7 +10,7 @@
 //! | `phi3` | Phi-3, Phi-3.5 mini (their 128k models' LongRoPE included) |
 //! | `gemma`, `gemma2`, `gemma3` | Gemma 1, 2, 3 (text) |
 
-mod common;
+pub(crate) mod common;
 mod gemma;
 mod llama;
 pub(crate) mod loader;

@@ -9,9 +9,12 @@
 use super::graph::{BertConfig, Layer, Linear, Norm, Weights};
 use super::pooling::Pooling;
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::io::gguf::{GgufFile, MetaValue};
+use crate::models::arch::common;
 use crate::models::arch::loader::Loader;
+use crate::models::arch::spec::Qkv;
 use crate::models::hparams::Hparams;
 use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::bert::BertNormalizer;
@@ -176,6 +179,23 @@ fn wordpiece(f: &GgufFile, n_vocab: usize) -> Result<tokenizers::Tokenizer> {
     Ok(tk)
 }
 
+/// A layer's Q, K and V projections `[e, e]` (with biases) from their names' `.weight` and `.bias`: one matrix
+/// where they share a dtype (`arch::common::qkv`), three where they do not or where f32 matrices are to be stored
+/// in f16.
+fn qkv(ld: &Loader, names: [&str; 3], e: usize, f16: bool) -> Result<Qkv> {
+    let f32_matrices =
+        names.iter().any(|n| ld.info(&format!("{n}.weight"), &[e, e]).is_ok_and(|t| t.dtype == DType::F32));
+    if f16 && f32_matrices {
+        let lin = |n: &str| ld.matrix(&format!("{n}.weight"), &[e, e], f16);
+        let bias = |n: &str| ld.tensor(&format!("{n}.bias"), &[e]);
+        let w = [lin(names[0])?, lin(names[1])?, lin(names[2])?];
+        return Ok(Qkv::Split { w, bias: Some([bias(names[0])?, bias(names[1])?, bias(names[2])?]) });
+    }
+    let w = names.map(|n| format!("{n}.weight"));
+    let b = names.map(|n| format!("{n}.bias"));
+    common::qkv(ld, w.each_ref().map(String::as_str), Some(b.each_ref().map(String::as_str)), [e; 3], e)
+}
+
 fn weights(ld: &Loader, f: &GgufFile, c: &BertConfig, f16: bool) -> Result<Weights> {
     let (e, ff) = (c.hidden, c.intermediate);
     let lin = |n: &str, out: usize, inp: usize| -> Result<Linear> {
@@ -188,10 +208,9 @@ fn weights(ld: &Loader, f: &GgufFile, c: &BertConfig, f16: bool) -> Result<Weigh
     let layers = (0..c.layers)
         .map(|i| {
             let p = format!("blk.{i}");
+            let (q, k, v) = (format!("{p}.attn_q"), format!("{p}.attn_k"), format!("{p}.attn_v"));
             Ok(Layer {
-                q: lin(&format!("{p}.attn_q"), e, e)?,
-                k: lin(&format!("{p}.attn_k"), e, e)?,
-                v: lin(&format!("{p}.attn_v"), e, e)?,
+                qkv: qkv(ld, [&q, &k, &v], e, f16)?,
                 o: lin(&format!("{p}.attn_output"), e, e)?,
                 attn_norm: norm(&format!("{p}.attn_output_norm"))?,
                 up: lin(&format!("{p}.ffn_up"), ff, e)?,

@@ -4,6 +4,8 @@
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::{Attention, Graph, Tensor};
+use crate::models::arch::spec::Qkv;
+use crate::models::nn;
 use crate::ops::UnaryOp;
 use crate::resident::Resident;
 
@@ -19,9 +21,8 @@ pub(crate) struct Norm {
 }
 
 pub(crate) struct Layer {
-    pub q: Linear,
-    pub k: Linear,
-    pub v: Linear,
+    /// Q, K and V: one matmul where their weights share a dtype (the loaders concatenate them), three otherwise.
+    pub qkv: Qkv,
     pub o: Linear,
     pub attn_norm: Norm,
     pub up: Linear,
@@ -102,6 +103,21 @@ fn linear(g: &mut Graph, x: Tensor, l: &Linear) -> Result<Tensor> {
     g.add(y, b)
 }
 
+/// Q, K and V `[R, E]` of rows `x`: column views of one matmul's `[R, 3E]` where the weights are one matrix.
+fn qkv(g: &mut Graph, x: Tensor, w: &Qkv, e: usize) -> Result<(Tensor, Tensor, Tensor)> {
+    match w {
+        Qkv::Fused { w, bias } => {
+            let y = nn::linear(g, x, w, bias.as_ref())?;
+            Ok((g.slice(y, 1, 0, e)?, g.slice(y, 1, e, 2 * e)?, g.slice(y, 1, 2 * e, 3 * e)?))
+        }
+        Qkv::Split { w, bias } => {
+            let mut p = w.iter().enumerate().map(|(i, w)| nn::linear(g, x, w, bias.as_ref().map(|b| &b[i])));
+            let mut next = || p.next().expect("three projections");
+            Ok((next()?, next()?, next()?))
+        }
+    }
+}
+
 fn norm(g: &mut Graph, x: Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
     let y = g.layer_norm(x, eps)?;
     let w = g.resident(&n.w)?;
@@ -138,12 +154,8 @@ pub(crate) fn build_batch(cfg: &BertConfig, w: &Weights, b: usize, t: usize, max
         g.permute(y, &[0, 2, 1, 3]) // [B, H, T, D]
     };
     for l in &w.layers {
-        let q = linear(&mut g, x, &l.q)?;
-        let q = heads(&mut g, q)?;
-        let k = linear(&mut g, x, &l.k)?;
-        let k = heads(&mut g, k)?;
-        let v = linear(&mut g, x, &l.v)?;
-        let v = heads(&mut g, v)?;
+        let (q, k, v) = qkv(&mut g, x, &l.qkv, e)?;
+        let (q, k, v) = (heads(&mut g, q)?, heads(&mut g, k)?, heads(&mut g, v)?);
         let a = Attention { scale: 1.0 / (d as f32).sqrt(), causal: false, mask: Some(mask), kv_len: None };
         let o = g.attention(q, k, v, &a)?; // [B, T, H, D]
         let o = g.reshape(o, &[b * t, e])?;

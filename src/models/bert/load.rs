@@ -9,7 +9,8 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::io::SafetensorsFile;
-use crate::resident::Resident;
+use crate::models::arch::spec::Qkv;
+use crate::resident::{Bytes, Resident};
 use crate::tensor::{Data, HostTensor};
 use serde_json::Value as Json;
 
@@ -216,7 +217,8 @@ impl Tensors {
         self.file.entry(name).or(prefixed)
     }
 
-    fn upload(&self, device: &Device, name: &str, shape: &[usize], f16: bool) -> Result<Resident> {
+    /// The entry `name` of `shape` and its bytes, every value finite.
+    fn checked(&self, name: &str, shape: &[usize]) -> Result<(&crate::io::safetensors::SafetensorsEntry, Bytes)> {
         let entry = self
             .entry(name)
             .ok_or_else(|| Error::Format { path: self.path.clone(), message: format!("no tensor {name}") })?;
@@ -238,9 +240,13 @@ impl Tensors {
             let message = crate::models::arch::loader::non_finite_message(name, DType::F32, i, v);
             return Err(Error::Format { path: self.path.clone(), message });
         }
-        // f32 as it lies; f16 and bf16 (checkpoints saved in half precision) widened to f32
-        let values = match entry.dtype.as_str() {
-            "F32" if !(f16 && shape.len() == 2) => return device.upload_bytes(name, DType::F32, shape, bytes),
+        Ok((entry, bytes))
+    }
+
+    /// Tensor `name` of `shape` as f32 values: f16 and bf16 (checkpoints saved in half precision) widened.
+    fn values(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let (entry, bytes) = self.checked(name, shape)?;
+        Ok(match entry.dtype.as_str() {
             "F32" => Data::from_bytes(DType::F32, bytes.as_slice()).to_f32(),
             "F16" => Data::from_bytes(DType::F16, bytes.as_slice()).to_f32(),
             "BF16" => {
@@ -250,14 +256,50 @@ impl Tensors {
                 let message = format!("tensor {name} is {other}, not a float (F32, F16 or BF16)");
                 return Err(Error::Format { path: self.path.clone(), message });
             }
-        };
-        let data = if f16 && shape.len() == 2 {
-            Data::F16(values.into_iter().map(half::f16::from_f32).collect())
-        } else {
-            Data::F32(values)
-        };
-        device.upload(name, HostTensor::new(shape, data)?)
+        })
     }
+
+    /// Tensor `name` of `shape`, resident: f32 as it lies, else widened to f32; a matrix stored in f16 with `f16`.
+    fn upload(&self, device: &Device, name: &str, shape: &[usize], f16: bool) -> Result<Resident> {
+        let (entry, bytes) = self.checked(name, shape)?;
+        if entry.dtype == "F32" && !(f16 && shape.len() == 2) {
+            return device.upload_bytes(name, DType::F32, shape, bytes);
+        }
+        upload_values(device, name, shape, self.values(name, shape)?, f16)
+    }
+
+    /// Tensors `names`, each of `[rows, shape[1..]]` (`shape[0]` rows in all), one after another as one resident
+    /// `name` of `shape` (a layer's Q, K and V as one matrix), widened to f32; a matrix stored in f16 with `f16`.
+    fn concat(&self, device: &Device, name: &str, names: &[String], shape: &[usize], f16: bool) -> Result<Resident> {
+        let mut part = shape.to_vec();
+        part[0] /= names.len();
+        let mut values = Vec::new();
+        for n in names {
+            values.extend(self.values(n, &part)?);
+        }
+        upload_values(device, name, shape, values, f16)
+    }
+}
+
+/// f32 `values` of `shape` resident as `name`; a matrix stored in f16 with `f16`.
+fn upload_values(device: &Device, name: &str, shape: &[usize], values: Vec<f32>, f16: bool) -> Result<Resident> {
+    let data = if f16 && shape.len() == 2 {
+        Data::F16(values.into_iter().map(half::f16::from_f32).collect())
+    } else {
+        Data::F32(values)
+    };
+    device.upload(name, HostTensor::new(shape, data)?)
+}
+
+/// A layer's Q, K and V (`{p}.query`, `.key`, `.value`, each `[e, e]` with a bias) as one matrix `[3e, e]` and one
+/// bias, so that one matmul reads the layer's input for all three.
+fn qkv(device: &Device, t: &Tensors, p: &str, e: usize, f16: bool) -> Result<Qkv> {
+    let parts = ["query", "key", "value"];
+    let names = |suffix: &str| parts.map(|q| format!("{p}.{q}.{suffix}")).to_vec();
+    let name = format!("{p}.query+key+value");
+    let w = t.concat(device, &format!("{name}.weight"), &names("weight"), &[3 * e, e], f16)?;
+    let bias = t.concat(device, &format!("{name}.bias"), &names("bias"), &[3 * e], false)?;
+    Ok(Qkv::Fused { w, bias: Some(bias) })
 }
 
 pub(super) fn weights(device: &Device, t: &Tensors, c: &BertConfig, f16: bool) -> Result<Weights> {
@@ -290,9 +332,7 @@ pub(super) fn weights(device: &Device, t: &Tensors, c: &BertConfig, f16: bool) -
         .map(|i| {
             let p = format!("encoder.layer.{i}");
             Ok(Layer {
-                q: lin(&format!("{p}.attention.self.query"), e, e)?,
-                k: lin(&format!("{p}.attention.self.key"), e, e)?,
-                v: lin(&format!("{p}.attention.self.value"), e, e)?,
+                qkv: qkv(device, t, &format!("{p}.attention.self"), e, f16)?,
                 o: lin(&format!("{p}.attention.output.dense"), e, e)?,
                 attn_norm: norm(&format!("{p}.attention.output.LayerNorm"))?,
                 up: lin(&format!("{p}.intermediate.dense"), f, e)?,

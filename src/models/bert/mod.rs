@@ -209,6 +209,14 @@ impl SentenceEmbedder {
         Ok(ids)
     }
 
+    /// The statistics of the batch plans compiled so far, by (batch, padded length) in increasing order:
+    /// dispatches, pipelines, memory and each step's kernel.
+    pub fn plan_stats(&self) -> Vec<((usize, usize), crate::PlanStats)> {
+        let mut v: Vec<_> = self.plans.iter().map(|(&bt, (plan, _))| (bt, plan.stats())).collect();
+        v.sort_by_key(|(bt, _)| *bt);
+        v
+    }
+
     /// Embeds every text, in batches of 32: one vector of `config.hidden` f32 per text (unit length when
     /// `normalize`). An empty list gives an empty result; an empty string is embedded as `[CLS] [SEP]`.
     ///
