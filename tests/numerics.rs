@@ -225,8 +225,14 @@ fn nan_propagates_through_attention_rows_and_quantized_matmul() {
     use webtensor::{Attention, Data, Device, Graph, HostTensor};
     let cpu = Device::cpu();
     // on every backend (WGSL's max() and comparisons drop a NaN: the GPU kernels test the bits), prefill tiles
-    // (T 2, 70) and decode over a long cache (T 1, 1000 keys: the split kernel and its combine pass)
-    for dev in common::devices() {
+    // (T 2, 70) and decode over a long cache (T 1, 1000 keys: the split kernel and its combine pass), and on the
+    // GPU under the H200's decisions too (1000 keys in splits of one tile)
+    let kind = common::gpu().map(|g| g.capabilities().backend);
+    let h200 = kind.map(|k| {
+        let profile = common::profile("nvidia-h200-vulkan");
+        webtensor::testing::device_with_profile(k, &profile, false, (128, 8)).expect("the same adapter")
+    });
+    for dev in common::devices().iter().chain(h200.as_ref()) {
         for (t, s) in [(2usize, 3usize), (70, 3), (1, 1000)] {
             let mut g = Graph::new();
             let q = g.input("q", F32, &[1, t, 4]).unwrap();
