@@ -21,8 +21,8 @@
 # binary with REQUIRE_GPU=1; rebuilds SmolLM2-135M (GGUF, Q4_1) and all-MiniLM-L6-v2 (safetensors) with random
 # weights in their real layouts (scripts/gpu_models.py) and checks the GPU against the CPU backend on them
 # (greedy token ids equal, embedding cosines); runs `webtensor info`, `demo --stats`, `bench matmul --vs torch`,
-# `bench generate` (with the decode step's cost at KV lengths 16 and 2048) with llama-bench (CUDA) and Hugging Face
-# transformers' prefill (scripts/peer_transformers.py) beside it, and `bench embed` with sentence-transformers on
+# `bench generate` (with the decode step's cost at KV lengths 16, 128 and 2048) with llama-bench (CUDA) and Hugging
+# Face transformers' prefill (scripts/peer_transformers.py) beside it, and `bench embed` with sentence-transformers on
 # CUDA. `bench matmul` times block-quantized weights too (Q4_1, Q8_0, Q4_K, Q6_K: decode mat-vecs, pp512 matmuls).
 # Each step's output is in $OUT/logs/; the report says what each step printed that matters, and its duration.
 set -uo pipefail
@@ -251,7 +251,7 @@ run() {
     [ $QUICK = 1 ] && sizes=128 dtype=f32 vs=numpy matvec=(--quant q4_1 --matvec-size 256 --prefill-size 256)
     step bench-matmul "$WT" bench matmul --vs $vs --sizes $sizes --dtype $dtype "${matvec[@]}" --repeats 3 \
         --cpu-max 0 --backend "$GPU_BACKEND" --out "$OUT/bench-matmul"
-    local gen_args=(--prompt-tokens 512 --gen-tokens 128 --repeats 3 --decode-at 16,2048)
+    local gen_args=(--prompt-tokens 512 --gen-tokens 128 --repeats 3 --decode-at 16,128,2048)
     [ $QUICK = 1 ] && gen_args=(--prompt-tokens 8 --gen-tokens 4 --repeats 1 --decode-at 16,64)
     step bench-generate "$WT" bench generate --model "$OUT/models/smollm2-random.Q4_1.gguf" --backend "$GPU_BACKEND" \
         --python none "${gen_args[@]}"
@@ -261,12 +261,12 @@ run() {
     step bench-generate-unfused "$WT" bench generate --model "$OUT/models/smollm2-random.Q4_1.gguf" \
         --backend "$GPU_BACKEND" --python none --no-fusion "${unfused[@]}"
     # the decode attention's splits as they were (256 keys a split, as on adapters that run on CPU cores) against
-    # the default (one tile of keys a split): the decode step at L = 16 and 2048 both ways on this GPU (left out of
-    # the quick run: lavapipe takes 256 either way)
+    # the default (one tile of keys a split): the decode step at L = 16, 128 and 2048 both ways on this GPU (left
+    # out of the quick run: lavapipe takes 256 either way)
     if [ $QUICK = 0 ]; then
         WEBTENSOR_DECODE_SPLIT=256 step bench-generate-split256 "$WT" bench generate \
             --model "$OUT/models/smollm2-random.Q4_1.gguf" --backend "$GPU_BACKEND" --python none \
-            --prompt-tokens 64 --gen-tokens 16 --repeats 1 --decode-at 16,2048
+            --prompt-tokens 64 --gen-tokens 16 --repeats 1 --decode-at 16,128,2048
     fi
     # the prefill peer: transformers on CUDA, the same shape (absent without torch and CUDA, as in the quick run)
     step peer-transformers python3 "$ROOT/scripts/peer_transformers.py" --model "$OUT/models/smollm2-random.Q4_1.gguf" \
