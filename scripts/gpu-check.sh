@@ -335,7 +335,7 @@ write_report() {
         grep -E "^webtensor's decode step: " "$LOGS/bench-generate-unfused.log" | sed 's/^/- /'
         if [ -f "$LOGS/bench-generate-split256.log" ]; then
             echo; echo "Decode attention in splits of 256 keys (WEBTENSOR_DECODE_SPLIT=256; one round):"; echo
-            grep -E "^webtensor's decode step: " "$LOGS/bench-generate-split256.log" | sed 's/^/- /'
+            grep -E "^webtensor's decode step" "$LOGS/bench-generate-split256.log" | sed 's/^/- /'
         fi
         echo; echo "| prefill peer, the same shape | pp tokens/s |"; echo "|---|---|"
         grep -E '^\|' "$LOGS/peer-transformers.log"
