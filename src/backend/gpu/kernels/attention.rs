@@ -242,10 +242,13 @@ fn length_fn(dyn_len: bool, uniform: bool) -> String {
     }
 }
 
-/// Workgroup memory of an attention tile, in bytes: the queries, the keys (each padded by a word), the values, the
-/// scores, the row statistics' partials (64), the rows' running values and flags, and three words of state.
+/// Workgroup memory of an attention tile, in bytes, as WebGPU counts it (each variable's size rounded up to 16
+/// bytes): the queries, the keys (each padded by a word), the values, the scores, the row statistics' partials
+/// (64), the rows' running values and flags (four arrays of `br`), and three words of state.
 pub(crate) fn shared_bytes(d: u32, dv: u32, br: u32, bc: u32) -> u32 {
-    4 * (br * d + bc * (d + 1) + bc * dv + br * bc + 64 + 4 * br + 3)
+    let words = |n: u32| (4 * n).div_ceil(16) * 16;
+    let tiles = [br * d, bc * (d + 1), bc * dv, br * bc, 64].map(words).iter().sum::<u32>();
+    tiles + 4 * words(br) + 3 * words(1)
 }
 
 /// Invocations a row in `attention.wgsl`'s row statistics (LPR): the largest power of two with `br` rows of it
@@ -348,7 +351,10 @@ fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Resul
     let group = h / hkv.max(1);
     let batch = if r == 4 { lq.shape[0] } else { 1 };
     let (br, bc) = tiles(d as u32, dv as u32, (tq, group), t.max_shared)?;
-    let split_len = if tq == 1 { decode_split_len(s, bc, t.decode_split_min) } else { s };
+    // the splits' partial rows (DV + 2 words each) within half of a binding: a batch of long rows splits less
+    let row_bytes = (batch * h * tq * (dv + 2) * 4).max(1) as u64;
+    let most = (t.max_binding / 2 / row_bytes).min(MAX_SPLITS as u64) as usize;
+    let split_len = if tq == 1 { decode_split_len(s, bc, t.decode_split_min, most) } else { s };
     let splits = s.div_ceil(split_len);
     debug_assert!(splits <= MAX_SPLITS, "the combine pass stages at most MAX_SPLITS splits");
     let params = params(p, a, splits, split_len, bc);
@@ -418,14 +424,16 @@ fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Resul
 pub(crate) const MAX_SPLITS: usize = 256;
 
 /// Keys a split of a decode step over `s` key positions with tiles of `bc` keys: at least `min` keys (the target's
-/// [`GpuTarget::decode_split_min`]), at least one tile, and enough that `s` needs at most [`MAX_SPLITS`] splits, in
-/// whole tiles. On a GPU that is one tile, so that a step's critical path is one tile's work whatever its length
-/// (the run-time length sets how many splits run, each on a workgroup of its own, as flash-decoding spreads a long
-/// context over the GPU's cores). A split's length is fixed by the plan, not by the run-time length or the batch,
-/// so that a row's bits do not depend on the other rows of a batched step.
-fn decode_split_len(s: usize, bc: u32, min: u32) -> usize {
+/// [`GpuTarget::decode_split_min`]), at least one tile, and enough that `s` needs at most `most` splits (at most
+/// [`MAX_SPLITS`]), in whole tiles; at most `s` keys (one split). On a GPU that is one tile, so that a step's
+/// critical path is one tile's work whatever its length (the run-time length sets how many splits run, each on a
+/// workgroup of its own, as flash-decoding spreads a long context over the GPU's cores). A split's length is fixed
+/// by the plan, not by the run-time length or the batch, so that a row's bits do not depend on the other rows of a
+/// batched step.
+fn decode_split_len(s: usize, bc: u32, min: u32, most: usize) -> usize {
     let bc = bc as usize;
-    s.div_ceil(MAX_SPLITS).max(min as usize).div_ceil(bc).max(1) * bc
+    let keys = s.div_ceil(most.clamp(1, MAX_SPLITS)).max(min as usize).min(s);
+    keys.div_ceil(bc).max(1) * bc
 }
 
 /// Prefill and decode tiles, the split pass and its combine, with and without mask and run-time length.
@@ -452,5 +460,25 @@ pub(crate) fn variants(keys: &mut Vec<KernelKey>) {
             keys.push(KernelKey::new(combine(false), out, vec![F32]));
             keys.push(KernelKey::new(combine(true), out, vec![F32, I32]));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_split_len;
+
+    #[test]
+    fn decode_splits_are_whole_tiles_within_their_bounds() {
+        // a GPU: one tile; an adapter on CPU cores: 256 keys
+        assert_eq!(decode_split_len(4096, 64, 0, 256), 64);
+        assert_eq!(decode_split_len(4096, 32, 256, 256), 256);
+        // at most 256 splits (100,000 keys: 391 a split, rounded up to whole tiles)
+        assert_eq!(decode_split_len(100_000, 64, 0, 256), 448);
+        // fewer where the partial rows would not fit the scratch: 4 splits, or one
+        assert_eq!(decode_split_len(4096, 64, 0, 4), 1024);
+        assert_eq!(decode_split_len(4096, 64, 0, 0), 4096);
+        // a minimum past the keys (WEBTENSOR_DECODE_SPLIT=4294967295) is one split, not an overflow
+        assert_eq!(decode_split_len(4096, 64, u32::MAX, 256), 4096);
+        assert_eq!(decode_split_len(100, 64, u32::MAX, 256), 128);
     }
 }

@@ -60,6 +60,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (lid == 0u) {
         atomicStore(&nan_s, 0u);
     }
+    // the flag cleared before any invocation may set it
+    workgroupBarrier();
     var mx = NEG;
     for (var i = lid; i < n; i = i + WGS) {
         let m = ld_src0(base + i * (DV + 2u));
