@@ -730,25 +730,9 @@ fn attention() {
         |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None }),
         |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 6),
     ));
-    padding_mask_long_case(&mut cases);
+    cases.push(common::padding_mask_long_case());
     kv_cache_views_case(&mut cases);
     run_suite("attention", &cases);
-}
-
-/// The CPU's decode over keys split in runs of 256: rows of 600, 300, 100 keys and none (zeros), f16 K/V.
-fn padding_mask_long_case(cases: &mut Vec<Case>) {
-    use webtensor::Attention;
-    cases.push(Case::new(
-        "attention/batch/padding-mask-600",
-        vec![inp(F32, &[4, 4, 1, 32], 1), inp(F16, &[4, 2, 600, 32], 2), inp(F16, &[4, 2, 600, 32], 3), {
-            let lens = [600usize, 300, 100, 0];
-            let m: Vec<f64> =
-                (0..4 * 600).map(|i| if i % 600 < lens[i / 600] { 0.0 } else { f64::NEG_INFINITY }).collect();
-            inp_given(F32, &[4, 1, 1, 600], m)
-        }],
-        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None }),
-        |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 600),
-    ));
 }
 
 /// K and V as views of an f16 KV-cache state [S, Hkv * D] (a row per position), q a view of [T, H, D].

@@ -299,19 +299,7 @@ fn decode_attention_cases(hardware: bool) -> Vec<Case> {
         |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.25, causal: true, mask: None, kv_len: None }),
         |x| r::attention(&x[0], &x[1], &x[2], None, 0.25, true, 300),
     );
-    let lens = [600usize, 300, 100, 0];
-    let mask: Vec<f64> = (0..4 * 600).map(|i| if i % 600 < lens[i / 600] { 0.0 } else { f64::NEG_INFINITY }).collect();
-    let padding = Case::new(
-        "decode attention, a batch of 4 with a padding mask (600, 300, 100, 0 keys)",
-        vec![
-            inp(F32, &[4, 4, 1, 32], 7),
-            inp(F16, &[4, 2, 600, 32], 8),
-            inp(F16, &[4, 2, 600, 32], 9),
-            common::inp_given(F32, &[4, 1, 1, 600], mask),
-        ],
-        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None }),
-        |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 600),
-    );
+    let padding = common::padding_mask_long_case();
     let cases = vec![run_time_len(2048, 600), run_time_len(2048, 1), heads, padding];
     cases.into_iter().map(|c| if hardware { c.expect_kernel("attention decode split") } else { c }).collect()
 }

@@ -437,3 +437,24 @@ pub fn peak_rss_kib() -> u64 {
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok())
         .unwrap_or(0)
 }
+
+/// Decode attention over a batch of 4 with a padding mask [4, 1, 1, 600] leaving rows of 600, 300, 100 keys and
+/// none (zeros), 4 heads over 2 K/V heads of 32, f16 K/V: the CPU's runs of 256 keys, and a GPU's splits.
+pub fn padding_mask_long_case() -> Case {
+    let lens = [600usize, 300, 100, 0];
+    let mask = (0..4 * 600).map(|i| if i % 600 < lens[i / 600] { 0.0 } else { f64::NEG_INFINITY }).collect();
+    Case::new(
+        "attention/batch/padding-mask-600",
+        vec![
+            inp(DType::F32, &[4, 4, 1, 32], 1),
+            inp(DType::F16, &[4, 2, 600, 32], 2),
+            inp(DType::F16, &[4, 2, 600, 32], 3),
+            inp_given(DType::F32, &[4, 1, 1, 600], mask),
+        ],
+        |g, x| {
+            let a = webtensor::Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None };
+            g.attention(x[0], x[1], x[2], &a)
+        },
+        |x| reference::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 600),
+    )
+}
