@@ -14,7 +14,7 @@ use webtensor::{BinaryOp, DType, Data, Error, GluOp, Graph, HostTensor, ReduceOp
 const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::I32, DType::Q8_0, DType::BF16];
 
 fn dims() -> impl Strategy<Value = Vec<usize>> {
-    prop::collection::vec(prop::sample::select(vec![0usize, 1, 2, 3, 5]), 0..=4)
+    prop::collection::vec(prop::sample::select(vec![0usize, 1, 2, 3, 4, 5]), 0..=4)
 }
 
 /// numpy's broadcast of two shapes, or None.

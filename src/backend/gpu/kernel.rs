@@ -60,8 +60,9 @@ pub(crate) trait Family: AnyKey {
 pub(crate) enum SplitRule {
     /// Not split: a binding over the limit is an error.
     None,
-    /// Chunks of output elements (`ElementwiseParams`).
-    Elements,
+    /// Chunks of output elements (`ElementwiseParams`), `per_invocation` each invocation (chunks a multiple of
+    /// it).
+    Elements { per_invocation: u64 },
     /// Chunks of whole rows; `reduces`: one output per row (`RowsParams`).
     Rows { reduces: bool },
     /// Windows of table rows (`GetRowsParams`).

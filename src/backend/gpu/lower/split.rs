@@ -124,7 +124,7 @@ impl Splitter<'_> {
         }
     }
 
-    fn elementwise(&self, p0: &ElementwiseParams) -> Result<Vec<Dispatch>> {
+    fn elementwise(&self, p0: &ElementwiseParams, per_invocation: u64) -> Result<Vec<Dispatch>> {
         let node = &self.program.nodes[self.d.bindings[0]];
         let numel = node.layout.numel() as u64;
         let (pshape, _) = node.layout.padded4();
@@ -135,7 +135,8 @@ impl Splitter<'_> {
             }
         }
         let same_index: Vec<u32> = same_index.iter().map(|&s| s as u32).collect();
-        let per_chunk = self.room / 4;
+        // whole invocations a chunk (the vec4 variant's chunks start at a multiple of 4, as windows do)
+        let per_chunk = self.room / 4 / per_invocation * per_invocation;
         if per_chunk == 0 {
             return Err(self.too_big(self.describe(0), self.bytes[0]));
         }
@@ -168,7 +169,7 @@ impl Splitter<'_> {
                 *win = Some(w);
                 set_packed(&mut p.in_offsets, k - 1, (off as u32).wrapping_sub(base as u32) as usize);
             }
-            let workgroups = grid("elementwise", (e - s).div_ceil(256), self.max_groups)?;
+            let workgroups = grid("elementwise", (e - s).div_ceil(256 * per_invocation), self.max_groups)?;
             chunks.push(self.chunk(Params::new(p), windows, workgroups));
             s = e;
         }
@@ -350,7 +351,7 @@ pub(super) fn split(d: Dispatch, program: &Program, mem: &MemoryPlan, t: &GpuTar
     let s =
         Splitter { d: &d, program, bytes, max_binding: t.max_binding, align: t.align, max_groups: t.max_groups, room };
     let split = match d.key.kind.split() {
-        SplitRule::Elements => params(&d).map(|p| s.elementwise(&p)),
+        SplitRule::Elements { per_invocation } => params(&d).map(|p| s.elementwise(&p, per_invocation)),
         SplitRule::Rows { reduces } => params(&d).map(|p| s.rows(&p, reduces)),
         SplitRule::TableRows => params(&d).map(|p| s.get_rows(&p)),
         SplitRule::Columns => params(&d).map(|p| s.matmul_columns(&p)),

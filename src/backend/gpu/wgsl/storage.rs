@@ -19,7 +19,8 @@ pub(super) fn declarations(key: &KernelKey) -> String {
     let mut out = String::new();
     for (i, bd) in binds.iter().enumerate() {
         let target = &binds[key.alias.get(i).copied().unwrap_or(i)];
-        debug_assert!(target.dtype == bd.dtype && target.vec4 == bd.vec4, "aliased bindings must agree");
+        debug_assert!(target.dtype == bd.dtype, "aliased bindings must agree on the dtype");
+        debug_assert!(!bd.output || target.vec4 == bd.vec4, "an output is declared as it is written");
         let atomic = packed(bd.dtype) && bd.output && !bd.vec4;
         if bd.dtype.is_storage_format() {
             // bound as u32 words; element accessors decode blocks (rows are whole blocks, so a flat element index
@@ -43,7 +44,7 @@ pub(super) fn declarations(key: &KernelKey) -> String {
             let var = &target.name;
             out.push_str(&format!("@group(0) @binding({}) var<storage, read_write> {var}: array<{elem}>;\n", i + 1));
         }
-        out.push_str(&accessors(bd, &target.name, packed(bd.dtype), atomic));
+        out.push_str(&accessors(bd, &target.name, packed(bd.dtype), atomic, target.vec4));
     }
     out
 }
@@ -76,10 +77,15 @@ fn block_accessors(bd: &Binding, var: &str) -> String {
     out
 }
 
-/// The `ld`/`st` functions of binding `bd`, whose array is `var`.
-fn accessors(bd: &Binding, var: &str, packed: bool, atomic: bool) -> String {
+/// The `ld`/`st` functions of binding `bd`, whose array is `var` (declared with vec4 elements when `var_vec4`:
+/// an input read another width than the binding over the same memory declared first, as an elementwise kernel's
+/// broadcast operand beside a vec4 one).
+fn accessors(bd: &Binding, var: &str, packed: bool, atomic: bool, var_vec4: bool) -> String {
     let c = compute_type(bd.dtype);
     let name = &bd.name;
+    if !bd.output && bd.vec4 != var_vec4 {
+        return other_width_load(bd, var, packed);
+    }
     match (bd.output, bd.vec4) {
         (true, true) => {
             let body = if packed {
@@ -121,6 +127,28 @@ fn accessors(bd: &Binding, var: &str, packed: bool, atomic: bool) -> String {
             format!("fn ld_{name}(i: u32) -> {c} {{\n    {body}\n}}\n")
         }
     }
+}
+
+/// The load of input `bd` from `var`, an array of the other width (vec4 elements where `bd` is scalar, scalar
+/// elements where `bd` is vec4); f16 packed in u32 words when `packed` (as `vec2<u32>` in a vec4 array).
+fn other_width_load(bd: &Binding, var: &str, packed: bool) -> String {
+    let name = &bd.name;
+    if bd.vec4 {
+        let body = if packed {
+            format!("let w = i / 2u;\n    return vec4<f32>(unpack2x16float({var}[w]), unpack2x16float({var}[w + 1u]));")
+        } else {
+            let e = |j: &str| format!("f32({var}[i{j}])");
+            format!("return vec4<f32>({}, {}, {}, {});", e(""), e(" + 1u"), e(" + 2u"), e(" + 3u"))
+        };
+        return format!("fn ld4_{name}(i: u32) -> vec4<f32> {{\n    {body}\n}}\n");
+    }
+    let c = compute_type(bd.dtype);
+    let body = if packed {
+        format!("return unpack2x16float({var}[i / 4u][(i / 2u) % 2u])[i % 2u];")
+    } else {
+        format!("return {c}({var}[i / 4u][i % 4u]);")
+    };
+    format!("fn ld_{name}(i: u32) -> {c} {{\n    {body}\n}}\n")
 }
 
 /// The WGSL element type of a native storage array.
