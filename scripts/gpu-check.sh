@@ -21,9 +21,9 @@
 # binary with REQUIRE_GPU=1; rebuilds SmolLM2-135M (GGUF, Q4_1) and all-MiniLM-L6-v2 (safetensors) with random
 # weights in their real layouts (scripts/gpu_models.py) and checks the GPU against the CPU backend on them
 # (greedy token ids equal, embedding cosines); runs `webtensor info`, `demo --stats`, `bench matmul --vs torch`,
-# `bench generate` (with the decode step's cost at KV lengths 16, 128 and 2048) with llama-bench (CUDA) and Hugging
-# Face transformers' prefill (scripts/peer_transformers.py) beside it, and `bench embed` with sentence-transformers on
-# CUDA. `bench matmul` times block-quantized weights too (Q4_1, Q8_0, Q4_K, Q6_K: decode mat-vecs, pp512 matmuls).
+# `bench generate` (the decode step's cost at KV lengths 16, 128 and 2048, and its GPU time by kernel there) with
+# llama-bench (CUDA) and Hugging Face transformers' prefill (scripts/peer_transformers.py) beside it, and `bench
+# embed` with sentence-transformers on CUDA. `bench matmul` times block-quantized weights too (Q4_1, Q8_0, Q4_K, Q6_K: decode mat-vecs, pp512 matmuls).
 # Each step's output is in $OUT/logs/; the report says what each step printed that matters, and its duration.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +31,7 @@ ROOT=$PWD
 BUNDLE=${GPU_CHECK_BUNDLE:-$ROOT/gpu-bundle}
 LIMIT_MIB=60
 # the test binaries that exercise a GPU adapter (the others need none and run in CI)
-GPU_TESTS="ops matmul quant coop fusion rope numerics runtime limits shapes api faults profiles"
+GPU_TESTS="ops elementwise matmul quant coop fusion rope numerics runtime limits shapes api faults profiles"
 say() { echo "gpu-check: $*" >&2; }
 
 # ---- --prepare ------------------------------------------------------------------------------------------------
@@ -253,8 +253,9 @@ run() {
         --cpu-max 0 --backend "$GPU_BACKEND" --out "$OUT/bench-matmul"
     local gen_args=(--prompt-tokens 512 --gen-tokens 128 --repeats 3 --decode-at 16,128,2048)
     [ $QUICK = 1 ] && gen_args=(--prompt-tokens 8 --gen-tokens 4 --repeats 1 --decode-at 16,64)
+    # --profile: the decode step's GPU time by kernel at each of those lengths (timestamp queries)
     step bench-generate "$WT" bench generate --model "$OUT/models/smollm2-random.Q4_1.gguf" --backend "$GPU_BACKEND" \
-        --python none "${gen_args[@]}"
+        --python none --profile "${gen_args[@]}"
     # what fusion gains on this GPU: the same model compiled one dispatch per op (one round)
     local unfused=(--prompt-tokens 512 --gen-tokens 128 --repeats 1 --decode-at 16)
     [ $QUICK = 1 ] && unfused=(--prompt-tokens 8 --gen-tokens 4 --repeats 1 --decode-at 16)
@@ -266,7 +267,7 @@ run() {
     if [ $QUICK = 0 ]; then
         WEBTENSOR_DECODE_SPLIT=256 step bench-generate-split256 "$WT" bench generate \
             --model "$OUT/models/smollm2-random.Q4_1.gguf" --backend "$GPU_BACKEND" --python none \
-            --prompt-tokens 64 --gen-tokens 16 --repeats 1 --decode-at 16,128,2048
+            --prompt-tokens 64 --gen-tokens 16 --repeats 1 --decode-at 16,128,2048 --profile
     fi
     # the prefill peer: transformers on CUDA, the same shape (absent without torch and CUDA, as in the quick run)
     step peer-transformers python3 "$ROOT/scripts/peer_transformers.py" --model "$OUT/models/smollm2-random.Q4_1.gguf" \

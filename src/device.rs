@@ -3,7 +3,7 @@
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::GpuBackend;
-use crate::backend::{Backend, CompileOptions, Executable, PlanStats};
+use crate::backend::{Backend, CompileOptions, Executable, KernelTime, PlanStats};
 use crate::caps::{BackendKind, Capabilities, DeviceType, BACKEND_ENV};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
@@ -460,6 +460,29 @@ impl Plan {
     /// buffer once: this moves its encoding off the path from a run's call to its GPU work.
     pub fn last_encode_ahead_us(&self) -> f64 {
         self.exe.last_encode_ahead_us()
+    }
+
+    /// Times each dispatch of the following runs on the GPU, for [`Plan::last_profile`]: a timestamp query is
+    /// written before the first dispatch and after each (Vulkan, DX12, Metal on AMD and Intel, GL with
+    /// `GL_ARB_timer_query`; native only). `false` stops. Profiling adds a timestamp per dispatch to the run and
+    /// a readback of 8 bytes per dispatch after it.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on the CPU backend and on adapters without timestamp queries inside compute passes
+    /// (the browser's WebGPU, Apple GPUs); [`Error::LimitExceeded`] for a plan of more than 4095 dispatches.
+    ///
+    /// [`Error::Unsupported`]: crate::Error::Unsupported
+    /// [`Error::LimitExceeded`]: crate::Error::LimitExceeded
+    pub fn set_profiling(&mut self, on: bool) -> Result<()> {
+        self.exe.set_profiling(on)
+    }
+
+    /// The last profiled run's dispatches in schedule order, each with its kernel (as [`PlanStats::kernels`]
+    /// names it) and its GPU time in microseconds, from the timestamp before it to the one after it: the wait at
+    /// the barrier before a dispatch counts as its time, so the times add up to the run's time on the GPU. `None`
+    /// before a run with profiling on.
+    pub fn last_profile(&self) -> Option<Vec<KernelTime>> {
+        self.exe.last_profile()
     }
 
     /// Dispatches, pipelines and memory of this plan.

@@ -72,7 +72,7 @@ mod tensor;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 
-pub use backend::{CompileOptions, PlanStats, TransferStats, PROGRESS_LOG};
+pub use backend::{CompileOptions, KernelTime, PlanStats, TransferStats, PROGRESS_LOG};
 pub use caps::{BackendKind, Capabilities, DeviceType, BACKEND_ENV};
 pub use device::{Device, Plan};
 pub use dtype::DType;

@@ -429,15 +429,17 @@ fn bench_matmul_times_block_quantized_weights() {
     assert!(text(&bad.stderr).contains("not a block-quantized type"), "{}", text(&bad.stderr));
 }
 
-/// `bench generate` on SmolLM2 (when installed) with the decode step timed at two KV lengths.
+/// `bench generate` on SmolLM2 (when installed) with the decode step timed at two KV lengths; `--profile` on the
+/// CPU backend says why it has no GPU profile (scripts/gpu-check.sh prints the GPU's).
 #[test]
 fn bench_generate_times_decode_by_kv_length() {
     let Some(path) = common::smollm2_path() else { return };
     let dir = scratch("bench-generate");
-    let args = ["bench", "generate", "--model", &path, "--backend", "cpu", "--python", "none"];
+    let args = ["bench", "generate", "--model", &path, "--backend", "cpu", "--python", "none", "--profile"];
     let small = ["--prompt-tokens", "8", "--gen-tokens", "4", "--repeats", "1", "--decode-at", "16,64"];
     let stdout = assert_success(&webtensor(&dir, &[&args[..], &small].concat()));
     let line = stdout.lines().find(|l| l.contains("decode step by KV length")).expect("a KV length line");
     assert!(line.contains("L = 16: ") && line.contains("L = 64: ") && line.contains("x L = 16)"), "{line}");
     assert!(stdout.contains("| webtensor | ") && stdout.contains("dispatches"), "{stdout}");
+    assert!(stdout.contains("by kernel: not measured (") && stdout.contains("only GPU plans"), "{stdout}");
 }

@@ -387,3 +387,47 @@ fn runs_copy_each_byte_once_and_change_inputs_every_run() {
         }
     }
 }
+
+/// A profiled plan times each dispatch on the GPU (timestamp queries): one entry per dispatch, named as the plan's
+/// kernels, finite and non-negative; a 384³ matmul takes longer than scaling four numbers; the values are the
+/// unprofiled run's; profiling off again gives no profile. The CPU backend refuses with an error.
+#[test]
+fn profiled_runs_time_each_dispatch_on_the_gpu() {
+    let mut g = Graph::new();
+    let a = g.input("a", F32, &[384, 384]).unwrap();
+    let x = g.input("x", F32, &[4]).unwrap();
+    let big = g.matmul(a, a).unwrap();
+    let small = g.scale(x, 2.0).unwrap();
+    let inputs = [(a, ramp(&[384, 384], 1e-3)), (x, ramp(&[4], 1.0))];
+    let refs: Vec<_> = inputs.iter().map(|(t, v)| (*t, v)).collect();
+    let mut cpu_plan = Device::cpu().compile(&g, &[big, small]).unwrap();
+    assert!(matches!(cpu_plan.set_profiling(true), Err(Error::Unsupported { .. })));
+    assert!(cpu_plan.last_profile().is_none());
+    let Some(device) = common::gpu() else {
+        println!("SKIPPED: no GPU adapter");
+        return;
+    };
+    let mut plan = device.compile(&g, &[big, small]).unwrap();
+    let plain = plan.run(&refs).unwrap();
+    assert!(plan.last_profile().is_none(), "no profile before a profiled run");
+    if let Err(e) = plan.set_profiling(true) {
+        // lavapipe has timestamp queries: where REQUIRE_GPU asks for it, a missing profile is a failure
+        assert!(std::env::var("REQUIRE_GPU").is_err(), "{e}");
+        println!("SKIPPED: {e}");
+        return;
+    }
+    for _ in 0..3 {
+        let out = plan.run(&refs).unwrap();
+        assert_eq!(out[0].data.to_f32(), plain[0].data.to_f32(), "profiling changed a value");
+        let profile = plan.last_profile().expect("a profile after a profiled run");
+        let stats = plan.stats();
+        assert_eq!(profile.len(), stats.dispatches, "{profile:?}");
+        assert!(profile.iter().all(|k| k.gpu_us.is_finite() && k.gpu_us >= 0.0), "{profile:?}");
+        assert!(profile.iter().all(|k| stats.kernels.contains(&k.kernel)), "{profile:?} vs {:?}", stats.kernels);
+        let time = |prefix: &str| profile.iter().find(|k| k.kernel.starts_with(prefix)).expect(prefix).gpu_us;
+        assert!(time("matmul") > time("elementwise"), "{profile:?}");
+    }
+    plan.set_profiling(false).unwrap();
+    plan.run(&refs).unwrap();
+    assert!(plan.last_profile().is_none(), "profiling off: no profile");
+}

@@ -7,7 +7,7 @@ pub(crate) mod gpu;
 
 use crate::caps::Capabilities;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::graph::{Graph, Tensor};
 use crate::resident::{Bytes, External};
@@ -102,6 +102,30 @@ pub(crate) trait Executable {
     fn last_encode_ahead_us(&self) -> f64 {
         0.0
     }
+    /// Times each dispatch of the following runs on the device (`false`: stops).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] where the plan's device cannot (the CPU backend: its kernels are not dispatches).
+    fn set_profiling(&mut self, _on: bool) -> Result<()> {
+        Err(Error::Unsupported {
+            op: "profiling".into(),
+            backend: "cpu".into(),
+            reason: "only GPU plans time their dispatches (the CPU backend's steps run on the calling threads)".into(),
+        })
+    }
+    /// Each dispatch's kernel and device time in the last profiled run (None before one).
+    fn last_profile(&self) -> Option<Vec<KernelTime>> {
+        None
+    }
+}
+
+/// One dispatch of a profiled run ([`Plan::set_profiling`](crate::Plan::set_profiling)): its kernel, named as in
+/// [`PlanStats::kernels`], and its time on the device in microseconds, from the timestamp written before it to the
+/// one after it (so the wait at the barrier before it counts too: a run's dispatch times add up to its GPU time).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTime {
+    pub kernel: String,
+    pub gpu_us: f64,
 }
 
 /// A device: compiles graphs into executables, and holds resident and state tensors.

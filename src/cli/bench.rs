@@ -16,6 +16,7 @@ mod embed;
 mod generate;
 mod helper;
 mod peer;
+mod profile;
 mod report;
 mod work;
 

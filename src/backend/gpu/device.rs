@@ -55,7 +55,16 @@ pub(crate) struct GpuBackend {
     /// The tuner's timed problem (n, repetitions) when a test pins it (see [`GpuBackend::with_profile`]).
     #[cfg(not(target_arch = "wasm32"))]
     pub tune_problem: Option<(usize, usize)>,
+    /// Timestamp queries inside compute passes were granted (native adapters that have them): plans can time
+    /// each dispatch on the GPU (`Plan::set_profiling`).
+    pub timestamps: bool,
 }
+
+/// The features that time dispatches inside a compute pass (native only).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) const TIMESTAMP_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
 
 /// wgpu's backend set for one of ours.
 pub(crate) fn wgpu_backends(kind: BackendKind) -> wgpu::Backends {
@@ -261,6 +270,10 @@ impl GpuBackend {
             caps.name = browser_adapter_name().await;
         }
         let mut wanted = wgpu::Features::SUBGROUP;
+        #[cfg(not(target_arch = "wasm32"))]
+        if adapter.features().contains(TIMESTAMP_FEATURES) {
+            wanted |= TIMESTAMP_FEATURES;
+        }
         if allow_f16 {
             wanted |= wgpu::Features::SHADER_F16;
         } else {
@@ -308,6 +321,10 @@ impl GpuBackend {
         #[cfg(not(target_arch = "wasm32"))]
         let serial = (caps.backend == BackendKind::Gl).then(|| parking_lot::ReentrantMutex::new(()));
         let matvec = preferred_matvec(&caps);
+        #[cfg(not(target_arch = "wasm32"))]
+        let timestamps = device.features().contains(TIMESTAMP_FEATURES);
+        #[cfg(target_arch = "wasm32")]
+        let timestamps = false;
         Ok(GpuBackend {
             device,
             queue,
@@ -322,6 +339,7 @@ impl GpuBackend {
             matvec,
             #[cfg(not(target_arch = "wasm32"))]
             tune_problem: None,
+            timestamps,
             #[cfg(not(target_arch = "wasm32"))]
             serial,
         })

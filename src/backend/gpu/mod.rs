@@ -15,6 +15,7 @@ pub(crate) mod plan;
 pub(crate) mod profile;
 pub(crate) mod readback;
 pub(crate) mod target;
+pub(crate) mod timing;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod tune;
 pub(crate) mod wgsl;

@@ -9,9 +9,10 @@ use super::kernel::{Dispatch, DynamicGrid, SCRATCH};
 use super::readback::read_staging;
 #[cfg(not(target_arch = "wasm32"))]
 use super::readback::wait_for_submission;
+use super::timing::DispatchTimer;
 use crate::backend::gpu::config::MatmulKernels;
 use crate::backend::{
-    fetched, gather_bytes, CompileOptions, Executable, Inputs, LocalFuture, PlanStats, TransferStats,
+    fetched, gather_bytes, CompileOptions, Executable, Inputs, KernelTime, LocalFuture, PlanStats, TransferStats,
 };
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
@@ -39,6 +40,12 @@ pub(crate) struct GpuPlan {
     pipelines: usize,
     buffers: usize,
     kernels: Vec<String>,
+    /// The kernel of every dispatch, in schedule order (a step split over bindings has several).
+    dispatch_kernels: Vec<String>,
+    /// Times each dispatch on the GPU while profiling (see [`Executable::set_profiling`]).
+    timer: Option<DispatchTimer>,
+    /// Each dispatch's GPU time in the last profiled run, in microseconds.
+    last_times: Option<Vec<f64>>,
     /// The kernel of each matmul dispatch (what the tuner judges a candidate configuration by; natively).
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     matmul_kernels: Vec<String>,
@@ -357,6 +364,7 @@ impl GpuPlan {
         let n_buffers = arenas.len() + 2 + scratch.is_some() as usize + upload.is_some() as usize;
         let matmul_kernels = super::kernel::matmul_kernel_names(dispatches.iter().copied());
         let kernels = kernels.iter().filter_map(|k| k.first()).map(|k| k.key.kind.name()).collect();
+        let dispatch_kernels = dispatches.iter().map(|d| d.key.kind.name()).collect();
         Ok(GpuPlan {
             gpu,
             program,
@@ -366,6 +374,9 @@ impl GpuPlan {
             pipelines,
             buffers: n_buffers,
             kernels,
+            dispatch_kernels,
+            timer: None,
+            last_times: None,
             matmul_kernels,
             last_us: 0.0,
             ahead_us: 0.0,
@@ -429,21 +440,31 @@ impl GpuPlan {
         self.res.steps.iter().map(|(_, _, [x, _, _], dynamic)| dynamic.map_or(*x, |d| d.x(inputs, *x))).collect()
     }
 
-    /// The plan's compute passes with x extents `xs`: one command buffer per submission (see [`GpuPlan::piece`]).
+    /// The plan's compute passes with x extents `xs`: one command buffer per submission (see [`GpuPlan::piece`]);
+    /// while profiling, a timestamp before the first dispatch and after each (a skipped one too).
     fn encode_passes(&self, xs: &[u32]) -> Vec<wgpu::CommandBuffer> {
         let piece = self.piece();
         let steps = self.res.steps.chunks(piece).zip(xs.chunks(piece));
         steps
-            .map(|(steps, xs)| {
+            .enumerate()
+            .map(|(p, (steps, xs))| {
                 let descriptor = wgpu::CommandEncoderDescriptor { label: Some("webtensor run") };
                 let mut enc = self.gpu.device.create_command_encoder(&descriptor);
                 {
                     let mut pass =
                         enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
-                    for ((pipeline, bg, [_, y, z], _), &x) in steps.iter().zip(xs).filter(|(_, &x)| x > 0) {
-                        pass.set_pipeline(pipeline);
-                        pass.set_bind_group(0, bg, &[]);
-                        pass.dispatch_workgroups(x, *y, *z);
+                    if let (Some(t), 0) = (&self.timer, p) {
+                        t.write(&mut pass, 0);
+                    }
+                    for (j, ((pipeline, bg, [_, y, z], _), &x)) in steps.iter().zip(xs).enumerate() {
+                        if x > 0 {
+                            pass.set_pipeline(pipeline);
+                            pass.set_bind_group(0, bg, &[]);
+                            pass.dispatch_workgroups(x, *y, *z);
+                        }
+                        if let Some(t) = &self.timer {
+                            t.write(&mut pass, p * piece + j + 1);
+                        }
                     }
                 }
                 enc.finish()
@@ -507,6 +528,9 @@ impl GpuPlan {
             let blk = self.mem.blocks[&c.storage];
             readback.copy_buffer_to_buffer(self.buffer(blk.arena), blk.offset + c.from, &self.res.staging, c.to, c.len);
         }
+        if let Some(t) = &self.timer {
+            t.resolve(&mut readback);
+        }
         self.submit(enc.finish(), passes, readback.finish())?;
         if let Some(u) = &self.res.upload {
             u.remap();
@@ -545,6 +569,9 @@ impl GpuPlan {
         transfer.host_copy_bytes +=
             outputs.iter().flatten().map(|t: &HostTensor| t.data.as_bytes().len() as u64).sum::<u64>();
         self.transfer = transfer;
+        if let Some(t) = &self.timer {
+            self.last_times = Some(t.read(&gpu).await?);
+        }
         Ok(outputs)
     }
 
@@ -643,5 +670,19 @@ impl Executable for GpuPlan {
 
     fn last_encode_ahead_us(&self) -> f64 {
         self.ahead_us
+    }
+
+    fn set_profiling(&mut self, on: bool) -> Result<()> {
+        // passes encoded ahead were encoded with the old setting
+        self.res.ahead = None;
+        self.last_times = None;
+        self.timer = if on { Some(DispatchTimer::new(&self.gpu, self.res.steps.len())?) } else { None };
+        Ok(())
+    }
+
+    fn last_profile(&self) -> Option<Vec<KernelTime>> {
+        let times = self.last_times.as_ref()?;
+        let kernels = self.dispatch_kernels.iter();
+        Some(kernels.zip(times).map(|(k, &us)| KernelTime { kernel: k.clone(), gpu_us: us }).collect())
     }
 }

@@ -40,6 +40,10 @@ pub struct GenerateBenchArgs {
     /// what fusion gains on this device.
     #[arg(long)]
     no_fusion: bool,
+    /// After the timed runs, a decode step's GPU time by kernel at each --decode-at length, from timestamp
+    /// queries around each dispatch (GPU adapters that have them).
+    #[arg(long)]
+    profile: bool,
 }
 
 /// Decode steps timed at each of `--decode-at`'s KV lengths.
@@ -185,6 +189,8 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let vocab = model.config.n_vocab as u64;
     let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
     let (prompt, gen, deep) = (tokens(args.prompt_tokens), tokens(args.gen_tokens + 1), tokens(deepest + DEPTH_STEPS));
+    // DEPTH_STEPS covers a profile's steps at the deepest length too
+    const _: () = assert!(DEPTH_STEPS > super::profile::PROFILE_STEPS);
     let mut peer = Helper::start(&args.python, SCRIPT);
     if let Ok(p) = &mut peer {
         let req = json!({"cmd": "load", "path": args.model, "n_ctx": n_ctx, "threads": threads, "batch": 512});
@@ -241,6 +247,12 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let host_line = decode_step_line(&model, !chosen.device.is_cpu());
     eprintln!("timing decode steps at KV lengths {:?} ...", args.decode_at);
     let depth = depth_lines(&step_ms_at(&mut model, &mut peer, &args.decode_at, &deep)?);
+    let profile = if args.profile {
+        eprintln!("profiling decode steps at KV lengths {:?} ...", args.decode_at);
+        super::profile::decode_profile_lines(&mut model, &args.decode_at, &deep)?
+    } else {
+        String::new()
+    };
     let mut out = String::new();
     out += &format!(
         "\nbench generate: {} on {}, {threads} threads, {} rounds, load average {:.2} at start\n\n",
@@ -252,6 +264,7 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     out += &table(args, &peer, [&pp, &tg, &lpp, &ltg], (ours_rss, peer_rss));
     out += &host_line;
     out += &depth;
+    out += &profile;
     emit(&out);
     Ok(())
 }

@@ -229,6 +229,26 @@ impl Llama {
         self.plans.get(&1).map(|sp| (sp.plan.last_host_us(), sp.plan.last_encode_ahead_us()))
     }
 
+    /// Times each dispatch of the following decode steps on the GPU, or stops (see [`Plan::set_profiling`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] before a decode step has run (its plan is compiled by the first); as
+    /// [`Plan::set_profiling`] (the CPU backend, adapters without timestamp queries).
+    ///
+    /// [`Plan::set_profiling`]: crate::Plan::set_profiling
+    pub fn set_decode_profiling(&mut self, on: bool) -> Result<()> {
+        let reason = "no decode step has run yet (its plan is compiled by the first)".to_string();
+        let sp = self.plans.get_mut(&1).ok_or(Error::InvalidArgument { op: "set_decode_profiling", reason })?;
+        sp.plan.set_profiling(on)
+    }
+
+    /// The last profiled decode step's dispatches with their kernels and GPU times ([`Plan::last_profile`]).
+    ///
+    /// [`Plan::last_profile`]: crate::Plan::last_profile
+    pub fn decode_profile(&self) -> Option<Vec<crate::KernelTime>> {
+        self.plans.get(&1)?.plan.last_profile()
+    }
+
     /// Blocking form of [`Llama::logits_async`] (native only).
     ///
     /// # Errors

@@ -1,0 +1,85 @@
+//! GPU time of each dispatch of a plan's run, for profiling (native adapters with timestamp queries inside compute
+//! passes): a timestamp before the run's first dispatch and one after each, resolved after the run's passes and
+//! read back after its outputs. Dispatch j's time is the span between the timestamps around it, so it counts
+//! the wait at the barrier before it as well as its kernel: the spans add up to the run's GPU time.
+
+use super::device::GpuBackend;
+use super::readback::read_staging;
+use crate::error::{Error, Result};
+
+/// The query set and buffers that time one plan's dispatches.
+pub(crate) struct DispatchTimer {
+    set: wgpu::QuerySet,
+    /// Where the queries are resolved (QUERY_RESOLVE), then copied to `read` (MAP_READ).
+    resolve: wgpu::Buffer,
+    read: wgpu::Buffer,
+    /// Timestamps a run writes: one more than its dispatches.
+    queries: u32,
+}
+
+impl DispatchTimer {
+    /// A timer for `dispatches` dispatches on `gpu`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] where the device has no timestamp queries inside compute passes (the browser's
+    /// WebGPU, GL without `GL_ARB_timer_query`, Apple GPUs); [`Error::LimitExceeded`] for more dispatches than a
+    /// query set holds.
+    pub(crate) fn new(gpu: &GpuBackend, dispatches: usize) -> Result<DispatchTimer> {
+        if !gpu.timestamps {
+            return Err(Error::Unsupported {
+                op: "profiling".into(),
+                backend: gpu.caps.backend.to_string(),
+                reason: format!("{} has no timestamp queries inside compute passes", gpu.caps.name),
+            });
+        }
+        let queries = dispatches as u64 + 1;
+        if queries > wgpu::QUERY_SET_MAX_QUERIES as u64 {
+            return Err(Error::LimitExceeded {
+                what: format!("profiling a plan of {dispatches} dispatches (a timestamp before each and one after)"),
+                size: queries,
+                unit: "timestamps",
+                limit_name: "wgpu::QUERY_SET_MAX_QUERIES",
+                limit: wgpu::QUERY_SET_MAX_QUERIES as u64,
+            });
+        }
+        let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("webtensor dispatch times"),
+            ty: wgpu::QueryType::Timestamp,
+            count: queries as u32,
+        });
+        let bytes = queries * 8;
+        let buffer = |usage, label| {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let resolve = buffer(wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC, "webtensor timestamps");
+        let read = buffer(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST, "webtensor timestamps read");
+        Ok(DispatchTimer { set, resolve, read, queries: queries as u32 })
+    }
+
+    /// Writes timestamp `j` in `pass`: before the first dispatch for 0, after dispatch j - 1 otherwise.
+    pub(crate) fn write(&self, pass: &mut wgpu::ComputePass<'_>, j: usize) {
+        pass.write_timestamp(&self.set, j as u32);
+    }
+
+    /// Resolves the run's timestamps and copies them where [`DispatchTimer::read`] maps them.
+    pub(crate) fn resolve(&self, enc: &mut wgpu::CommandEncoder) {
+        enc.resolve_query_set(&self.set, 0..self.queries, &self.resolve, 0);
+        enc.copy_buffer_to_buffer(&self.resolve, 0, &self.read, 0, self.queries as u64 * 8);
+    }
+
+    /// Each dispatch's GPU time in the last run, in microseconds (the span from the timestamp before it to the one
+    /// after it; 0 where the clock did not advance).
+    pub(crate) async fn read(&self, gpu: &GpuBackend) -> Result<Vec<f64>> {
+        let ns_per_tick = gpu.queue.get_timestamp_period() as f64;
+        let ticks = read_staging(gpu, &self.read, self.queries as u64 * 8, |bytes| {
+            bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect::<Vec<u64>>()
+        })
+        .await?;
+        Ok(ticks.windows(2).map(|w| w[1].saturating_sub(w[0]) as f64 * ns_per_tick / 1e3).collect())
+    }
+}
