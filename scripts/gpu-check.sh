@@ -253,7 +253,7 @@ run() {
         --cpu-max 0 --backend "$GPU_BACKEND" --out "$OUT/bench-matmul"
     local gen_args=(--prompt-tokens 512 --gen-tokens 128 --repeats 3 --decode-at 16,128,2048)
     [ $QUICK = 1 ] && gen_args=(--prompt-tokens 8 --gen-tokens 4 --repeats 1 --decode-at 16,64)
-    # --profile: the decode step's GPU time by kernel at each of those lengths (timestamp queries)
+    # --profile: the prefill's and the decode step's GPU time by kernel, at each of those lengths (timestamp queries)
     step bench-generate "$WT" bench generate --model "$OUT/models/smollm2-random.Q4_1.gguf" --backend "$GPU_BACKEND" \
         --python none --profile "${gen_args[@]}"
     # what fusion gains on this GPU: the same model compiled one dispatch per op (one round)
@@ -330,13 +330,13 @@ write_report() {
         [ -f "$OUT/bench-matmul/matmul.md" ] && sed -n '/^### /,$p' "$OUT/bench-matmul/matmul.md" | grep -v '^Method'
         echo; echo "## bench generate (webtensor; llama-bench with CUDA and transformers below)"; echo
         sed -n '/^| library/,/^$/p' "$LOGS/bench-generate.log"
-        grep -E "^(webtensor's decode step|its host time)" "$LOGS/bench-generate.log" | sed 's/^/- /'
+        grep -E "^(webtensor's (decode step|prefill|GPU time)|its host time)" "$LOGS/bench-generate.log" | sed 's/^/- /'
         echo; echo "Unfused (--no-fusion, one round):"; echo
         grep -E '^\| (library|webtensor, unfused)|^\|---' "$LOGS/bench-generate-unfused.log"
         grep -E "^webtensor's decode step: " "$LOGS/bench-generate-unfused.log" | sed 's/^/- /'
         if [ -f "$LOGS/bench-generate-split256.log" ]; then
             echo; echo "Decode attention in splits of 256 keys (WEBTENSOR_DECODE_SPLIT=256; one round):"; echo
-            grep -E "^webtensor's decode step" "$LOGS/bench-generate-split256.log" | sed 's/^/- /'
+            grep -E "^webtensor's (decode step|prefill|GPU time)" "$LOGS/bench-generate-split256.log" | sed 's/^/- /'
         fi
         echo; echo "| prefill peer, the same shape | pp tokens/s |"; echo "|---|---|"
         grep -E '^\|' "$LOGS/peer-transformers.log"

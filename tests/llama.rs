@@ -257,3 +257,29 @@ fn sentencepiece_vocabulary_tokenizes_as_llama_cpp() {
         }
     }
 }
+
+/// A model's step plans profiled on a GPU: a decode step's every dispatch timed, named as the plan's kernels; a
+/// plan profiled but not run since has no profile; before any step, and on the CPU backend, an error.
+#[test]
+fn step_plans_profile_by_kernel_on_a_gpu() {
+    let Some(mut cpu) = model(&Device::cpu(), LlamaOptions::default()) else { return };
+    assert!(matches!(cpu.set_profiling(true), Err(webtensor::Error::InvalidArgument { .. })), "no plan yet");
+    cpu.step(1).unwrap();
+    assert!(matches!(cpu.set_profiling(true), Err(webtensor::Error::Unsupported { .. })));
+    let Some(device) = common::gpu() else { return };
+    let mut m = model(device, LlamaOptions::default()).unwrap();
+    m.logits(&[1, 2]).unwrap();
+    m.step(3).unwrap();
+    m.set_profiling(true).unwrap();
+    assert!(m.step_profile(1).is_none(), "no profiled run yet");
+    m.step(4).unwrap();
+    let profile = m.step_profile(1).expect("the decode step's profile");
+    let (_, stats) = m.plan_stats().into_iter().find(|(t, _)| *t == 1).unwrap();
+    assert_eq!(profile.len(), stats.dispatches);
+    assert!(profile.iter().all(|k| stats.kernels.contains(&k.kernel) && k.gpu_us >= 0.0), "{profile:?}");
+    assert!(profile.iter().map(|k| k.gpu_us).sum::<f64>() > 0.0, "{profile:?}");
+    assert!(m.step_profile(2).is_none(), "the 2-token plan has not run since");
+    m.set_profiling(false).unwrap();
+    m.step(5).unwrap();
+    assert!(m.step_profile(1).is_none());
+}

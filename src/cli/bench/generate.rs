@@ -40,8 +40,8 @@ pub struct GenerateBenchArgs {
     /// what fusion gains on this device.
     #[arg(long)]
     no_fusion: bool,
-    /// After the timed runs, a decode step's GPU time by kernel at each --decode-at length, from timestamp
-    /// queries around each dispatch (GPU adapters that have them).
+    /// After the timed runs, the prefill's and a decode step's (at each --decode-at length) GPU time by kernel,
+    /// from timestamp queries around each dispatch (GPU adapters that have them).
     #[arg(long)]
     profile: bool,
 }
@@ -190,7 +190,7 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
     let (prompt, gen, deep) = (tokens(args.prompt_tokens), tokens(args.gen_tokens + 1), tokens(deepest + DEPTH_STEPS));
     // DEPTH_STEPS covers a profile's steps at the deepest length too
-    const _: () = assert!(DEPTH_STEPS > super::profile::PROFILE_STEPS);
+    const _: () = assert!(DEPTH_STEPS >= super::profile::PROFILE_STEPS);
     let mut peer = Helper::start(&args.python, SCRIPT);
     if let Ok(p) = &mut peer {
         let req = json!({"cmd": "load", "path": args.model, "n_ctx": n_ctx, "threads": threads, "batch": 512});
@@ -248,8 +248,8 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     eprintln!("timing decode steps at KV lengths {:?} ...", args.decode_at);
     let depth = depth_lines(&step_ms_at(&mut model, &mut peer, &args.decode_at, &deep)?);
     let profile = if args.profile {
-        eprintln!("profiling decode steps at KV lengths {:?} ...", args.decode_at);
-        super::profile::decode_profile_lines(&mut model, &args.decode_at, &deep)?
+        eprintln!("profiling the prefill and decode steps at KV lengths {:?} ...", args.decode_at);
+        super::profile::profile_lines(&mut model, &prompt, &args.decode_at, &deep)?
     } else {
         String::new()
     };

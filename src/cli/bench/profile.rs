@@ -1,9 +1,11 @@
-//! `bench generate --profile`: a decode step's GPU time by kernel at each `--decode-at` KV length, from timestamp
-//! queries written around every dispatch ([`webtensor::Plan::set_profiling`]).
+//! `bench generate --profile`: where a step's GPU time goes, by kernel, from timestamp queries written around every
+//! dispatch ([`webtensor::Plan::set_profiling`]): the prompt's prefill, and a decode step at each `--decode-at`
+//! KV length.
 
 use super::super::CliError;
 use super::helper::median;
 use webtensor::models::Llama;
+use webtensor::KernelTime;
 
 /// Decode steps profiled at each KV length; each dispatch's time is its median over them.
 pub(super) const PROFILE_STEPS: usize = 8;
@@ -11,34 +13,46 @@ pub(super) const PROFILE_STEPS: usize = 8;
 /// Kernels named in a line; the rest are summed as "others".
 const SHOWN: usize = 8;
 
-/// One line per KV length in `lengths`: `webtensor's decode step on the GPU at L = 2048 (...): 1.93 ms in 184
-/// dispatches: matvec subgroups 41.0% (120 dispatches, 0.79 ms), ...`; one line saying why where the device
-/// cannot profile. `tokens` holds at least the longest length plus [`PROFILE_STEPS`] + 1 tokens.
-pub(super) fn decode_profile_lines(model: &mut Llama, lengths: &[usize], tokens: &[u32]) -> Result<String, CliError> {
+/// The profile lines: the prefill of `prompt` (one run; its last chunk's plan), then a decode step at each KV
+/// length in `lengths` (`tokens` holds at least the longest length plus [`PROFILE_STEPS`] tokens); one line
+/// saying why where the device cannot profile.
+pub(super) fn profile_lines(
+    model: &mut Llama,
+    prompt: &[u32],
+    lengths: &[usize],
+    tokens: &[u32],
+) -> Result<String, CliError> {
+    // every plan is compiled by the warm-up and the timed runs before
+    if let Err(e) = model.set_profiling(true) {
+        return Ok(format!("webtensor's GPU time by kernel: not measured ({e})\n"));
+    }
+    model.reset();
+    model.logits(prompt)?;
+    let chunk = model.plan_stats().into_iter().map(|(t, _)| t).filter(|&t| t <= prompt.len()).max().unwrap_or(1);
     let mut out = String::new();
+    if let Some(p) = model.step_profile(chunk) {
+        let what = format!("prefill of {} tokens (its last chunk's plan, {chunk} tokens; one run)", prompt.len());
+        out += &profile_line(&what, &[p]);
+    }
     for &l in lengths {
         model.reset();
         if l > 0 {
             model.logits(&tokens[..l])?;
         }
-        model.step(tokens[l])?;
-        if let Err(e) = model.set_decode_profiling(true) {
-            return Ok(format!("webtensor's decode step on the GPU by kernel: not measured ({e})\n"));
-        }
-        let mut runs: Vec<Vec<webtensor::KernelTime>> = Vec::with_capacity(PROFILE_STEPS);
-        for &tok in &tokens[l + 1..l + 1 + PROFILE_STEPS] {
+        let mut runs: Vec<Vec<KernelTime>> = Vec::with_capacity(PROFILE_STEPS);
+        for &tok in &tokens[l..l + PROFILE_STEPS] {
             model.step(tok)?;
-            runs.extend(model.decode_profile());
+            runs.extend(model.step_profile(1));
         }
-        model.set_decode_profiling(false)?;
-        out += &profile_line(l, &runs);
+        out += &profile_line(&format!("decode step at L = {l} (median of {} steps)", runs.len()), &runs);
     }
+    model.set_profiling(false)?;
     Ok(out)
 }
 
-/// The line of one KV length from its profiled steps' dispatches (each dispatch's median time over the steps).
-fn profile_line(l: usize, runs: &[Vec<webtensor::KernelTime>]) -> String {
-    let Some(first) = runs.first() else { return format!("L = {l}: no profile\n") };
+/// One line from the profiled runs of one plan: each dispatch's median time over the runs, summed by kernel.
+fn profile_line(what: &str, runs: &[Vec<KernelTime>]) -> String {
+    let Some(first) = runs.first() else { return format!("webtensor's {what} on the GPU by kernel: no profile\n") };
     let mut by_kernel: Vec<(String, usize, f64)> = Vec::new();
     for (j, k) in first.iter().enumerate() {
         let us = median(&runs.iter().filter_map(|r| r.get(j).map(|k| k.gpu_us)).collect::<Vec<_>>());
@@ -62,9 +76,8 @@ fn profile_line(l: usize, runs: &[Vec<webtensor::KernelTime>]) -> String {
         cells.push(cell("others", rest.iter().map(|e| e.1).sum(), rest.iter().map(|e| e.2).sum()));
     }
     format!(
-        "webtensor's decode step on the GPU by kernel at L = {l} (timestamp queries around each dispatch, median of \
-         {} steps): {:.3} ms in {} dispatches: {}\n",
-        runs.len(),
+        "webtensor's {what} on the GPU by kernel (timestamp queries around each dispatch): {:.3} ms in {} \
+         dispatches: {}\n",
         total / 1e3,
         first.len(),
         cells.join(", ")

@@ -229,24 +229,28 @@ impl Llama {
         self.plans.get(&1).map(|sp| (sp.plan.last_host_us(), sp.plan.last_encode_ahead_us()))
     }
 
-    /// Times each dispatch of the following decode steps on the GPU, or stops (see [`Plan::set_profiling`]).
+    /// Times each dispatch of the following runs of every step plan compiled so far on the GPU, or stops (see
+    /// [`Plan::set_profiling`]); plans compiled later are not profiled.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] before a decode step has run (its plan is compiled by the first); as
-    /// [`Plan::set_profiling`] (the CPU backend, adapters without timestamp queries).
+    /// [`Error::InvalidArgument`] before any step has run (plans are compiled by the first run of their token
+    /// count); as [`Plan::set_profiling`] (the CPU backend, adapters without timestamp queries).
     ///
     /// [`Plan::set_profiling`]: crate::Plan::set_profiling
-    pub fn set_decode_profiling(&mut self, on: bool) -> Result<()> {
-        let reason = "no decode step has run yet (its plan is compiled by the first)".to_string();
-        let sp = self.plans.get_mut(&1).ok_or(Error::InvalidArgument { op: "set_decode_profiling", reason })?;
-        sp.plan.set_profiling(on)
+    pub fn set_profiling(&mut self, on: bool) -> Result<()> {
+        if self.plans.is_empty() {
+            let reason = "no step has run yet (plans are compiled by their first run)".to_string();
+            return Err(Error::InvalidArgument { op: "set_profiling", reason });
+        }
+        self.plans.values_mut().try_for_each(|sp| sp.plan.set_profiling(on))
     }
 
-    /// The last profiled decode step's dispatches with their kernels and GPU times ([`Plan::last_profile`]).
+    /// The last profiled run of the step plan of `tokens` tokens (1: the decode step; a prompt's chunks take
+    /// powers of two): each dispatch with its kernel and GPU time ([`Plan::last_profile`]).
     ///
     /// [`Plan::last_profile`]: crate::Plan::last_profile
-    pub fn decode_profile(&self) -> Option<Vec<crate::KernelTime>> {
-        self.plans.get(&1)?.plan.last_profile()
+    pub fn step_profile(&self, tokens: usize) -> Option<Vec<crate::KernelTime>> {
+        self.plans.get(&tokens)?.plan.last_profile()
     }
 
     /// Blocking form of [`Llama::logits_async`] (native only).
