@@ -274,7 +274,8 @@ run() {
         --prompt-tokens "${gen_args[1]}"
     local embed_args=(--sentences 256 --repeats 3)
     [ $QUICK = 1 ] && embed_args=(--sentences 8 --repeats 1)
-    step bench-embed "$WT" bench embed --model "$OUT/models/minilm" --backend "$GPU_BACKEND" "${embed_args[@]}"
+    step bench-embed "$WT" bench embed --model "$OUT/models/minilm" --backend "$GPU_BACKEND" --profile \
+        "${embed_args[@]}"
     # webtensor serve's rows on the GPU: 1 and 8 streaming clients, 16 embedding clients (no llama-server here;
     # its CPU figures are in README); left out of the quick run, which CI makes on lavapipe
     if [ $QUICK = 0 ]; then
@@ -343,6 +344,7 @@ write_report() {
         [ -f "$LOGS/llama-bench.log" ] && { echo; grep -E '^\|' "$LOGS/llama-bench.log"; }
         echo; echo "## bench embed"; echo
         sed -n '/^| library/,/^$/p' "$LOGS/bench-embed.log"
+        grep -E "^webtensor's (plans|batch of|GPU time)" "$LOGS/bench-embed.log" | sed 's/^/- /'
         if [ -f "$LOGS/bench-serve.log" ]; then
             echo; echo "## bench serve (webtensor serve, 8 slots, random SmolLM2 weights)"; echo
             grep -E '^(load|\||webtensor:|embeddings)' "$LOGS/bench-serve.log"
@@ -351,6 +353,10 @@ write_report() {
     say "report: $REPORT"
     cat "$REPORT"
     if grep -q 'FAILED' "$REPORT"; then exit 1; fi
+    # lavapipe has timestamp queries: CI's quick run shows the profiles (decode, prefill, embedding batches)
+    if [ $QUICK = 1 ] && [ "$(grep -c 'on the GPU by kernel' "$REPORT")" -lt 4 ]; then
+        say "the report lacks the GPU profiles (bench generate/embed --profile)"; exit 1
+    fi
 }
 
 case "${1:-}" in

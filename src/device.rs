@@ -480,7 +480,7 @@ impl Plan {
     /// The last profiled run's dispatches in schedule order, each with its kernel (as [`PlanStats::kernels`]
     /// names it) and its GPU time in microseconds, from the timestamp before it to the one after it: the wait at
     /// the barrier before a dispatch counts as its time, so the times add up to the run's time on the GPU. `None`
-    /// before a run with profiling on.
+    /// where the last run was not profiled (or none ran).
     pub fn last_profile(&self) -> Option<Vec<KernelTime>> {
         self.exe.last_profile()
     }

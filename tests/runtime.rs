@@ -390,7 +390,7 @@ fn runs_copy_each_byte_once_and_change_inputs_every_run() {
 
 /// A profiled plan times each dispatch on the GPU (timestamp queries): one entry per dispatch, named as the plan's
 /// kernels, finite and non-negative; a 384³ matmul takes longer than scaling four numbers; the values are the
-/// unprofiled run's; profiling off again gives no profile. The CPU backend refuses with an error.
+/// unprofiled run's; a run with profiling off again has no profile. The CPU backend refuses with an error.
 #[test]
 fn profiled_runs_time_each_dispatch_on_the_gpu() {
     let mut g = Graph::new();
@@ -428,6 +428,7 @@ fn profiled_runs_time_each_dispatch_on_the_gpu() {
         assert!(time("matmul") > time("elementwise"), "{profile:?}");
     }
     plan.set_profiling(false).unwrap();
+    assert!(plan.last_profile().is_some(), "the last run's profile stays until the next run");
     plan.run(&refs).unwrap();
-    assert!(plan.last_profile().is_none(), "profiling off: no profile");
+    assert!(plan.last_profile().is_none(), "an unprofiled run: no profile");
 }

@@ -113,7 +113,7 @@ pub(crate) trait Executable {
             reason: "only GPU plans time their dispatches (the CPU backend's steps run on the calling threads)".into(),
         })
     }
-    /// Each dispatch's kernel and device time in the last profiled run (None before one).
+    /// Each dispatch's kernel and device time in the last run, where it was profiled.
     fn last_profile(&self) -> Option<Vec<KernelTime>> {
         None
     }

@@ -569,9 +569,10 @@ impl GpuPlan {
         transfer.host_copy_bytes +=
             outputs.iter().flatten().map(|t: &HostTensor| t.data.as_bytes().len() as u64).sum::<u64>();
         self.transfer = transfer;
-        if let Some(t) = &self.timer {
-            self.last_times = Some(t.read(&gpu).await?);
-        }
+        self.last_times = match &self.timer {
+            Some(t) => Some(t.read(&gpu).await?),
+            None => None,
+        };
         Ok(outputs)
     }
 
@@ -675,7 +676,6 @@ impl Executable for GpuPlan {
     fn set_profiling(&mut self, on: bool) -> Result<()> {
         // passes encoded ahead were encoded with the old setting
         self.res.ahead = None;
-        self.last_times = None;
         self.timer = if on { Some(DispatchTimer::new(&self.gpu, self.res.steps.len())?) } else { None };
         Ok(())
     }

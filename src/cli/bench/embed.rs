@@ -29,6 +29,10 @@ pub struct EmbedBenchArgs {
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND.
     #[arg(long, value_parser = super::super::backend_parser())]
     backend: Option<webtensor::BackendKind>,
+    /// After the timed rounds, each batch plan's GPU time by kernel (the sentences embedded once more at batch 1
+    /// and 32), from timestamp queries around each dispatch (GPU adapters that have them).
+    #[arg(long)]
+    profile: bool,
 }
 
 /// Sentences of about 12 words, varied.
@@ -110,6 +114,10 @@ pub fn run(args: &EmbedBenchArgs) -> Result<(), CliError> {
     }
     out += "\nmedian (min-max) over the rounds\n";
     out += &plans_line(&e);
+    if args.profile {
+        eprintln!("profiling each batch plan ...");
+        out += &super::profile::embed_profile_lines(&mut e, &refs)?;
+    }
     emit(&out);
     Ok(())
 }

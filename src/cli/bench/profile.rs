@@ -1,9 +1,10 @@
-//! `bench generate --profile`: where a step's GPU time goes, by kernel, from timestamp queries written around every
-//! dispatch ([`webtensor::Plan::set_profiling`]): the prompt's prefill, and a decode step at each `--decode-at`
-//! KV length.
+//! `bench generate --profile` and `bench embed --profile`: where a run's GPU time goes, by kernel, from timestamp
+//! queries written around every dispatch ([`webtensor::Plan::set_profiling`]): the prompt's prefill and a decode
+//! step at each `--decode-at` KV length; each batch plan of the embedder.
 
 use super::super::CliError;
 use super::helper::median;
+use webtensor::models::bert::SentenceEmbedder;
 use webtensor::models::Llama;
 use webtensor::KernelTime;
 
@@ -51,7 +52,7 @@ pub(super) fn profile_lines(
 }
 
 /// One line from the profiled runs of one plan: each dispatch's median time over the runs, summed by kernel.
-fn profile_line(what: &str, runs: &[Vec<KernelTime>]) -> String {
+pub(super) fn profile_line(what: &str, runs: &[Vec<KernelTime>]) -> String {
     let Some(first) = runs.first() else { return format!("webtensor's {what} on the GPU by kernel: no profile\n") };
     let mut by_kernel: Vec<(String, usize, f64)> = Vec::new();
     for (j, k) in first.iter().enumerate() {
@@ -82,4 +83,23 @@ fn profile_line(what: &str, runs: &[Vec<KernelTime>]) -> String {
         first.len(),
         cells.join(", ")
     )
+}
+
+/// The lines of `bench embed --profile`: the sentences embedded once at batch 1 and once at 32 with profiling on,
+/// a line per batch plan (its last run); one line saying why where the device cannot profile.
+pub(super) fn embed_profile_lines(e: &mut SentenceEmbedder, texts: &[&str]) -> Result<String, CliError> {
+    if let Err(err) = e.set_profiling(true) {
+        return Ok(format!(
+            "webtensor's GPU time by kernel: not measured ({err})
+"
+        ));
+    }
+    e.embed_batched(texts, 1)?;
+    e.embed_batched(texts, 32)?;
+    let lines = e.plan_profiles().into_iter().map(|((b, t), p)| {
+        profile_line(&format!("batch of {b} x {t} tokens (its last run)"), std::slice::from_ref(&p))
+    });
+    let lines = lines.collect();
+    e.set_profiling(false)?;
+    Ok(lines)
 }

@@ -217,6 +217,23 @@ impl SentenceEmbedder {
         v
     }
 
+    /// Times each dispatch of the following runs of every batch plan compiled so far on the GPU, or stops (see
+    /// [`Plan::set_profiling`]); plans compiled later are not profiled.
+    ///
+    /// # Errors
+    /// As [`Plan::set_profiling`] (the CPU backend, adapters without timestamp queries).
+    pub fn set_profiling(&mut self, on: bool) -> Result<()> {
+        self.plans.values_mut().try_for_each(|(plan, _)| plan.set_profiling(on))
+    }
+
+    /// The last profiled run of each batch plan that has one, by (batch, padded length) in increasing order: each
+    /// dispatch with its kernel and GPU time ([`Plan::last_profile`]).
+    pub fn plan_profiles(&self) -> Vec<((usize, usize), Vec<crate::KernelTime>)> {
+        let mut v: Vec<_> = self.plans.iter().filter_map(|(&bt, (plan, _))| Some((bt, plan.last_profile()?))).collect();
+        v.sort_by_key(|(bt, _)| *bt);
+        v
+    }
+
     /// Embeds every text, in batches of 32: one vector of `config.hidden` f32 per text (unit length when
     /// `normalize`). An empty list gives an empty result; an empty string is embedded as `[CLS] [SEP]`.
     ///
