@@ -68,6 +68,33 @@ fn binary_cases(dtype: DType, cases: &mut Vec<Case>) {
         )
         .expect_kernel(VEC4),
     );
+    // memory of 9 elements (no multiple of 4) read as vec4 and, past the last whole vec4, as a scalar, in both
+    // orders: the last element must be read (a vec4 declaration holds only the first 8)
+    for (name, first) in [("vec4-then-tail", true), ("tail-then-vec4", false)] {
+        cases.push(
+            Case::new(
+                format!("same-input-{name}/{dtype}/[9]"),
+                vec![inp(dtype, &[9], 1)],
+                move |g, x| {
+                    let (head, tail) = (g.slice(x[0], 0, 0, 8)?, g.slice(x[0], 0, 8, 9)?);
+                    if first {
+                        g.sub(head, tail)
+                    } else {
+                        g.sub(tail, head)
+                    }
+                },
+                move |x| {
+                    let (head, tail) = (x[0].slice(0, 0, 8), x[0].slice(0, 8, 9));
+                    if first {
+                        r::binary(&head, &tail, |a, b| a - b)
+                    } else {
+                        r::binary(&tail, &head, |a, b| a - b)
+                    }
+                },
+            )
+            .expect_kernel(VEC4),
+        );
+    }
     cases.push(
         Case::new(
             format!("mixed-dtypes/{dtype}+f32"),

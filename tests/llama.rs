@@ -270,7 +270,11 @@ fn step_plans_profile_by_kernel_on_a_gpu() {
     let mut m = model(device, LlamaOptions::default()).unwrap();
     m.logits(&[1, 2]).unwrap();
     m.step(3).unwrap();
-    m.set_profiling(true).unwrap();
+    if let Err(e) = m.set_profiling(true) {
+        // lavapipe and llvmpipe's GL have timestamp queries: where REQUIRE_GPU asks for them, a refusal fails
+        assert!(std::env::var("REQUIRE_GPU").is_err(), "{e}");
+        return;
+    }
     assert!(m.step_profile(1).is_none(), "no profiled run yet");
     m.step(4).unwrap();
     let profile = m.step_profile(1).expect("the decode step's profile");

@@ -389,7 +389,8 @@ fn runs_copy_each_byte_once_and_change_inputs_every_run() {
 }
 
 /// A profiled plan times each dispatch on the GPU (timestamp queries): one entry per dispatch, named as the plan's
-/// kernels, finite and non-negative; a 384³ matmul takes longer than scaling four numbers; the values are the
+/// kernels, finite and non-negative; a 384³ matmul takes longer than scaling four numbers, and each of 30 chained
+/// matmuls (two submissions on a software adapter) takes some time; the values are the
 /// unprofiled run's; a run with profiling off again has no profile. The CPU backend refuses with an error.
 #[test]
 fn profiled_runs_time_each_dispatch_on_the_gpu() {
@@ -427,6 +428,19 @@ fn profiled_runs_time_each_dispatch_on_the_gpu() {
         let time = |prefix: &str| profile.iter().find(|k| k.kernel.starts_with(prefix)).expect(prefix).gpu_us;
         assert!(time("matmul") > time("elementwise"), "{profile:?}");
     }
+    // 30 dispatches: on adapters that run on CPU cores, submitted in two pieces, each pass timed from its start
+    let mut chain = Graph::new();
+    let w = chain.input("w", F32, &[64, 64]).unwrap();
+    let mut y = w;
+    for _ in 0..30 {
+        y = chain.matmul(y, w).unwrap();
+    }
+    let mut long = device.compile(&chain, &[y]).unwrap();
+    long.set_profiling(true).unwrap();
+    long.run(&[(w, &ramp(&[64, 64], 1e-2))]).unwrap();
+    let profile = long.last_profile().unwrap();
+    assert_eq!(profile.len(), 30, "{profile:?}");
+    assert!(profile.iter().all(|k| k.gpu_us > 0.0), "every 64³ matmul takes time: {profile:?}");
     plan.set_profiling(false).unwrap();
     assert!(plan.last_profile().is_some(), "the last run's profile stays until the next run");
     plan.run(&refs).unwrap();

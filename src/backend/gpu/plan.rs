@@ -42,8 +42,6 @@ pub(crate) struct GpuPlan {
     kernels: Vec<String>,
     /// The kernel of every dispatch, in schedule order (a step split over bindings has several).
     dispatch_kernels: Vec<String>,
-    /// Times each dispatch on the GPU while profiling (see [`Executable::set_profiling`]).
-    timer: Option<DispatchTimer>,
     /// Each dispatch's GPU time in the last profiled run, in microseconds.
     last_times: Option<Vec<f64>>,
     /// The kernel of each matmul dispatch (what the tuner judges a candidate configuration by; natively).
@@ -78,6 +76,8 @@ struct Resources {
     scratch: Option<wgpu::Buffer>,
     /// The next run's passes, encoded after the last run's submit.
     ahead: Option<Ahead>,
+    /// Times each dispatch on the GPU while profiling (see [`Executable::set_profiling`]).
+    timer: Option<DispatchTimer>,
 }
 
 /// A run's compute passes encoded before the run (after the previous one's submit, while the GPU works: the
@@ -369,13 +369,12 @@ impl GpuPlan {
             gpu,
             program,
             mem,
-            res: ManuallyDrop::new(Resources { arenas, upload, steps, staging, scratch, ahead: None }),
+            res: ManuallyDrop::new(Resources { arenas, upload, steps, staging, scratch, ahead: None, timer: None }),
             poison: options.poison,
             pipelines,
             buffers: n_buffers,
             kernels,
             dispatch_kernels,
-            timer: None,
             last_times: None,
             matmul_kernels,
             last_us: 0.0,
@@ -441,7 +440,7 @@ impl GpuPlan {
     }
 
     /// The plan's compute passes with x extents `xs`: one command buffer per submission (see [`GpuPlan::piece`]);
-    /// while profiling, a timestamp before the first dispatch and after each (a skipped one too).
+    /// while profiling, a timestamp at the start of each and after each dispatch (a skipped one too).
     fn encode_passes(&self, xs: &[u32]) -> Vec<wgpu::CommandBuffer> {
         let piece = self.piece();
         let steps = self.res.steps.chunks(piece).zip(xs.chunks(piece));
@@ -453,8 +452,8 @@ impl GpuPlan {
                 {
                     let mut pass =
                         enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
-                    if let (Some(t), 0) = (&self.timer, p) {
-                        t.write(&mut pass, 0);
+                    if let Some(t) = &self.res.timer {
+                        t.write_start(&mut pass, p);
                     }
                     for (j, ((pipeline, bg, [_, y, z], _), &x)) in steps.iter().zip(xs).enumerate() {
                         if x > 0 {
@@ -462,8 +461,8 @@ impl GpuPlan {
                             pass.set_bind_group(0, bg, &[]);
                             pass.dispatch_workgroups(x, *y, *z);
                         }
-                        if let Some(t) = &self.timer {
-                            t.write(&mut pass, p * piece + j + 1);
+                        if let Some(t) = &self.res.timer {
+                            t.write_after(&mut pass, p * piece + j);
                         }
                     }
                 }
@@ -507,6 +506,8 @@ impl GpuPlan {
         let _serial = gpu.serialize();
         gpu.check_alive("run")?;
         let copies = self.copies(fetch)?;
+        // a run that fails leaves no profile (not the run's before)
+        self.last_times = None;
         let validation = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         if self.poison {
@@ -528,7 +529,7 @@ impl GpuPlan {
             let blk = self.mem.blocks[&c.storage];
             readback.copy_buffer_to_buffer(self.buffer(blk.arena), blk.offset + c.from, &self.res.staging, c.to, c.len);
         }
-        if let Some(t) = &self.timer {
+        if let Some(t) = &self.res.timer {
             t.resolve(&mut readback);
         }
         self.submit(enc.finish(), passes, readback.finish())?;
@@ -569,7 +570,7 @@ impl GpuPlan {
         transfer.host_copy_bytes +=
             outputs.iter().flatten().map(|t: &HostTensor| t.data.as_bytes().len() as u64).sum::<u64>();
         self.transfer = transfer;
-        self.last_times = match &self.timer {
+        self.last_times = match &self.res.timer {
             Some(t) => Some(t.read(&gpu).await?),
             None => None,
         };
@@ -674,9 +675,13 @@ impl Executable for GpuPlan {
     }
 
     fn set_profiling(&mut self, on: bool) -> Result<()> {
+        // the timer's objects are created and released under the device's lock, as every GL call
+        #[cfg(not(target_arch = "wasm32"))]
+        let _serial = self.gpu.serialize();
         // passes encoded ahead were encoded with the old setting
         self.res.ahead = None;
-        self.timer = if on { Some(DispatchTimer::new(&self.gpu, self.res.steps.len())?) } else { None };
+        let timer = if on { Some(DispatchTimer::new(&self.gpu, self.res.steps.len(), self.piece())?) } else { None };
+        self.res.timer = timer;
         Ok(())
     }
 

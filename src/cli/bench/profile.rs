@@ -32,7 +32,7 @@ pub(super) fn profile_lines(
     let chunk = model.plan_stats().into_iter().map(|(t, _)| t).filter(|&t| t <= prompt.len()).max().unwrap_or(1);
     let mut out = String::new();
     if let Some(p) = model.step_profile(chunk) {
-        let what = format!("prefill of {} tokens (its last chunk's plan, {chunk} tokens; one run)", prompt.len());
+        let what = format!("prefill of {} tokens (the last run of its {chunk}-token chunk's plan)", prompt.len());
         out += &profile_line(&what, &[p]);
     }
     for &l in lengths {

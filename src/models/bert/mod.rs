@@ -223,7 +223,12 @@ impl SentenceEmbedder {
     /// # Errors
     /// As [`Plan::set_profiling`] (the CPU backend, adapters without timestamp queries).
     pub fn set_profiling(&mut self, on: bool) -> Result<()> {
-        self.plans.values_mut().try_for_each(|(plan, _)| plan.set_profiling(on))
+        let set = self.plans.values_mut().try_for_each(|(plan, _)| plan.set_profiling(on));
+        if set.is_err() {
+            // none left on where one could not be
+            self.plans.values_mut().for_each(|(plan, _)| drop(plan.set_profiling(false)));
+        }
+        set
     }
 
     /// The last profiled run of each batch plan that has one, by (batch, padded length) in increasing order: each

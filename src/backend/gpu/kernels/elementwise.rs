@@ -332,3 +332,29 @@ pub(crate) fn epilogue_fn(operands: usize, epi: Option<&Expr>) -> String {
         .collect();
     format!("fn epilogue(acc: f32, c: vec4<u32>) -> f32 {{\n{loads}    return {};\n}}", render_expr(expr))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{one_op_quads, ElemOp, Quad};
+    use crate::dtype::DType::{F16, F32};
+    use crate::ops::BinaryOp;
+
+    /// Memory read as vec4 by one operand and as scalars by another is declared with scalar elements, whichever
+    /// binding comes first (a vec4 array would hold only its whole vec4s: `x[0:8] + x[8:9]` over an x of 9 would
+    /// read element 8 outside it); f16 packed in u32 words likewise. Lavapipe reads past a declared array without
+    /// complaint, so tests/elementwise.rs cannot show this one.
+    #[test]
+    fn memory_read_at_two_widths_is_declared_scalar() {
+        let add = ElemOp::Binary(BinaryOp::Add);
+        for (dtype, packed, elem) in [(F32, false, "f32"), (F16, false, "f16"), (F16, true, "u32")] {
+            for quads in [[Quad::Row, Quad::Splat], [Quad::Splat, Quad::Flat]] {
+                let mut key = one_op_quads(add, dtype, vec![dtype, dtype], &quads);
+                key.alias = vec![0, 1, 1];
+                key.packed_f16 = packed;
+                let text = key.wgsl();
+                let decl = format!("var<storage, read_write> in0: array<{elem}>;");
+                assert!(text.contains(&decl), "{quads:?} {dtype} packed {packed}: no `{decl}` in\n{text}");
+            }
+        }
+    }
+}

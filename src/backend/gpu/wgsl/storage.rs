@@ -16,11 +16,20 @@ use crate::dtype::DType;
 pub(super) fn declarations(key: &KernelKey) -> String {
     let binds = key.kind.bindings(key);
     let packed = |d: DType| d == DType::F16 && key.packed_f16;
+    let alias = |i: usize| key.alias.get(i).copied().unwrap_or(i);
+    // an input array is declared with vec4 elements only where every binding over it reads vec4: a vec4 array
+    // holds floor(bytes / 16) elements, so a scalar read of the last 1-3 elements of memory whose length is no
+    // multiple of 4 elements would fall outside it (`x[0:8] + x[8:9]` over an x of 9); an output is declared as
+    // it is written (a vec4 output covers its memory exactly)
+    let declared_vec4 =
+        |t: usize| binds[t].vec4 && (binds[t].output || binds.iter().enumerate().all(|(i, b)| alias(i) != t || b.vec4));
     let mut out = String::new();
     for (i, bd) in binds.iter().enumerate() {
-        let target = &binds[key.alias.get(i).copied().unwrap_or(i)];
+        let t = alias(i);
+        let target = &binds[t];
+        let var_vec4 = declared_vec4(t);
         debug_assert!(target.dtype == bd.dtype, "aliased bindings must agree on the dtype");
-        debug_assert!(!bd.output || target.vec4 == bd.vec4, "an output is declared as it is written");
+        debug_assert!(!bd.output || var_vec4 == bd.vec4, "an output is declared as it is written");
         let atomic = packed(bd.dtype) && bd.output && !bd.vec4;
         if bd.dtype.is_storage_format() {
             // bound as u32 words; element accessors decode blocks (rows are whole blocks, so a flat element index
@@ -33,7 +42,7 @@ pub(super) fn declarations(key: &KernelKey) -> String {
             continue;
         }
         if std::ptr::eq(target, bd) {
-            let elem = match (bd.dtype, bd.vec4, packed(bd.dtype)) {
+            let elem = match (bd.dtype, var_vec4, packed(bd.dtype)) {
                 (DType::F16, true, true) => "vec2<u32>".to_string(),
                 (DType::F16, false, true) if atomic => "atomic<u32>".to_string(),
                 (DType::F16, false, true) => "u32".to_string(),
@@ -44,7 +53,7 @@ pub(super) fn declarations(key: &KernelKey) -> String {
             let var = &target.name;
             out.push_str(&format!("@group(0) @binding({}) var<storage, read_write> {var}: array<{elem}>;\n", i + 1));
         }
-        out.push_str(&accessors(bd, &target.name, packed(bd.dtype), atomic, target.vec4));
+        out.push_str(&accessors(bd, &target.name, packed(bd.dtype), atomic, var_vec4));
     }
     out
 }
@@ -78,8 +87,8 @@ fn block_accessors(bd: &Binding, var: &str) -> String {
 }
 
 /// The `ld`/`st` functions of binding `bd`, whose array is `var` (declared with vec4 elements when `var_vec4`:
-/// an input read another width than the binding over the same memory declared first, as an elementwise kernel's
-/// broadcast operand beside a vec4 one).
+/// an input may be read at another width than its memory's declaration, as an elementwise kernel's vec4 operand
+/// beside a broadcast one over the same memory).
 fn accessors(bd: &Binding, var: &str, packed: bool, atomic: bool, var_vec4: bool) -> String {
     let c = compute_type(bd.dtype);
     let name = &bd.name;
