@@ -331,13 +331,13 @@ write_report() {
         [ -f "$OUT/bench-matmul/matmul.md" ] && sed -n '/^### /,$p' "$OUT/bench-matmul/matmul.md" | grep -v '^Method'
         echo; echo "## bench generate (webtensor; llama-bench with CUDA and transformers below)"; echo
         sed -n '/^| library/,/^$/p' "$LOGS/bench-generate.log"
-        grep -E "^(webtensor's (decode step|prefill|GPU time)|its host time)" "$LOGS/bench-generate.log" | sed 's/^/- /'
+        grep -E "^(webtensor's (decode step|prefill|[0-9]+-token chunk|GPU time)|its host time)" "$LOGS/bench-generate.log" | sed 's/^/- /'
         echo; echo "Unfused (--no-fusion, one round):"; echo
         grep -E '^\| (library|webtensor, unfused)|^\|---' "$LOGS/bench-generate-unfused.log"
         grep -E "^webtensor's decode step: " "$LOGS/bench-generate-unfused.log" | sed 's/^/- /'
         if [ -f "$LOGS/bench-generate-split256.log" ]; then
             echo; echo "Decode attention in splits of 256 keys (WEBTENSOR_DECODE_SPLIT=256; one round):"; echo
-            grep -E "^webtensor's (decode step|prefill|GPU time)" "$LOGS/bench-generate-split256.log" | sed 's/^/- /'
+            grep -E "^webtensor's (decode step|prefill|[0-9]+-token chunk|GPU time)" "$LOGS/bench-generate-split256.log" | sed 's/^/- /'
         fi
         echo; echo "| prefill peer, the same shape | pp tokens/s |"; echo "|---|---|"
         grep -E '^\|' "$LOGS/peer-transformers.log"

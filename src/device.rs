@@ -477,7 +477,8 @@ impl Plan {
         self.exe.set_profiling(on)
     }
 
-    /// The last profiled run's dispatches in schedule order, each with its kernel (as [`PlanStats::kernels`]
+    /// The last profiled run's dispatches in schedule order (those its run-time lengths left no work, as a decode
+    /// attention's combine within one split, are left out), each with its kernel (as [`PlanStats::kernels`]
     /// names it) and its GPU time in microseconds, from the timestamp before it to the one after it: the wait at
     /// the barrier before a dispatch counts as its time, so the times add up to the run's time on the GPU. `None`
     /// where the last run was not profiled (or none ran).

@@ -442,4 +442,7 @@ fn bench_generate_times_decode_by_kv_length() {
     assert!(line.contains("L = 16: ") && line.contains("L = 64: ") && line.contains("x L = 16)"), "{line}");
     assert!(stdout.contains("| webtensor | ") && stdout.contains("dispatches"), "{stdout}");
     assert!(stdout.contains("by kernel: not measured (") && stdout.contains("only GPU plans"), "{stdout}");
+    // a length past the model's trained context is refused before any cache is allocated
+    let far = webtensor(&dir, &[&args[..], &["--decode-at", "100000"]].concat());
+    assert_one_error(&far, 1, &["--decode-at 100000", "8192"]);
 }

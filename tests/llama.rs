@@ -279,7 +279,10 @@ fn step_plans_profile_by_kernel_on_a_gpu() {
     m.step(4).unwrap();
     let profile = m.step_profile(1).expect("the decode step's profile");
     let (_, stats) = m.plan_stats().into_iter().find(|(t, _)| *t == 1).unwrap();
-    assert_eq!(profile.len(), stats.dispatches);
+    // 4 positions are within one attention split: its combine does no work and is left out
+    let layers = m.config.n_layers;
+    assert!(!profile.iter().any(|k| k.kernel == "attention combine"), "{profile:?}");
+    assert!(profile.len() <= stats.dispatches && profile.len() + layers >= stats.dispatches, "{profile:?}");
     assert!(profile.iter().all(|k| stats.kernels.contains(&k.kernel) && k.gpu_us >= 0.0), "{profile:?}");
     assert!(profile.iter().map(|k| k.gpu_us).sum::<f64>() > 0.0, "{profile:?}");
     assert!(m.step_profile(2).is_none(), "the 2-token plan has not run since");

@@ -42,8 +42,8 @@ pub(crate) struct GpuPlan {
     kernels: Vec<String>,
     /// The kernel of every dispatch, in schedule order (a step split over bindings has several).
     dispatch_kernels: Vec<String>,
-    /// Each dispatch's GPU time in the last profiled run, in microseconds.
-    last_times: Option<Vec<f64>>,
+    /// The dispatches the last run ran, with their GPU times, where it was profiled.
+    last_profile: Option<Vec<KernelTime>>,
     /// The kernel of each matmul dispatch (what the tuner judges a candidate configuration by; natively).
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     matmul_kernels: Vec<String>,
@@ -375,7 +375,7 @@ impl GpuPlan {
             buffers: n_buffers,
             kernels,
             dispatch_kernels,
-            last_times: None,
+            last_profile: None,
             matmul_kernels,
             last_us: 0.0,
             ahead_us: 0.0,
@@ -507,7 +507,7 @@ impl GpuPlan {
         gpu.check_alive("run")?;
         let copies = self.copies(fetch)?;
         // a run that fails leaves no profile (not the run's before)
-        self.last_times = None;
+        self.last_profile = None;
         let validation = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         if self.poison {
@@ -520,6 +520,7 @@ impl GpuPlan {
         let mut transfer = self.upload(inputs, &mut enc);
         // the passes encoded after the last run's submit serve when this run's extents are theirs
         let xs = self.extents(inputs);
+        let ran: Vec<bool> = xs.iter().map(|&x| x > 0).collect();
         let passes = match self.res.ahead.take() {
             Some(ahead) if ahead.xs == xs => ahead.passes,
             _ => self.encode_passes(&xs),
@@ -570,8 +571,14 @@ impl GpuPlan {
         transfer.host_copy_bytes +=
             outputs.iter().flatten().map(|t: &HostTensor| t.data.as_bytes().len() as u64).sum::<u64>();
         self.transfer = transfer;
-        self.last_times = match &self.res.timer {
-            Some(t) => Some(t.read(&gpu).await?),
+        self.last_profile = match &self.res.timer {
+            // a dispatch its run-time length skipped did no work: its slot is left out
+            Some(t) => Some(
+                (t.read(&gpu).await?.into_iter().zip(&self.dispatch_kernels).zip(ran))
+                    .filter(|(_, ran)| *ran)
+                    .map(|((us, k), _)| KernelTime { kernel: k.clone(), gpu_us: us })
+                    .collect(),
+            ),
             None => None,
         };
         Ok(outputs)
@@ -686,8 +693,6 @@ impl Executable for GpuPlan {
     }
 
     fn last_profile(&self) -> Option<Vec<KernelTime>> {
-        let times = self.last_times.as_ref()?;
-        let kernels = self.dispatch_kernels.iter();
-        Some(kernels.zip(times).map(|(k, &us)| KernelTime { kernel: k.clone(), gpu_us: us }).collect())
+        self.last_profile.clone()
     }
 }

@@ -115,7 +115,6 @@ pub fn run(args: &EmbedBenchArgs) -> Result<(), CliError> {
     out += "\nmedian (min-max) over the rounds\n";
     out += &plans_line(&e);
     if args.profile {
-        eprintln!("profiling each batch plan ...");
         out += &super::profile::embed_profile_lines(&mut e, &refs)?;
     }
     emit(&out);

@@ -170,11 +170,26 @@ fn table(
     out
 }
 
+/// Refuses a `--decode-at` length past the positions the model in `path` was trained for: a KV cache sized past
+/// them would only time positions it was never meant to see (and a mistyped length would allocate it all first).
+fn check_depth(path: &str, deepest: usize) -> Result<(), CliError> {
+    let file = webtensor::gguf::GgufFile::open(path)?;
+    let trained = webtensor::models::llama::LlamaConfig::from_gguf(&file)?.n_ctx_train;
+    if deepest + DEPTH_STEPS > trained {
+        return Err(CliError::Msg(format!(
+            "--decode-at {deepest}: a step there needs {} positions, past the {trained} the model was trained for ({path})",
+            deepest + DEPTH_STEPS
+        )));
+    }
+    Ok(())
+}
+
 pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let chosen = choose_device(args.backend)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let deepest = args.decode_at.iter().copied().max().unwrap_or(0);
     let n_ctx = (args.prompt_tokens + args.gen_tokens + 8).max(deepest + DEPTH_STEPS + 8);
+    check_depth(&args.model, deepest)?;
     let mut model = Llama::load(
         &chosen.device,
         &args.model,
@@ -248,7 +263,6 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     eprintln!("timing decode steps at KV lengths {:?} ...", args.decode_at);
     let depth = depth_lines(&step_ms_at(&mut model, &mut peer, &args.decode_at, &deep)?);
     let profile = if args.profile {
-        eprintln!("profiling the prefill and decode steps at KV lengths {:?} ...", args.decode_at);
         super::profile::profile_lines(&mut model, &prompt, &args.decode_at, &deep)?
     } else {
         String::new()

@@ -11,10 +11,10 @@ use webtensor::KernelTime;
 /// Decode steps profiled at each KV length; each dispatch's time is its median over them.
 pub(super) const PROFILE_STEPS: usize = 8;
 
-/// Kernels named in a line; the rest are summed as "others".
+/// Kernels named in a line; where more are left than one, they are summed as "others".
 const SHOWN: usize = 8;
 
-/// The profile lines: the prefill of `prompt` (one run; its last chunk's plan), then a decode step at each KV
+/// The profile lines: the prefill of `prompt` (one run; its largest chunk's plan), then a decode step at each KV
 /// length in `lengths` (`tokens` holds at least the longest length plus [`PROFILE_STEPS`] tokens); one line
 /// saying why where the device cannot profile.
 pub(super) fn profile_lines(
@@ -27,12 +27,17 @@ pub(super) fn profile_lines(
     if let Err(e) = model.set_profiling(true) {
         return Ok(format!("webtensor's GPU time by kernel: not measured ({e})\n"));
     }
+    eprintln!("profiling the prefill and decode steps at KV lengths {lengths:?} ...");
     model.reset();
     model.logits(prompt)?;
     let chunk = model.plan_stats().into_iter().map(|(t, _)| t).filter(|&t| t <= prompt.len()).max().unwrap_or(1);
     let mut out = String::new();
     if let Some(p) = model.step_profile(chunk) {
-        let what = format!("prefill of {} tokens (the last run of its {chunk}-token chunk's plan)", prompt.len());
+        let what = if chunk == prompt.len() {
+            format!("prefill of {chunk} tokens (one run)")
+        } else {
+            format!("{chunk}-token chunk of a {}-token prefill (that chunk's plan, its last run)", prompt.len())
+        };
         out += &profile_line(&what, &[p]);
     }
     for &l in lengths {
@@ -71,9 +76,11 @@ pub(super) fn profile_line(what: &str, runs: &[Vec<KernelTime>]) -> String {
         let share = 100.0 * us / total.max(f64::MIN_POSITIVE);
         format!("{name} {share:.1}% ({n} dispatch{}, {:.3} ms)", if n == 1 { "" } else { "es" }, us / 1e3)
     };
-    let mut cells: Vec<String> = by_kernel.iter().take(SHOWN).map(|(k, n, us)| cell(k, *n, *us)).collect();
-    if by_kernel.len() > SHOWN {
-        let rest = &by_kernel[SHOWN..];
+    // the rest summed as "others" where that is more than one kernel
+    let shown = if by_kernel.len() > SHOWN + 1 { SHOWN } else { by_kernel.len() };
+    let mut cells: Vec<String> = by_kernel.iter().take(shown).map(|(k, n, us)| cell(k, *n, *us)).collect();
+    if by_kernel.len() > shown {
+        let rest = &by_kernel[shown..];
         cells.push(cell("others", rest.iter().map(|e| e.1).sum(), rest.iter().map(|e| e.2).sum()));
     }
     format!(
@@ -89,11 +96,9 @@ pub(super) fn profile_line(what: &str, runs: &[Vec<KernelTime>]) -> String {
 /// a line per batch plan (its last run); one line saying why where the device cannot profile.
 pub(super) fn embed_profile_lines(e: &mut SentenceEmbedder, texts: &[&str]) -> Result<String, CliError> {
     if let Err(err) = e.set_profiling(true) {
-        return Ok(format!(
-            "webtensor's GPU time by kernel: not measured ({err})
-"
-        ));
+        return Ok(format!("webtensor's GPU time by kernel: not measured ({err})\n"));
     }
+    eprintln!("profiling each batch plan ...");
     e.embed_batched(texts, 1)?;
     e.embed_batched(texts, 32)?;
     let lines = e.plan_profiles().into_iter().map(|((b, t), p)| {
