@@ -477,6 +477,16 @@ impl Plan {
         self.exe.set_profiling(on)
     }
 
+    /// [`Plan::set_profiling`] on each of `plans`, all or none: where one cannot profile, each is switched off
+    /// again and its error returned.
+    pub(crate) fn set_profiling_all(mut plans: Vec<&mut Plan>, on: bool) -> Result<()> {
+        let set = plans.iter_mut().try_for_each(|plan| plan.set_profiling(on));
+        if set.is_err() {
+            plans.iter_mut().for_each(|plan| drop(plan.set_profiling(false)));
+        }
+        set
+    }
+
     /// The last profiled run's dispatches in schedule order (those its run-time lengths left no work, as a decode
     /// attention's combine within one split, are left out), each with its kernel (as [`PlanStats::kernels`]
     /// names it) and its GPU time in microseconds, from the timestamp before it to the one after it: the wait at

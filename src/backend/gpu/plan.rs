@@ -520,7 +520,8 @@ impl GpuPlan {
         let mut transfer = self.upload(inputs, &mut enc);
         // the passes encoded after the last run's submit serve when this run's extents are theirs
         let xs = self.extents(inputs);
-        let ran: Vec<bool> = xs.iter().map(|&x| x > 0).collect();
+        // which dispatches do work, for the profile (only while profiling: no allocation on a plain run)
+        let ran: Option<Vec<bool>> = self.res.timer.as_ref().map(|_| xs.iter().map(|&x| x > 0).collect());
         let passes = match self.res.ahead.take() {
             Some(ahead) if ahead.xs == xs => ahead.passes,
             _ => self.encode_passes(&xs),
@@ -571,15 +572,15 @@ impl GpuPlan {
         transfer.host_copy_bytes +=
             outputs.iter().flatten().map(|t: &HostTensor| t.data.as_bytes().len() as u64).sum::<u64>();
         self.transfer = transfer;
-        self.last_profile = match &self.res.timer {
+        self.last_profile = match (&self.res.timer, ran) {
             // a dispatch its run-time length skipped did no work: its slot is left out
-            Some(t) => Some(
+            (Some(t), Some(ran)) => Some(
                 (t.read(&gpu).await?.into_iter().zip(&self.dispatch_kernels).zip(ran))
                     .filter(|(_, ran)| *ran)
                     .map(|((us, k), _)| KernelTime { kernel: k.clone(), gpu_us: us })
                     .collect(),
             ),
-            None => None,
+            _ => None,
         };
         Ok(outputs)
     }

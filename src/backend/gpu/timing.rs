@@ -73,7 +73,13 @@ impl DispatchTimer {
 
     /// Writes the timestamp after dispatch `j` (of the whole run).
     pub(crate) fn write_after(&self, pass: &mut wgpu::ComputePass<'_>, j: usize) {
-        pass.write_timestamp(&self.set, (j + j / self.piece + 1) as u32);
+        pass.write_timestamp(&self.set, self.after(j) as u32);
+    }
+
+    /// The query written after dispatch `j`: its pass's start query and those of the dispatches before it in
+    /// the run come first.
+    fn after(&self, j: usize) -> usize {
+        j + j / self.piece + 1
     }
 
     /// Resolves the run's timestamps and copies them where [`DispatchTimer::read`] maps them.
@@ -91,7 +97,7 @@ impl DispatchTimer {
         })
         .await?;
         let span = |j: usize| {
-            let after = j + j / self.piece + 1;
+            let after = self.after(j);
             ticks[after].saturating_sub(ticks[after - 1]) as f64 * ns_per_tick / 1e3
         };
         Ok((0..self.dispatches).map(span).collect())

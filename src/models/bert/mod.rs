@@ -223,12 +223,7 @@ impl SentenceEmbedder {
     /// # Errors
     /// As [`Plan::set_profiling`] (the CPU backend, adapters without timestamp queries).
     pub fn set_profiling(&mut self, on: bool) -> Result<()> {
-        let set = self.plans.values_mut().try_for_each(|(plan, _)| plan.set_profiling(on));
-        if set.is_err() {
-            // none left on where one could not be
-            self.plans.values_mut().for_each(|(plan, _)| drop(plan.set_profiling(false)));
-        }
-        set
+        crate::Plan::set_profiling_all(self.plans.values_mut().map(|(plan, _)| plan).collect(), on)
     }
 
     /// The last profiled run of each batch plan that has one, by (batch, padded length) in increasing order: each

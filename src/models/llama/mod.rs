@@ -242,12 +242,7 @@ impl Llama {
             let reason = "no step has run yet (plans are compiled by their first run)".to_string();
             return Err(Error::InvalidArgument { op: "set_profiling", reason });
         }
-        let set = self.plans.values_mut().try_for_each(|sp| sp.plan.set_profiling(on));
-        if set.is_err() {
-            // none left on where one could not be
-            self.plans.values_mut().for_each(|sp| drop(sp.plan.set_profiling(false)));
-        }
-        set
+        crate::Plan::set_profiling_all(self.plans.values_mut().map(|sp| &mut sp.plan).collect(), on)
     }
 
     /// The last profiled run of the step plan of `tokens` tokens (1: the decode step; a prompt's chunks take

@@ -104,7 +104,18 @@ impl Family for Elementwise {
     }
 
     fn split(&self) -> SplitRule {
-        SplitRule::Elements { per_invocation: if self.quads.is_some() { QUAD } else { 1 } }
+        SplitRule::Elements { per_invocation: self.per_invocation() }
+    }
+}
+
+impl Elementwise {
+    /// Output elements an invocation computes.
+    fn per_invocation(&self) -> u64 {
+        if self.quads.is_some() {
+            QUAD
+        } else {
+            1
+        }
     }
 }
 
@@ -222,9 +233,9 @@ pub(crate) fn lower(program: &Program, id: NodeId, t: &GpuTarget) -> Option<Resu
         set_packed(&mut p.in_offsets, k, l.offset);
     }
     let ins = srcs.iter().map(|&s| program.nodes[s].dtype).collect();
-    let quads = quads(program, id, srcs);
-    let per_invocation = if quads.is_some() { QUAD } else { 1 };
-    let key = KernelKey::new(KernelKind::new(Elementwise { expr: expr.clone(), quads }), node.dtype, ins);
+    let kernel = Elementwise { expr: expr.clone(), quads: quads(program, id, srcs) };
+    let per_invocation = kernel.per_invocation();
+    let key = KernelKey::new(KernelKind::new(kernel), node.dtype, ins);
     let bindings = std::iter::once(id).chain(srcs.iter().map(|&s| program.nodes[s].storage)).collect();
     let name = node.step.name();
     let groups = grid(&name, (numel as u64).div_ceil(256 * per_invocation), t.max_groups);
