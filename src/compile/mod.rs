@@ -1,9 +1,10 @@
 //! Compiling (stage 2): the pass list every backend runs, in order —
 //!
 //! 1. **dead nodes** ([`ir::Program::new`]): keep what the outputs need, translated into the compiler's steps;
-//! 2. **fusion** ([`fuse`]): elementwise chains into one expression, epilogues into matmuls, a gated
-//!    feed-forward's two matmuls into one step where the backend has that kernel, an RMS norm into the mat-vec
-//!    that reads it, a layer's rope of the queries and its KV-cache writes into one step;
+//! 2. **fusion** ([`fuse`]): its list of rules, each kept only where the backend lowers the fused step —
+//!    elementwise chains into one expression and epilogues into matmuls and row ops, a rope into its KV-cache
+//!    write, a gated feed-forward's two matmuls into one step, an RMS norm into the mat-vec that reads it, a
+//!    layer's rope of the queries and its KV-cache writes into one step;
 //! 3. **in-place** ([`inplace`]): which operands a step may overwrite;
 //! 4. **memory plan** ([`memory`]): arenas, blocks reused after their last reader;
 //! 5. **lowering** (the backend's [`Target::lower`]): a kernel per step;
@@ -38,22 +39,9 @@ pub(crate) trait Target {
         true
     }
 
-    /// Whether the backend computes `a @ b` and `a @ b2` in one step (a dual matmul, [`fuse::fuse_dual_matmuls`]).
-    fn dual_matmul(&self, _program: &Program, _a: NodeId, _b: NodeId, _b2: NodeId) -> bool {
-        false
-    }
-
-    /// Whether the backend's kernel for matmul step `matmul` norms its A on load: `rms_norm(x) · weight`
-    /// ([`fuse::fuse_norm_prologues`]).
-    fn norm_matmul(&self, _program: &Program, _matmul: NodeId, _x: NodeId, _weight: Option<NodeId>) -> bool {
-        false
-    }
-
-    /// Whether the backend runs a rope and a layer's two KV-cache writes as one step ([`ir::Step::RopeKvWrites`],
-    /// [`fuse::fuse_rope_kv_writes`]) binding the storage nodes `bindings`.
-    fn rope_kv_writes(&self, _program: &Program, _bindings: &[NodeId]) -> bool {
-        false
-    }
+    /// Whether the backend lowers step `step` as `program` now holds it: the one question a fusion rule asks
+    /// about the fused step it would make ([`fuse`]), answered by the same kernel families that lower it.
+    fn lowers(&self, program: &Program, step: NodeId) -> bool;
 
     /// The memory the planner may use.
     fn memory_limits(&self) -> MemoryLimits;
@@ -65,6 +53,15 @@ pub(crate) trait Target {
     fn split(&self, kernel: Self::Kernel, _program: &Program, _memory: &MemoryPlan) -> Result<Vec<Self::Kernel>> {
         Ok(vec![kernel])
     }
+}
+
+/// The error for step `id`, which no kernel family of `backend` lowers: inputs, views and externals are not
+/// scheduled, and the other graph ops became the compiler's steps, so such a step is a fused step the backend
+/// declined (a bug: the rule should have asked) or an op no family has a kernel for.
+pub(crate) fn unlowered(program: &Program, id: NodeId, backend: &str) -> Error {
+    let op = program.nodes[id].step.name();
+    let reason = "no kernel of this backend computes this step".to_string();
+    Error::Unsupported { op, backend: backend.into(), reason }
 }
 
 /// The result of the pass list: the program, where its tensors live, and each step's kernels (one or more when
@@ -94,16 +91,7 @@ pub(crate) fn compile<T: Target>(graph: &Graph, outputs: &[Tensor], target: &T) 
             reason: format!("{what} '{}' belongs to another device than the one compiling", r.ext.name),
         });
     }
-    let program = if target.fusion() {
-        let allowed = |p: &Program, a: NodeId, b: NodeId, b2: NodeId| target.dual_matmul(p, a, b, b2);
-        let program = fuse::fuse_dual_matmuls(fuse::fuse(program), &allowed);
-        let allowed = |p: &Program, m: NodeId, x: NodeId, w: Option<NodeId>| target.norm_matmul(p, m, x, w);
-        let program = fuse::fuse_norm_prologues(program, &allowed);
-        let allowed = |p: &Program, bindings: &[NodeId]| target.rope_kv_writes(p, bindings);
-        fuse::fuse_rope_kv_writes(program, &allowed)
-    } else {
-        program
-    };
+    let program = if target.fusion() { fuse::fuse(program, &|p, id| target.lowers(p, id)) } else { program };
     let allowed = |s: NodeId| target.may_overwrite(&program, s);
     let inplace = |s: NodeId| if target.fusion() { inplace::candidates(&program, s, &allowed) } else { vec![] };
     let memory = memory::plan(&program, target.memory_limits(), &inplace)?;

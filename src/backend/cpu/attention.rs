@@ -6,6 +6,10 @@ use super::attention_rows::{nan_max, softmax_in_place};
 use super::buffer::Memory;
 use super::elementwise::Leaf;
 use super::gather::SetRowsKernel;
+use super::lower::CpuFamily;
+use super::target::{leaf, CpuTarget};
+use crate::compile::ir::{Program, Step};
+use crate::graph::Op;
 use super::matmul::product;
 use super::parallel::{for_chunks, threads};
 use super::sgemm::Operand;
@@ -37,12 +41,29 @@ fn thd(l: &Layout) -> (usize, usize, usize, usize) {
     (l.numel() / (t * h * d), t, h, d)
 }
 
-impl RopeKernel {
-    pub(crate) fn run(&self, mem: &Memory) {
-        let out = mem.view(self.out, self.out_dtype);
-        self.rotate(mem, &mut |first, row| out.write_f32(first, row));
+/// The rope of `x` at `pos` (with frequency factors where given) into `out` of `dtype`.
+fn rope_kernel(p: &Program, (out, out_dtype): (NodeId, DType), (x, pos, factors): RopeOperands, rope: Rope) -> RopeKernel {
+    let (x, pos) = (leaf(p, x, None), leaf(p, pos, None));
+    RopeKernel { out, out_dtype, x, pos, factors: factors.map(|f| leaf(p, f, None)), rope }
+}
+
+/// A rope's x, positions and frequency factors.
+type RopeOperands = (NodeId, NodeId, Option<NodeId>);
+
+impl CpuFamily for RopeKernel {
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::Op(Op::Rope { x, pos, factors, rope }) = p.nodes[id].step else { return None };
+        Some(rope_kernel(p, (id, p.nodes[id].dtype), (x, pos, factors), rope))
     }
 
+    fn run(&self, mem: &Memory) -> Result<()> {
+        let out = mem.view(self.out, self.out_dtype);
+        self.rotate(mem, &mut |first, row| out.write_f32(first, row));
+        Ok(())
+    }
+}
+
+impl RopeKernel {
     /// Passes each rotated row (a head of a position) of the contiguous output to `sink` as (flat index of its
     /// first element, values in f32); each position's angles computed once for all its heads.
     fn rotate(&self, mem: &Memory, sink: &mut dyn FnMut(usize, &[f32])) {
@@ -90,10 +111,18 @@ pub(crate) struct RopeSetRowsKernel {
     pub set: SetRowsKernel,
 }
 
-impl RopeSetRowsKernel {
+impl CpuFamily for RopeSetRowsKernel {
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::RopeSetRows { dst, idx, x, pos, factors, rope, rope_dtype } = p.nodes[id].step else { return None };
+        Some(RopeSetRowsKernel {
+            rope: rope_kernel(p, (id, rope_dtype), (x, pos, factors), rope),
+            set: SetRowsKernel { dst: leaf(p, dst, None), idx: leaf(p, idx, None), src: leaf(p, x, None) },
+        })
+    }
+
     /// # Errors
-    /// As [`SetRowsKernel::run`].
-    pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
+    /// As `SetRowsKernel`'s run.
+    fn run(&self, mem: &Memory) -> Result<()> {
         let mut rows = vec![0f32; self.rope.x.layout.numel()];
         let f16 = self.rope.out_dtype == DType::F16;
         self.rope.rotate(mem, &mut |first, row| {
@@ -186,6 +215,27 @@ impl AttentionKernel {
         }
         Ok(n as usize)
     }
+}
+
+impl CpuFamily for AttentionKernel {
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::Op(Op::Attention { q, k, v, mask, kv_len, scale, causal }) = p.nodes[id].step else { return None };
+        let (q, k) = (leaf(p, q, None), leaf(p, k, None));
+        let r = q.layout.rank();
+        let mut full = q.layout.shape.clone();
+        full[r - 1] = k.layout.shape[r - 2];
+        Some(AttentionKernel {
+            out: id,
+            out_dtype: p.nodes[id].dtype,
+            q,
+            k,
+            v: leaf(p, v, None),
+            mask: mask.map(|m| leaf(p, m, Some(&full))),
+            kv_len: kv_len.map(|l| leaf(p, l, None)),
+            scale,
+            causal,
+        })
+    }
 
     /// # Errors
     /// [`Error::BadInput`] when the run-time KV length is outside `1..=S`.
@@ -193,7 +243,7 @@ impl AttentionKernel {
     /// From [`GEMM_ROWS`] query rows (a prefill) every K and V row is converted to contiguous f32 once and each
     /// (batch element, head) runs as matrix products (`prefill_head`); below (a decode step, a short prefill) each
     /// (batch element, KV head) converts its K and V rows once for the query rows of all its heads (`group`).
-    pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
+    fn run(&self, mem: &Memory) -> Result<()> {
         let (q, k, v) = (&self.q.layout, &self.k.layout, &self.v.layout);
         let r = q.rank();
         let (h, t) = (q.shape[r - 3], q.shape[r - 2]);
@@ -230,7 +280,9 @@ impl AttentionKernel {
         }
         Ok(())
     }
+}
 
+impl AttentionKernel {
     /// The rows `[b, g, 0..len, :]` of `x` (K or V) for every batch element `b` and KV head `g` (`heads` of
     /// them in all), as f32 `[heads, len, width]`.
     fn to_f32(&self, mem: &Memory, x: &Leaf, heads: usize, len: usize, width: usize) -> Vec<f32> {

@@ -1,7 +1,7 @@
 //! The CPU device (stage 3): its capabilities, and uploads of resident and state tensors.
 
 use super::external::{CpuBytes, CpuState};
-use super::lower::MAX_TENSOR_BYTES;
+use super::target::MAX_TENSOR_BYTES;
 use super::plan::compile;
 use crate::backend::{Backend, CompileOptions, Executable, LocalFuture};
 use crate::caps::{next_id, BackendKind, Capabilities, DeviceType};

@@ -3,8 +3,11 @@
 //! does. The math is the op tables' f32 functions (`src/ops`).
 
 use super::buffer::{positions, Memory, View};
+use super::lower::CpuFamily;
 use super::parallel::for_ranges;
-use crate::compile::ir::{ElemOp, Expr};
+use super::target::{leaf, CpuTarget};
+use crate::compile::ir::{ElemOp, Expr, Program, Step};
+use crate::error::Result;
 use crate::dtype::DType;
 use crate::graph::NodeId;
 use crate::shape::Layout;
@@ -28,6 +31,22 @@ pub(crate) struct ElementwiseKernel {
     pub numel: usize,
     pub expr: Expr,
     pub leaves: Vec<Leaf>,
+}
+
+impl CpuFamily for ElementwiseKernel {
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::Elementwise { expr, srcs } = &p.nodes[id].step else { return None };
+        let node = &p.nodes[id];
+        let shape = &node.layout.shape;
+        let leaves = srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect();
+        Some(ElementwiseKernel { out: id, out_dtype: node.dtype, numel: node.layout.numel(), expr: expr.clone(), leaves })
+    }
+
+    /// Every element of the output, split over the CPU's threads.
+    fn run(&self, mem: &Memory) -> Result<()> {
+        for_ranges(self.numel, GRAIN, |range| self.run_range(mem, range));
+        Ok(())
+    }
 }
 
 fn round(dtype: DType, v: &mut [f32]) {
@@ -157,13 +176,8 @@ impl ElementwiseKernel {
         self.out_dtype == DType::I32 && self.leaves.iter().all(|l| l.dtype == DType::I32)
     }
 
-    /// Every element of the output, split over the CPU's threads.
-    pub(crate) fn run_all(&self, mem: &Memory) {
-        for_ranges(self.numel, GRAIN, |range| self.run(mem, range));
-    }
-
     /// Elements `range` of the output.
-    pub(crate) fn run(&self, mem: &Memory, range: std::ops::Range<usize>) {
+    pub(crate) fn run_range(&self, mem: &Memory, range: std::ops::Range<usize>) {
         let out = mem.view(self.out, self.out_dtype);
         if self.integer() {
             return self.run_i32(mem, out, range);

@@ -1,10 +1,13 @@
-//! get_rows and concat on the CPU.
+//! Gathers and writes on the CPU: get_rows, concat, set_rows (a KV cache's write) and copy_into.
 
 use super::buffer::{Memory, View};
 use super::elementwise::Leaf;
+use super::lower::CpuFamily;
+use super::target::{leaf, CpuTarget};
+use crate::compile::ir::{Program, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::NodeId;
+use crate::graph::{NodeId, Op};
 
 /// `out[r, :] = table[idx[r], :]`.
 #[derive(Clone, Debug)]
@@ -16,10 +19,17 @@ pub(crate) struct GetRowsKernel {
     pub idx: Leaf,
 }
 
-impl GetRowsKernel {
+impl CpuFamily for GetRowsKernel {
+    /// `get_rows` of a float or i32 table (a table in a storage format is `GetRowsQKernel`'s).
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::Op(Op::GetRows { table, idx }) = p.nodes[id].step else { return None };
+        let (out_dtype, table, idx) = (p.nodes[id].dtype, leaf(p, table, None), leaf(p, idx, None));
+        Some(GetRowsKernel { out: id, out_dtype, table, idx })
+    }
+
     /// # Errors
     /// [`Error::BadInput`] naming the index, its position and the table's row count when an index is out of range.
-    pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
+    fn run(&self, mem: &Memory) -> Result<()> {
         let (rows, dim) = (self.table.layout.shape[0], self.table.layout.shape[1]);
         let t = mem.view(self.table.storage, self.table.dtype);
         let ix = mem.view(self.idx.storage, self.idx.dtype);
@@ -59,8 +69,15 @@ pub(crate) struct ConcatKernel {
     pub axis: usize,
 }
 
-impl ConcatKernel {
-    pub(crate) fn run(&self, mem: &Memory) {
+impl CpuFamily for ConcatKernel {
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::Op(Op::Concat { a, b, axis }) = p.nodes[id].step else { return None };
+        let node = &p.nodes[id];
+        let (a, b) = (leaf(p, a, None), leaf(p, b, None));
+        Some(ConcatKernel { out: id, out_dtype: node.dtype, out_shape: node.layout.shape.clone(), a, b, axis })
+    }
+
+    fn run(&self, mem: &Memory) -> Result<()> {
         let out = mem.view(self.out, self.out_dtype);
         let (va, vb) = (mem.view(self.a.storage, self.a.dtype), mem.view(self.b.storage, self.b.dtype));
         let split = self.a.layout.shape[self.axis];
@@ -86,6 +103,7 @@ impl ConcatKernel {
                 out.set(i, v.get(pos));
             }
         }
+        Ok(())
     }
 }
 
@@ -99,17 +117,24 @@ pub(crate) struct SetRowsKernel {
     pub src: Leaf,
 }
 
-impl SetRowsKernel {
+impl CpuFamily for SetRowsKernel {
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::Op(Op::SetRows { dst, idx, src }) = p.nodes[id].step else { return None };
+        Some(SetRowsKernel { dst: leaf(p, dst, None), idx: leaf(p, idx, None), src: leaf(p, src, None) })
+    }
+
     /// # Errors
     /// [`Error::BadInput`] naming the index, its position and the row count when an index is out of range.
-    pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
+    fn run(&self, mem: &Memory) -> Result<()> {
         let s = mem.view(self.src.storage, self.src.dtype);
         if self.dst.dtype == DType::I32 {
             return self.scatter_with(mem, &|i| s.get_i32(self.src.layout.index_of(i)), &|d, at, v| d.set_i32(at, v));
         }
         self.scatter(mem, &|i| s.get(self.src.layout.index_of(i)))
     }
+}
 
+impl SetRowsKernel {
     /// Writes row `r` of the source, element `c` from `value(r * dim + c)`, into a float destination.
     pub(crate) fn scatter(&self, mem: &Memory, value: &dyn Fn(usize) -> f32) -> Result<()> {
         self.scatter_with(mem, value, &|d, at, v| d.set(at, v))
@@ -148,8 +173,15 @@ pub(crate) struct CopyIntoKernel {
     pub src: Leaf,
 }
 
-impl CopyIntoKernel {
-    pub(crate) fn run(&self, mem: &Memory) {
+impl CpuFamily for CopyIntoKernel {
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::Op(Op::CopyInto { dst, src }) = p.nodes[id].step else { return None };
+        let dst = leaf(p, dst, None);
+        let src = leaf(p, src, Some(&dst.layout.shape));
+        Some(CopyIntoKernel { dst, src })
+    }
+
+    fn run(&self, mem: &Memory) -> Result<()> {
         let d = mem.view(self.dst.storage, self.dst.dtype);
         let s = mem.view(self.src.storage, self.src.dtype);
         for i in 0..self.dst.layout.numel() {
@@ -160,5 +192,6 @@ impl CopyIntoKernel {
                 d.set(to, s.get(from));
             }
         }
+        Ok(())
     }
 }

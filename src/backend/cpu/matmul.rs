@@ -5,11 +5,15 @@
 use super::buffer::Memory;
 use super::elementwise::{epilogue, Leaf};
 use super::external::CpuBytes;
+use super::lower::CpuFamily;
+use super::quant::{quantized_matmul, VEC_ROWS};
+use super::target::{epilogue as epilogue_leaves, leaf, CpuTarget};
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use super::sgemm::sgemm;
 use super::sgemm::Operand;
-use crate::compile::ir::Expr;
+use crate::compile::ir::{Expr, Program, Step};
 use crate::dtype::DType;
+use crate::error::Result;
 use crate::graph::NodeId;
 use crate::resident::External;
 use crate::shape::Layout;
@@ -230,9 +234,34 @@ fn batch_offset(l: &Layout, bi: usize) -> usize {
     off
 }
 
-impl MatmulKernel {
+impl CpuFamily for MatmulKernel {
+    /// A matmul of float operands (not a dual nor a normed one), unless the quantized kernel takes it.
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::MatMul { a, b, b2: None, epilogue: epi, norm: None, .. } = &p.nodes[id].step else { return None };
+        let (a, b) = (*a, *b);
+        if quantized_matmul(p, a, b) {
+            return None;
+        }
+        let node = &p.nodes[id];
+        let shape = &node.layout.shape;
+        let r = shape.len();
+        let (m, n) = (shape[r - 2], shape[r - 1]);
+        let k = p.nodes[a].layout.shape[p.nodes[a].layout.rank() - 1];
+        let batch = &shape[..r - 2];
+        let la = leaf(p, a, Some(&[batch, &[m, k]].concat()));
+        let lb = leaf(p, b, Some(&[batch, &[k, n]].concat()));
+        let epilogue = epilogue_leaves(p, epi.as_ref(), shape);
+        // many rows against an f32 weight read as t(w): the weight's transposed copy (a few rows: gemm reads each
+        // weight row once either way, and the copy would double the weight's memory for nothing)
+        let b_transposed = match p.external(p.nodes[b].storage) {
+            Some(r) if m > VEC_ROWS => TransposedB::of(&r.ext, &p.nodes[b].layout),
+            _ => None,
+        };
+        Some(MatmulKernel { out: id, out_dtype: node.dtype, a: la, b: lb, m, k, n, epilogue, b_transposed })
+    }
+
     /// Every batch of the product, then the epilogue and the store.
-    pub(crate) fn run(&self, mem: &Memory) {
+    fn run(&self, mem: &Memory) -> Result<()> {
         let (m, k, n) = (self.m, self.k, self.n);
         let a = as_f32(mem, &self.a);
         let b = match self.b_transposed {
@@ -281,6 +310,7 @@ impl MatmulKernel {
             (None, Some(c)) => out.write_f32(0, c),
             (Some((expr, leaves)), acc) => epilogue(mem, (self.out, self.out_dtype, total), expr, leaves, (acc, &[])),
         }
+        Ok(())
     }
 }
 

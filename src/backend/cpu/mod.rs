@@ -3,8 +3,9 @@
 //! matmuls go through the `gemm` crate. It is the peer every GPU result is compared with in tuning, and every op is
 //! checked against an f64 reference in the differential suite.
 //!
-//! Laid out as the GPU backend is: the device ([`device`]: capabilities, uploads), lowering ([`lower`]: a kernel
-//! per step, compile pass 5), the plan ([`plan`]: arenas and runs), and one module per kernel family.
+//! Laid out as the GPU backend is: the device ([`device`]: capabilities, uploads), what lowering knows about it
+//! ([`target`]), lowering ([`lower`]: the list of kernel families, a kernel per step, compile pass 5), the plan
+//! ([`plan`]: arenas and runs), and one module per kernel family, each owning its kernels and their lowering.
 
 mod attention;
 mod attention_rows;
@@ -23,6 +24,7 @@ mod rows;
 // natively the `gemm` crate multiplies (its AVX kernels); sgemm runs there only in its tests
 #[cfg_attr(not(all(target_arch = "wasm32", target_feature = "simd128")), allow(dead_code))]
 mod sgemm;
+mod target;
 mod widen;
 
 pub(crate) use device::CpuBackend;

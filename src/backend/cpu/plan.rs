@@ -3,7 +3,8 @@
 
 use super::buffer::Memory;
 use super::external::{CpuBytes, CpuState};
-use super::lower::{CpuKernel, CpuTarget, MAX_TENSOR_BYTES};
+use super::lower::CpuKernel;
+use super::target::{CpuTarget, MAX_TENSOR_BYTES};
 use crate::backend::{elapsed_us, fetched, gather as gather_view, now, CompileOptions, Executable, Inputs};
 use crate::backend::{LocalFuture, PlanStats};
 use crate::compile::ir::Program;

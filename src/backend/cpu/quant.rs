@@ -11,13 +11,16 @@
 
 use super::buffer::Memory;
 use super::elementwise::{epilogue, Leaf};
+use super::lower::CpuFamily;
 use super::matmul::transpose_into;
 use super::parallel::{for_chunks, for_ranges, rows_per_task};
 use super::qdot::{self, Q8Row};
-use crate::compile::ir::Expr;
+use super::target::{epilogue as epilogue_leaves, leaf, weight_of_rows, weight_of_transposed, CpuTarget};
+use crate::compile::ir::{Expr, Program, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::NodeId;
+use crate::graph::{NodeId, Op};
+use crate::ops::MatmulPrecision;
 use crate::quant::decode;
 
 use super::qdot::dot_f32 as dot;
@@ -67,14 +70,21 @@ pub(crate) struct DequantizeKernel {
     pub rows: usize,
 }
 
-impl DequantizeKernel {
-    pub(crate) fn run(&self, mem: &Memory) {
+impl CpuFamily for DequantizeKernel {
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::Dequantize { x } = p.nodes[id].step else { return None };
+        let (w, rows) = weight_of_rows(p, x);
+        Some(DequantizeKernel { out: id, out_dtype: p.nodes[id].dtype, w, rows })
+    }
+
+    fn run(&self, mem: &Memory) -> Result<()> {
         let out = mem.view(self.out, self.out_dtype);
         let mut row = vec![0f32; self.w.k];
         for r in 0..self.rows {
             self.w.row(mem, r, &mut row);
             row.iter().enumerate().for_each(|(j, &v)| out.set(r * self.w.k + j, v));
         }
+        Ok(())
     }
 }
 
@@ -103,10 +113,31 @@ impl std::fmt::Debug for TableResident {
     }
 }
 
-impl GetRowsQKernel {
+impl CpuFamily for GetRowsQKernel {
+    /// `get_rows` of a table in a storage format (read through its repacked copy once it has one, where it is a
+    /// resident).
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let Step::Op(Op::GetRows { table, idx }) = p.nodes[id].step else { return None };
+        if !p.nodes[table].dtype.is_storage_format() {
+            return None;
+        }
+        let (w, rows) = weight_of_rows(p, table);
+        Some(GetRowsQKernel {
+            out: id,
+            table: w,
+            rows,
+            idx: leaf(p, idx, None),
+            #[cfg(target_arch = "x86_64")]
+            resident: p
+                .external(p.nodes[table].storage)
+                .filter(|e| !e.ext.writable)
+                .map(|e| TableResident(e.ext.clone())),
+        })
+    }
+
     /// # Errors
     /// [`Error::BadInput`] naming the index, its position and the row count when an index is out of range.
-    pub(crate) fn run(&self, mem: &Memory) -> Result<()> {
+    fn run(&self, mem: &Memory) -> Result<()> {
         let out = mem.view(self.out, DType::F32);
         let ix = mem.view(self.idx.storage, self.idx.dtype);
         let mut row = vec![0f32; self.table.k];
@@ -157,6 +188,70 @@ pub(crate) struct QMatmulKernel {
     /// A dual matmul's second product (`Expr::Acc2` in the epilogue): the same activations times another weight
     /// of the same dtype and shape (its kernel's epilogue and output unused).
     pub second: Option<Box<QMatmulKernel>>,
+}
+
+/// Whether `a @ b` runs the quantized matmul kernel: b in a storage format, or f16 for few rows (a mat-vec over an
+/// f16 weight read as `t(w)`, w `[N, K]` row-major: converted a row at a time, not as a whole as `gemm`'s path
+/// would).
+pub(crate) fn quantized_matmul(p: &Program, a: NodeId, b: NodeId) -> bool {
+    let lb = &p.nodes[b].layout;
+    let k = lb.shape[0];
+    let half_mat_vec = p.nodes[b].dtype == DType::F16
+        && lb.rank() == 2
+        && lb.strides == [1, k]
+        && lb.offset.is_multiple_of(k)
+        && p.nodes[a].layout.numel() / k.max(1) <= VEC_ROWS;
+    p.nodes[b].dtype.is_storage_format() || half_mat_vec
+}
+
+impl CpuFamily for QMatmulKernel {
+    /// A matmul whose weight is in a storage format (or a half mat-vec), and a dual one over two such weights of
+    /// one dtype (its activations rounded once and, repacked, both weights' panels in one parallel pass).
+    fn lower(p: &Program, id: NodeId, t: &CpuTarget) -> Option<Self> {
+        let Step::MatMul { a, b, b2, epilogue, prec, norm: None } = &p.nodes[id].step else { return None };
+        let dual_ok = b2.is_none_or(|b2| quantized_matmul(p, *a, b2) && p.nodes[*b].dtype == p.nodes[b2].dtype);
+        if !quantized_matmul(p, *a, *b) || !dual_ok {
+            return None;
+        }
+        let f32_activations = t.f32_activations || *prec == MatmulPrecision::F32;
+        let mut k = qmatmul_kernel(p, id, (*a, *b), epilogue.as_ref(), f32_activations);
+        k.second = b2.map(|b2| Box::new(qmatmul_kernel(p, id, (*a, b2), None, f32_activations)));
+        Some(k)
+    }
+
+    fn run(&self, mem: &Memory) -> Result<()> {
+        self.compute(mem);
+        Ok(())
+    }
+}
+
+/// The kernel of a matmul whose weight `b` is stored in a block or half format (or a half mat-vec).
+fn qmatmul_kernel(
+    p: &Program,
+    out: NodeId,
+    (a, b): (NodeId, NodeId),
+    epilogue: Option<&(Expr, Vec<NodeId>)>,
+    f32_activations: bool,
+) -> QMatmulKernel {
+    let node = &p.nodes[out];
+    let (w, n) = weight_of_transposed(p, b);
+    #[cfg(target_arch = "x86_64")]
+    let repacked = match p.external(p.nodes[b].storage) {
+        Some(r) if !f32_activations => RepackedW::of(&r.ext, &p.nodes[b].layout),
+        _ => None,
+    };
+    QMatmulKernel {
+        out,
+        out_dtype: node.dtype,
+        a: leaf(p, a, None),
+        w,
+        n,
+        epilogue: epilogue_leaves(p, epilogue, &node.layout.shape),
+        f32_activations,
+        #[cfg(target_arch = "x86_64")]
+        repacked,
+        second: None,
+    }
 }
 
 /// Rows `row0..` of a block-quantized resident through its repacked copy (`qdot/repack.rs`).
@@ -233,7 +328,8 @@ impl SendPtr {
 const PANEL: usize = 128;
 
 impl QMatmulKernel {
-    pub(crate) fn run(&self, mem: &Memory) {
+    /// The product, then the epilogue and the store.
+    fn compute(&self, mem: &Memory) {
         let k = self.w.k;
         let m = self.a.layout.numel() / k;
         let a = self.activations(mem, m);

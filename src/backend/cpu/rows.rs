@@ -2,10 +2,13 @@
 
 use super::buffer::Memory;
 use super::elementwise::{eval, load, Leaf, GRAIN};
+use super::lower::CpuFamily;
 use super::parallel::for_ranges;
-use crate::compile::ir::Expr;
+use super::target::{epilogue, leaf, CpuTarget};
+use crate::compile::ir::{Expr, Program, Step};
 use crate::dtype::DType;
-use crate::graph::NodeId;
+use crate::error::Result;
+use crate::graph::{NodeId, Op};
 use crate::ops::{ReduceOp, RowOp, RowParams};
 
 /// Which table's op.
@@ -26,19 +29,40 @@ pub(crate) struct RowsKernel {
     pub mask: Option<Leaf>,
     /// Row length.
     pub n: usize,
+    /// Rows.
+    pub rows: usize,
     /// The expression each row's values pass through before the store (over [`Expr::Acc`] and these operands,
     /// broadcast to the output's shape).
     pub epilogue: Option<(Expr, Vec<Leaf>)>,
 }
 
-impl RowsKernel {
-    /// Every one of `rows` rows, split over the CPU's threads.
-    pub(crate) fn run_all(&self, mem: &Memory, rows: usize) {
-        for_ranges(rows, (GRAIN / self.n.max(1)).max(1), |range| self.run(mem, range));
+impl CpuFamily for RowsKernel {
+    /// A row op (with its mask and epilogue) or a reduction over the last axis.
+    fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
+        let (op, x, mask, epi) = match &p.nodes[id].step {
+            Step::Row { op, x, mask, params, epilogue } => (RowKind::Row(*op, *params), *x, *mask, epilogue.as_ref()),
+            Step::Op(Op::Reduce { op, x }) => (RowKind::Reduce(*op), *x, None, None),
+            _ => return None,
+        };
+        let node = &p.nodes[id];
+        let x = leaf(p, x, None);
+        let n = x.layout.shape.last().copied().unwrap_or(1);
+        let rows = x.layout.numel() / n.max(1);
+        let mask = mask.map(|m| leaf(p, m, Some(&x.layout.shape)));
+        let epilogue = epilogue(p, epi, &node.layout.shape);
+        Some(RowsKernel { op, out: id, out_dtype: node.dtype, x, mask, n, rows, epilogue })
     }
 
+    /// Every row, split over the CPU's threads.
+    fn run(&self, mem: &Memory) -> Result<()> {
+        for_ranges(self.rows, (GRAIN / self.n.max(1)).max(1), |range| self.run_range(mem, range));
+        Ok(())
+    }
+}
+
+impl RowsKernel {
     /// Rows `range`.
-    pub(crate) fn run(&self, mem: &Memory, range: std::ops::Range<usize>) {
+    fn run_range(&self, mem: &Memory, range: std::ops::Range<usize>) {
         let n = self.n;
         let x = mem.view(self.x.storage, self.x.dtype);
         let out = mem.view(self.out, self.out_dtype);

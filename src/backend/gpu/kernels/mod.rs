@@ -5,7 +5,7 @@
 use crate::backend::gpu::kernel::{Dispatch, KernelKey};
 use crate::backend::gpu::target::GpuTarget;
 use crate::compile::ir::Program;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::graph::NodeId;
 
 /// Declares the family modules; lowering asks each in turn whether it lowers a step, and the catalogue is the
@@ -19,7 +19,7 @@ macro_rules! families {
             $(if let Some(ds) = $family::lower(program, id, t) {
                 return ds;
             })*
-            Err(unlowered(program, id))
+            Err(crate::compile::unlowered(program, id, "gpu"))
         }
 
         /// Every variant of every family.
@@ -43,12 +43,4 @@ families! {
     rope_set_rows,
     rope_kv_writes,
     attention,
-}
-
-/// Inputs, views and externals are not scheduled, and the other graph ops became the compiler's steps: a step
-/// no family lowers is a bug.
-fn unlowered(program: &Program, id: NodeId) -> Error {
-    let op = program.nodes[id].step.name();
-    let reason = "this step has no kernel (a bug: the compiler should have replaced it)";
-    Error::Unsupported { op, backend: "gpu".into(), reason: reason.into() }
 }

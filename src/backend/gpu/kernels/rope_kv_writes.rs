@@ -10,13 +10,13 @@ use crate::backend::gpu::target::{dispatch, grid, GpuTarget};
 use crate::backend::gpu::wgsl::template::{compute_type, render};
 use crate::compile::ir::{Program, Step};
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::NodeId;
 
 const ROPE_KV_WRITES: &str = include_str!("rope_kv_writes.wgsl");
 
 /// Storage bindings the kernel may use: WebGPU's guaranteed `maxStorageBuffersPerShaderStage` (the fusion is
-/// refused when the step's distinct storages are more).
+/// declined when the step's distinct storages are more).
 pub(crate) const MAX_BINDINGS: usize = 8;
 
 params! {
@@ -156,7 +156,12 @@ pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec
     let srcs = [k.dst, v.dst, x, pos, idx, k.src, v.src].into_iter().chain(factors);
     let ins = srcs.clone().map(|n| nodes[n].dtype).collect();
     let key = KernelKey::new(KernelKind::new(RopeKvWrites { k_rope_dtype }), nodes[id].dtype, ins);
-    let bindings = std::iter::once(id).chain(srcs).map(|n| nodes[n].storage).collect();
+    let bindings: Vec<NodeId> = std::iter::once(id).chain(srcs).map(|n| nodes[n].storage).collect();
+    let distinct = bindings.iter().enumerate().filter(|&(i, b)| !bindings[..i].contains(b)).count();
+    if distinct > MAX_BINDINGS {
+        let reason = format!("{distinct} storage bindings, past the {MAX_BINDINGS} every adapter has");
+        return Some(Err(Error::Unsupported { op: "rope+kv_writes".into(), backend: "GPU".into(), reason }));
+    }
     let count = (q_count + k_count + v_count) as u64;
     let workgroups = grid("rope+kv_writes", count.div_ceil(256), t.max_groups);
     Some(workgroups.map(|g| vec![dispatch(key, Params::new(params), bindings, g)]))

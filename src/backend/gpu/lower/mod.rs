@@ -49,16 +49,8 @@ impl Target for GpuTarget {
         self.shader_f16 || program.nodes[storage].dtype != DType::F16
     }
 
-    fn dual_matmul(&self, program: &Program, a: NodeId, b: NodeId, b2: NodeId) -> bool {
-        kernels::matmul::dual_matvec(program, (a, b, b2), self)
-    }
-
-    fn norm_matmul(&self, program: &Program, matmul: NodeId, x: NodeId, weight: Option<NodeId>) -> bool {
-        kernels::matmul::norm_matvec(program, matmul, (x, weight), self)
-    }
-
-    fn rope_kv_writes(&self, _program: &Program, bindings: &[NodeId]) -> bool {
-        bindings.len() <= kernels::rope_kv_writes::MAX_BINDINGS
+    fn lowers(&self, program: &Program, id: NodeId) -> bool {
+        kernels::lower(program, id, self).is_ok()
     }
 
     fn memory_limits(&self) -> MemoryLimits {

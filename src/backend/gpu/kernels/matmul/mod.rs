@@ -184,7 +184,22 @@ fn one_matvec_a_row(s: &mut MatmulShape, p: &mut MatmulParams) -> usize {
 /// one per group of batches when there are more than a dispatch's z may count.
 pub(crate) fn lower(program: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
     let Step::MatMul { a, b, b2, epilogue, norm, prec } = &program.nodes[id].step else { return None };
+    if let Some(b2) = b2 {
+        if !dual_matvec(program, (*a, *b, *b2), t) {
+            return Some(Err(declined(program, id, "a dual matmul runs only as a mat-vec of like weights")));
+        }
+    }
+    if let Some(nm) = norm {
+        if !norm_matvec(program, id, (*a, nm.weight), t) {
+            return Some(Err(declined(program, id, "a normed matmul runs only as a mat-vec with its own bindings")));
+        }
+    }
     Some(lower_matmul(program, id, (*a, *b, *b2), (epilogue.as_ref(), norm.as_ref()), *prec, t))
+}
+
+/// The error for a fused matmul step whose kernel is missing (its fusion rule asks first: see `Target::lowers`).
+fn declined(program: &Program, id: NodeId, reason: &str) -> Error {
+    Error::Unsupported { op: program.nodes[id].step.name(), backend: "GPU".into(), reason: reason.into() }
 }
 
 /// Whether `a @ b` may run on cooperative matrices (f16 operands, f32 accumulation): A and B f16; or B in a
@@ -217,11 +232,11 @@ fn as_matvec(program: &Program, a: NodeId, b: NodeId, t: &GpuTarget) -> Option<M
 }
 
 /// Whether matmul step `matmul` (`a @ b`, or a dual `a @ b`, `a @ b2`) lowers to a mat-vec that norms its A on
-/// load when A is `rms_norm(x) · weight` (`Target::norm_matmul`): x f32 `[m, K]` with K contiguous and every
+/// load when A is `rms_norm(x) · weight` (the `norm_prologue` fusion): x f32 `[m, K]` with K contiguous and every
 /// offset a multiple of 4, B K-contiguous, the weight (where there is one) `[K]`, contiguous, at an offset that is
 /// a multiple of 4, in a storage no other operand uses, no epilogue operand in A's or B's memory, where the matmul
 /// runs as the mat-vec kernel (one row, or rows as batches on adapters with the serial mat-vec).
-pub(crate) fn norm_matvec(program: &Program, matmul: NodeId, (x, weight): (NodeId, Option<NodeId>), t: &GpuTarget) -> bool {
+fn norm_matvec(program: &Program, matmul: NodeId, (x, weight): (NodeId, Option<NodeId>), t: &GpuTarget) -> bool {
     let nodes = &program.nodes;
     let Step::MatMul { b, b2, epilogue, .. } = &nodes[matmul].step else { return false };
     let Some(s) = as_matvec(program, x, *b, t) else { return false };
@@ -246,10 +261,10 @@ pub(crate) fn norm_matvec(program: &Program, matmul: NodeId, (x, weight): (NodeI
         && fits_binding(program, *b, t)
 }
 
-/// Whether `a @ b` and `a @ b2` lower to one dual mat-vec (`Target::dual_matmul`): A `[m, K]` and both weights
+/// Whether `a @ b` and `a @ b2` lower to one dual mat-vec (the `dual_matmul` fusion): A `[m, K]` and both weights
 /// `[K, N]` views (K contiguous) of one dtype and layout, whose bindings need no split, where the matmul runs as
 /// the mat-vec kernel (one row, or rows as batches on adapters with the serial mat-vec).
-pub(crate) fn dual_matvec(program: &Program, (a, b, b2): (NodeId, NodeId, NodeId), t: &GpuTarget) -> bool {
+fn dual_matvec(program: &Program, (a, b, b2): (NodeId, NodeId, NodeId), t: &GpuTarget) -> bool {
     let nodes = &program.nodes;
     let (lb, lb2) = (&nodes[b].layout, &nodes[b2].layout);
     let Some(s) = as_matvec(program, a, b, t) else { return false };
