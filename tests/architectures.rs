@@ -13,8 +13,8 @@ mod common;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use webtensor::models::llama::batch::{Batch, BatchEvent, BatchOptions};
-use webtensor::models::{GenerateOptions, Llama, LlamaOptions};
+use webtensor::models::decoder::batch::{Batch, BatchEvent, BatchOptions};
+use webtensor::models::{GenerateOptions, LanguageModel, LanguageModelOptions};
 use webtensor::Device;
 
 /// The directory of the written cases (once per test binary), or `None` when the Python packages are missing.
@@ -67,10 +67,10 @@ fn rel_err(got: &[f32], want: &[f64]) -> f64 {
     diff / want.iter().map(|w| w.abs()).fold(0.0, f64::max)
 }
 
-fn load(case: &str, device: &Device, f32_cache: bool, max_chunk: usize) -> Llama {
+fn load(case: &str, device: &Device, f32_cache: bool, max_chunk: usize) -> LanguageModel {
     let path = cases().unwrap().join(format!("{case}.gguf"));
-    let options = LlamaOptions { context: 32, f32_cache, max_chunk, ..Default::default() };
-    Llama::load(device, path.to_str().unwrap(), options).unwrap_or_else(|e| panic!("{case}: {e}"))
+    let options = LanguageModelOptions { context: 32, f32_cache, max_chunk, ..Default::default() };
+    LanguageModel::load(device, path.to_str().unwrap(), options).unwrap_or_else(|e| panic!("{case}: {e}"))
 }
 
 /// The largest relative error of `case`'s logits on `device`: each prompt prefilled at once (chunks of up to

@@ -1,5 +1,5 @@
-//! Continuous batching (`models::llama::Batch`) with SmolLM2-135M-Instruct: a request's greedy tokens are the same
-//! alone (the single-sequence runner, `Llama::generate`) and decoded in one step with others that join at
+//! Continuous batching (`models::decoder::Batch`) with SmolLM2-135M-Instruct: a request's greedy tokens are the same
+//! alone (the single-sequence runner, `LanguageModel::generate`) and decoded in one step with others that join at
 //! different steps, have prompts of different lengths (read in chunks over several steps) and leave early, on the
 //! CPU backend and the GPU devices of the suite; and the CPU's attention over split keys, whose rows have the
 //! same bits alone and in a batch.
@@ -8,8 +8,10 @@
 mod common;
 
 use std::collections::HashMap;
-use webtensor::models::llama::batch::{Batch, BatchEvent, BatchOptions, SeqId};
-use webtensor::models::{GenerateOptions, Generation, Llama, LlamaOptions, SamplingOptions, StopReason};
+use webtensor::models::decoder::batch::{Batch, BatchEvent, BatchOptions, SeqId};
+use webtensor::models::{
+    GenerateOptions, Generation, LanguageModel, LanguageModelOptions, SamplingOptions, StopReason,
+};
 use webtensor::Device;
 
 const PROMPTS: [&str; 8] = [
@@ -23,13 +25,16 @@ const PROMPTS: [&str; 8] = [
     "In 1969, the first humans to walk on the Moon were",
 ];
 
-fn load(device: &Device) -> Option<Llama> {
+fn load(device: &Device) -> Option<LanguageModel> {
     load_with(device, 256)
 }
 
-fn load_with(device: &Device, max_chunk: usize) -> Option<Llama> {
+fn load_with(device: &Device, max_chunk: usize) -> Option<LanguageModel> {
     let path = common::smollm2_path()?;
-    Some(Llama::load(device, &path, LlamaOptions { context: 128, max_chunk, ..Default::default() }).unwrap())
+    Some(
+        LanguageModel::load(device, &path, LanguageModelOptions { context: 128, max_chunk, ..Default::default() })
+            .unwrap(),
+    )
 }
 
 fn greedy(n: usize) -> GenerateOptions {

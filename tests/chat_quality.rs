@@ -1,5 +1,5 @@
 //! What a user gets from `chat` by default: SmolLM2-135M-Instruct answering the page's own question ("What is the
-//! capital of France?") and a varied set of chat prompts with the chat defaults (`Llama::chat_sampling`) must
+//! capital of France?") and a varied set of chat prompts with the chat defaults (`LanguageModel::chat_sampling`) must
 //! give answers that do not loop, on the CPU backend (whose 8-bit activations flip the France question's first
 //! token, a near tie, to the one after which greedy decoding loops) and on the GPU device of the suite. Looping is
 //! measured as the most times one 4-token sequence occurs in the answer.
@@ -7,7 +7,7 @@
 
 mod common;
 
-use webtensor::models::{GenerateOptions, Llama, LlamaOptions, Message};
+use webtensor::models::{GenerateOptions, LanguageModel, LanguageModelOptions, Message};
 use webtensor::Device;
 
 const FRANCE: &str = "What is the capital of France?";
@@ -35,7 +35,7 @@ fn most_repeated_ngram(ids: &[u32], n: usize) -> usize {
 /// guards against ("la femme, la femme, ...") repeat theirs on every few tokens.
 const MAX_REPEATS: usize = 3;
 
-fn answer(m: &mut Llama, prompt: &str, seed: u64, max_tokens: usize) -> (Vec<u32>, String) {
+fn answer(m: &mut LanguageModel, prompt: &str, seed: u64, max_tokens: usize) -> (Vec<u32>, String) {
     let ids = m.chat_prompt(&[Message::new("user", prompt)]).unwrap();
     m.reset();
     let options = GenerateOptions { max_tokens, sampling: m.chat_sampling(seed), stop: vec![], ignore_eos: false };
@@ -53,7 +53,8 @@ fn the_ngram_count_sees_a_loop() {
 #[test]
 fn chat_answers_do_not_loop_on_the_cpu() {
     let Some(path) = common::smollm2_path() else { return };
-    let mut m = Llama::load(&Device::cpu(), &path, LlamaOptions { context: 256, ..Default::default() }).unwrap();
+    let mut m = LanguageModel::load(&Device::cpu(), &path, LanguageModelOptions { context: 256, ..Default::default() })
+        .unwrap();
     let mut on_topic = 0;
     for seed in 1..=3 {
         let (ids, text) = answer(&mut m, FRANCE, seed, 48);
@@ -78,7 +79,8 @@ fn chat_answers_do_not_loop_on_the_cpu() {
 fn chat_answers_do_not_loop_on_the_gpu() {
     let Some(device) = common::gpu() else { return println!("SKIPPED: no GPU device") };
     let Some(path) = common::smollm2_path() else { return };
-    let mut m = Llama::load(device, &path, LlamaOptions { context: 256, ..Default::default() }).unwrap();
+    let mut m =
+        LanguageModel::load(device, &path, LanguageModelOptions { context: 256, ..Default::default() }).unwrap();
     let full = common::full_on(device);
     let prompts: Vec<&str> = if full { std::iter::once(FRANCE).chain(PROMPTS).collect() } else { vec![FRANCE] };
     for (i, prompt) in prompts.iter().enumerate() {

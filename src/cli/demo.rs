@@ -1,8 +1,9 @@
 //! `webtensor demo`: ggml's examples/simple on the chosen device, printed as ggml prints it, then an NxN f32
 //! matmul timed on the chosen device and on the CPU backend, and checked against the CPU backend.
 
+use super::device::{choose_device, describe};
+use super::error::CliError;
 use super::util::{self, outln, SplitMix64};
-use super::{choose_device, describe, CliError};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::time::Duration;
 use webtensor::{DType, Device, Graph, HostTensor, PlanStats};
@@ -14,7 +15,7 @@ pub struct DemoArgs {
     n: u32,
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND; `auto` takes
     /// the best GPU adapter, else the CPU, ignoring that variable.
-    #[arg(long, value_parser = super::backend_parser())]
+    #[arg(long, value_parser = crate::cli::device::backend_parser())]
     backend: Option<webtensor::BackendKind>,
     /// Print the NxN plan's statistics (dispatches, pipelines, kernels, buffers, memory).
     #[arg(long)]
@@ -211,7 +212,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     let device = &chosen.device;
     outln!("device: {} (chosen by {})", describe(device), chosen.how);
     if chosen.fell_back {
-        let why = super::fallback_reason(&Device::adapters());
+        let why = crate::cli::device::fallback_reason(&Device::adapters());
         outln!("note: running on the CPU backend: {why}; the GPU path is not exercised");
     }
     outln!();

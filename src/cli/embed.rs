@@ -1,8 +1,9 @@
 //! `webtensor embed --model DIR [TEXT ...] [--file lines.txt]`: sentence embeddings from a sentence-transformers
 //! directory or a BERT GGUF file, printed as JSON or written as .npy, or the file's lines ranked by cosine similarity to a query.
 
+use super::device::{choose_device, describe};
+use super::error::CliError;
 use super::util::{emit, outln};
-use super::{choose_device, describe, CliError};
 use webtensor::models::bert::{EmbedderOptions, SentenceEmbedder};
 use webtensor::{io, HostTensor};
 
@@ -34,7 +35,7 @@ pub struct EmbedArgs {
     #[arg(long)]
     f16: bool,
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND.
-    #[arg(long, value_parser = super::backend_parser())]
+    #[arg(long, value_parser = crate::cli::device::backend_parser())]
     backend: Option<webtensor::BackendKind>,
 }
 

@@ -1,16 +1,19 @@
 //! `webtensor generate` and `webtensor chat`: text from a GGUF language model of any supported architecture, streamed to stdout,
 //! timings on stderr.
 
+use super::device::{choose_device, describe};
+use super::error::CliError;
 use super::util::{emit, escape_control};
-use super::{choose_device, describe, CliError};
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
-use webtensor::models::{GenerateOptions, Generation, Llama, LlamaOptions, Message, SamplingOptions, StopReason};
+use webtensor::models::{
+    GenerateOptions, Generation, LanguageModel, LanguageModelOptions, Message, SamplingOptions, StopReason,
+};
 
 /// What both commands share: the model, the device, the sampler.
 #[derive(clap::Args)]
 pub struct ModelArgs {
-    /// The model: a GGUF file of a supported architecture (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3).
+    /// The model: a GGUF file of a supported architecture.
     #[arg(long, value_name = "FILE.gguf")]
     model: String,
     /// Most tokens to generate (per answer, for chat).
@@ -42,7 +45,7 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 0)]
     ctx: usize,
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND.
-    #[arg(long, value_parser = super::backend_parser())]
+    #[arg(long, value_parser = crate::cli::device::backend_parser())]
     backend: Option<webtensor::BackendKind>,
 }
 
@@ -117,16 +120,16 @@ impl ModelArgs {
         Ok(options)
     }
 
-    fn load(&self) -> Result<(Llama, String), CliError> {
+    fn load(&self) -> Result<(LanguageModel, String), CliError> {
         // the file first: a bad file or another architecture fails before any device is opened
         let file = webtensor::gguf::GgufFile::open(&self.model)?;
-        webtensor::models::llama::LlamaConfig::from_gguf(&file)?;
+        webtensor::models::decoder::DecoderConfig::from_gguf(&file)?;
         let chosen = choose_device(self.backend)?;
         let t = std::time::Instant::now();
         eprintln!("loading {} on {} ...", self.model, describe(&chosen.device));
-        let options = LlamaOptions { context: self.ctx, ..Default::default() };
-        let model =
-            Llama::from_gguf(&chosen.device, &file, options).map_err(|e| CliError::from(e).naming(&self.model))?;
+        let options = LanguageModelOptions { context: self.ctx, ..Default::default() };
+        let model = LanguageModel::from_gguf(&chosen.device, &file, options)
+            .map_err(|e| CliError::from(e).naming(&self.model))?;
         let c = &model.config;
         eprintln!(
             "loaded in {:.0} ms: {} layers, width {}, {} heads ({} KV), vocabulary {}, context {} positions",
@@ -168,7 +171,7 @@ fn stop_note(g: &Generation, context: usize, max_tokens: usize) -> String {
 
 /// The sampler settings of a run: the flags over the defaults (`chat`: the model's chat defaults, else greedy),
 /// with one line saying them, where the model file's recommendations came in and which of them were unusable.
-fn sampling_for(model: &Llama, args: &ModelArgs, chat: bool, seed: u64) -> Result<GenerateOptions, CliError> {
+fn sampling_for(model: &LanguageModel, args: &ModelArgs, chat: bool, seed: u64) -> Result<GenerateOptions, CliError> {
     let rec = model.recommended_sampling();
     for bad in &rec.ignored {
         log::warn!("the model file's {} is out of range: ignored", escape_control(bad));
@@ -227,7 +230,7 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
 }
 
 /// One line per compiled step plan: its dispatches (per layer), pipelines and memory, and its steps by kernel.
-fn plan_report(model: &Llama) -> Vec<String> {
+fn plan_report(model: &LanguageModel) -> Vec<String> {
     let layers = model.config.n_layers.max(1);
     model
         .plan_stats()
@@ -320,7 +323,7 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
             Err(e) => {
                 // one turn failed (a template that cannot render this conversation, a device error): said on a
                 // line of its own, and the conversation goes on without that message
-                super::report(&e.naming(&args.model.model).to_string());
+                super::error::report(&e.naming(&args.model.model).to_string());
                 messages.pop();
                 last_failed = true;
             }
@@ -329,7 +332,7 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
 }
 
 /// One chat turn: the model's answer to `messages`, streamed; its text.
-fn answer(model: &mut Llama, messages: &[Message], options: &GenerateOptions) -> Result<String, CliError> {
+fn answer(model: &mut LanguageModel, messages: &[Message], options: &GenerateOptions) -> Result<String, CliError> {
     let prompt = model.chat_prompt(messages)?;
     if prompt.len() >= model.context() {
         let (n, c) = (prompt.len(), model.context());

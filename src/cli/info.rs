@@ -1,8 +1,9 @@
 //! `webtensor info [--json]`: every adapter wgpu sees, its limits and features, the device `Device::best()`
 //! picks, and the CPU backend.
 
+use super::device::choose_device;
+use super::error::CliError;
 use super::util::{bytes, outln};
-use super::{choose_device, CliError};
 use serde::Serialize;
 use webtensor::gpu::{tuned_kernels, uses_cooperative_matrices};
 use webtensor::{Capabilities, Device, BACKEND_ENV};
@@ -196,8 +197,11 @@ pub fn run(args: &InfoArgs) -> Result<(), CliError> {
             None => format!("{} ({})", bc.name, bc.backend),
         }
     };
-    let note =
-        if best.fell_back { format!(" — the CPU: {}", super::fallback_reason(&adapters)) } else { String::new() };
+    let note = if best.fell_back {
+        format!(" — the CPU: {}", crate::cli::device::fallback_reason(&adapters))
+    } else {
+        String::new()
+    };
     outln!("best device:  {what}, chosen by {}{note}", best.how);
     let cc = cpu.capabilities();
     outln!("CPU backend:  {} (dtypes {}; always available)", cc.name, dtypes(cc));

@@ -1,8 +1,8 @@
 //! `webtensor inspect FILE`: a .gguf file's metadata (long arrays summarized) and tensors, as gguf-py's
 //! `gguf-dump` prints them; a .safetensors file's tensors and metadata; a .npy file's shape and dtype.
 
+use super::error::CliError;
 use super::util::{bytes, emit, escape_control};
-use super::CliError;
 use webtensor::gguf::{GgufFile, MetaValue};
 
 #[derive(clap::Args)]
@@ -61,7 +61,7 @@ fn model_line(f: &GgufFile) -> String {
             ),
         };
     }
-    match webtensor::models::llama::LlamaConfig::from_gguf(f) {
+    match webtensor::models::decoder::DecoderConfig::from_gguf(f) {
         Ok(c) => {
             let models = supported().find(|(a, _)| *a == c.arch).map_or("", |(_, m)| m);
             format!(

@@ -1,8 +1,9 @@
 //! `webtensor matmul A B -o C [--transpose-b] [--backend ...]`: C = A @ B (or A @ Bᵀ through the `t()` view,
 //! without a copy) with numpy's matmul semantics, batch broadcasting included.
 
+use super::device::{choose_device, describe};
+use super::error::CliError;
 use super::util;
-use super::{choose_device, describe, CliError};
 use webtensor::{io, Graph, HostTensor};
 
 #[derive(clap::Args)]
@@ -22,7 +23,7 @@ pub struct MatmulArgs {
     transpose_b: bool,
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND; `auto` takes
     /// the best GPU adapter, else the CPU, ignoring that variable.
-    #[arg(long, value_parser = super::backend_parser())]
+    #[arg(long, value_parser = crate::cli::device::backend_parser())]
     backend: Option<webtensor::BackendKind>,
 }
 
@@ -73,7 +74,7 @@ pub fn run(args: &MatmulArgs) -> Result<(), CliError> {
     let c = out?.swap_remove(0);
     io::write_npy(&args.output, &c)?;
     let fallback = if chosen.fell_back {
-        format!(", the CPU: {}", super::fallback_reason(&webtensor::Device::adapters()))
+        format!(", the CPU: {}", crate::cli::device::fallback_reason(&webtensor::Device::adapters()))
     } else {
         String::new()
     };

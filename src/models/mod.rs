@@ -1,11 +1,11 @@
-//! Model runners built on the graph API: GGUF language models of every architecture [`arch`] maps ([`llama`]
-//! runs them), with their tokenizers ([`tokenizer`], through Hugging Face's `tokenizers` crate), chat templates
+//! Model runners built on the graph API: GGUF language models of every architecture [`arch`] builds ([`decoder`]
+//! runs them), sentence embedders ([`bert`]), with their tokenizers ([`tokenizer`], through Hugging Face's `tokenizers` crate), chat templates
 //! ([`chat`], through `minijinja`) and samplers ([`sampling`]). Enabled by the `models` feature (on by default).
 
 pub mod arch;
 pub mod bert;
 pub mod chat;
-mod hparams;
+pub mod decoder;
 pub mod llama;
 pub(crate) mod nn;
 mod recommended;
@@ -13,7 +13,9 @@ pub mod sampling;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
-pub use llama::{GenerateOptions, Generation, Llama, LlamaOptions, Prompter, StopReason, Token, TokenStream};
+pub use decoder::{
+    GenerateOptions, Generation, LanguageModel, LanguageModelOptions, Prompter, StopReason, Token, TokenStream,
+};
 pub use recommended::RecommendedSampling;
 pub use sampling::{Sampler, SamplingOptions};
 pub use tokenizer::Tokenizer;

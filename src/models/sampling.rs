@@ -49,7 +49,7 @@ impl SamplingOptions {
     /// models), top-k 40 (both), top-p 0.9 (Ollama's), min-p 0.05 (llama-cli's), a repetition penalty of 1.1 over
     /// the last 64 tokens (Ollama's). Greedy decoding with no penalty lets a small model fall into a loop after a
     /// near tie (SmolLM2 answering "What is the capital of France?" with "la femme, la femme, ..." on the CPU
-    /// backend). [`Llama::chat_sampling`](crate::models::Llama::chat_sampling) puts a model file's own
+    /// backend). [`LanguageModel::chat_sampling`](crate::models::LanguageModel::chat_sampling) puts a model file's own
     /// recommendations over these. The caller picks the seed (and should say it, so an answer can be repeated).
     pub fn chat(seed: u64) -> SamplingOptions {
         SamplingOptions {

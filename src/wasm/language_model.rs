@@ -1,11 +1,13 @@
-//! `LanguageModel` in JS: GGUF language models (every architecture webtensor runs) over [`Llama`], with their
+//! `LanguageModel` in JS: GGUF language models (every architecture webtensor runs) over the Rust [`LanguageModel`], with their
 //! generation options.
 
 use super::convert::{init_console, js_bytes, js_err};
 use super::device::WebDevice;
 use super::fetch::{blob_bytes, fetch_bytes, LoadOptions};
 use super::model_bytes::{busy, WebModelBytes};
-use crate::models::llama::{GenerateOptions, Generation, Llama, LlamaOptions, StopReason, TokenStream};
+use crate::models::decoder::{
+    GenerateOptions, Generation, LanguageModel, LanguageModelOptions, StopReason, TokenStream,
+};
 use crate::models::{Message, SamplingOptions};
 use crate::resident::Bytes;
 use js_sys::{Array, Function, Object, Promise, Reflect, Uint32Array};
@@ -202,7 +204,7 @@ async fn yield_to_event_loop() {
 /// a conversation's state. Made by `LanguageModel.load`.
 #[wasm_bindgen(js_name = LanguageModel)]
 pub struct WebLanguageModel {
-    inner: RefCell<Llama>,
+    inner: RefCell<LanguageModel>,
 }
 
 #[wasm_bindgen(js_class = LanguageModel)]
@@ -352,8 +354,8 @@ impl WebLanguageModel {
     fn from_bytes(device: &WebDevice, bytes: Vec<u8>, options: &JsValue) -> Result<WebLanguageModel, JsError> {
         init_console();
         let file = crate::io::gguf::GgufFile::from_bytes("model.gguf", Bytes::from_vec(bytes)).map_err(js_err)?;
-        let options = LlamaOptions { context: count(options, "context")?.unwrap_or(0), ..Default::default() };
-        let model = Llama::from_gguf(&device.inner, &file, options).map_err(js_err)?;
+        let options = LanguageModelOptions { context: count(options, "context")?.unwrap_or(0), ..Default::default() };
+        let model = LanguageModel::from_gguf(&device.inner, &file, options).map_err(js_err)?;
         Ok(WebLanguageModel { inner: RefCell::new(model) })
     }
 

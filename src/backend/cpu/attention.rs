@@ -7,15 +7,15 @@ use super::buffer::Memory;
 use super::elementwise::Leaf;
 use super::gather::SetRowsKernel;
 use super::lower::CpuFamily;
-use super::target::{leaf, CpuTarget};
-use crate::compile::ir::{Program, Step};
-use crate::graph::Op;
 use super::matmul::product;
 use super::parallel::{for_chunks, threads};
 use super::sgemm::Operand;
+use super::target::{leaf, CpuTarget};
+use crate::compile::ir::{Program, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
+use crate::graph::Op;
 use crate::ops::unary::exp;
 use crate::ops::Rope;
 use crate::shape::Layout;
@@ -42,7 +42,12 @@ fn thd(l: &Layout) -> (usize, usize, usize, usize) {
 }
 
 /// The rope of `x` at `pos` (with frequency factors where given) into `out` of `dtype`.
-fn rope_kernel(p: &Program, (out, out_dtype): (NodeId, DType), (x, pos, factors): RopeOperands, rope: Rope) -> RopeKernel {
+fn rope_kernel(
+    p: &Program,
+    (out, out_dtype): (NodeId, DType),
+    (x, pos, factors): RopeOperands,
+    rope: Rope,
+) -> RopeKernel {
     let (x, pos) = (leaf(p, x, None), leaf(p, pos, None));
     RopeKernel { out, out_dtype, x, pos, factors: factors.map(|f| leaf(p, f, None)), rope }
 }

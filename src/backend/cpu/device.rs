@@ -1,8 +1,8 @@
 //! The CPU device (stage 3): its capabilities, and uploads of resident and state tensors.
 
 use super::external::{CpuBytes, CpuState};
-use super::target::MAX_TENSOR_BYTES;
 use super::plan::compile;
+use super::target::MAX_TENSOR_BYTES;
 use crate::backend::{Backend, CompileOptions, Executable, LocalFuture};
 use crate::caps::{next_id, BackendKind, Capabilities, DeviceType};
 use crate::dtype::DType;

@@ -7,8 +7,8 @@ use super::lower::CpuFamily;
 use super::parallel::for_ranges;
 use super::target::{leaf, CpuTarget};
 use crate::compile::ir::{ElemOp, Expr, Program, Step};
-use crate::error::Result;
 use crate::dtype::DType;
+use crate::error::Result;
 use crate::graph::NodeId;
 use crate::shape::Layout;
 
@@ -39,7 +39,13 @@ impl CpuFamily for ElementwiseKernel {
         let node = &p.nodes[id];
         let shape = &node.layout.shape;
         let leaves = srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect();
-        Some(ElementwiseKernel { out: id, out_dtype: node.dtype, numel: node.layout.numel(), expr: expr.clone(), leaves })
+        Some(ElementwiseKernel {
+            out: id,
+            out_dtype: node.dtype,
+            numel: node.layout.numel(),
+            expr: expr.clone(),
+            leaves,
+        })
     }
 
     /// Every element of the output, split over the CPU's threads.

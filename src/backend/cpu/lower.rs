@@ -26,8 +26,9 @@ pub(super) trait CpuFamily: Sized {
 /// a step lowers it: quantized kernels before the float ones that would take the same op).
 macro_rules! families {
     ($($family:ident :: $kernel:ident),* $(,)?) => {
-        /// One lowered step.
+        /// One lowered step (a variant a kernel type, named as it is).
         #[derive(Clone, Debug)]
+        #[allow(clippy::enum_variant_names)]
         pub(super) enum CpuKernel {
             $($kernel($family::$kernel),)*
         }

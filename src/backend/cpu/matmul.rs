@@ -7,10 +7,10 @@ use super::elementwise::{epilogue, Leaf};
 use super::external::CpuBytes;
 use super::lower::CpuFamily;
 use super::quant::{quantized_matmul, VEC_ROWS};
-use super::target::{epilogue as epilogue_leaves, leaf, CpuTarget};
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use super::sgemm::sgemm;
 use super::sgemm::Operand;
+use super::target::{epilogue as epilogue_leaves, leaf, CpuTarget};
 use crate::compile::ir::{Expr, Program, Step};
 use crate::dtype::DType;
 use crate::error::Result;

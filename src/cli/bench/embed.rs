@@ -3,9 +3,10 @@
 //! interleaved round by round, the same thread count. Prints a markdown table: median sentences/s with the
 //! min-max spread.
 
-use super::super::util::emit;
-use super::super::{choose_device, describe, CliError};
 use super::helper::{load_average, median, summary, Helper};
+use crate::cli::device::{choose_device, describe};
+use crate::cli::error::CliError;
+use crate::cli::util::emit;
 use serde_json::json;
 use std::time::Instant;
 use webtensor::models::bert::{EmbedderOptions, SentenceEmbedder};
@@ -27,7 +28,7 @@ pub struct EmbedBenchArgs {
     #[arg(long, default_value = "python3")]
     python: String,
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND.
-    #[arg(long, value_parser = super::super::backend_parser())]
+    #[arg(long, value_parser = crate::cli::device::backend_parser())]
     backend: Option<webtensor::BackendKind>,
     /// After the timed rounds, each batch plan's GPU time by kernel (the sentences embedded once more at batch 1
     /// and 32), from timestamp queries around each dispatch (GPU adapters that have them).

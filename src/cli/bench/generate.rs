@@ -3,12 +3,13 @@
 //! llama.cpp (through the `llama_cpp` Python module, when importable) interleaved round by round, the same
 //! thread count, with peak resident memory. Prints a markdown table: median tokens/s with the min-max spread.
 
-use super::super::util::{emit, SplitMix64};
-use super::super::{choose_device, describe, CliError};
 use super::helper::{load_average, median, summary, Helper};
+use crate::cli::device::{choose_device, describe};
+use crate::cli::error::CliError;
+use crate::cli::util::{emit, SplitMix64};
 use serde_json::json;
 use std::time::Instant;
-use webtensor::models::{Llama, LlamaOptions};
+use webtensor::models::{LanguageModel, LanguageModelOptions};
 
 const SCRIPT: &str = include_str!("../../../scripts/peer_llama.py");
 
@@ -30,7 +31,7 @@ pub struct GenerateBenchArgs {
     #[arg(long, default_value = "python3")]
     python: String,
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND.
-    #[arg(long, value_parser = super::super::backend_parser())]
+    #[arg(long, value_parser = crate::cli::device::backend_parser())]
     backend: Option<webtensor::BackendKind>,
     /// KV-cache lengths L at which a decode step's cost is timed (a prefill fills the cache to L, then
     /// 16 steps are timed one by one; their median), to show how a step's cost grows with the context.
@@ -56,14 +57,14 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 /// The decode step plan's dispatches and the weight bytes it reads per token (empty before a decode step ran).
-fn decode_step_line(model: &Llama, gpu: bool) -> String {
+fn decode_step_line(model: &LanguageModel, gpu: bool) -> String {
     let Some((_, st)) = model.plan_stats().into_iter().find(|(t, _)| *t == 1) else { return String::new() };
     let layers = model.config.n_layers.max(1);
     let mut line = format!(
         "webtensor's decode step: {} dispatches ({:.1} a layer); {}\n",
         st.dispatches,
         st.dispatches as f64 / layers as f64,
-        super::super::generate::weights_read(&st, 1)
+        crate::cli::generate::weights_read(&st, 1)
     );
     // the CPU backend's host time is its whole run
     if let Some((host, ahead)) = model.decode_host_us().filter(|_| gpu && st.dispatches > 0) {
@@ -82,7 +83,7 @@ fn decode_step_line(model: &Llama, gpu: bool) -> String {
 /// (NaN where it is absent): the median of [`DEPTH_STEPS`] steps timed one by one after a prefill of that many
 /// tokens (so a step that crosses an attention split into a new one does not decide the figure).
 fn step_ms_at(
-    model: &mut Llama,
+    model: &mut LanguageModel,
     peer: &mut Result<Helper, String>,
     lengths: &[usize],
     tokens: &[u32],
@@ -174,7 +175,7 @@ fn table(
 /// them would only time positions it was never meant to see (and a mistyped length would allocate it all first).
 fn check_depth(path: &str, deepest: usize) -> Result<(), CliError> {
     let file = webtensor::gguf::GgufFile::open(path)?;
-    let trained = webtensor::models::llama::LlamaConfig::from_gguf(&file)?.n_ctx_train;
+    let trained = webtensor::models::decoder::DecoderConfig::from_gguf(&file)?.n_ctx_train;
     if deepest + DEPTH_STEPS > trained {
         return Err(CliError::Msg(format!(
             "--decode-at {deepest}: a step there needs {} positions, past the {trained} the model was trained for ({path})",
@@ -190,10 +191,10 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let deepest = args.decode_at.iter().copied().max().unwrap_or(0);
     let n_ctx = (args.prompt_tokens + args.gen_tokens + 8).max(deepest + DEPTH_STEPS + 8);
     check_depth(&args.model, deepest)?;
-    let mut model = Llama::load(
+    let mut model = LanguageModel::load(
         &chosen.device,
         &args.model,
-        LlamaOptions {
+        LanguageModelOptions {
             context: n_ctx,
             max_chunk: 512,
             compile: webtensor::CompileOptions { no_fusion: args.no_fusion, ..Default::default() },

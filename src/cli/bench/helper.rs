@@ -98,11 +98,16 @@ pub fn summary(samples: &[f64]) -> String {
     format!("{:.1} ({:.1}-{:.1})", s[s.len() / 2], s[0], s[s.len() - 1])
 }
 
-/// The median (NaN for none).
+/// The median (NaN for none): the middle sample, or the mean of the middle two of an even count.
 pub fn median(samples: &[f64]) -> f64 {
     let mut s = samples.to_vec();
     s.sort_by(f64::total_cmp);
-    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+    let n = s.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => s[n / 2],
+        _ => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
 }
 
 /// The 1-minute load average, where the system reports it.

@@ -2,10 +2,10 @@
 //! queries written around every dispatch ([`webtensor::Plan::set_profiling`]): the prompt's prefill and a decode
 //! step at each `--decode-at` KV length; each batch plan of the embedder.
 
-use super::super::CliError;
 use super::helper::median;
+use crate::cli::error::CliError;
 use webtensor::models::bert::SentenceEmbedder;
-use webtensor::models::Llama;
+use webtensor::models::LanguageModel;
 use webtensor::KernelTime;
 
 /// Decode steps profiled at each KV length; each dispatch's time is its median over them.
@@ -18,7 +18,7 @@ const SHOWN: usize = 8;
 /// length in `lengths` (`tokens` holds at least the longest length plus [`PROFILE_STEPS`] tokens); one line
 /// saying why where the device cannot profile.
 pub(super) fn profile_lines(
-    model: &mut Llama,
+    model: &mut LanguageModel,
     prompt: &[u32],
     lengths: &[usize],
     tokens: &[u32],

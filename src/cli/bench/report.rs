@@ -2,7 +2,8 @@
 //! webtensor to each peer measured in the same run), the same figures as JSON with the machine, the devices and
 //! the peers' versions, and an SVG plot of matmul GFLOP/s against N (plotters, SVG backend only).
 
-use super::{short, Entry, MatmulArgs, Measured, Work};
+use super::matmul::{Entry, MatmulArgs, Measured, Timing};
+use super::work::{short, Work};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -71,7 +72,7 @@ fn figure(w: &Work, s: f64) -> String {
 }
 
 /// The samples' range in the figure's first unit, slowest to fastest: `[lo–hi]`.
-fn spread(w: &Work, t: &super::Timing) -> String {
+fn spread(w: &Work, t: &Timing) -> String {
     let per_s = |s: f64| {
         if w.is_matvec() || matches!(w, Work::Copy { .. }) {
             w.bytes() / s / 1e9
@@ -83,7 +84,7 @@ fn spread(w: &Work, t: &super::Timing) -> String {
 }
 
 /// How far the slowest sample is from the fastest, as a factor.
-fn spread_factor(t: &super::Timing) -> f64 {
+fn spread_factor(t: &Timing) -> f64 {
     if t.range.0 > 0.0 {
         t.range.1 / t.range.0
     } else {
@@ -544,7 +545,7 @@ fn decade_ticks(lo: f64, hi: f64) -> Vec<f64> {
 }
 
 /// The kernels of a webtensor timing, and what one run of its one-op plan moved and copied on the host.
-fn kernel_cell(t: Option<&super::Timing>) -> String {
+fn kernel_cell(t: Option<&Timing>) -> String {
     let Some(t) = t.filter(|t| !t.kernels.is_empty()) else { return "—".into() };
     let mut k = t.kernels.clone();
     k.dedup();

@@ -2,7 +2,7 @@
 //! and embeds all their texts as one batched run (concurrent requests share the batches), then answers each.
 
 use super::api::{ApiError, Metrics};
-use super::CliError;
+use crate::cli::error::CliError;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use tokio::sync::oneshot;

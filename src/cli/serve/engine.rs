@@ -3,13 +3,15 @@
 //! channel. A request whose channel is closed (the client went away) is cancelled before the next step.
 
 use super::api::{ApiError, Metrics};
-use super::CliError;
+use crate::cli::error::CliError;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use tokio::sync::mpsc::UnboundedSender;
-use webtensor::models::llama::batch::{Batch, BatchEvent, BatchOptions, SeqId};
-use webtensor::models::{GenerateOptions, Generation, Llama, LlamaOptions, Message, Prompter, SamplingOptions};
+use webtensor::models::decoder::batch::{Batch, BatchEvent, BatchOptions, SeqId};
+use webtensor::models::{
+    GenerateOptions, Generation, LanguageModel, LanguageModelOptions, Message, Prompter, SamplingOptions,
+};
 use webtensor::Device;
 
 pub(crate) struct Config {
@@ -102,8 +104,9 @@ pub(crate) fn start(device: Device, cfg: Config, metrics: Arc<Metrics>) -> Resul
     std::thread::Builder::new()
         .name("webtensor-engine".into())
         .spawn(move || {
-            let loaded = Llama::load(&device, &path, LlamaOptions { context: ctx, ..Default::default() })
-                .and_then(|model| Batch::new(model, BatchOptions { slots, ..Default::default() }));
+            let loaded =
+                LanguageModel::load(&device, &path, LanguageModelOptions { context: ctx, ..Default::default() })
+                    .and_then(|model| Batch::new(model, BatchOptions { slots, ..Default::default() }));
             match loaded {
                 Ok(batch) => {
                     let m0 = batch.model();

@@ -1,6 +1,6 @@
 //! `webtensor serve`: an OpenAI-compatible HTTP server, as llama.cpp's `llama-server`. Chat and text completions
 //! from a GGUF language model (any architecture webtensor runs), decoded several at once in one step (continuous
-//! batching over `--parallel` slots: [`webtensor::models::llama::Batch`]), and embeddings from a sentence-transformers
+//! batching over `--parallel` slots: [`webtensor::models::decoder::Batch`]), and embeddings from a sentence-transformers
 //! directory, concurrent requests embedded together.
 //!
 //! Threads: tokio's runtime runs the HTTP side (axum on hyper); the model runs on an engine thread of its own
@@ -13,13 +13,14 @@ mod embedder;
 mod engine;
 mod routes;
 
-use super::{choose_device, describe, CliError};
+use crate::cli::device::{choose_device, describe};
+use crate::cli::error::CliError;
 use std::sync::Arc;
 
 /// `webtensor serve` arguments.
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// The language model: a GGUF file of an architecture webtensor runs (Llama, Qwen, Gemma, Phi-3, Mistral, ...).
+    /// The language model: a GGUF file of a supported architecture.
     #[arg(long, value_name = "FILE.gguf")]
     model: Option<String>,
     /// A sentence-transformers directory (MiniLM, BGE, E5, ...) or a BERT GGUF file for /v1/embeddings.
@@ -54,7 +55,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4 << 20)]
     max_body: usize,
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND.
-    #[arg(long, value_parser = super::backend_parser())]
+    #[arg(long, value_parser = crate::cli::device::backend_parser())]
     backend: Option<webtensor::BackendKind>,
 }
 

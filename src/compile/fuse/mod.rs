@@ -37,13 +37,8 @@ pub(crate) struct Rule {
 }
 
 /// The rules, in the order they apply: each later rule sees the earlier ones' fused steps.
-pub(crate) const RULES: [Rule; 5] = [
-    elementwise::RULE,
-    rope_set_rows::RULE,
-    dual_matmul::RULE,
-    norm_prologue::RULE,
-    rope_kv_writes::RULE,
-];
+pub(crate) const RULES: [Rule; 5] =
+    [elementwise::RULE, rope_set_rows::RULE, dual_matmul::RULE, norm_prologue::RULE, rope_kv_writes::RULE];
 
 /// `program` rewritten by every rule in turn, each asking `lowers` about the steps it fuses.
 pub(crate) fn fuse(program: Program, lowers: &Lowers) -> Program {

@@ -3,11 +3,11 @@
 //! (`blk.N.attn_q`, ...), with the parts some add.
 
 use super::loader::Loader;
-use super::spec::{Activation, Block, LlamaConfig, Qkv};
+use super::spec::{Activation, Block, DecoderConfig, Qkv};
 use crate::error::{Error, Result};
 use crate::io::gguf::MetaValue;
 use crate::io::gguf::TensorInfo;
-use crate::models::hparams::Hparams;
+use crate::models::arch::hparams::Hparams;
 use crate::ops::{Rope, RopeMode};
 use crate::resident::Resident;
 
@@ -27,7 +27,7 @@ pub(crate) fn unsupported(h: &Hparams, what: String) -> Error {
 /// matching the vocabulary, and no setting the runner would ignore (experts, a separate value width, an EOS
 /// appended to prompts). The architecture's own settings start at llama's (rope on
 /// adjacent pairs, SwiGLU, no soft-capping, no sliding window).
-pub(crate) fn read(h: &Hparams) -> Result<LlamaConfig> {
+pub(crate) fn read(h: &Hparams) -> Result<DecoderConfig> {
     let f = h.f;
     let n_embd = h.count("embedding_length", None, MAX_WIDTH)?;
     let n_heads = h.count("attention.head_count", None, MAX_HEADS)?;
@@ -68,7 +68,7 @@ pub(crate) fn read(h: &Hparams) -> Result<LlamaConfig> {
     let rope_attn_factor = h.number("rope.scaling.attn_factor", 1.0, |x| x > 0.0, "above 0")?;
     refuse_unsupported(h)?;
     let n_vocab = vocabulary(h, n_embd)?;
-    Ok(LlamaConfig {
+    Ok(DecoderConfig {
         arch: h.arch.to_string(),
         n_layers: h.count("block_count", None, MAX_LAYERS)?,
         n_embd,
@@ -154,7 +154,7 @@ fn vocabulary(h: &Hparams, n_embd: usize) -> Result<usize> {
 /// `is_swa(l)` marks; those layers' rope is `rope_swa` (base, linear scale).
 pub(crate) fn sliding_window(
     h: &Hparams,
-    cfg: &mut LlamaConfig,
+    cfg: &mut DecoderConfig,
     is_swa: impl Fn(usize) -> bool,
     rope_swa: (f32, f32),
 ) -> Result<()> {
@@ -189,7 +189,7 @@ pub(crate) struct Extras {
 
 /// Block `l` with llama's tensor names (`attn_norm`, `attn_q`, `attn_k`, `attn_v`, `attn_output`, `ffn_norm`,
 /// `ffn_gate`, `ffn_up`, `ffn_down`) and the `extras` the architecture has, every one required.
-pub(crate) fn block(ld: &Loader, l: usize, cfg: &LlamaConfig, extras: Extras) -> Result<Block> {
+pub(crate) fn block(ld: &Loader, l: usize, cfg: &DecoderConfig, extras: Extras) -> Result<Block> {
     let (e, hd, kv, ff, d) =
         (cfg.n_embd, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.n_ff, cfg.head_dim);
     let w = |s: &str| format!("blk.{l}.{s}.weight");

@@ -9,9 +9,10 @@
 //! `llm_build_gemma*`.
 
 use super::common::{self, Extras};
-use super::spec::{Activation, Arch, LlamaConfig};
+use super::graph::llama_layer;
+use super::spec::{Activation, Arch, DecoderConfig};
 use crate::error::Result;
-use crate::models::hparams::Hparams;
+use crate::models::arch::hparams::Hparams;
 use crate::ops::RopeMode;
 
 pub(crate) const GEMMA: Arch = Arch {
@@ -19,6 +20,7 @@ pub(crate) const GEMMA: Arch = Arch {
     models: "Gemma",
     configure: |h, cfg| configure(h, cfg, None),
     block: |ld, l, cfg| common::block(ld, l, cfg, Extras::default()),
+    layer: llama_layer,
 };
 
 pub(crate) const GEMMA2: Arch = Arch {
@@ -26,6 +28,7 @@ pub(crate) const GEMMA2: Arch = Arch {
     models: "Gemma 2",
     configure: |h, cfg| configure(h, cfg, Some((2, 46))),
     block: |ld, l, cfg| common::block(ld, l, cfg, Extras { post_norms: true, ..Extras::default() }),
+    layer: llama_layer,
 };
 
 pub(crate) const GEMMA3: Arch = Arch {
@@ -33,12 +36,13 @@ pub(crate) const GEMMA3: Arch = Arch {
     models: "Gemma 3 (text)",
     configure: |h, cfg| configure(h, cfg, Some((6, 62))),
     block: |ld, l, cfg| common::block(ld, l, cfg, Extras { post_norms: true, qk_norm: true, ..Extras::default() }),
+    layer: llama_layer,
 };
 
 /// Gemma's settings; `swa`: (n, layers of the 27B model) where layer l attends over the window unless
 /// `l % n == n − 1` (llama.cpp's `set_swa_pattern(n)`), and the 27B model scales queries by 1/√(E / H) rather
 /// than 1/√D (its `query_pre_attn_scalar`; llama.cpp tells it by its layer count).
-fn configure(h: &Hparams, cfg: &mut LlamaConfig, swa: Option<(usize, usize)>) -> Result<()> {
+fn configure(h: &Hparams, cfg: &mut DecoderConfig, swa: Option<(usize, usize)>) -> Result<()> {
     cfg.rope_mode = RopeMode::Neox;
     cfg.ffn_act = Activation::GeluTanh;
     cfg.embd_scale = Some((cfg.n_embd as f32).sqrt());

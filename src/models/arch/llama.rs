@@ -5,19 +5,25 @@
 //! Reference: Hugging Face's `modeling_llama.py` and `modeling_mistral.py`; llama.cpp's `llm_build_llama`.
 
 use super::common::{self, Extras};
+use super::graph::llama_layer;
 use super::loader::Loader;
-use super::spec::{Arch, Block, LlamaConfig};
+use super::spec::{Arch, Block, DecoderConfig};
 use crate::error::Result;
-use crate::models::hparams::Hparams;
+use crate::models::arch::hparams::Hparams;
 
-pub(crate) const LLAMA: Arch =
-    Arch { name: "llama", models: "SmolLM2, TinyLlama, Llama 2 and 3.x, Mistral", configure, block };
+pub(crate) const LLAMA: Arch = Arch {
+    name: "llama",
+    models: "SmolLM2, TinyLlama, Llama 2 and 3.x, Mistral",
+    configure,
+    block,
+    layer: llama_layer,
+};
 
-fn configure(h: &Hparams, cfg: &mut LlamaConfig) -> Result<()> {
+fn configure(h: &Hparams, cfg: &mut DecoderConfig) -> Result<()> {
     let rope = (cfg.rope_base, cfg.rope_scale);
     common::sliding_window(h, cfg, |_| true, rope)
 }
 
-fn block(ld: &Loader, l: usize, cfg: &LlamaConfig) -> Result<Block> {
+fn block(ld: &Loader, l: usize, cfg: &DecoderConfig) -> Result<Block> {
     common::block(ld, l, cfg, Extras::default())
 }

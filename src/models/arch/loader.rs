@@ -5,7 +5,7 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::io::gguf::{GgufFile, TensorInfo};
-use crate::models::hparams::{vector_dtype, weight_dtype};
+use crate::models::arch::hparams::{vector_dtype, weight_dtype};
 use crate::resident::{Bytes, Resident};
 
 /// Uploads the tensors of one file to one device, noting which it was asked for.

@@ -1,5 +1,5 @@
-//! The decoder architectures the runner ([`crate::models::llama::Llama`]) runs, each from GGUF metadata alone,
-//! as llama.cpp does: one file per family maps its metadata keys and tensor names onto one [`LlamaConfig`] and
+//! The decoder architectures the runner ([`crate::models::decoder::LanguageModel`]) runs, each from GGUF metadata alone,
+//! as llama.cpp does: one file per family maps its metadata keys and tensor names onto one [`DecoderConfig`] and
 //! one block layout, whose parts (biases, q/k norms, post-norms, soft-capping, sliding windows, GeGLU, NeoX rope,
 //! embedding scaling) the shared graph builds. Adding an architecture is a file here and a line in `ARCHS`.
 //!
@@ -12,6 +12,8 @@
 
 pub(crate) mod common;
 mod gemma;
+pub(crate) mod graph;
+pub(crate) mod hparams;
 mod llama;
 pub(crate) mod loader;
 mod phi3;
@@ -19,18 +21,18 @@ mod qwen;
 pub(crate) mod spec;
 
 use self::loader::Loader;
-use self::spec::{Arch, LlamaConfig, Weights};
+use self::spec::{Arch, DecoderConfig, Weights};
 use crate::device::Device;
 use crate::error::Result;
 use crate::io::gguf::{GgufFile, MetaValue};
-use crate::models::hparams::Hparams;
+use crate::models::arch::hparams::Hparams;
 
 /// Every architecture, by `general.architecture`.
 const ARCHS: &[Arch] =
     &[llama::LLAMA, qwen::QWEN2, qwen::QWEN3, phi3::PHI3, gemma::GEMMA, gemma::GEMMA2, gemma::GEMMA3];
 
 /// LongRoPE's factors for `context` positions, when the file has them (both or neither).
-fn long_rope(ld: &Loader, cfg: &LlamaConfig, context: usize) -> Result<Option<crate::resident::Resident>> {
+fn long_rope(ld: &Loader, cfg: &DecoderConfig, context: usize) -> Result<Option<crate::resident::Resident>> {
     let n = cfg.rope_dims / 2;
     let (long, short) = (ld.factors("rope_factors_long.weight", n)?, ld.factors("rope_factors_short.weight", n)?);
     match (long, short) {
@@ -66,7 +68,7 @@ fn find(f: &GgufFile) -> Result<&'static Arch> {
     })
 }
 
-impl LlamaConfig {
+impl DecoderConfig {
     /// The configuration of the model in `f`, for any architecture of [`supported`], checked: every count an
     /// integer from 1 to a bound, epsilons and rope bases finite and positive, widths that fit together without
     /// overflow, the tensors of the shapes and dtypes the metadata implies (checked again as they are uploaded),
@@ -80,7 +82,7 @@ impl LlamaConfig {
     /// vocabulary whose token list has another length), and for what the runner does not implement, saying so:
     /// rope scaling other than linear or YaRN, experts, a value width other than the key width, an EOS appended
     /// to prompts.
-    pub fn from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
+    pub fn from_gguf(f: &GgufFile) -> Result<DecoderConfig> {
         let arch = find(f)?;
         let h = Hparams { f, arch: arch.name };
         let mut cfg = common::read(&h)?;
@@ -93,7 +95,7 @@ impl LlamaConfig {
 /// positions: rope's frequency factors are `rope_freqs.weight` (Llama 3) or, for LongRoPE (Phi-3's 128k models),
 /// `rope_factors_long.weight` when `context` exceeds the original context and `rope_factors_short.weight`
 /// otherwise, as llama.cpp chooses them.
-pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig, context: usize) -> Result<Weights> {
+pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &DecoderConfig, context: usize) -> Result<Weights> {
     let arch = find(f)?;
     let ld = Loader::new(device, f);
     let (e, v) = (cfg.n_embd, cfg.n_vocab);
@@ -107,6 +109,7 @@ pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &LlamaConfig, con
             Some(factors) => Some(factors),
             None => long_rope(&ld, cfg, context)?,
         },
+        layer: arch.layer,
     };
     ld.all_used()?;
     Ok(weights)

@@ -8,21 +8,23 @@
 //! Reference: Hugging Face's `modeling_phi3.py`; llama.cpp's `llm_build_phi3`.
 
 use super::common;
+use super::graph::llama_layer;
 use super::loader::Loader;
-use super::spec::{Arch, Block, LlamaConfig, Qkv};
+use super::spec::{Arch, Block, DecoderConfig, Qkv};
 use crate::error::Result;
-use crate::models::hparams::Hparams;
+use crate::models::arch::hparams::Hparams;
 use crate::ops::RopeMode;
 
-pub(crate) const PHI3: Arch = Arch { name: "phi3", models: "Phi-3, Phi-3.5 mini", configure, block };
+pub(crate) const PHI3: Arch =
+    Arch { name: "phi3", models: "Phi-3, Phi-3.5 mini", configure, block, layer: llama_layer };
 
-fn configure(h: &Hparams, cfg: &mut LlamaConfig) -> Result<()> {
+fn configure(h: &Hparams, cfg: &mut DecoderConfig) -> Result<()> {
     cfg.rope_mode = RopeMode::Neox;
     let rope = (cfg.rope_base, cfg.rope_scale);
     common::sliding_window(h, cfg, |_| true, rope)
 }
 
-fn block(ld: &Loader, l: usize, cfg: &LlamaConfig) -> Result<Block> {
+fn block(ld: &Loader, l: usize, cfg: &DecoderConfig) -> Result<Block> {
     let (e, hd, kv, ff) = (cfg.n_embd, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.n_ff);
     let w = |s: &str| format!("blk.{l}.{s}.weight");
     let mut gate_up = ld.split_rows(&w("ffn_up"), &[2 * ff, e], &[ff, ff])?.into_iter();

@@ -7,10 +7,11 @@
 //! `llm_build_qwen3`.
 
 use super::common::{self, Extras};
+use super::graph::llama_layer;
 use super::loader::Loader;
-use super::spec::{Arch, Block, LlamaConfig};
+use super::spec::{Arch, Block, DecoderConfig};
 use crate::error::Result;
-use crate::models::hparams::Hparams;
+use crate::models::arch::hparams::Hparams;
 use crate::ops::RopeMode;
 
 pub(crate) const QWEN2: Arch = Arch {
@@ -18,15 +19,17 @@ pub(crate) const QWEN2: Arch = Arch {
     models: "Qwen2, Qwen2.5",
     configure,
     block: |ld, l, cfg| common::block(ld, l, cfg, Extras { qkv_bias: true, ..Extras::default() }),
+    layer: llama_layer,
 };
 
-pub(crate) const QWEN3: Arch = Arch { name: "qwen3", models: "Qwen3", configure, block: qwen3_block };
+pub(crate) const QWEN3: Arch =
+    Arch { name: "qwen3", models: "Qwen3", configure, block: qwen3_block, layer: llama_layer };
 
-fn configure(_: &Hparams, cfg: &mut LlamaConfig) -> Result<()> {
+fn configure(_: &Hparams, cfg: &mut DecoderConfig) -> Result<()> {
     cfg.rope_mode = RopeMode::Neox;
     Ok(())
 }
 
-fn qwen3_block(ld: &Loader, l: usize, cfg: &LlamaConfig) -> Result<Block> {
+fn qwen3_block(ld: &Loader, l: usize, cfg: &DecoderConfig) -> Result<Block> {
     common::block(ld, l, cfg, Extras { qk_norm: true, ..Extras::default() })
 }

@@ -1,16 +1,17 @@
-//! What every decoder architecture reduces to: a [`LlamaConfig`] (widths, heads, rope, norms and the settings that
+//! What every decoder architecture reduces to: a [`DecoderConfig`] (widths, heads, rope, norms and the settings that
 //! tell the families apart) and the [`Weights`] of its blocks, some optional (biases, q/k norms, post-norms). The
 //! architecture files fill them from GGUF metadata and tensor names; the runner builds its graphs from them alone.
 
+use super::graph::LayerFn;
 use super::loader::Loader;
 use crate::error::Result;
-use crate::models::hparams::Hparams;
+use crate::models::arch::hparams::Hparams;
 use crate::ops::{Rope, RopeMode};
 use crate::resident::Resident;
 
 /// A decoder-only transformer's shape, as llama.cpp's `llama_hparams` holds it. Widths in elements.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LlamaConfig {
+pub struct DecoderConfig {
     /// The file's `general.architecture` (`llama`, `qwen2`, `qwen3`, `phi3`, `gemma`, `gemma2`, `gemma3`).
     pub arch: String,
     /// Transformer blocks (`{arch}.block_count`).
@@ -70,7 +71,7 @@ pub struct LlamaConfig {
     pub rope_swa: (f32, f32),
 }
 
-impl LlamaConfig {
+impl DecoderConfig {
     /// Whether layer `l` attends over the sliding window.
     pub fn is_swa(&self, l: usize) -> bool {
         self.sliding_window.is_some() && self.swa_layers.get(l).copied().unwrap_or(false)
@@ -139,9 +140,11 @@ pub(crate) struct Weights {
     pub output: Option<Resident>,
     /// `rope_freqs.weight`: each rope pair's frequency factor, f32 `[rope_dims / 2]` (Llama 3.1's rope scaling).
     pub rope_factors: Option<Resident>,
+    /// The architecture's block graph ([`Arch::layer`]).
+    pub layer: LayerFn,
 }
 
-/// One architecture: how its metadata and tensor names map onto a [`LlamaConfig`] and [`Block`]s.
+/// One architecture: how its metadata and tensor names map onto a [`DecoderConfig`] and [`Block`]s.
 pub(crate) struct Arch {
     /// Its `general.architecture`.
     pub name: &'static str,
@@ -150,7 +153,12 @@ pub(crate) struct Arch {
     /// Sets what tells this architecture apart on `cfg`, whose common hyperparameters [`common::read`] filled.
     ///
     /// [`common::read`]: super::common::read
-    pub configure: fn(&Hparams, &mut LlamaConfig) -> Result<()>,
+    pub configure: fn(&Hparams, &mut DecoderConfig) -> Result<()>,
     /// Block `l`'s weights.
-    pub block: fn(&Loader, usize, &LlamaConfig) -> Result<Block>,
+    pub block: fn(&Loader, usize, &DecoderConfig) -> Result<Block>,
+    /// A block's graph (llama.cpp's per-architecture `llm_build_*`): [`super::graph::llama_layer`], the shared llama-shaped block
+    /// whose optional parts the config and weights switch on, for every architecture whose block is one; an
+    /// architecture that is not llama-shaped (experts in place of the feed-forward, linear attention) has a
+    /// function of its own, built from the same parts ([`super::graph`]), rather than one more option here.
+    pub layer: LayerFn,
 }

@@ -7,7 +7,7 @@
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::{Graph, Tensor};
-use crate::models::arch::spec::{Block, LlamaConfig, Qkv, Weights};
+use crate::models::arch::spec::{Block, DecoderConfig, Qkv, Weights};
 use crate::models::nn::{self, AttendSpec};
 use crate::resident::State;
 
@@ -45,8 +45,21 @@ pub(crate) struct StepGraph {
     pub logits_sum: Tensor,
 }
 
+/// A block's graph: `h` `[R, E]` (the residual stream's rows) to the block's output rows (see [`Layer`]).
+pub(crate) type LayerFn = fn(&mut Graph, &Layer, Tensor) -> Result<Tensor>;
+
+/// What a block's graph function builds from: the model's config, the block's index and weights, the KV cache
+/// and the step's inputs.
+pub(crate) struct Layer<'a> {
+    pub cfg: &'a DecoderConfig,
+    pub l: usize,
+    pub block: &'a Block,
+    pub cache: &'a KvCache,
+    pub io: &'a Io,
+}
+
 /// Where a graph's layers find their run-time inputs and how they view the cache.
-struct Io {
+pub(crate) struct Io {
     pos: Tensor,
     rows: Tensor,
     kv_len: Tensor,
@@ -60,13 +73,19 @@ struct Io {
 }
 
 #[derive(Clone, Copy)]
-enum View {
+pub(crate) enum View {
     Step { first: usize, len: usize },
     Batch { n: usize },
 }
 
 /// The graph of a step over `t` tokens of the sequence in cache slot `slot`.
-pub(crate) fn build_step(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, t: usize, slot: usize) -> Result<StepGraph> {
+pub(crate) fn build_step(
+    cfg: &DecoderConfig,
+    w: &Weights,
+    cache: &KvCache,
+    t: usize,
+    slot: usize,
+) -> Result<StepGraph> {
     let cap = cache.capacity;
     let mut g = Graph::new();
     let tokens = g.input("tokens", DType::I32, &[t])?;
@@ -79,8 +98,8 @@ pub(crate) fn build_step(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, t: usi
     let view = View::Step { first: slot * cap, len: cap };
     let io = Io { pos, rows, kv_len, mask, swa_mask, view, rope_factors };
     let mut h = embed(&mut g, cfg, w, tokens)?;
-    for (l, b) in w.blocks.iter().enumerate() {
-        h = layer(&mut g, cfg, (l, b), cache, h, &io)?;
+    for (l, block) in w.blocks.iter().enumerate() {
+        h = (w.layer)(&mut g, &Layer { cfg, l, block, cache, io: &io }, h)?;
     }
     let last = g.slice(h, 0, t - 1, t)?;
     let (logits, argmax, logits_sum) = head(&mut g, cfg, w, last)?;
@@ -91,7 +110,7 @@ pub(crate) fn build_step(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, t: usi
 /// the `[n, E]` rows of one matmul per weight (the weights read once for all), each row's keys and values written
 /// at its own cache row (one write for all), and one attention of each row over its own slot's positions: the
 /// first `kv_len` (the longest sequence's) with a mask hiding each row's positions past its own length.
-pub(crate) fn build_decode_batch(cfg: &LlamaConfig, w: &Weights, cache: &KvCache, n: usize) -> Result<BatchGraph> {
+pub(crate) fn build_decode_batch(cfg: &DecoderConfig, w: &Weights, cache: &KvCache, n: usize) -> Result<BatchGraph> {
     let cap = cache.capacity;
     let mut g = Graph::new();
     let tokens = g.input("tokens", DType::I32, &[n])?;
@@ -103,8 +122,8 @@ pub(crate) fn build_decode_batch(cfg: &LlamaConfig, w: &Weights, cache: &KvCache
     let rope_factors = w.rope_factors.as_ref().map(|f| g.resident(f)).transpose()?;
     let io = Io { pos, rows, kv_len, mask: Some(mask), swa_mask, view: View::Batch { n }, rope_factors };
     let mut x = embed(&mut g, cfg, w, tokens)?;
-    for (l, b) in w.blocks.iter().enumerate() {
-        x = layer(&mut g, cfg, (l, b), cache, x, &io)?;
+    for (l, block) in w.blocks.iter().enumerate() {
+        x = (w.layer)(&mut g, &Layer { cfg, l, block, cache, io: &io }, x)?;
     }
     let (logits, argmax, logits_sum) = head(&mut g, cfg, w, x)?;
     Ok(BatchGraph { graph: g, tokens, pos, rows, mask, swa_mask, kv_len, logits, argmax, logits_sum })
@@ -146,7 +165,7 @@ pub(crate) fn causal_mask(start: usize, t: usize, cap: usize, window: Option<usi
 }
 
 /// The token embeddings of `tokens` (scaled by the architecture's factor).
-fn embed(g: &mut Graph, cfg: &LlamaConfig, w: &Weights, tokens: Tensor) -> Result<Tensor> {
+fn embed(g: &mut Graph, cfg: &DecoderConfig, w: &Weights, tokens: Tensor) -> Result<Tensor> {
     let embd = g.resident(&w.token_embd)?;
     let h = g.get_rows(embd, tokens)?;
     match cfg.embd_scale {
@@ -157,7 +176,7 @@ fn embed(g: &mut Graph, cfg: &LlamaConfig, w: &Weights, tokens: Tensor) -> Resul
 
 /// The output norm, the head (soft-capped where the architecture says), the argmax and the sum of the logits
 /// of rows `x`.
-fn head(g: &mut Graph, cfg: &LlamaConfig, w: &Weights, x: Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+fn head(g: &mut Graph, cfg: &DecoderConfig, w: &Weights, x: Tensor) -> Result<(Tensor, Tensor, Tensor)> {
     let x = nn::rms_norm(g, x, &w.output_norm, cfg.rms_eps)?;
     let head = w.output.as_ref().unwrap_or(&w.token_embd);
     let mut logits = nn::linear(g, x, head, None)?;
@@ -169,27 +188,30 @@ fn head(g: &mut Graph, cfg: &LlamaConfig, w: &Weights, x: Tensor) -> Result<(Ten
     Ok((logits, argmax, sum))
 }
 
-/// One transformer block over rows `h` `[R, E]`: attention (with its keys and values written to the cache) and
-/// the feed-forward, each pre-normed, post-normed where the architecture says, and added to the residual.
-fn layer(
-    g: &mut Graph,
-    cfg: &LlamaConfig,
-    (l, b): (usize, &Block),
-    cache: &KvCache,
-    h: Tensor,
-    io: &Io,
-) -> Result<Tensor> {
+/// The llama-shaped block over rows `h` `[R, E]` (llama.cpp's `llm_build_llama` and the builders that follow
+/// it): self-attention (with its keys and values written to the cache) and the gated feed-forward, each
+/// pre-normed, post-normed where the architecture says, and added to the residual.
+pub(crate) fn llama_layer(g: &mut Graph, layer: &Layer, h: Tensor) -> Result<Tensor> {
+    let (cfg, b) = (layer.cfg, layer.block);
+    let h = self_attention(g, layer, h)?;
+    let x = nn::rms_norm(g, h, &b.ffn_norm, cfg.rms_eps)?;
+    let f = nn::gated_ffn(g, x, (&b.w_gate, &b.w_up, &b.w_down), cfg.ffn_act)?;
+    let f = nn::maybe_rms_norm(g, f, b.post_ffn_norm.as_ref(), cfg.rms_eps)?;
+    g.add(h, f)
+}
+
+/// The attention half of a block over rows `h`: pre-norm, Q, K and V (the keys and values written to the
+/// cache), attention over the cache, the output projection, post-norm where the architecture says, and the
+/// residual add.
+pub(crate) fn self_attention(g: &mut Graph, layer: &Layer, h: Tensor) -> Result<Tensor> {
+    let Layer { cfg, l, block: b, cache, io } = *layer;
     let x = nn::rms_norm(g, h, &b.attn_norm, cfg.rms_eps)?;
     let (q, k, v) = qkv(g, cfg, (l, b), x, io)?;
     let (kc, vc) = write_kv(g, (&cache.k[l], &cache.v[l]), io.rows, k, v)?;
     let o = attention(g, cfg, l, q, (kc, vc), cache.capacity, io)?;
     let a = nn::linear(g, o, &b.wo, None)?;
     let a = nn::maybe_rms_norm(g, a, b.post_attn_norm.as_ref(), cfg.rms_eps)?;
-    let h = g.add(h, a)?;
-    let x = nn::rms_norm(g, h, &b.ffn_norm, cfg.rms_eps)?;
-    let f = nn::gated_ffn(g, x, (&b.w_gate, &b.w_up, &b.w_down), cfg.ffn_act)?;
-    let f = nn::maybe_rms_norm(g, f, b.post_ffn_norm.as_ref(), cfg.rms_eps)?;
-    g.add(h, f)
+    g.add(h, a)
 }
 
 /// The Q `[R, H, D]`, K and V `[R, Hkv · D]` projections of `[R, E]` rows (biased, and Q and K normed per head,
@@ -197,7 +219,7 @@ fn layer(
 /// model's frequency factors where it has them).
 fn qkv(
     g: &mut Graph,
-    cfg: &LlamaConfig,
+    cfg: &DecoderConfig,
     (l, b): (usize, &Block),
     x: Tensor,
     io: &Io,
@@ -242,7 +264,7 @@ fn write_kv(g: &mut Graph, (kc, vc): (&State, &State), rows: Tensor, k: Tensor, 
 /// rows `first..first + len` (causal), or each of `n` rows over its own slot (masked to its own length).
 fn attention(
     g: &mut Graph,
-    cfg: &LlamaConfig,
+    cfg: &DecoderConfig,
     l: usize,
     q: Tensor,
     (kc, vc): (Tensor, Tensor),

@@ -13,7 +13,7 @@ struct Template {
 }
 
 /// Makes a model's prompts as token ids: text through its tokenizer, a conversation through its chat template.
-/// Cheap to clone and usable from any thread ([`crate::models::Llama::prompter`]).
+/// Cheap to clone and usable from any thread ([`crate::models::LanguageModel::prompter`]).
 #[derive(Clone)]
 pub struct Prompter {
     tokenizer: Arc<Tokenizer>,

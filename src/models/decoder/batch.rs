@@ -8,9 +8,9 @@
 //!
 //! ```no_run
 //! # fn main() -> webtensor::Result<()> {
-//! use webtensor::models::llama::batch::{Batch, BatchEvent, BatchOptions};
-//! use webtensor::models::{GenerateOptions, Llama, LlamaOptions};
-//! let model = Llama::load(&webtensor::Device::cpu(), "SmolLM2-135M-Instruct.Q4_1.gguf", LlamaOptions::default())?;
+//! use webtensor::models::decoder::batch::{Batch, BatchEvent, BatchOptions};
+//! use webtensor::models::{GenerateOptions, LanguageModel, LanguageModelOptions};
+//! let model = LanguageModel::load(&webtensor::Device::cpu(), "SmolLM2-135M-Instruct.Q4_1.gguf", LanguageModelOptions::default())?;
 //! let mut batch = Batch::new(model, BatchOptions { slots: 4, ..Default::default() })?;
 //! let opts = GenerateOptions { max_tokens: 16, ..Default::default() };
 //! for text in ["The capital of France is", "1, 2, 3,"] {
@@ -31,11 +31,11 @@
 
 use std::collections::HashMap;
 
-use super::generation::{now_ms, GenerateOptions, Generation, Pending, StepOut, Token, TokenStream};
-use super::graph::{build_decode_batch, causal_mask, BatchGraph, KvCache};
-use super::{new_cache, pow2_floor, Llama, StepPlan};
+use super::stream::{now_ms, GenerateOptions, Generation, Pending, StepOut, Token, TokenStream};
+use super::{new_cache, pow2_floor, LanguageModel, StepPlan};
 use crate::device::Plan;
 use crate::error::{Error, Result};
+use crate::models::arch::graph::{build_decode_batch, causal_mask, BatchGraph, KvCache};
 use crate::run::{Fetch, Value};
 
 /// How a [`Batch`] is set up.
@@ -44,7 +44,7 @@ pub struct BatchOptions {
     /// Sequences decoded at once (slots, each with a KV cache of the model's context).
     pub slots: usize,
     /// Prompt tokens read per step, over all sequences still reading theirs (chunks of powers of two, at most
-    /// [`LlamaOptions::max_chunk`](super::LlamaOptions::max_chunk) each).
+    /// [`LanguageModelOptions::max_chunk`](super::LanguageModelOptions::max_chunk) each).
     pub prefill_tokens: usize,
 }
 
@@ -60,7 +60,7 @@ pub type SeqId = u64;
 /// What a [`Batch::step`] produced for one sequence.
 #[derive(Clone, Debug, PartialEq)]
 pub enum BatchEvent {
-    /// A new token and the text it releases (as [`Llama::next_token_async`] returns them).
+    /// A new token and the text it releases (as [`LanguageModel::next_token_async`] returns them).
     Token(SeqId, Token),
     /// The sequence ended (the reason in [`Generation::stop`]); its slot is free.
     Finished(SeqId, Generation),
@@ -92,9 +92,9 @@ struct DecodePlan {
     deps: Vec<crate::graph::Tensor>,
 }
 
-/// A model decoding several sequences at once (see the [module docs](crate::models::llama::batch)).
+/// A model decoding several sequences at once (see the [module docs](crate::models::decoder::batch)).
 pub struct Batch {
-    model: Llama,
+    model: LanguageModel,
     /// Every slot's KV cache, slot `s` in rows `s · context ..` of each state.
     cache: KvCache,
     slots: Vec<Slot>,
@@ -110,8 +110,8 @@ impl Batch {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for 0 slots or 0 prefill tokens; the cache-size errors of
-    /// [`Llama::from_gguf`] (for all slots' caches together) and device errors.
-    pub fn new(mut model: Llama, options: BatchOptions) -> Result<Batch> {
+    /// [`LanguageModel::from_gguf`] (for all slots' caches together) and device errors.
+    pub fn new(mut model: LanguageModel, options: BatchOptions) -> Result<Batch> {
         if options.slots == 0 || options.prefill_tokens == 0 {
             let reason =
                 format!("slots ({}) and prefill tokens ({}) must be ≥ 1", options.slots, options.prefill_tokens);
@@ -130,7 +130,7 @@ impl Batch {
     }
 
     /// The model (its tokenizer, chat template, config).
-    pub fn model(&self) -> &Llama {
+    pub fn model(&self) -> &LanguageModel {
         &self.model
     }
 
@@ -251,7 +251,7 @@ impl Batch {
 
     /// Reads prompt chunks of the sequences still reading theirs, oldest first, up to the step's budget (at least
     /// one chunk a step); a sequence whose prompt is read has its first step's output. The chunks are those of a
-    /// whole prefill ([`Llama::eval`]'s: the largest power of two left, at most `max_chunk`), whatever the
+    /// whole prefill ([`LanguageModel::eval`]'s: the largest power of two left, at most `max_chunk`), whatever the
     /// budget, so a prompt's answer does not depend on the other sequences.
     async fn prefill(&mut self) -> Result<()> {
         let mut budget = self.prefill_tokens;

@@ -1,14 +1,14 @@
-//! Llama-architecture language models from GGUF files (SmolLM2, TinyLlama, Llama 3.2, ...), as llama.cpp runs
-//! them: the weights resident on the device as the file stores them (block-quantized types computed on
+//! The decoder runner: GGUF language models of every architecture [`crate::models::arch`] builds (SmolLM2,
+//! Llama 3.x, Qwen, Phi-3, Gemma, ...), as llama.cpp runs them: the weights resident on the device as the file stores them (block-quantized types computed on
 //! directly), a KV cache of f16 states, the whole prompt in one prefill (matmuls over the prompt's rows, in
-//! chunks of up to [`LlamaOptions::max_chunk`] tokens), then one decode step per token, reading back only the
+//! chunks of up to [`LanguageModelOptions::max_chunk`] tokens), then one decode step per token, reading back only the
 //! last position's logits, or only their argmax when decoding greedily.
 //!
 //! ```no_run
 //! # fn main() -> webtensor::Result<()> {
-//! use webtensor::models::llama::{Llama, LlamaOptions};
+//! use webtensor::models::decoder::{LanguageModel, LanguageModelOptions};
 //! use webtensor::models::GenerateOptions;
-//! let mut model = Llama::load(&webtensor::Device::cpu(), "SmolLM2-135M-Instruct.Q4_1.gguf", LlamaOptions::default())?;
+//! let mut model = LanguageModel::load(&webtensor::Device::cpu(), "SmolLM2-135M-Instruct.Q4_1.gguf", LanguageModelOptions::default())?;
 //! let prompt = model.tokenizer.encode("The capital of France is")?;
 //! let out = model.generate(&prompt, &GenerateOptions { max_tokens: 8, ..Default::default() }, |piece, _id| {
 //!     print!("{piece}");
@@ -21,17 +21,14 @@
 //! Reference: llama.cpp's `llm_build_llama` and `llama_decode`; Hugging Face's `LlamaForCausalLM`.
 
 pub mod batch;
-mod generate;
-mod generation;
-mod graph;
 mod prompter;
+mod stream;
 
-pub use crate::models::arch::spec::LlamaConfig;
-pub use generation::{GenerateOptions, Generation, StopReason, Token, TokenStream, MAX_STOP_BYTES, MAX_STOP_STRINGS};
+pub use crate::models::arch::spec::DecoderConfig;
 pub use prompter::Prompter;
+pub use stream::{GenerateOptions, Generation, StopReason, Token, TokenStream, MAX_STOP_BYTES, MAX_STOP_STRINGS};
 
-use self::generation::StepOut;
-use self::graph::{build_step, causal_mask, KvCache, StepGraph};
+use self::stream::StepOut;
 use super::chat::ChatTemplate;
 use super::tokenizer::Tokenizer;
 use super::{RecommendedSampling, SamplingOptions};
@@ -40,12 +37,13 @@ use crate::device::{Device, Plan};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::io::gguf::GgufFile;
+use crate::models::arch::graph::{build_step, causal_mask, KvCache, StepGraph};
 use crate::models::arch::spec::Weights;
 use crate::run::{Fetch, Value};
 
 /// How a model is set up on its device.
 #[derive(Clone, Debug)]
-pub struct LlamaOptions {
+pub struct LanguageModelOptions {
     /// Positions the KV cache holds (prompt and generated tokens together); `0`: the model's training context,
     /// at most 4096.
     pub context: usize,
@@ -58,9 +56,9 @@ pub struct LlamaOptions {
     pub compile: CompileOptions,
 }
 
-impl Default for LlamaOptions {
+impl Default for LanguageModelOptions {
     fn default() -> Self {
-        LlamaOptions { context: 0, f32_cache: false, max_chunk: 256, compile: CompileOptions::default() }
+        LanguageModelOptions { context: 0, f32_cache: false, max_chunk: 256, compile: CompileOptions::default() }
     }
 }
 
@@ -74,8 +72,8 @@ pub(crate) struct StepPlan {
 }
 
 /// A loaded model with its KV cache: a conversation's state.
-pub struct Llama {
-    pub config: LlamaConfig,
+pub struct LanguageModel {
+    pub config: DecoderConfig,
     pub tokenizer: std::sync::Arc<Tokenizer>,
     /// The tokenizer and chat template, shareable with other threads.
     prompter: Prompter,
@@ -84,32 +82,32 @@ pub struct Llama {
     device: Device,
     weights: Weights,
     cache: KvCache,
-    options: LlamaOptions,
+    options: LanguageModelOptions,
     /// Step plans by their token count (powers of two).
     plans: std::collections::HashMap<usize, StepPlan>,
     /// The tokens whose keys and values the cache holds, in position order.
     cached: Vec<u32>,
 }
 
-impl Llama {
+impl LanguageModel {
     /// Loads the GGUF file at `path` (memory-mapped) onto `device`.
     ///
     /// # Errors
     /// [`Error::Io`] and [`Error::Format`] for a file that cannot be read or is not a GGUF language model of an
-    /// architecture webtensor runs (the message names the architecture), as [`Llama::from_gguf`].
+    /// architecture webtensor runs (the message names the architecture), as [`LanguageModel::from_gguf`].
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn load(device: &Device, path: &str, options: LlamaOptions) -> Result<Llama> {
-        Llama::from_gguf(device, &GgufFile::open(path)?, options)
+    pub fn load(device: &Device, path: &str, options: LanguageModelOptions) -> Result<LanguageModel> {
+        LanguageModel::from_gguf(device, &GgufFile::open(path)?, options)
     }
 
     /// The model in `file` on `device`: its weights uploaded once (on the CPU backend, used where they lie in
-    /// the file's bytes), a KV cache of [`LlamaOptions::context`] positions.
+    /// the file's bytes), a KV cache of [`LanguageModelOptions::context`] positions.
     ///
     /// # Errors
     /// [`Error::Format`] naming the tensor or metadata key that is missing or of the wrong shape;
     /// [`Error::Unsupported`] for settings this runner does not implement; device errors from uploading.
-    pub fn from_gguf(device: &Device, file: &GgufFile, options: LlamaOptions) -> Result<Llama> {
-        let config = LlamaConfig::from_gguf(file)?;
+    pub fn from_gguf(device: &Device, file: &GgufFile, options: LanguageModelOptions) -> Result<LanguageModel> {
+        let config = DecoderConfig::from_gguf(file)?;
         let tokenizer = std::sync::Arc::new(Tokenizer::from_gguf(file)?);
         // compiled when a chat first needs it: a template that does not compile (or is hostile) fails chat only,
         // and plain generation never touches it
@@ -124,8 +122,8 @@ impl Llama {
         let weights = crate::models::arch::load_weights(device, file, &config, context)?;
         let cache = new_cache(device, &config, context, 1, options.f32_cache)?;
         let prompter = Prompter::new(tokenizer.clone(), template_source, file.source(), cache.capacity);
-        let options = LlamaOptions { max_chunk: options.max_chunk.clamp(1, 4096), ..options };
-        Ok(Llama {
+        let options = LanguageModelOptions { max_chunk: options.max_chunk.clamp(1, 4096), ..options };
+        Ok(LanguageModel {
             config,
             tokenizer,
             prompter,
@@ -198,7 +196,7 @@ impl Llama {
     /// device; nothing else is read back).
     ///
     /// # Errors
-    /// As [`Llama::logits_async`]; [`Error::InvalidArgument`] when the logits are not finite (their argmax
+    /// As [`LanguageModel::logits_async`]; [`Error::InvalidArgument`] when the logits are not finite (their argmax
     /// would be a token like any other).
     pub async fn step_async(&mut self, token: u32) -> Result<u32> {
         let out = self.eval(&[token], false).await?;
@@ -253,19 +251,19 @@ impl Llama {
         self.plans.get(&tokens)?.plan.last_profile()
     }
 
-    /// Blocking form of [`Llama::logits_async`] (native only).
+    /// Blocking form of [`LanguageModel::logits_async`] (native only).
     ///
     /// # Errors
-    /// As [`Llama::logits_async`].
+    /// As [`LanguageModel::logits_async`].
     #[cfg(not(target_arch = "wasm32"))]
     pub fn logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         pollster::block_on(self.logits_async(tokens))
     }
 
-    /// Blocking form of [`Llama::step_async`] (native only).
+    /// Blocking form of [`LanguageModel::step_async`] (native only).
     ///
     /// # Errors
-    /// As [`Llama::logits_async`].
+    /// As [`LanguageModel::logits_async`].
     #[cfg(not(target_arch = "wasm32"))]
     pub fn step(&mut self, token: u32) -> Result<u32> {
         pollster::block_on(self.step_async(token))
@@ -277,7 +275,7 @@ impl Llama {
         self.eval_with_progress(tokens, want_logits, &mut |_, _| {}).await
     }
 
-    /// [`Llama::eval`], calling `progress(done, total)` before the first chunk and after each (tokens evaluated
+    /// [`LanguageModel::eval`], calling `progress(done, total)` before the first chunk and after each (tokens evaluated
     /// of `tokens.len()`).
     pub(crate) async fn eval_with_progress(
         &mut self,
@@ -374,7 +372,7 @@ impl Llama {
 /// after [`check_cache_size`].
 pub(crate) fn new_cache(
     device: &Device,
-    config: &LlamaConfig,
+    config: &DecoderConfig,
     context: usize,
     slots: usize,
     f32_cache: bool,
@@ -398,7 +396,7 @@ pub(crate) fn new_cache(
 /// of `dtype` per layer and position) can exist on `device`: its size computed without overflow, each layer's
 /// state within a GPU buffer, and the whole within the memory the machine has available (natively, Linux's
 /// `MemAvailable`, for the CPU backend and for software adapters, whose memory is the host's).
-fn check_cache_size(device: &Device, config: &LlamaConfig, context: usize, row: usize, dtype: DType) -> Result<()> {
+fn check_cache_size(device: &Device, config: &DecoderConfig, context: usize, row: usize, dtype: DType) -> Result<()> {
     let per_state = context.checked_mul(row).and_then(|n| n.checked_mul(dtype.size_bytes()));
     let total = per_state.and_then(|b| b.checked_mul(2 * config.n_layers));
     let what = |bytes: String| {

@@ -12,40 +12,16 @@
 //! (bytes of W / time); copy bandwidth is (read + write bytes) / time of a plain copy (`Graph::contiguous`,
 //! torch's `dst.copy_(src)`), the yardstick for mat-vec.
 
-mod embed;
-mod generate;
-mod helper;
-mod peer;
-mod profile;
-mod report;
-mod work;
-
-use super::util::{emit, outln};
-use super::{choose_device, describe, CliError};
+use super::helper::median;
+use super::work::{build, data, Built, Work};
+use super::{peer, report};
+use crate::cli::device::{choose_device, describe};
+use crate::cli::error::CliError;
+use crate::cli::util::{emit, outln};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use webtensor::{DType, Device, HostTensor, Tensor};
-use work::{build, data, Built};
-pub use work::{short, Work};
-
-#[derive(clap::Args)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    what: What,
-}
-
-#[derive(clap::Subcommand)]
-enum What {
-    /// Matmul (and with --matvec: mat-vec and copy bandwidth) against numpy and PyTorch, interleaved in one run;
-    /// writes markdown, JSON and an SVG plot to --out and prints the table last.
-    Matmul(MatmulArgs),
-    /// A language model's prefill and decode speed (llama-bench's pp512 and tg128) against llama.cpp, when the
-    /// llama_cpp Python module is importable.
-    Generate(generate::GenerateBenchArgs),
-    /// A sentence embedder's speed at batch 1 and 32 against sentence-transformers, when importable.
-    Embed(embed::EmbedBenchArgs),
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum PeerArg {
@@ -73,7 +49,7 @@ pub struct MatmulArgs {
     vs: Vec<PeerArg>,
     /// Device for webtensor besides the CPU backend. Without the flag, Device::best() decides and honours
     /// WEBTENSOR_BACKEND.
-    #[arg(long, value_parser = super::backend_parser())]
+    #[arg(long, value_parser = crate::cli::device::backend_parser())]
     backend: Option<webtensor::BackendKind>,
     /// Element type of the matmuls (f16: f16 in, f16 out, f32 accumulation).
     #[arg(long, value_enum, default_value = "f32")]
@@ -96,7 +72,7 @@ pub struct MatmulArgs {
     prefill_size: Option<u32>,
     /// Timed samples per library and workload, after one warm-up; medians are reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    repeats: u32,
+    pub repeats: u32,
     /// Folder for matmul.md, matmul.json and matmul.svg (created if missing; files there are replaced whole).
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
@@ -230,8 +206,8 @@ impl Ours {
         Ok(())
     }
 
-    fn timing(mut self) -> Result<Timing, String> {
-        let (one, chain) = (median(&mut self.one_s), median(&mut self.chain_s));
+    fn timing(self) -> Result<Timing, String> {
+        let (one, chain) = (median(&self.one_s), median(&self.chain_s));
         let s = (chain - one) / self.q as f64;
         if s <= 0.0 {
             return Err(format!("too noisy: the {}-op chain ran no slower than one op", 1 + self.q));
@@ -243,33 +219,13 @@ impl Ours {
     }
 }
 
-pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// A library taking part in one workload: webtensor on a device, or a prepared peer case.
 enum Runner {
     Ours(Box<Ours>),
     Peer(String),
 }
 
-pub fn run(args: &BenchArgs) -> Result<(), CliError> {
-    match &args.what {
-        What::Matmul(m) => matmul(m),
-        What::Generate(g) => generate::run(g),
-        What::Embed(e) => embed::run(e),
-    }
-}
-
-fn matmul(args: &MatmulArgs) -> Result<(), CliError> {
+pub fn run(args: &MatmulArgs) -> Result<(), CliError> {
     let started = Instant::now();
     let chosen = choose_device(args.backend)?;
     let mut devices = vec![chosen.device.clone()];
@@ -451,7 +407,7 @@ fn measure(
         pb.inc(1);
     }
     let mut entries = Vec::new();
-    for ((mut entry, runner), mut s) in runners.into_iter().zip(samples) {
+    for ((mut entry, runner), s) in runners.into_iter().zip(samples) {
         if let Some(Runner::Peer(id)) = &runner {
             peers.free(id);
         }
@@ -461,7 +417,7 @@ fn measure(
                 Runner::Peer(_) => {
                     let range =
                         s.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-                    Ok(Timing { s: median(&mut s), range, ..empty_timing() })
+                    Ok(Timing { s: median(&s), range, ..empty_timing() })
                 }
             };
         }
