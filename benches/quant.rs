@@ -60,7 +60,6 @@ fn read_bandwidth_gbs() -> f64 {
 /// Random blocks of `dtype` (`rows` × `k`) with small, finite f16 scales: every byte pattern is a valid block.
 #[cfg(not(target_arch = "wasm32"))]
 fn random_weight(dtype: webtensor::DType, rows: usize, k: usize) -> Vec<u8> {
-    use webtensor::DType::*;
     let (bs, bb) = (dtype.block_size(), dtype.block_bytes());
     let mut s = 0x9E3779B97F4A7C15u64;
     let mut out: Vec<u8> = (0..rows * k / bs * bb)
@@ -71,18 +70,9 @@ fn random_weight(dtype: webtensor::DType, rows: usize, k: usize) -> Vec<u8> {
             s as u8
         })
         .collect();
-    let scales: &[usize] = match dtype {
-        F32 | F16 => return out,
-        Q4_0 | Q5_0 | Q8_0 => &[0],
-        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
-        Q6_K => &[208],
-        Q3_K => &[108],
-        Q2_K => &[80, 82],
-        _ => &[],
-    };
     let scale = half::f16::from_f32(0.002).to_le_bytes();
     for blk in out.chunks_exact_mut(bb) {
-        for &o in scales {
+        for &o in dtype.scale_offsets() {
             blk[o..o + 2].copy_from_slice(&scale);
         }
     }

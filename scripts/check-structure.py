@@ -56,10 +56,8 @@ def expand(tree):
     return [p for part in parts if part for p in expand(prefix + part)]
 
 
-def main():
-    max_fn = 100
-    if "--max-fn-lines" in sys.argv:
-        max_fn = int(sys.argv[sys.argv.index("--max-fn-lines") + 1])
+def module_graph():
+    """Every module of the library crate and the modules each imports from."""
     files = {}
     for root, _, names in os.walk(SRC):
         for n in names:
@@ -123,6 +121,14 @@ def main():
             target = resolve(segs)
             if target is not None and target != mod:
                 edges[mod].add(target)
+    return modules, edges
+
+
+def main():
+    max_fn = 80
+    if "--max-fn-lines" in sys.argv:
+        max_fn = int(sys.argv[sys.argv.index("--max-fn-lines") + 1])
+    modules, edges = module_graph()
     failures = []
     # Tarjan's strongly connected components
     index, low, stack, on, sccs = {}, {}, [], set(), []

@@ -3,11 +3,12 @@
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::GpuBackend;
-use crate::backend::{Backend, CompileOptions, Executable, KernelTime, PlanStats};
+use crate::backend::{Backend, Executable};
 use crate::caps::{BackendKind, Capabilities, DeviceType, BACKEND_ENV};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::graph::{Graph, Tensor};
+use crate::options::{CompileOptions, KernelTime, PlanStats};
 use crate::resident::{Bytes, Resident, State};
 use crate::run::{Fetch, Value};
 use crate::tensor::HostTensor;
@@ -359,7 +360,7 @@ impl Plan {
     /// dtype or shape; [`Error::Gpu`] when the device is lost (the message says so, and every later run of
     /// this plan fails the same way at once: create a new [`Device`] and compile again), on an out-of-memory
     /// or validation error, or natively when the GPU does not finish and map the outputs within the bound set
-    /// by [`READBACK_TIMEOUT_ENV`](crate::backend::gpu::config::READBACK_TIMEOUT_ENV) (60 s by default). Device faults never panic,
+    /// by [`READBACK_TIMEOUT_ENV`](crate::tuning::READBACK_TIMEOUT_ENV) (60 s by default). Device faults never panic,
     /// and a run never waits past that bound.
     pub async fn run_async(&mut self, inputs: &[(Tensor, &HostTensor)]) -> Result<Vec<HostTensor>> {
         let values: Vec<(Tensor, Value)> = inputs.iter().map(|&(t, v)| (t, Value::Host(v))).collect();

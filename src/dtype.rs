@@ -3,60 +3,85 @@
 
 use std::fmt;
 
-/// Element type of a tensor.
-#[allow(non_camel_case_types)]
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DType {
+/// Declares [`DType`], [`DType::ALL`] and the type table [`TRAITS`] from one row a type: its doc, its variant,
+/// its name, its ggml type id, and its layout — `plain(bytes)` for the element types, `block(Struct)` for the
+/// storage formats whose block struct (`crate::quant::blocks`) gives the values and bytes per block and where its
+/// scales lie.
+macro_rules! dtypes {
+    ($($(#[doc = $doc:literal])* $variant:ident => ($name:literal, $ggml:literal, $kind:ident($($layout:tt)*)),)*) => {
+        /// Element type of a tensor.
+        #[allow(non_camel_case_types)]
+        #[non_exhaustive]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum DType {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        /// The number of dtypes.
+        const COUNT: usize = [$(DType::$variant),*].len();
+
+        impl DType {
+            /// Every dtype.
+            pub const ALL: [DType; COUNT] = [$(DType::$variant),*];
+        }
+
+        /// The type table, in [`DType`]'s order.
+        const TRAITS: [Traits; COUNT] = {
+            #[allow(unused_imports)]
+            use crate::quant::blocks::*;
+            [$(traits_row!($kind($($layout)*), DType::$variant, $name, $ggml)),*]
+        };
+    };
+}
+
+macro_rules! traits_row {
+    (plain($bytes:expr), $dtype:expr, $name:expr, $ggml:expr) => {
+        Traits { dtype: $dtype, name: $name, ggml_type: $ggml, block_size: 1, block_bytes: $bytes, scales: &[] }
+    };
+    (block($b:ty), $dtype:expr, $name:expr, $ggml:expr) => {
+        Traits {
+            dtype: $dtype,
+            name: $name,
+            ggml_type: $ggml,
+            block_size: <$b as crate::quant::blocks::Block>::VALUES,
+            block_bytes: std::mem::size_of::<$b>(),
+            scales: <$b as crate::quant::blocks::Block>::SCALES,
+        }
+    };
+}
+
+dtypes! {
     /// IEEE 754 binary32.
-    F32,
+    F32 => ("float32", 0, plain(4)),
     /// IEEE 754 binary16. Arithmetic on it accumulates in f32 on every backend.
-    F16,
+    F16 => ("float16", 1, plain(2)),
     /// Two's-complement 32-bit integer (indices, argmax results).
-    I32,
+    I32 => ("int32", 26, plain(4)),
     /// bfloat16 storage (weights): the top 16 bits of an f32.
-    BF16,
+    BF16 => ("bf16", 30, plain(2)),
     /// ggml's Q4_0: blocks of 32, an f16 scale d and 16 bytes of 4-bit quants q; value `(q − 8)·d`.
-    Q4_0,
+    Q4_0 => ("q4_0", 2, block(BlockQ4_0)),
     /// ggml's Q4_1: blocks of 32, f16 d and m, 16 bytes of 4-bit quants; value `q·d + m`.
-    Q4_1,
+    Q4_1 => ("q4_1", 3, block(BlockQ4_1)),
     /// ggml's Q5_0: blocks of 32, f16 d, 4 bytes of fifth bits, 16 bytes of low nibbles; `(q − 16)·d`.
-    Q5_0,
+    Q5_0 => ("q5_0", 6, block(BlockQ5_0)),
     /// ggml's Q5_1: blocks of 32, f16 d and m, fifth bits, nibbles; `q·d + m`.
-    Q5_1,
+    Q5_1 => ("q5_1", 7, block(BlockQ5_1)),
     /// ggml's Q8_0: blocks of 32, f16 d and 32 int8 quants; `q·d`.
-    Q8_0,
+    Q8_0 => ("q8_0", 8, block(BlockQ8_0)),
     /// ggml's Q2_K: super-blocks of 256 in 16 groups of 16 with 4-bit scales and mins.
-    Q2_K,
+    Q2_K => ("q2_k", 10, block(BlockQ2K)),
     /// ggml's Q3_K: super-blocks of 256, 3-bit quants (2 low bits and a high-bit mask), 6-bit scales.
-    Q3_K,
+    Q3_K => ("q3_k", 11, block(BlockQ3K)),
     /// ggml's Q4_K: super-blocks of 256 in 8 groups of 32 with 6-bit scales and mins.
-    Q4_K,
+    Q4_K => ("q4_k", 12, block(BlockQ4K)),
     /// ggml's Q5_K: as Q4_K with a fifth bit per quant.
-    Q5_K,
+    Q5_K => ("q5_k", 13, block(BlockQ5K)),
     /// ggml's Q6_K: super-blocks of 256, 6-bit quants in 16 groups of 16 with 8-bit scales.
-    Q6_K,
+    Q6_K => ("q6_k", 14, block(BlockQ6K)),
 }
 
 impl DType {
-    /// Every dtype.
-    pub const ALL: [DType; 14] = [
-        DType::F32,
-        DType::F16,
-        DType::I32,
-        DType::BF16,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q8_0,
-        DType::Q2_K,
-        DType::Q3_K,
-        DType::Q4_K,
-        DType::Q5_K,
-        DType::Q6_K,
-    ];
-
     /// The type's row of [`TRAITS`].
     fn traits(self) -> &'static Traits {
         &TRAITS[self as usize]
@@ -119,6 +144,13 @@ impl DType {
         Some(self.traits().ggml_type)
     }
 
+    /// Byte offsets within a block of a block type's f16 scale fields: its scale `d` first, then its min (`m`,
+    /// `dmin`) where it has one, as ggml-common.h lays them out; empty for the plain types. What a check of a
+    /// file's scales, or a benchmark's synthetic weights, needs to know of a block's bytes.
+    pub fn scale_offsets(self) -> &'static [usize] {
+        self.traits().scales
+    }
+
     /// The dtype of ggml type id `t`, if webtensor has it.
     pub fn from_ggml_type(t: u32) -> Option<DType> {
         DType::ALL.into_iter().find(|d| d.ggml_type() == Some(t))
@@ -132,36 +164,9 @@ struct Traits {
     ggml_type: u32,
     block_size: usize,
     block_bytes: usize,
+    /// Byte offsets within a block of its f16 scale fields (`Block::SCALES`).
+    scales: &'static [usize],
 }
-
-const fn row<B: crate::quant::blocks::Block>(dtype: DType, name: &'static str, ggml_type: u32) -> Traits {
-    Traits { dtype, name, ggml_type, block_size: B::VALUES, block_bytes: std::mem::size_of::<B>() }
-}
-
-const fn plain(dtype: DType, name: &'static str, ggml_type: u32, bytes: usize) -> Traits {
-    Traits { dtype, name, ggml_type, block_size: 1, block_bytes: bytes }
-}
-
-/// The type table, in [`DType`]'s order; the block types' sizes come from their structs (`crate::quant`).
-const TRAITS: [Traits; 14] = {
-    use crate::quant::blocks::*;
-    [
-        plain(DType::F32, "float32", 0, 4),
-        plain(DType::F16, "float16", 1, 2),
-        plain(DType::I32, "int32", 26, 4),
-        plain(DType::BF16, "bf16", 30, 2),
-        row::<BlockQ4_0>(DType::Q4_0, "q4_0", 2),
-        row::<BlockQ4_1>(DType::Q4_1, "q4_1", 3),
-        row::<BlockQ5_0>(DType::Q5_0, "q5_0", 6),
-        row::<BlockQ5_1>(DType::Q5_1, "q5_1", 7),
-        row::<BlockQ8_0>(DType::Q8_0, "q8_0", 8),
-        row::<BlockQ2K>(DType::Q2_K, "q2_k", 10),
-        row::<BlockQ3K>(DType::Q3_K, "q3_k", 11),
-        row::<BlockQ4K>(DType::Q4_K, "q4_k", 12),
-        row::<BlockQ5K>(DType::Q5_K, "q5_k", 13),
-        row::<BlockQ6K>(DType::Q6_K, "q6_k", 14),
-    ]
-};
 
 // every row in its dtype's place
 const _: () = {

@@ -54,31 +54,34 @@ mod graph;
 /// the environment variables the GPU backend reads, and what the tuner chose for an adapter. Everything else
 /// about a GPU device is in [`Capabilities`].
 pub mod gpu {
-    pub use crate::backend::gpu::config::*;
     pub use crate::backend::gpu::target::uses_cooperative_matrices;
     #[cfg(not(target_arch = "wasm32"))]
     pub use crate::backend::gpu::tune::tuned_kernels;
+    pub use crate::tuning::*;
 }
 pub mod io;
 pub use io::gguf;
 #[cfg(feature = "models")]
 pub mod models;
 mod ops;
+mod options;
 mod quant;
 mod resident;
 mod run;
 mod shape;
 mod tensor;
+mod tuning;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 
-pub use backend::{CompileOptions, KernelTime, PlanStats, TransferStats, PROGRESS_LOG};
+pub use backend::PROGRESS_LOG;
 pub use caps::{BackendKind, Capabilities, DeviceType, BACKEND_ENV};
 pub use device::{Device, Plan};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use graph::{Attention, Graph, Tensor};
 pub use ops::{Accepts, BinaryOp, GluOp, MatmulPrecision, ReduceOp, Rope, RopeMode, RowOp, UnaryOp};
+pub use options::{CompileOptions, KernelTime, PlanStats, TransferStats};
 pub use resident::{Bytes, Resident, State};
 pub use run::{Fetch, Value};
 pub use shape::MAX_RANK;
@@ -141,7 +144,7 @@ pub mod testing {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn tuner_verdict(
         caps: &crate::Capabilities,
-        choice: crate::backend::gpu::config::MatmulChoice,
+        choice: crate::tuning::MatmulChoice,
     ) -> crate::Result<std::result::Result<(), String>> {
         crate::backend::gpu::tune::verdict_for_capabilities(caps, choice)
     }

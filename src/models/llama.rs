@@ -13,4 +13,5 @@ pub type LlamaOptions = super::decoder::LanguageModelOptions;
 #[deprecated(since = "0.2.0", note = "renamed webtensor::models::decoder::DecoderConfig")]
 pub type LlamaConfig = super::decoder::DecoderConfig;
 
-pub use super::decoder::{batch, GenerateOptions, Generation, Prompter, StopReason, Token, TokenStream};
+pub use super::decoder::stream::{GenerateOptions, Generation, StopReason, Token, TokenStream};
+pub use super::decoder::{batch, Prompter};

@@ -13,9 +13,10 @@ pub mod sampling;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
-pub use decoder::{
-    GenerateOptions, Generation, LanguageModel, LanguageModelOptions, Prompter, StopReason, Token, TokenStream,
+pub use decoder::stream::{
+    GenerateOptions, Generation, StopReason, Token, TokenStream, MAX_STOP_BYTES, MAX_STOP_STRINGS,
 };
+pub use decoder::{LanguageModel, LanguageModelOptions, Prompter};
 pub use recommended::RecommendedSampling;
 pub use sampling::{Sampler, SamplingOptions};
 pub use tokenizer::Tokenizer;

@@ -23,10 +23,14 @@ impl F16Le {
 pub(crate) trait Block: Pod {
     /// Values per block (ggml's `blck_size`).
     const VALUES: usize;
+    /// Byte offsets of its f16 scale fields: the scale `d` first, then the min where it has one (the one place
+    /// that says where a type keeps its scales: [`crate::DType::scale_offsets`]).
+    const SCALES: &'static [usize];
 }
 
 macro_rules! block {
-    ($(#[doc = $doc:literal])* $name:ident, $values:expr, $bytes:expr, { $($(#[doc = $fdoc:literal])* $field:ident: $ty:ty),* $(,)? }) => {
+    ($(#[doc = $doc:literal])* $name:ident, $values:expr, $bytes:expr, scales [$($scale:ident),*],
+     { $($(#[doc = $fdoc:literal])* $field:ident: $ty:ty),* $(,)? }) => {
         $(#[doc = $doc])*
         #[derive(Clone, Copy, Debug, Pod, Zeroable)]
         #[repr(C)]
@@ -35,6 +39,7 @@ macro_rules! block {
         }
         impl Block for $name {
             const VALUES: usize = $values;
+            const SCALES: &'static [usize] = &[$(std::mem::offset_of!($name, $scale)),*];
         }
         const _: () = assert!(std::mem::size_of::<$name>() == $bytes && std::mem::align_of::<$name>() == 1);
     };
@@ -42,47 +47,47 @@ macro_rules! block {
 
 block!(
     /// `block_q4_0`: 32 values `(q − 8)·d`, q a nibble (low nibbles the first 16).
-    BlockQ4_0, 32, 18, { d: F16Le, qs: [u8; 16] }
+    BlockQ4_0, 32, 18, scales [d], { d: F16Le, qs: [u8; 16] }
 );
 block!(
     /// `block_q4_1`: 32 values `q·d + m`.
-    BlockQ4_1, 32, 20, { d: F16Le, m: F16Le, qs: [u8; 16] }
+    BlockQ4_1, 32, 20, scales [d, m], { d: F16Le, m: F16Le, qs: [u8; 16] }
 );
 block!(
     /// `block_q5_0`: 32 values `(q − 16)·d`, q a nibble with a fifth bit from `qh`.
-    BlockQ5_0, 32, 22, { d: F16Le, qh: [u8; 4], qs: [u8; 16] }
+    BlockQ5_0, 32, 22, scales [d], { d: F16Le, qh: [u8; 4], qs: [u8; 16] }
 );
 block!(
     /// `block_q5_1`: 32 values `q·d + m`, q 5 bits as in Q5_0.
-    BlockQ5_1, 32, 24, { d: F16Le, m: F16Le, qh: [u8; 4], qs: [u8; 16] }
+    BlockQ5_1, 32, 24, scales [d, m], { d: F16Le, m: F16Le, qh: [u8; 4], qs: [u8; 16] }
 );
 block!(
     /// `block_q8_0`: 32 values `q·d`, q an i8.
-    BlockQ8_0, 32, 34, { d: F16Le, qs: [u8; 32] }
+    BlockQ8_0, 32, 34, scales [d], { d: F16Le, qs: [u8; 32] }
 );
 block!(
     /// `block_q2_K`: 256 values in 16 groups of 16, `d·sc·q − dmin·m`, q 2 bits; `scales` holds each group's
     /// 4-bit scale (low nibble) and min (high nibble).
-    BlockQ2K, 256, 84, { scales: [u8; 16], qs: [u8; 64], d: F16Le, dmin: F16Le }
+    BlockQ2K, 256, 84, scales [d, dmin], { scales: [u8; 16], qs: [u8; 64], d: F16Le, dmin: F16Le }
 );
 block!(
     /// `block_q3_K`: 256 values in 16 groups of 16, `d·(sc − 32)·(q − 4·!hbit)`, q 2 bits with a high bit in
     /// `hmask`; sixteen 6-bit scales packed in 12 bytes ([`BlockQ3K::scales`]).
-    BlockQ3K, 256, 110, { hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: F16Le }
+    BlockQ3K, 256, 110, scales [d], { hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: F16Le }
 );
 block!(
     /// `block_q4_K`: 256 values in 8 groups of 32, `d·sc·q − dmin·m`, q a nibble; eight 6-bit scales and mins
     /// packed in 12 bytes ([`scale_min_k4`]).
-    BlockQ4K, 256, 144, { d: F16Le, dmin: F16Le, scales: [u8; 12], qs: [u8; 128] }
+    BlockQ4K, 256, 144, scales [d, dmin], { d: F16Le, dmin: F16Le, scales: [u8; 12], qs: [u8; 128] }
 );
 block!(
     /// `block_q5_K`: Q4_K with a fifth bit per value in `qh`.
-    BlockQ5K, 256, 176, { d: F16Le, dmin: F16Le, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128] }
+    BlockQ5K, 256, 176, scales [d, dmin], { d: F16Le, dmin: F16Le, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128] }
 );
 block!(
     /// `block_q6_K`: 256 values in 16 groups of 16, `d·sc·(q − 32)`, q 6 bits (low 4 in `ql`, high 2 in `qh`),
     /// `sc` an i8.
-    BlockQ6K, 256, 210, { ql: [u8; 128], qh: [u8; 64], scales: [u8; 16], d: F16Le }
+    BlockQ6K, 256, 210, scales [d], { ql: [u8; 128], qh: [u8; 64], scales: [u8; 16], d: F16Le }
 );
 
 /// The block at the start of `bytes`.

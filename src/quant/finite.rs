@@ -3,10 +3,7 @@
 //! would otherwise flow through the kernels into logits or embeddings that are NaN, or worse, finite and wrong:
 //! an activation quantized for an integer dot product rounds NaN to 0, and a softmax's max skips it.
 
-use super::blocks::{
-    blocks, Block, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
-    BlockQ8_0, F16Le,
-};
+use super::blocks::F16Le;
 use crate::dtype::DType;
 
 /// The first value of `bytes` (little-endian `dtype` data, whole elements or blocks) that is not finite: its
@@ -26,16 +23,7 @@ pub(crate) fn first_non_finite(dtype: DType, bytes: &[u8]) -> Option<(usize, f32
             .position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7f80 == 0x7f80)
             .map(|i| (i, half::bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32())),
         DType::I32 => None,
-        DType::Q4_0 => scales::<BlockQ4_0>(bytes, |b| [b.d, b.d]),
-        DType::Q4_1 => scales::<BlockQ4_1>(bytes, |b| [b.d, b.m]),
-        DType::Q5_0 => scales::<BlockQ5_0>(bytes, |b| [b.d, b.d]),
-        DType::Q5_1 => scales::<BlockQ5_1>(bytes, |b| [b.d, b.m]),
-        DType::Q8_0 => scales::<BlockQ8_0>(bytes, |b| [b.d, b.d]),
-        DType::Q2_K => scales::<BlockQ2K>(bytes, |b| [b.d, b.dmin]),
-        DType::Q3_K => scales::<BlockQ3K>(bytes, |b| [b.d, b.d]),
-        DType::Q4_K => scales::<BlockQ4K>(bytes, |b| [b.d, b.dmin]),
-        DType::Q5_K => scales::<BlockQ5K>(bytes, |b| [b.d, b.dmin]),
-        DType::Q6_K => scales::<BlockQ6K>(bytes, |b| [b.d, b.d]),
+        _ => first_non_finite_scale(dtype, bytes),
     }
 }
 
@@ -47,11 +35,13 @@ fn half_bits(b: &[u8]) -> u16 {
     u16::from_le_bytes([b[0], b[1]])
 }
 
-/// The first block of `bytes` with a scale or min (as `fields` gives them) that is not finite.
-fn scales<B: Block>(bytes: &[u8], fields: impl Fn(&B) -> [F16Le; 2]) -> Option<(usize, f32)> {
-    let whole = bytes.len() / std::mem::size_of::<B>() * std::mem::size_of::<B>();
-    blocks::<B>(&bytes[..whole]).iter().enumerate().find_map(|(i, b)| {
-        fields(b).into_iter().find(|h| half_bits(&h.0) & 0x7c00 == 0x7c00).map(|h| (i * B::VALUES, h.get()))
+/// The first block of `bytes` (whole blocks of block type `dtype`) with a scale or min that is not finite: the
+/// block's first element and the value.
+fn first_non_finite_scale(dtype: DType, bytes: &[u8]) -> Option<(usize, f32)> {
+    bytes.chunks_exact(dtype.block_bytes()).enumerate().find_map(|(i, b)| {
+        let scale = |&o: &usize| F16Le([b[o], b[o + 1]]);
+        let bad = dtype.scale_offsets().iter().map(scale).find(|h| half_bits(&h.0) & 0x7c00 == 0x7c00);
+        bad.map(|h| (i * dtype.block_size(), h.get()))
     })
 }
 

@@ -5,9 +5,9 @@ use super::convert::{init_console, js_bytes, js_err, parse_backend, parse_dtype,
 use super::graph::{tensors_of, WebGraph};
 use super::plan::WebPlan;
 use super::tensors::{WebResident, WebState};
-use crate::backend::CompileOptions;
 use crate::dtype::DType;
 use crate::error::Error;
+use crate::options::CompileOptions;
 use crate::tensor::HostTensor;
 use js_sys::{Array, Float32Array};
 use std::cell::RefCell;

@@ -4,13 +4,11 @@
 use super::attention_rows::{attend, Block, Lane, Rows};
 use super::attention_rows::{nan_max, softmax_in_place};
 use super::buffer::Memory;
-use super::elementwise::Leaf;
 use super::gather::SetRowsKernel;
-use super::lower::CpuFamily;
 use super::matmul::product;
 use super::parallel::{for_chunks, threads};
 use super::sgemm::Operand;
-use super::target::{leaf, CpuTarget};
+use super::target::{leaf, CpuFamily, CpuTarget, Leaf};
 use crate::compile::ir::{Program, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};

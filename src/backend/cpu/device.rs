@@ -3,11 +3,12 @@
 use super::external::{CpuBytes, CpuState};
 use super::plan::compile;
 use super::target::MAX_TENSOR_BYTES;
-use crate::backend::{Backend, CompileOptions, Executable, LocalFuture};
+use crate::backend::{Backend, Executable, LocalFuture};
 use crate::caps::{next_id, BackendKind, Capabilities, DeviceType};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Tensor};
+use crate::options::CompileOptions;
 use crate::resident::{Bytes, External, ExternalInfo, ExternalMemory};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -3,25 +3,15 @@
 //! does. The math is the op tables' f32 functions (`src/ops`).
 
 use super::buffer::{positions, Memory, View};
-use super::lower::CpuFamily;
 use super::parallel::for_ranges;
-use super::target::{leaf, CpuTarget};
+use super::target::{leaf, CpuFamily, CpuTarget, Leaf};
 use crate::compile::ir::{ElemOp, Expr, Program, Step};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::NodeId;
-use crate::shape::Layout;
 
 /// Elements evaluated at a time.
 pub(crate) const CHUNK: usize = 1024;
-
-/// One operand of an elementwise kernel: its storage, dtype, and layout broadcast to the output's shape.
-#[derive(Clone, Debug)]
-pub(crate) struct Leaf {
-    pub storage: NodeId,
-    pub dtype: DType,
-    pub layout: Layout,
-}
 
 /// `out[i] = expr(leaves at i)` for every element `i` of a contiguous output.
 #[derive(Clone, Debug)]

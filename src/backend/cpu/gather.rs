@@ -1,9 +1,7 @@
 //! Gathers and writes on the CPU: get_rows, concat, set_rows (a KV cache's write) and copy_into.
 
 use super::buffer::{Memory, View};
-use super::elementwise::Leaf;
-use super::lower::CpuFamily;
-use super::target::{leaf, CpuTarget};
+use super::target::{leaf, CpuFamily, CpuTarget, Leaf};
 use crate::compile::ir::{Program, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -1,26 +1,16 @@
 //! Lowering for the CPU (stage 2, compile pass 5): each step of a program becomes the kernel of the family that
-//! takes it. Each family file owns its kernel and its `lower` (the [`CpuFamily`] contract); the list below names
+//! takes it. Each family file owns its kernel and its `lower` (the `CpuFamily` contract); the list below names
 //! each kernel once and generates [`CpuKernel`], the dispatch and its `run`. A new kernel-backed op is a family
 //! file (or a kernel in one) and one line in the list.
 
 use super::buffer::Memory;
-use super::target::CpuTarget;
+use super::target::{CpuFamily, CpuTarget, MAX_TENSOR_BYTES};
 use super::{attention, elementwise, gather, matmul, quant, rows};
 use crate::compile::ir::Program;
+use crate::compile::memory::{MemoryLimits, MemoryPlan};
+use crate::compile::Target;
 use crate::error::Result;
 use crate::graph::NodeId;
-
-/// A CPU kernel family: its kernel, lowered from the steps it takes, and run over the plan's memory.
-pub(super) trait CpuFamily: Sized {
-    /// The kernel of step `id` of `p` when this family takes it (as `p` holds the step now).
-    fn lower(p: &Program, id: NodeId, t: &CpuTarget) -> Option<Self>;
-
-    /// Runs the kernel over the plan's memory.
-    ///
-    /// # Errors
-    /// What the kernel finds wrong in its inputs at run time (an index out of range).
-    fn run(&self, mem: &Memory) -> Result<()>;
-}
 
 /// Declares [`CpuKernel`] with one variant a kernel; lowering asks each in the order listed (the first that takes
 /// a step lowers it: quantized kernels before the float ones that would take the same op).
@@ -66,4 +56,28 @@ families! {
     attention::RopeKernel,
     attention::RopeSetRowsKernel,
     attention::AttentionKernel,
+}
+
+impl Target for CpuTarget {
+    type Kernel = CpuKernel;
+
+    fn device_id(&self) -> u64 {
+        self.device
+    }
+
+    fn fusion(&self) -> bool {
+        self.fusion
+    }
+
+    fn lowers(&self, p: &Program, id: NodeId) -> bool {
+        lower(p, id, self).is_ok()
+    }
+
+    fn memory_limits(&self) -> MemoryLimits {
+        MemoryLimits { align: 64, max_arena: 1 << 40, max_tensor: MAX_TENSOR_BYTES, place_inputs: false }
+    }
+
+    fn lower(&self, p: &Program, _memory: &MemoryPlan, id: NodeId) -> Result<Vec<CpuKernel>> {
+        lower(p, id, self).map(|k| vec![k])
+    }
 }

@@ -3,14 +3,12 @@
 //! with the `x86-v4` feature). A fused epilogue is applied to the product before the store.
 
 use super::buffer::Memory;
-use super::elementwise::{epilogue, Leaf};
+use super::elementwise::epilogue;
 use super::external::CpuBytes;
-use super::lower::CpuFamily;
-use super::quant::{quantized_matmul, VEC_ROWS};
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use super::sgemm::sgemm;
 use super::sgemm::Operand;
-use super::target::{epilogue as epilogue_leaves, leaf, CpuTarget};
+use super::target::{epilogue as epilogue_leaves, leaf, CpuFamily, CpuTarget, Leaf, VEC_ROWS};
 use crate::compile::ir::{Expr, Program, Step};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -235,11 +233,12 @@ fn batch_offset(l: &Layout, bi: usize) -> usize {
 }
 
 impl CpuFamily for MatmulKernel {
-    /// A matmul of float operands (not a dual nor a normed one), unless the quantized kernel takes it.
+    /// A matmul of float operands (not a dual nor a normed one); listed after the quantized kernel, which takes
+    /// the mat-vecs over an f16 weight first.
     fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
         let Step::MatMul { a, b, b2: None, epilogue: epi, norm: None, .. } = &p.nodes[id].step else { return None };
         let (a, b) = (*a, *b);
-        if quantized_matmul(p, a, b) {
+        if p.nodes[b].dtype.is_storage_format() {
             return None;
         }
         let node = &p.nodes[id];

@@ -10,12 +10,11 @@
 //! kernel multiplies it with any number of rows, each row's result the same bits whatever that number.
 
 use super::buffer::Memory;
-use super::elementwise::{epilogue, Leaf};
-use super::lower::CpuFamily;
+use super::elementwise::epilogue;
 use super::matmul::transpose_into;
 use super::parallel::{for_chunks, for_ranges, rows_per_task};
 use super::qdot::{self, Q8Row};
-use super::target::{epilogue as epilogue_leaves, leaf, weight_of_rows, weight_of_transposed, CpuTarget};
+use super::target::{epilogue as epilogue_leaves, leaf, CpuFamily, CpuTarget, Leaf, VEC_ROWS};
 use crate::compile::ir::{Expr, Program, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -34,6 +33,20 @@ pub(crate) struct Weight {
     pub row0: usize,
     /// Values per row.
     pub k: usize,
+}
+
+/// The weight behind `t(w)` (layout `[K, N]`, strides `[1, K]`) and N.
+fn weight_of_transposed(p: &Program, b: NodeId) -> (Weight, usize) {
+    let l = &p.nodes[b].layout;
+    let (k, n) = (l.shape[0], l.shape[1]);
+    (Weight { storage: p.nodes[b].storage, dtype: p.nodes[b].dtype, row0: l.offset / k, k }, n)
+}
+
+/// The weight of a row-major `[.., K]` tensor (rows of a storage format) and its number of rows.
+fn weight_of_rows(p: &Program, x: NodeId) -> (Weight, usize) {
+    let l = &p.nodes[x].layout;
+    let k = l.shape.last().copied().unwrap_or(1);
+    (Weight { storage: p.nodes[x].storage, dtype: p.nodes[x].dtype, row0: l.offset / k, k }, l.numel() / k)
 }
 
 impl Weight {
@@ -193,7 +206,7 @@ pub(crate) struct QMatmulKernel {
 /// Whether `a @ b` runs the quantized matmul kernel: b in a storage format, or f16 for few rows (a mat-vec over an
 /// f16 weight read as `t(w)`, w `[N, K]` row-major: converted a row at a time, not as a whole as `gemm`'s path
 /// would).
-pub(crate) fn quantized_matmul(p: &Program, a: NodeId, b: NodeId) -> bool {
+fn quantized_matmul(p: &Program, a: NodeId, b: NodeId) -> bool {
     let lb = &p.nodes[b].layout;
     let k = lb.shape[0];
     let half_mat_vec = p.nodes[b].dtype == DType::F16
@@ -305,8 +318,6 @@ impl RepackedW {
     }
 }
 
-/// Rows of a at most for the mat-vec path (every weight row read once, dotted with each row of a).
-pub(crate) const VEC_ROWS: usize = 8;
 /// A pointer the prefill's tasks share, each writing its own columns through it.
 struct SendPtr(*mut f32);
 // SAFETY: the tasks write disjoint elements, and the buffer outlives them (`for_ranges` returns after all).

@@ -1,10 +1,9 @@
 //! Row ops on the CPU (the row-op and reduction tables' f64 functions over each row).
 
 use super::buffer::Memory;
-use super::elementwise::{eval, load, Leaf, GRAIN};
-use super::lower::CpuFamily;
+use super::elementwise::{eval, load, GRAIN};
 use super::parallel::for_ranges;
-use super::target::{epilogue, leaf, CpuTarget};
+use super::target::{epilogue, leaf, CpuFamily, CpuTarget, Leaf};
 use crate::compile::ir::{Expr, Program, Step};
 use crate::dtype::DType;
 use crate::error::Result;

@@ -1,16 +1,19 @@
-//! What CPU lowering knows about the device ([`CpuTarget`]), and the helpers every family's lowering uses.
+//! What CPU lowering knows about the device ([`CpuTarget`]), the operand every kernel reads ([`Leaf`]), the
+//! contract every kernel family fulfils ([`CpuFamily`]), and the helpers every family's lowering uses. Nothing here
+//! names a family: `lower.rs` lists them.
 
-use super::elementwise::Leaf;
-use super::lower;
-use super::quant::Weight;
+use super::buffer::Memory;
 use crate::compile::ir::{Expr, Program};
-use crate::compile::memory::{MemoryLimits, MemoryPlan};
-use crate::compile::Target;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::NodeId;
+use crate::shape::Layout;
 
 /// Largest tensor the CPU backend holds, in bytes: 2 GiB on wasm32 (4 GiB address space), 16 GiB natively.
 pub(super) const MAX_TENSOR_BYTES: u64 = if cfg!(target_pointer_width = "32") { 1 << 31 } else { 1 << 34 };
+
+/// Rows of a matmul's A at most for the mat-vec paths (every weight row read once, dotted with each row of A).
+pub(crate) const VEC_ROWS: usize = 8;
 
 /// What lowering needs to know about the device and the plan's options.
 pub(super) struct CpuTarget {
@@ -22,28 +25,25 @@ pub(super) struct CpuTarget {
     pub(super) f32_activations: bool,
 }
 
-impl Target for CpuTarget {
-    type Kernel = lower::CpuKernel;
+/// A CPU kernel family: its kernel, lowered from the steps it takes, and run over the plan's memory.
+pub(super) trait CpuFamily: Sized {
+    /// The kernel of step `id` of `p` when this family takes it (as `p` holds the step now).
+    fn lower(p: &Program, id: NodeId, t: &CpuTarget) -> Option<Self>;
 
-    fn device_id(&self) -> u64 {
-        self.device
-    }
+    /// Runs the kernel over the plan's memory.
+    ///
+    /// # Errors
+    /// What the kernel finds wrong in its inputs at run time (an index out of range).
+    fn run(&self, mem: &Memory) -> Result<()>;
+}
 
-    fn fusion(&self) -> bool {
-        self.fusion
-    }
-
-    fn lowers(&self, p: &Program, id: NodeId) -> bool {
-        lower::lower(p, id, self).is_ok()
-    }
-
-    fn memory_limits(&self) -> MemoryLimits {
-        MemoryLimits { align: 64, max_arena: 1 << 40, max_tensor: MAX_TENSOR_BYTES, place_inputs: false }
-    }
-
-    fn lower(&self, p: &Program, _memory: &MemoryPlan, id: NodeId) -> Result<Vec<lower::CpuKernel>> {
-        lower::lower(p, id, self).map(|k| vec![k])
-    }
+/// One operand of a kernel: its storage, dtype, and layout (broadcast to the output's shape where the kernel
+/// reads it so).
+#[derive(Clone, Debug)]
+pub(crate) struct Leaf {
+    pub storage: NodeId,
+    pub dtype: DType,
+    pub layout: Layout,
 }
 
 /// Operand `src` of a kernel: its storage, dtype and layout (broadcast to `shape` where given).
@@ -59,18 +59,4 @@ pub(super) fn leaf(p: &Program, src: NodeId, shape: Option<&[usize]>) -> Leaf {
 /// A step's epilogue with its operands as leaves broadcast to the output's `shape`.
 pub(super) fn epilogue(p: &Program, epi: Option<&(Expr, Vec<NodeId>)>, shape: &[usize]) -> Option<(Expr, Vec<Leaf>)> {
     epi.map(|(e, srcs)| (e.clone(), srcs.iter().map(|&s| leaf(p, s, Some(shape))).collect()))
-}
-
-/// The weight behind `t(w)` (layout `[K, N]`, strides `[1, K]`) and N.
-pub(super) fn weight_of_transposed(p: &Program, b: NodeId) -> (Weight, usize) {
-    let l = &p.nodes[b].layout;
-    let (k, n) = (l.shape[0], l.shape[1]);
-    (Weight { storage: p.nodes[b].storage, dtype: p.nodes[b].dtype, row0: l.offset / k, k }, n)
-}
-
-/// The weight of a row-major `[.., K]` tensor (rows of a storage format) and its number of rows.
-pub(super) fn weight_of_rows(p: &Program, x: NodeId) -> (Weight, usize) {
-    let l = &p.nodes[x].layout;
-    let k = l.shape.last().copied().unwrap_or(1);
-    (Weight { storage: p.nodes[x].storage, dtype: p.nodes[x].dtype, row0: l.offset / k, k }, l.numel() / k)
 }

@@ -4,12 +4,12 @@
 
 use super::kernel::{KernelKey, MatVecReduce};
 use super::target::{coop_fragment, preferred_matvec, GpuTarget};
-#[cfg(not(target_arch = "wasm32"))]
-use crate::backend::gpu::config::SHADER_CHECKS_ENV;
 use crate::backend::gpu::config::{decode_split_override, MatmulKernels};
 use crate::caps::{BackendKind, Capabilities, DeviceType};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::tuning::SHADER_CHECKS_ENV;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -25,15 +25,16 @@ pub(crate) use device::enumerate;
 pub(crate) use device::GpuBackend;
 
 use super::{Backend, CompileOptions, Executable, LocalFuture};
-#[cfg(not(target_arch = "wasm32"))]
-use crate::backend::gpu::config::MATMUL_ENV;
-use crate::backend::gpu::config::{MatmulChoice, MatmulKernels, COOP_CONFIGS, TILE_CONFIGS};
+use crate::backend::gpu::config::MatmulKernels;
 use crate::caps::Capabilities;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::Op;
 use crate::graph::{Graph, Tensor};
 use crate::resident::{Bytes, External, ExternalInfo};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::tuning::MATMUL_ENV;
+use crate::tuning::{MatmulChoice, COOP_CONFIGS, TILE_CONFIGS};
 use external::GpuMemory;
 use std::sync::Arc;
 
@@ -63,10 +64,8 @@ async fn matmul_choice(gpu: &Arc<GpuBackend>, pinned: Option<MatmulChoice>) -> R
     #[cfg(not(target_arch = "wasm32"))]
     let c = Box::pin(tune::tune(gpu)).await?;
     #[cfg(target_arch = "wasm32")]
-    let c = MatmulKernels {
-        pinned: false,
-        ..MatmulKernels::pinned(MatmulChoice::Tiled(crate::backend::gpu::config::DEFAULT_CONFIG))
-    };
+    let c =
+        MatmulKernels { pinned: false, ..MatmulKernels::pinned(MatmulChoice::Tiled(crate::tuning::DEFAULT_CONFIG)) };
     *gpu.matmul.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
     Ok(c)
 }

@@ -11,15 +11,14 @@ use super::readback::read_staging;
 use super::readback::wait_for_submission;
 use super::timing::DispatchTimer;
 use crate::backend::gpu::config::MatmulKernels;
-use crate::backend::{
-    fetched, gather_bytes, CompileOptions, Executable, Inputs, KernelTime, LocalFuture, PlanStats, TransferStats,
-};
+use crate::backend::{fetched, gather_bytes, Executable, Inputs, LocalFuture};
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
 use crate::compile::Compiled;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::graph::{Graph, Tensor};
+use crate::options::{CompileOptions, KernelTime, PlanStats, TransferStats};
 use crate::run::Fetch;
 use crate::tensor::HostTensor;
 use std::collections::HashSet;

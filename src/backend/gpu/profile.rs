@@ -1,13 +1,14 @@
 //! Plans for a recorded adapter profile: the pass list and lowering with every adapter-dependent decision taken
 //! from a [`Capabilities`], without a device (`tests/profiles.rs`, the tuner's offline verdict).
 
-use super::config::{MatmulChoice, MatmulKernels, COOP_CONFIGS, DEFAULT_CONFIG};
+use super::config::MatmulKernels;
 use super::kernel::Dispatch;
 use super::target::{coop_fragment, GpuTarget};
-use crate::backend::CompileOptions;
 use crate::caps::Capabilities;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Tensor};
+use crate::options::CompileOptions;
+use crate::tuning::{MatmulChoice, COOP_CONFIGS, DEFAULT_CONFIG};
 
 /// The matmul kernels a device with capabilities `caps` runs when nothing is pinned and it has not been tuned:
 /// the default tiled configuration, and the first cooperative-matrix configuration that fits where the adapter

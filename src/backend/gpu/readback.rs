@@ -2,9 +2,9 @@
 //! ([`READBACK_TIMEOUT_ENV`], 60 s by default), so a stuck GPU is an error and never a hang.
 
 use super::device::GpuBackend;
-#[cfg(not(target_arch = "wasm32"))]
-use crate::backend::gpu::config::READBACK_TIMEOUT_ENV;
 use crate::error::{Error, Result};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::tuning::READBACK_TIMEOUT_ENV;
 
 /// The readback bound: `WEBTENSOR_READBACK_TIMEOUT_MS` if set to a positive number, else 60 s.
 #[cfg(not(target_arch = "wasm32"))]

@@ -6,21 +6,21 @@
 //! The fastest wins. The result is cached
 //! in memory per device and on disk per adapter and driver, in `$XDG_CACHE_HOME/webtensor/matmul-tuning.txt`
 //! (or `~/.cache/...`); `WEBTENSOR_TUNE_CACHE=off` disables the file, `WEBTENSOR_TUNE_CACHE=PATH` puts it
-//! elsewhere (see [`crate::backend::gpu::config::TUNE_CACHE_ENV`] for the format), `WEBTENSOR_MATMUL` skips tuning.
+//! elsewhere (see [`crate::tuning::TUNE_CACHE_ENV`] for the format), `WEBTENSOR_MATMUL` skips tuning.
 
 use super::device::GpuBackend;
 use super::plan::GpuPlan;
-use crate::backend::gpu::config::MatmulChoice::{self, Coop, Generic, Tiled};
-use crate::backend::gpu::config::{
-    CoopConfig, MatmulKernels, TunedKernels, COOP_CONFIGS, TILE_CONFIGS, TUNE_CACHE_ENV,
-};
-use crate::backend::{CompileOptions, Executable};
+use crate::backend::gpu::config::MatmulKernels;
+use crate::backend::Executable;
 use crate::caps::{Capabilities, DeviceType};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::Graph;
+use crate::options::CompileOptions;
 use crate::run::Fetch;
 use crate::tensor::HostTensor;
+use crate::tuning::MatmulChoice::{self, Coop, Generic, Tiled};
+use crate::tuning::{CoopConfig, TunedKernels, COOP_CONFIGS, TILE_CONFIGS, TUNE_CACHE_ENV};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

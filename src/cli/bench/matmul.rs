@@ -13,7 +13,7 @@
 //! torch's `dst.copy_(src)`), the yardstick for mat-vec.
 
 use super::helper::median;
-use super::work::{build, data, Built, Work};
+use super::work::{build, data, Built, Entry, Measured, Timing, Work};
 use super::{peer, report};
 use crate::cli::device::{choose_device, describe};
 use crate::cli::error::CliError;
@@ -72,7 +72,7 @@ pub struct MatmulArgs {
     prefill_size: Option<u32>,
     /// Timed samples per library and workload, after one warm-up; medians are reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub repeats: u32,
+    repeats: u32,
     /// Folder for matmul.md, matmul.json and matmul.svg (created if missing; files there are replaced whole).
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
@@ -108,35 +108,6 @@ const MAX_Q: usize = 512;
 const SETTLE: Duration = Duration::from_millis(300);
 /// Bytes copied by the copy-bandwidth workload (less where the device's largest binding is smaller).
 const COPY_BYTES: u64 = 256 << 20;
-
-/// One library's figures for one workload.
-pub struct Entry {
-    /// e.g. `webtensor vulkan`, `webtensor cpu`, `numpy`, `torch-tf32`.
-    pub label: String,
-    pub ours: bool,
-    /// Runs on the CPU (numpy, the CPU backend, a software adapter): compared with CPU peers.
-    pub on_cpu: bool,
-    pub outcome: Result<Timing, String>,
-}
-
-pub struct Timing {
-    /// Seconds per op (webtensor: the marginal kernel time).
-    pub s: f64,
-    /// webtensor only: seconds of `Plan::run` of the one-op plan.
-    pub run_s: Option<f64>,
-    /// webtensor only: the plan's kernels (`PlanStats::kernels`) and the chain length Q.
-    pub kernels: Vec<String>,
-    pub chain: usize,
-    /// webtensor only: what one run of the one-op plan moved and copied on the host.
-    pub transfer: webtensor::TransferStats,
-    /// Fastest and slowest sample, seconds per op (webtensor: per-round marginal times), for the JSON.
-    pub range: (f64, f64),
-}
-
-pub struct Measured {
-    pub work: Work,
-    pub entries: Vec<Entry>,
-}
 
 /// Mean seconds of `times` back-to-back `Plan::run`s.
 fn run_mean(b: &mut Built, data: &[HostTensor], times: usize) -> webtensor::Result<f64> {
@@ -286,7 +257,7 @@ pub fn run(args: &MatmulArgs) -> Result<(), CliError> {
         eprintln!("warning: {w}");
     }
 
-    let doc = report::Doc::new(&measured, &devices, &peers.hello, args, started.elapsed(), load);
+    let doc = report::Doc::new(&measured, &devices, &peers.hello, args.repeats, started.elapsed(), load);
     let write = |name: &str, text: &str| {
         let path = args.out.join(name);
         webtensor::io::write_file(&path.display().to_string(), text.as_bytes()).map_err(CliError::from)?;

@@ -2,8 +2,7 @@
 //! webtensor to each peer measured in the same run), the same figures as JSON with the machine, the devices and
 //! the peers' versions, and an SVG plot of matmul GFLOP/s against N (plotters, SVG backend only).
 
-use super::matmul::{Entry, MatmulArgs, Measured, Timing};
-use super::work::{short, Work};
+use super::work::{short, Entry, Measured, Timing, Work};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -39,7 +38,8 @@ pub struct Doc<'a> {
     measured: &'a [Measured],
     devices: &'a [Device],
     hello: &'a Value,
-    args: &'a MatmulArgs,
+    /// Samples per figure (`--repeats`).
+    repeats: u32,
     wall: Duration,
     /// The highest 1-minute load average seen between workloads.
     load: Option<f64>,
@@ -180,11 +180,11 @@ impl<'a> Doc<'a> {
         measured: &'a [Measured],
         devices: &'a [Device],
         hello: &'a Value,
-        args: &'a MatmulArgs,
+        repeats: u32,
         wall: Duration,
         load: Option<f64>,
     ) -> Doc<'a> {
-        Doc { measured, devices, hello, args, wall, load }
+        Doc { measured, devices, hello, repeats, wall, load }
     }
 
     /// Tables in order, each with its rows.
@@ -238,7 +238,7 @@ impl<'a> Doc<'a> {
         }
         md += &format!(
             "- {} samples per figure (median, [slowest–fastest] beside it); whole run {:.0} s; load average {}\n",
-            self.args.repeats,
+            self.repeats,
             self.wall.as_secs_f64(),
             self.load.map_or("unknown".into(), |l| format!("at most {l:.1}"))
         );
@@ -425,7 +425,7 @@ impl<'a> Doc<'a> {
             "peers": self.hello,
             "settings": settings().into_iter().collect::<serde_json::Map<String, serde_json::Value>>(),
             "env_removed_for_peers": removed,
-            "repeats": self.args.repeats,
+            "repeats": self.repeats,
             "method": METHOD,
             "results": results,
         })

@@ -164,32 +164,27 @@ pub fn data(work: Work) -> webtensor::Result<Vec<HostTensor>> {
     }
 }
 
-/// Where a block type keeps its f16 scale `d` and, if it has one, its min (`m` or `dmin`, bytes into the block),
-/// with the min's multiple of `d` that centres the block's values on zero for uniformly random quants (for
-/// Q4_1: values d·q + m, q in 0..16, so m = -7.5·d; for Q4_K: d·sc·q − dmin·mn, q in 0..16, so dmin = 7.5·d).
-/// Layouts as ggml-common.h.
-fn scale_fields(dtype: DType) -> Option<(usize, Option<(usize, f32)>)> {
-    Some(match dtype {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => (0, None),
-        DType::Q4_1 => (0, Some((2, -7.5))),
-        DType::Q5_1 => (0, Some((2, -15.5))),
-        DType::Q2_K => (80, Some((82, 1.5))),
-        DType::Q3_K => (108, None),
-        DType::Q4_K => (0, Some((2, 7.5))),
-        DType::Q5_K => (0, Some((2, 15.5))),
-        DType::Q6_K => (208, None),
-        _ => return None,
-    })
+/// The multiple of its scale `d` that a block type's min (its second scale field, `DType::scale_offsets`) is set
+/// to so that its values centre on zero for uniformly random quants: for Q4_1, values d·q + m with q in 0..16, so
+/// m = −7.5·d; for Q4_K, d·sc·q − dmin·mn, so dmin = 7.5·d. Formulas as ggml-common.h.
+fn min_multiple(dtype: DType) -> f32 {
+    match dtype {
+        DType::Q4_1 => -7.5,
+        DType::Q5_1 => -15.5,
+        DType::Q2_K => 1.5,
+        DType::Q4_K => 7.5,
+        DType::Q5_K => 15.5,
+        _ => 0.0,
+    }
 }
 
 /// Blocks of random quants with every block's scale set to `d` (and its min to the centring multiple of `d`).
 fn blocks_with_scale(dtype: DType, quants: &[u8], d: f32) -> Vec<u8> {
-    let (at, min) = scale_fields(dtype).expect("a block type");
     let mut bytes = quants.to_vec();
     for block in bytes.chunks_exact_mut(dtype.block_bytes()) {
-        block[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
-        if let Some((at, times)) = min {
-            block[at..at + 2].copy_from_slice(&half::f16::from_f32(times * d).to_le_bytes());
+        for (i, &at) in dtype.scale_offsets().iter().enumerate() {
+            let value = if i == 0 { d } else { min_multiple(dtype) * d };
+            block[at..at + 2].copy_from_slice(&half::f16::from_f32(value).to_le_bytes());
         }
     }
     bytes
@@ -198,7 +193,7 @@ fn blocks_with_scale(dtype: DType, quants: &[u8], d: f32) -> Vec<u8> {
 /// A `[k, k]` weight of block type `dtype`: random quants, and scales that keep a chain of products bounded — the
 /// scale is calibrated on the CPU backend so that `x · t(W)` has the root mean square of `x`.
 fn quant_weight(dtype: DType, k: usize, rng: &mut SplitMix64) -> webtensor::Result<HostTensor> {
-    if scale_fields(dtype).is_none() || !k.is_multiple_of(dtype.block_size()) {
+    if dtype.scale_offsets().is_empty() || !k.is_multiple_of(dtype.block_size()) {
         return Err(webtensor::Error::UnsupportedDType {
             op: "bench matmul --quant",
             dtype,
@@ -220,4 +215,35 @@ fn quant_weight(dtype: DType, k: usize, rng: &mut SplitMix64) -> webtensor::Resu
     let gain = rms(&out) / rms(&x.data.to_f32());
     let d = if gain.is_finite() && gain > 0.0 { (1.0 / gain) as f32 } else { 1.0 };
     HostTensor::new(&[k, k], Data::from_bytes(dtype, &blocks_with_scale(dtype, &quants, d)))
+}
+
+/// One library's figures for one workload.
+pub struct Entry {
+    /// e.g. `webtensor vulkan`, `webtensor cpu`, `numpy`, `torch-tf32`.
+    pub label: String,
+    pub ours: bool,
+    /// Runs on the CPU (numpy, the CPU backend, a software adapter): compared with CPU peers.
+    pub on_cpu: bool,
+    pub outcome: Result<Timing, String>,
+}
+
+/// A library's time for one workload.
+pub struct Timing {
+    /// Seconds per op (webtensor: the marginal kernel time).
+    pub s: f64,
+    /// webtensor only: seconds of `Plan::run` of the one-op plan.
+    pub run_s: Option<f64>,
+    /// webtensor only: the plan's kernels (`PlanStats::kernels`) and the chain length Q.
+    pub kernels: Vec<String>,
+    pub chain: usize,
+    /// webtensor only: what one run of the one-op plan moved and copied on the host.
+    pub transfer: webtensor::TransferStats,
+    /// Fastest and slowest sample, seconds per op (webtensor: per-round marginal times), for the JSON.
+    pub range: (f64, f64),
+}
+
+/// Every library's figures for one workload.
+pub struct Measured {
+    pub work: Work,
+    pub entries: Vec<Entry>,
 }

@@ -4,7 +4,7 @@
 //! output, has no epilogue of its own and reads no state, and the backend lowers the dual step. `g` gets no
 //! memory and no kernel; A is read once.
 
-use super::{host_value, reads_state, replace_leaf, try_step, Lowers, Readers, Rule};
+use super::rewrite::{host_value, reads_state, replace_leaf, try_step, Lowers, Readers, Rule};
 use crate::compile::ir::{Expr, Program, Step};
 use crate::graph::NodeId;
 

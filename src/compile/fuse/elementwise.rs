@@ -8,8 +8,8 @@
 //! the same shape with no other consumer, the expression moves into that step's store (its epilogue), which runs
 //! where the expression's root was scheduled, so every other leaf is ready.
 
-use super::{host_value, is_elementwise_float, reads_state, replace_leaf, try_step, Lowers, Readers, Rule};
-use super::{MAX_EPILOGUE_LEAVES, MAX_LEAVES};
+use super::rewrite::{host_value, is_elementwise_float, reads_state, replace_leaf, try_step, Lowers, Readers, Rule};
+use super::rewrite::{MAX_EPILOGUE_LEAVES, MAX_LEAVES};
 use crate::compile::ir::{Expr, Program, Step};
 use crate::graph::NodeId;
 

@@ -5,7 +5,7 @@
 //! [`MAX_EPILOGUE_LEAVES`] operands besides A and B, and the backend lowers the normed step. The norm gets no
 //! memory and no kernel.
 
-use super::{try_step, Lowers, Readers, Rule, MAX_EPILOGUE_LEAVES};
+use super::rewrite::{try_step, Lowers, Readers, Rule, MAX_EPILOGUE_LEAVES};
 use crate::compile::ir::{ElemOp, Expr, NormIn, Program, Step};
 use crate::dtype::DType;
 use crate::graph::NodeId;

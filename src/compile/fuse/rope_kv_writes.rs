@@ -1,7 +1,7 @@
 //! A layer's queries, keys and values in one step: a rope `q` (the queries') and the two KV-cache writes that
 //! follow it within [`KV_WINDOW`] steps become one [`Step::RopeKvWrites`] (see [`apply`]).
 
-use super::{reads_state, Lowers, Rule};
+use super::rewrite::{reads_state, Lowers, Rule};
 use crate::compile::ir::{Program, RowsWrite, Step};
 use crate::graph::{NodeId, Op};
 

@@ -4,7 +4,7 @@
 //! now runs where the write was scheduled), and the backend lowers the fused step. `r` gets no memory and no
 //! kernel.
 
-use super::{reads_state, try_step, Lowers, Rule};
+use super::rewrite::{reads_state, try_step, Lowers, Rule};
 use crate::compile::ir::{Program, Step};
 use crate::graph::{NodeId, Op};
 

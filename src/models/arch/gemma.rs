@@ -10,7 +10,8 @@
 
 use super::common::{self, Extras};
 use super::graph::llama_layer;
-use super::spec::{Activation, Arch, DecoderConfig};
+use super::row::Arch;
+use super::spec::{Activation, DecoderConfig};
 use crate::error::Result;
 use crate::models::arch::hparams::Hparams;
 use crate::ops::RopeMode;

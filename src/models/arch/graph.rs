@@ -4,21 +4,13 @@
 //! positions (all, or a sliding window), then the logits (soft-capped where the architecture says) and their
 //! argmax, for greedy decoding without reading the logits back.
 
+use super::row::{Io, KvCache, Layer, View, Weights};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::{Graph, Tensor};
-use crate::models::arch::spec::{Block, DecoderConfig, Qkv, Weights};
+use crate::models::arch::spec::{Block, DecoderConfig, Qkv};
 use crate::models::nn::{self, AttendSpec};
 use crate::resident::State;
-
-/// The KV cache of several sequences (slots): per block, keys and values `[slots · capacity, Hkv · D]`, sequence `s` in
-/// rows `s · capacity ..` (a row per position).
-pub(crate) struct KvCache {
-    pub k: Vec<State>,
-    pub v: Vec<State>,
-    /// Positions per sequence.
-    pub capacity: usize,
-}
 
 /// A step graph's inputs and outputs.
 pub(crate) struct StepGraph {
@@ -43,39 +35,6 @@ pub(crate) struct StepGraph {
     /// f32 `[1, 1]`: the sum of their logits, finite exactly when every logit is (greedy decoding reads the argmax
     /// only, and an argmax of NaN logits is a token like any other).
     pub logits_sum: Tensor,
-}
-
-/// A block's graph: `h` `[R, E]` (the residual stream's rows) to the block's output rows (see [`Layer`]).
-pub(crate) type LayerFn = fn(&mut Graph, &Layer, Tensor) -> Result<Tensor>;
-
-/// What a block's graph function builds from: the model's config, the block's index and weights, the KV cache
-/// and the step's inputs.
-pub(crate) struct Layer<'a> {
-    pub cfg: &'a DecoderConfig,
-    pub l: usize,
-    pub block: &'a Block,
-    pub cache: &'a KvCache,
-    pub io: &'a Io,
-}
-
-/// Where a graph's layers find their run-time inputs and how they view the cache.
-pub(crate) struct Io {
-    pos: Tensor,
-    rows: Tensor,
-    kv_len: Tensor,
-    /// The mask of full-attention layers (`None`: causal over `kv_len`).
-    mask: Option<Tensor>,
-    swa_mask: Option<Tensor>,
-    /// One sequence's rows (first cache row, positions), or `n` sequences, one per slot from the first.
-    view: View,
-    /// Rope's frequency factors, where the model has them.
-    rope_factors: Option<Tensor>,
-}
-
-#[derive(Clone, Copy)]
-pub(crate) enum View {
-    Step { first: usize, len: usize },
-    Batch { n: usize },
 }
 
 /// The graph of a step over `t` tokens of the sequence in cache slot `slot`.

@@ -18,10 +18,12 @@ mod llama;
 pub(crate) mod loader;
 mod phi3;
 mod qwen;
+pub(crate) mod row;
 pub(crate) mod spec;
 
 use self::loader::Loader;
-use self::spec::{Arch, DecoderConfig, Weights};
+use self::row::{Arch, Weights};
+use self::spec::DecoderConfig;
 use crate::device::Device;
 use crate::error::Result;
 use crate::io::gguf::{GgufFile, MetaValue};

@@ -10,7 +10,8 @@
 use super::common;
 use super::graph::llama_layer;
 use super::loader::Loader;
-use super::spec::{Arch, Block, DecoderConfig, Qkv};
+use super::row::Arch;
+use super::spec::{Block, DecoderConfig, Qkv};
 use crate::error::Result;
 use crate::models::arch::hparams::Hparams;
 use crate::ops::RopeMode;

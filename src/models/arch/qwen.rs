@@ -9,7 +9,8 @@
 use super::common::{self, Extras};
 use super::graph::llama_layer;
 use super::loader::Loader;
-use super::spec::{Arch, Block, DecoderConfig};
+use super::row::Arch;
+use super::spec::{Block, DecoderConfig};
 use crate::error::Result;
 use crate::models::arch::hparams::Hparams;
 use crate::ops::RopeMode;

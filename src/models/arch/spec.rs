@@ -2,10 +2,6 @@
 //! tell the families apart) and the [`Weights`] of its blocks, some optional (biases, q/k norms, post-norms). The
 //! architecture files fill them from GGUF metadata and tensor names; the runner builds its graphs from them alone.
 
-use super::graph::LayerFn;
-use super::loader::Loader;
-use crate::error::Result;
-use crate::models::arch::hparams::Hparams;
 use crate::ops::{Rope, RopeMode};
 use crate::resident::Resident;
 
@@ -129,36 +125,4 @@ pub(crate) enum Qkv {
     Fused { w: Resident, bias: Option<Resident> },
     /// Three matrices of different dtypes (a mixed quantization: `attn_v` often in more bits), each its own matmul.
     Split { w: [Resident; 3], bias: Option<[Resident; 3]> },
-}
-
-/// Every weight of the model, resident.
-pub(crate) struct Weights {
-    pub token_embd: Resident,
-    pub blocks: Vec<Block>,
-    pub output_norm: Resident,
-    /// `output.weight`, or `None` when the head is tied to the token embedding.
-    pub output: Option<Resident>,
-    /// `rope_freqs.weight`: each rope pair's frequency factor, f32 `[rope_dims / 2]` (Llama 3.1's rope scaling).
-    pub rope_factors: Option<Resident>,
-    /// The architecture's block graph ([`Arch::layer`]).
-    pub layer: LayerFn,
-}
-
-/// One architecture: how its metadata and tensor names map onto a [`DecoderConfig`] and [`Block`]s.
-pub(crate) struct Arch {
-    /// Its `general.architecture`.
-    pub name: &'static str,
-    /// The models it is known by, for messages and `inspect`.
-    pub models: &'static str,
-    /// Sets what tells this architecture apart on `cfg`, whose common hyperparameters [`common::read`] filled.
-    ///
-    /// [`common::read`]: super::common::read
-    pub configure: fn(&Hparams, &mut DecoderConfig) -> Result<()>,
-    /// Block `l`'s weights.
-    pub block: fn(&Loader, usize, &DecoderConfig) -> Result<Block>,
-    /// A block's graph (llama.cpp's per-architecture `llm_build_*`): [`super::graph::llama_layer`], the shared llama-shaped block
-    /// whose optional parts the config and weights switch on, for every architecture whose block is one; an
-    /// architecture that is not llama-shaped (experts in place of the feed-forward, linear attention) has a
-    /// function of its own, built from the same parts ([`super::graph`]), rather than one more option here.
-    pub layer: LayerFn,
 }

@@ -25,9 +25,9 @@ pub use graph::BertConfig;
 pub use pooling::Pooling;
 
 use self::graph::{build_batch, BatchGraph, Weights};
-use crate::backend::CompileOptions;
 use crate::device::{Device, Plan};
 use crate::error::{Error, Result};
+use crate::options::CompileOptions;
 use crate::resident::Bytes;
 use crate::run::Value;
 
@@ -228,7 +228,7 @@ impl SentenceEmbedder {
 
     /// The last profiled run of each batch plan that has one, by (batch, padded length) in increasing order: each
     /// dispatch with its kernel and GPU time ([`Plan::last_profile`]).
-    pub fn plan_profiles(&self) -> Vec<((usize, usize), Vec<crate::KernelTime>)> {
+    pub fn plan_profiles(&self) -> Vec<((usize, usize), Vec<crate::options::KernelTime>)> {
         let mut v: Vec<_> = self.plans.iter().filter_map(|(&bt, (plan, _))| Some((bt, plan.last_profile()?))).collect();
         v.sort_by_key(|(bt, _)| *bt);
         v

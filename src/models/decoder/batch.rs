@@ -31,11 +31,13 @@
 
 use std::collections::HashMap;
 
-use super::stream::{now_ms, GenerateOptions, Generation, Pending, StepOut, Token, TokenStream};
+use super::stream::{now_ms, GenerateOptions, Generation, Pending, Token, TokenStream};
+use super::StepOut;
 use super::{new_cache, pow2_floor, LanguageModel, StepPlan};
 use crate::device::Plan;
 use crate::error::{Error, Result};
-use crate::models::arch::graph::{build_decode_batch, causal_mask, BatchGraph, KvCache};
+use crate::models::arch::graph::{build_decode_batch, causal_mask, BatchGraph};
+use crate::models::arch::row::KvCache;
 use crate::run::{Fetch, Value};
 
 /// How a [`Batch`] is set up.

@@ -22,23 +22,22 @@
 
 pub mod batch;
 mod prompter;
-mod stream;
+pub mod stream;
 
 pub use crate::models::arch::spec::DecoderConfig;
 pub use prompter::Prompter;
-pub use stream::{GenerateOptions, Generation, StopReason, Token, TokenStream, MAX_STOP_BYTES, MAX_STOP_STRINGS};
 
-use self::stream::StepOut;
 use super::chat::ChatTemplate;
 use super::tokenizer::Tokenizer;
 use super::{RecommendedSampling, SamplingOptions};
-use crate::backend::{CompileOptions, PlanStats};
 use crate::device::{Device, Plan};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::io::gguf::GgufFile;
-use crate::models::arch::graph::{build_step, causal_mask, KvCache, StepGraph};
-use crate::models::arch::spec::Weights;
+use crate::models::arch::graph::{build_step, causal_mask, StepGraph};
+use crate::models::arch::row::KvCache;
+use crate::models::arch::row::Weights;
+use crate::options::{CompileOptions, PlanStats};
 use crate::run::{Fetch, Value};
 
 /// How a model is set up on its device.
@@ -60,6 +59,14 @@ impl Default for LanguageModelOptions {
     fn default() -> Self {
         LanguageModelOptions { context: 0, f32_cache: false, max_chunk: 256, compile: CompileOptions::default() }
     }
+}
+
+/// The last position's output of a step.
+pub(crate) struct StepOut {
+    pub logits: Option<Vec<f32>>,
+    pub argmax: u32,
+    /// Every logit is finite.
+    pub finite: bool,
 }
 
 /// A compiled step over T tokens.
@@ -247,7 +254,7 @@ impl LanguageModel {
     /// powers of two): each dispatch with its kernel and GPU time ([`Plan::last_profile`]).
     ///
     /// [`Plan::last_profile`]: crate::Plan::last_profile
-    pub fn step_profile(&self, tokens: usize) -> Option<Vec<crate::KernelTime>> {
+    pub fn step_profile(&self, tokens: usize) -> Option<Vec<crate::options::KernelTime>> {
         self.plans.get(&tokens)?.plan.last_profile()
     }
 

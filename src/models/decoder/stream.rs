@@ -7,7 +7,7 @@
 //! callback loop (`LanguageModel::generate`) and the wasm package's `generate` (which lets the page run between
 //! tokens) are both built on it.
 
-use super::LanguageModel;
+use super::{LanguageModel, StepOut};
 use crate::error::{Error, Result};
 use crate::models::chat::Message;
 use crate::models::sampling::{Sampler, SamplingOptions};
@@ -133,14 +133,6 @@ pub(crate) fn now_ms() -> f64 {
         static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
         START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
     }
-}
-
-/// The last position's output of a step.
-pub(crate) struct StepOut {
-    pub logits: Option<Vec<f32>>,
-    pub argmax: u32,
-    /// Every logit is finite.
-    pub finite: bool,
 }
 
 /// One generated token: its id and the UTF-8 text it releases (empty while a character's bytes are incomplete, or

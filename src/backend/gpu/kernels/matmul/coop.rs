@@ -5,7 +5,7 @@
 //! configuration is checked against the CPU backend on the device before it is used (`tune.rs`).
 
 use super::common::{bindings, epi_suffix, epilogue, MatmulParams, BATCH};
-use crate::backend::gpu::config::CoopConfig;
+use crate::tuning::CoopConfig;
 use crate::backend::gpu::kernel::{Binding, Family, KernelKey, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
 use crate::backend::gpu::wgsl::template::render;

@@ -13,7 +13,8 @@ mod generic;
 mod matvec;
 mod tiled;
 
-use crate::backend::gpu::config::{MatmulChoice, MatmulKernels, COOP_CONFIGS, DEFAULT_CONFIG, TILE_CONFIGS};
+use crate::tuning::{MatmulChoice, COOP_CONFIGS, DEFAULT_CONFIG, TILE_CONFIGS};
+use crate::backend::gpu::config::MatmulKernels;
 use crate::backend::gpu::kernel::{Dispatch, KernelKey, KernelKind, MatVecReduce};
 use crate::backend::gpu::params::{set_packed, vec4, Params};
 use crate::backend::gpu::target::{dispatch, grid, GpuTarget};

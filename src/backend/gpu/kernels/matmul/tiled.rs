@@ -1,8 +1,8 @@
 //! The tiled matmul kernel (`matmul_tiled.wgsl`): register-blocked, vec4 loads, one of
-//! [`TILE_CONFIGS`](crate::backend::gpu::config::TILE_CONFIGS).
+//! [`TILE_CONFIGS`](crate::tuning::TILE_CONFIGS).
 
 use super::common::{bindings, epi_suffix, epilogue, MatmulParams, BATCH};
-use crate::backend::gpu::config::TileConfig;
+use crate::tuning::TileConfig;
 use crate::backend::gpu::kernel::{Binding, Family, KernelKey, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
 use crate::backend::gpu::wgsl::template::render;
