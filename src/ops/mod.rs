@@ -22,5 +22,8 @@ pub use reduce::ReduceOp;
 pub use rope::{Rope, RopeMode};
 pub use rows::RowOp;
 pub(crate) use rows::RowParams;
+// natively only the enum is generated from the row table (its wasm methods are wasm32-only)
+#[cfg_attr(not(target_arch = "wasm32"), allow(unused_imports))]
+pub(crate) use rows::for_each_row;
 pub(crate) use unary::for_each_unary;
 pub use unary::UnaryOp;

@@ -298,12 +298,8 @@ impl WebGraph {
         wrap(self.inner.geglu(a.inner, b.inner))
     }
 
-    // ---- rows (last axis)
+    // ---- rows (last axis): one method per row of the row-op table (`softmax`, `rmsNorm`, `layerNorm`; below)
 
-    /// `softmax(x)` over the last axis.
-    pub fn softmax(&mut self, x: &WebTensor) -> R {
-        wrap(self.inner.softmax(x.inner))
-    }
     /// `softmax(x·scale + mask)` over the last axis (ggml_soft_max_ext); `mask` (optional) must broadcast to
     /// `x`'s shape, e.g. `[S, N]` for a causal mask. A row that is all −Infinity gives zeros.
     #[wasm_bindgen(js_name = softmaxExt)]
@@ -314,17 +310,6 @@ impl WebGraph {
         scale: f32,
     ) -> R {
         wrap(self.inner.softmax_ext(x.inner, opt_tensor(&mask, "softmaxExt: mask")?, scale))
-    }
-    /// `x / √(mean(x²) + eps)` over the last axis (ggml_rms_norm; multiply by a weight with `mul`).
-    #[wasm_bindgen(js_name = rmsNorm)]
-    pub fn rms_norm(&mut self, x: &WebTensor, eps: f32) -> R {
-        wrap(self.inner.rms_norm(x.inner, eps))
-    }
-    /// `(x − mean) / √(var + eps)` over the last axis, biased variance (ggml_norm; layer norm without weight
-    /// and bias).
-    #[wasm_bindgen(js_name = layerNorm)]
-    pub fn layer_norm(&mut self, x: &WebTensor, eps: f32) -> R {
-        wrap(self.inner.layer_norm(x.inner, eps))
     }
 
     // ---- reductions: one method per row of the reduction table (`sum`, `mean`, `max`, `argmax`; below)
@@ -379,6 +364,25 @@ macro_rules! binary_js_methods {
     };
 }
 crate::ops::for_each_binary!(binary_js_methods);
+
+// One JS method per row of the row-op table, over the last axis, taking the op's parameters after x.
+macro_rules! row_js_methods {
+    ($(($var:ident, $method:ident, $js:literal, [$($param:ident),*], $wgsl:literal, |$row:ident, $p:ident| $cpu:block,
+        $doc:literal))*) => {
+        $(
+            #[wasm_bindgen(js_class = Graph)]
+            impl WebGraph {
+                #[doc = $doc]
+                #[doc = "Over the last axis."]
+                #[wasm_bindgen(js_name = $js)]
+                pub fn $method(&mut self, x: &WebTensor $(, $param: f32)*) -> R {
+                    wrap(self.inner.$method(x.inner $(, $param)*))
+                }
+            }
+        )*
+    };
+}
+crate::ops::for_each_row!(row_js_methods);
 
 // One JS method per row of the reduction table: over the last axis, kept as size 1.
 macro_rules! reduce_js_methods {

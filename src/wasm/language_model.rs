@@ -5,10 +5,9 @@ use super::convert::{init_console, js_bytes, js_err};
 use super::device::WebDevice;
 use super::fetch::{blob_bytes, fetch_bytes, LoadOptions};
 use super::model_bytes::{busy, WebModelBytes};
-use crate::models::decoder::{
-    GenerateOptions, Generation, LanguageModel, LanguageModelOptions, StopReason, TokenStream,
+use crate::models::{
+    GenerateOptions, Generation, LanguageModel, LanguageModelOptions, Message, SamplingOptions, StopReason, TokenStream,
 };
-use crate::models::{Message, SamplingOptions};
 use crate::resident::Bytes;
 use js_sys::{Array, Function, Object, Promise, Reflect, Uint32Array};
 use std::cell::RefCell;

@@ -1,7 +1,7 @@
 //! What the GPU backend derives from the tuning vocabulary ([`crate::tuning`]): the kernels a plan's matmuls may
 //! use, and the decode attention's split override read from the environment.
 
-use crate::tuning::{CoopConfig, MatmulChoice, DECODE_SPLIT_ENV, DEFAULT_CONFIG};
+use crate::tuning::{CoopConfig, MatmulChoice, DEFAULT_CONFIG};
 
 /// [`DECODE_SPLIT_ENV`]'s value where it is set to a whole number (warned about and ignored otherwise). Read once
 /// per process.
@@ -9,11 +9,14 @@ pub(crate) fn decode_split_override() -> Option<u32> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         static KEYS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-        *KEYS.get_or_init(|| match std::env::var(DECODE_SPLIT_ENV).as_deref() {
+        *KEYS.get_or_init(|| match std::env::var(crate::tuning::DECODE_SPLIT_ENV).as_deref() {
             Ok(v) if !v.is_empty() => v
                 .parse()
                 .inspect_err(|e| {
-                    log::warn!("webtensor: {DECODE_SPLIT_ENV}={v} is not a whole number of keys ({e}); ignored")
+                    log::warn!(
+                        "webtensor: {}={v} is not a whole number of keys ({e}); ignored",
+                        crate::tuning::DECODE_SPLIT_ENV
+                    )
                 })
                 .ok(),
             _ => None,

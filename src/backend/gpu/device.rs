@@ -421,7 +421,7 @@ impl GpuBackend {
                 reason: "f16 tensors need the SHADER_F16 feature, which this adapter lacks".into(),
             });
         }
-        let checks = !key.kind.is_matmul() || shader_checks(self.caps.backend);
+        let checks = key.kind.as_matmul().is_none() || shader_checks(self.caps.backend);
         let p = Arc::new(self.create_pipeline_with(&key.wgsl(), &format!("{:?}", key.kind), checks).await?);
         self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), p.clone());
         Ok(p)

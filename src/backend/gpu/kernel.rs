@@ -5,6 +5,7 @@
 
 use super::params::{Params, ParamsLayout};
 use crate::dtype::DType;
+use crate::error::Result;
 use crate::graph::NodeId;
 use std::any::Any;
 use std::fmt::Debug;
@@ -39,19 +40,26 @@ pub(crate) trait Family: AnyKey {
         false
     }
 
-    /// Output rows and columns one workgroup of a 2-D matmul kernel covers.
-    fn matmul_tile(&self) -> Option<(u64, u64)> {
+    /// The variant as a matmul kernel (generic, tiled, cooperative-matrix, mat-vec): what the split pass and the
+    /// tuner need of one; `None` for every other family.
+    fn as_matmul(&self) -> Option<&dyn MatmulKernel> {
         None
-    }
-
-    /// A matmul kernel of any kind (generic, tiled, cooperative-matrix, mat-vec).
-    fn is_matmul(&self) -> bool {
-        self.matmul_tile().is_some()
     }
 
     /// How a dispatch of the family is split when an operand exceeds one storage binding.
     fn split(&self) -> SplitRule {
         SplitRule::None
+    }
+}
+
+/// What the split pass (`lower/split.rs`) and the tuner need of a matmul kernel.
+pub(crate) trait MatmulKernel {
+    /// Output rows and columns one workgroup covers (a mat-vec: one row, and its columns a workgroup).
+    fn tile(&self) -> (u64, u64);
+
+    /// The workgroup grid of a dispatch over `cols` output columns, whose grid over all columns was `whole`.
+    fn column_grid(&self, cols: u64, whole: [u32; 3], _max_groups: u32) -> Result<[u32; 3]> {
+        Ok([cols.div_ceil(self.tile().1) as u32, whole[1], 1])
     }
 }
 
@@ -183,7 +191,7 @@ impl Binding {
 /// The names of the matmul kernels (generic, tiled, cooperative-matrix, mat-vec) among `dispatches`, one per
 /// dispatch.
 pub(crate) fn matmul_kernel_names<'a>(dispatches: impl IntoIterator<Item = &'a Dispatch>) -> Vec<String> {
-    dispatches.into_iter().filter(|d| d.key.kind.is_matmul()).map(|d| d.key.kind.name()).collect()
+    dispatches.into_iter().filter(|d| d.key.kind.as_matmul().is_some()).map(|d| d.key.kind.name()).collect()
 }
 
 /// Everything that makes one WGSL variant: cached pipelines are keyed by it.

@@ -98,8 +98,14 @@ macro_rules! params {
 
                 fn wgsl_fields() -> String {
                     use $crate::backend::gpu::params::WgslType;
+                    // each shared struct declared once, however many fields are of it
+                    let decls: Vec<String> = vec![$(<$ty as WgslType>::decl()),*];
                     let mut s = String::new();
-                    $(s.push_str(&<$ty as WgslType>::decl());)*
+                    for (i, d) in decls.iter().enumerate() {
+                        if !decls[..i].contains(d) {
+                            s.push_str(d);
+                        }
+                    }
                     s.push_str("struct Params {\n");
                     $(s.push_str(&format!("    {}: {},\n", stringify!($field), <$ty as WgslType>::wgsl()));)*
                     s.push_str("}\n");

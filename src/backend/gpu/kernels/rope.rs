@@ -10,11 +10,12 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::{NodeId, Op};
 use crate::ops::RopeMode;
+use crate::shape::Layout;
 
 const ROPE: &str = include_str!("rope.wgsl");
 const ROTATE: &str = include_str!("rope_rotate.wgsl");
 
-/// The rope function `name(i, shape, x_strides, x_offset)` over x in binding `x`, shared with the ropes fused
+/// The rope function `name(i, x: RopeX)` over x in binding `x`, shared with the ropes fused
 /// into KV-cache writes (`rope_set_rows.rs`, `rope_kv_writes.rs`): each pair's angle divided by its frequency
 /// factor read from the binding `factors` names, or by none.
 pub(crate) fn rotate(name: &str, x: &str, factors: Option<&str>) -> String {
@@ -74,23 +75,59 @@ impl WgslType for RopeAngles {
     }
 }
 
+/// A roped operand `[B, T, H, D]` and its positions, a struct of every rope kernel's uniform block (`P.x`, `P.q`,
+/// `P.k` in the WGSL, the argument of `rope_rotate.wgsl`'s function; 48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct RopeX {
+    /// Shape (B, T, H, D).
+    pub shape: [u32; 4],
+    /// Strides, in elements.
+    pub strides: [u32; 4],
+    /// Offset within its binding, in elements.
+    pub offset: u32,
+    /// Elements.
+    pub count: u32,
+    /// The positions' offset within their binding.
+    pub pos_offset: u32,
+    /// The positions' stride.
+    pub pos_stride: u32,
+}
+
+impl RopeX {
+    /// Operand `x` roped at positions `pos` (`[T]`).
+    pub(crate) fn of(x: &Layout, pos: &Layout) -> RopeX {
+        let (shape, strides) = x.padded4();
+        RopeX {
+            shape: vec4(shape),
+            strides: vec4(strides),
+            offset: x.offset as u32,
+            count: x.numel() as u32,
+            pos_offset: pos.offset as u32,
+            pos_stride: pos.strides[0] as u32,
+        }
+    }
+}
+
+impl WgslType for RopeX {
+    fn wgsl() -> String {
+        "RopeX".into()
+    }
+
+    fn decl() -> String {
+        let fields = ["shape: vec4<u32>", "strides: vec4<u32>", "offset: u32", "count: u32"];
+        let body: String = fields.iter().chain(&["pos_offset: u32", "pos_stride: u32"]).map(|f| format!("    {f},\n")).collect();
+        format!("struct RopeX {{\n{body}}}\n")
+    }
+}
+
 params! {
     /// `rope.wgsl`: rotary position embedding of a `[B, T, H, D]` tensor.
     RopeParams {
-        /// Shape (B, T, H, D).
-        shape: [u32; 4],
-        /// x's strides.
-        x_strides: [u32; 4],
+        /// The roped tensor and its positions.
+        x: RopeX,
         /// The rope's angles.
         rope: RopeAngles,
-        /// Output elements.
-        count: u32,
-        /// x's offset within its binding.
-        x_offset: u32,
-        /// The positions' offset within their binding.
-        pos_offset: u32,
-        /// The positions' stride.
-        pos_stride: u32,
     }
 }
 
@@ -123,19 +160,8 @@ impl Family for Rope {
 pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
     let nodes = &p.nodes;
     let Step::Op(Op::Rope { x, pos, factors, rope }) = &nodes[id].step else { return None };
-    let lx = &nodes[*x].layout;
-    let (shape, strides) = lx.padded4();
-    let lp = &nodes[*pos].layout;
-    let count = lx.numel();
-    let params = RopeParams {
-        shape: vec4(shape),
-        x_strides: vec4(strides),
-        rope: RopeAngles::of(rope),
-        count: count as u32,
-        x_offset: lx.offset as u32,
-        pos_offset: lp.offset as u32,
-        pos_stride: lp.strides[0] as u32,
-    };
+    let count = nodes[*x].layout.numel();
+    let params = RopeParams { x: RopeX::of(&nodes[*x].layout, &nodes[*pos].layout), rope: RopeAngles::of(rope) };
     let ins = [*x, *pos].into_iter().chain(*factors);
     let key = KernelKey::new(KernelKind::new(Rope), nodes[id].dtype, ins.clone().map(|n| nodes[n].dtype).collect());
     let bindings = std::iter::once(id).chain(ins).map(|n| nodes[n].storage).collect();

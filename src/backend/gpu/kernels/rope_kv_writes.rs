@@ -2,10 +2,10 @@
 //! written into their cache and the values written into theirs, each part over its own range of invocations. The
 //! compiler makes the step (`compile/fuse.rs`, [`Step::RopeKvWrites`]), saving two dispatches a layer.
 
-use super::rope::{rotate, RopeAngles};
+use super::rope::{rotate, RopeAngles, RopeX};
 use super::set_rows::TARGET_ROW;
 use crate::backend::gpu::kernel::{Binding, Dispatch, Family, KernelKey, KernelKind};
-use crate::backend::gpu::params::{params, vec4, Params, ParamsBlock, ParamsLayout};
+use crate::backend::gpu::params::{params, Params, ParamsBlock, ParamsLayout};
 use crate::backend::gpu::target::{dispatch, grid, GpuTarget};
 use crate::backend::gpu::wgsl::template::{compute_type, render};
 use crate::compile::ir::{Program, Step};
@@ -20,27 +20,15 @@ const ROPE_KV_WRITES: &str = include_str!("rope_kv_writes.wgsl");
 pub(crate) const MAX_BINDINGS: usize = 8;
 
 params! {
-    /// `rope_kv_writes.wgsl`: the queries' rope, the keys' rope and write, the values' write; rope's and
-    /// set_rows' shared fields as `RopeParams` and `SetRowsParams` name them.
+    /// `rope_kv_writes.wgsl`: the queries' rope, the keys' rope and write, the values' write; set_rows' fields
+    /// as `SetRowsParams` names them.
     RopeKvWritesParams {
-        /// The queries' rope shape (B, T, H, D).
-        q_shape: [u32; 4],
-        /// The queries' strides.
-        q_strides: [u32; 4],
-        /// The keys' rope shape (B, T, H, D).
-        k_shape: [u32; 4],
-        /// The keys' strides.
-        k_strides: [u32; 4],
+        /// The queries and their positions.
+        q: RopeX,
+        /// The keys (N rows of `k_dim`) and their positions (the queries').
+        k: RopeX,
         /// The rope's angles.
         rope: RopeAngles,
-        /// The queries' elements.
-        q_count: u32,
-        /// The queries' offset within their binding.
-        q_offset: u32,
-        /// The keys' elements: N rows of `k_dim`.
-        k_count: u32,
-        /// The keys' offset within their binding.
-        k_offset: u32,
         /// Row length of the keys' cache.
         k_dim: u32,
         /// The keys' cache offset within its binding.
@@ -69,10 +57,8 @@ params! {
         idx_offset: u32,
         /// The indices' stride.
         idx_stride: u32,
-        /// The positions' offset within their binding.
-        pos_offset: u32,
-        /// The positions' stride.
-        pos_stride: u32,
+        _pad0: u32,
+        _pad1: u32,
     }
 }
 
@@ -124,18 +110,11 @@ pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec
     let Step::RopeKvWrites { x, pos, factors, rope, idx, k, k_rope_dtype, v } = nodes[id].step else { return None };
     let (lq, lk, lv) = (&nodes[x].layout, &nodes[k.src].layout, &nodes[v.src].layout);
     let (lkd, lvd, li, lp) = (&nodes[k.dst].layout, &nodes[v.dst].layout, &nodes[idx].layout, &nodes[pos].layout);
-    let ((q_shape, q_strides), (k_shape, k_strides)) = (lq.padded4(), lk.padded4());
     let (q_count, k_count, v_count) = (lq.numel(), lk.numel(), lv.numel());
     let params = RopeKvWritesParams {
-        q_shape: vec4(q_shape),
-        q_strides: vec4(q_strides),
-        k_shape: vec4(k_shape),
-        k_strides: vec4(k_strides),
+        q: RopeX::of(lq, lp),
+        k: RopeX::of(lk, lp),
         rope: RopeAngles::of(&rope),
-        q_count: q_count as u32,
-        q_offset: lq.offset as u32,
-        k_count: k_count as u32,
-        k_offset: lk.offset as u32,
         k_dim: lkd.shape[1] as u32,
         k_dst_offset: lkd.offset as u32,
         k_dst_row_stride: lkd.strides[0] as u32,
@@ -150,8 +129,7 @@ pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec
         n: li.numel() as u32,
         idx_offset: li.offset as u32,
         idx_stride: li.strides[0] as u32,
-        pos_offset: lp.offset as u32,
-        pos_stride: lp.strides[0] as u32,
+        ..Default::default()
     };
     let srcs = [k.dst, v.dst, x, pos, idx, k.src, v.src].into_iter().chain(factors);
     let ins = srcs.clone().map(|n| nodes[n].dtype).collect();

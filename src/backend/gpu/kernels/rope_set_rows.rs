@@ -2,10 +2,10 @@
 //! rope's output seen as rows (llama.cpp's rope + set_rows fusion), one invocation per rotated element; the
 //! compiler makes the step (`compile/fuse.rs`), saving the rope's dispatch and its memory.
 
-use super::rope::{rotate, RopeAngles};
+use super::rope::{rotate, RopeAngles, RopeX};
 use super::set_rows::TARGET_ROW;
 use crate::backend::gpu::kernel::{Binding, Dispatch, Family, KernelKey, KernelKind};
-use crate::backend::gpu::params::{params, vec4, Params, ParamsBlock, ParamsLayout};
+use crate::backend::gpu::params::{params, Params, ParamsBlock, ParamsLayout};
 use crate::backend::gpu::target::{dispatch, grid, GpuTarget};
 use crate::backend::gpu::wgsl::template::{compute_type, render};
 use crate::compile::ir::{Program, Step};
@@ -18,20 +18,10 @@ const ROPE_SET_ROWS: &str = include_str!("rope_set_rows.wgsl");
 params! {
     /// `rope_set_rows.wgsl`: rope's fields as `RopeParams` names them, then set_rows'.
     RopeSetRowsParams {
-        /// The rope's shape (B, T, H, D).
-        shape: [u32; 4],
-        /// x's strides.
-        x_strides: [u32; 4],
+        /// The roped tensor (its elements N rows of `dim`) and its positions.
+        x: RopeX,
         /// The rope's angles.
         rope: RopeAngles,
-        /// Rotated elements: N rows of `dim`.
-        count: u32,
-        /// x's offset within its binding.
-        x_offset: u32,
-        /// The positions' offset within their binding.
-        pos_offset: u32,
-        /// The positions' stride.
-        pos_stride: u32,
         /// Row length of the written rows (the destination's columns).
         dim: u32,
         /// Destination rows R.
@@ -83,16 +73,10 @@ pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec
     let nodes = &p.nodes;
     let Step::RopeSetRows { dst, idx, x, pos, factors, rope, rope_dtype } = nodes[id].step else { return None };
     let (lx, ld, li, lp) = (&nodes[x].layout, &nodes[dst].layout, &nodes[idx].layout, &nodes[pos].layout);
-    let (shape, x_strides) = lx.padded4();
     let count = lx.numel();
     let params = RopeSetRowsParams {
-        shape: vec4(shape),
-        x_strides: vec4(x_strides),
+        x: RopeX::of(lx, lp),
         rope: RopeAngles::of(&rope),
-        count: count as u32,
-        x_offset: lx.offset as u32,
-        pos_offset: lp.offset as u32,
-        pos_stride: lp.strides[0] as u32,
         dim: ld.shape[1] as u32,
         rows: ld.shape[0] as u32,
         n: li.numel() as u32,
@@ -100,7 +84,7 @@ pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec
         dst_row_stride: ld.strides[0] as u32,
         idx_offset: li.offset as u32,
         idx_stride: li.strides[0] as u32,
-        _pad0: 0,
+        ..Default::default()
     };
     let srcs = [x, pos, idx].into_iter().chain(factors);
     let ins = srcs.clone().map(|n| nodes[n].dtype).collect();

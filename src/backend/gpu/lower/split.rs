@@ -15,10 +15,10 @@
 //!
 //! Anything else over the limit is an [`Error::LimitExceeded`] naming the limit and the size.
 
-use crate::backend::gpu::kernel::{Dispatch, SplitRule, SCRATCH};
+use crate::backend::gpu::kernel::{Dispatch, MatmulKernel, SplitRule, SCRATCH};
 use crate::backend::gpu::kernels::elementwise::ElementwiseParams;
 use crate::backend::gpu::kernels::get_rows::GetRowsParams;
-use crate::backend::gpu::kernels::matmul::{MatVec, MatmulParams};
+use crate::backend::gpu::kernels::matmul::MatmulParams;
 use crate::backend::gpu::kernels::rows::RowsParams;
 use crate::backend::gpu::params::{get_packed, set_packed, Params, ParamsBlock};
 use crate::backend::gpu::target::{grid, GpuTarget};
@@ -87,6 +87,15 @@ impl Splitter<'_> {
 
     fn large(&self, i: usize) -> bool {
         self.bytes[i] > self.max_binding
+    }
+
+    /// The dispatch's kernel as a matmul kernel (the split rules for matmuls are only a matmul kernel's).
+    fn matmul(&self) -> Result<&dyn MatmulKernel> {
+        self.d.key.kind.as_matmul().ok_or_else(|| Error::Unsupported {
+            op: self.d.key.kind.name(),
+            backend: "GPU".into(),
+            reason: "a matmul split rule on a kernel that is no matmul".into(),
+        })
     }
 
     fn describe(&self, i: usize) -> String {
@@ -285,10 +294,7 @@ impl Splitter<'_> {
             p.b_offset = ((off + n0 * n_stride) as u32).wrapping_sub(base as u32);
             p.n0 = n0 as u32;
             let cols = n1 - n0;
-            let workgroups = match (self.d.key.kind.get::<MatVec>(), self.d.key.kind.matmul_tile()) {
-                (Some(mv), _) => grid("matmul (mat-vec)", cols.div_ceil(mv.columns()), self.max_groups)?,
-                (None, tile) => [cols.div_ceil(tile.expect("a matmul kernel").1) as u32, self.d.workgroups[1], 1],
-            };
+            let workgroups = self.matmul()?.column_grid(cols, self.d.workgroups, self.max_groups)?;
             chunks.push(self.chunk(Params::new(p), windows, workgroups));
             n0 = n1;
         }
@@ -308,7 +314,7 @@ impl Splitter<'_> {
             return Err(self.too_big(format!("{} (not a row-major A of one batch)", self.describe(1)), self.bytes[1]));
         }
         let (a_elem, out_elem) = (self.bytes_of(1, 1), self.bytes_of(0, 1));
-        let tile_rows = self.d.key.kind.matmul_tile().expect("a 2-D matmul kernel").0;
+        let tile_rows = self.matmul()?.tile().0;
         let out_row = ldc * out_elem;
         let per_chunk = self.room / (row_stride * a_elem).max(out_row) / tile_rows * tile_rows;
         if per_chunk == 0 {

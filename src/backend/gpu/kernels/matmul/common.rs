@@ -47,6 +47,12 @@ params! {
 
 /// `batch_of(z)`: the batch a workgroup computes and where A and B start for it, appended to every matmul kernel.
 pub(crate) const BATCH: &str = include_str!("matmul_batch.wgsl");
+/// Every matmul kernel's first lines, for its `{{BATCH_LETS}}`: sizes, batch, strides and bases
+/// (`matmul_batch_lets.wgsl` after its header comment).
+pub(crate) fn batch_lets() -> &'static str {
+    const LETS: &str = include_str!("matmul_batch_lets.wgsl");
+    LETS.find("    let").map_or(LETS, |i| &LETS[i..]).trim_end()
+}
 
 /// A matmul kernel's bindings: the output `out` (`c_out` or `y_out`), A (`a_in` or `x_in`) and B (`b_in`), vec4
 /// as given, then the epilogue's operands `e0..` (scalar).

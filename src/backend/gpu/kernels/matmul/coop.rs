@@ -4,9 +4,9 @@
 //! wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, an F×F×F f16 → f32 tile shape and a subgroup size of 32; each
 //! configuration is checked against the CPU backend on the device before it is used (`tune.rs`).
 
-use super::common::{bindings, epi_suffix, epilogue, MatmulParams, BATCH};
+use super::common::{batch_lets, bindings, epi_suffix, epilogue, MatmulParams, BATCH};
 use crate::tuning::CoopConfig;
-use crate::backend::gpu::kernel::{Binding, Family, KernelKey, SplitRule};
+use crate::backend::gpu::kernel::{Binding, Family, KernelKey, MatmulKernel, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
 use crate::backend::gpu::wgsl::template::render;
 use crate::compile::ir::Expr;
@@ -57,8 +57,8 @@ impl Family for MatMulCoop {
         true
     }
 
-    fn matmul_tile(&self) -> Option<(u64, u64)> {
-        Some((self.cfg.bm() as u64, self.cfg.bn() as u64))
+    fn as_matmul(&self) -> Option<&dyn MatmulKernel> {
+        Some(self)
     }
 
     fn split(&self) -> SplitRule {
@@ -169,6 +169,7 @@ fn wgsl(v: &MatMulCoop, key: &KernelKey, bindings: String) -> String {
     let n = |v: u32| v.to_string();
     let subs = [
         ("BINDINGS", bindings),
+        ("BATCH_LETS", batch_lets().into()),
         ("EPILOGUE", epilogue(key, epi.as_ref())),
         ("F", n(f)),
         ("BM", n(cfg.bm())),
@@ -193,4 +194,10 @@ fn wgsl(v: &MatMulCoop, key: &KernelKey, bindings: String) -> String {
         ("SUBGROUP_LETS", subgroup_lets),
     ];
     render(COOP, &subs) + &emulation + BATCH
+}
+
+impl MatmulKernel for MatMulCoop {
+    fn tile(&self) -> (u64, u64) {
+        (self.cfg.bm() as u64, self.cfg.bn() as u64)
+    }
 }

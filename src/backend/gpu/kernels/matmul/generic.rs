@@ -1,7 +1,7 @@
 //! The generic matmul kernel (`matmul.wgsl`): any strides, 64×64 outputs a workgroup.
 
-use super::common::{bindings, epi_suffix, epilogue, MatmulParams, BATCH};
-use crate::backend::gpu::kernel::{Binding, Family, KernelKey, SplitRule};
+use super::common::{batch_lets, bindings, epi_suffix, epilogue, MatmulParams, BATCH};
+use crate::backend::gpu::kernel::{Binding, Family, KernelKey, MatmulKernel, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
 use crate::backend::gpu::wgsl::template::render;
 use crate::compile::ir::Expr;
@@ -28,14 +28,21 @@ impl Family for MatMul {
     }
 
     fn wgsl(&self, key: &KernelKey, bindings: String) -> String {
-        render(GENERIC, &[("BINDINGS", bindings), ("EPILOGUE", epilogue(key, self.epi.as_ref()))]) + BATCH
+        let subs = [("BINDINGS", bindings), ("EPILOGUE", epilogue(key, self.epi.as_ref())), ("BATCH_LETS", batch_lets().into())];
+        render(GENERIC, &subs) + BATCH
     }
 
-    fn matmul_tile(&self) -> Option<(u64, u64)> {
-        Some((64, 64))
+    fn as_matmul(&self) -> Option<&dyn MatmulKernel> {
+        Some(self)
     }
 
     fn split(&self) -> SplitRule {
         SplitRule::RowsOrColumns
+    }
+}
+
+impl MatmulKernel for MatMul {
+    fn tile(&self) -> (u64, u64) {
+        (64, 64)
     }
 }

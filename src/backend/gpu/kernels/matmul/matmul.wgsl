@@ -19,17 +19,7 @@ var<workgroup> b_s: array<f32, 1024>; // [TK][TN]
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let M = P.m;
-    let N = P.n;
-    let K = P.k;
-    let batch = batch_of(wg.z); // matmul_batch.wgsl
-    let bz = batch.bz;
-    let b0 = batch.b0;
-    let b1 = batch.b1;
-    let sa = P.a_strides;
-    let sb = P.b_strides;
-    let a_base = batch.a_base;
-    let b_base = batch.b_base;
+{{BATCH_LETS}}
     let row0 = wg.y * TM;
     let col0 = wg.x * TN;
     var acc: array<array<f32, 4>, 4>;

@@ -64,17 +64,7 @@ fn put_b(at: u32, v: vec4<f16>) {
 @compute @workgroup_size({{INV}}, 1, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32{{SUBGROUP_ARGS}}) {
 {{SUBGROUP_LETS}}
-    let M = P.m;
-    let N = P.n;
-    let K = P.k;
-    let batch = batch_of(wg.z); // matmul_batch.wgsl
-    let bz = batch.bz;
-    let b0 = batch.b0;
-    let b1 = batch.b1;
-    let sa = P.a_strides;
-    let sb = P.b_strides;
-    let a_base = batch.a_base;
-    let b_base = batch.b_base;
+{{BATCH_LETS}}
     let row0 = wg.y * BM;
     let col0 = wg.x * BN;
     let sr = (sg / WN) * SM * F; // this subgroup's first row and column within the block

@@ -1,9 +1,9 @@
 //! The mat-vec kernels (`matvec.wgsl` with a reduction from `matvec_reduce_*.wgsl`, or `matvec_serial.wgsl`):
 //! one-row A with K contiguous.
 
-use super::common::{bindings, epi_suffix, MatmulParams, BATCH};
+use super::common::{batch_lets, bindings, epi_suffix, MatmulParams, BATCH};
 use crate::backend::gpu::kernels::elementwise::epilogue_fn;
-use crate::backend::gpu::kernel::{Binding, Family, KernelKey, MatVecReduce, SplitRule};
+use crate::backend::gpu::kernel::{Binding, Family, KernelKey, MatVecReduce, MatmulKernel, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
 use crate::backend::gpu::wgsl::template::render;
 use crate::compile::ir::Expr;
@@ -200,6 +200,7 @@ impl Family for MatVec {
             MatVecReduce::Serial => {
                 let mut subs = vec![("BINDINGS", bindings), ("EPILOGUE", epi), ("B_NCONTIG", b_ncontig)];
                 subs.extend(dual);
+                subs.push(("BATCH_LETS", batch_lets().into()));
                 return render(MATVEC_SERIAL, &subs) + BATCH;
             }
             MatVecReduce::Subgroups => {
@@ -212,14 +213,25 @@ impl Family for MatVec {
         // the dual pieces first: DUAL_REDUCE holds SUBGROUP_CALL
         subs.extend(dual);
         subs.extend([("SUBGROUP_ARGS", args.into()), ("SUBGROUP_CALL", call.into())]);
+        subs.push(("BATCH_LETS", batch_lets().into()));
         render(MATVEC, &subs) + "\n" + reduce + BATCH
     }
 
-    fn is_matmul(&self) -> bool {
-        true
+    fn as_matmul(&self) -> Option<&dyn MatmulKernel> {
+        Some(self)
     }
 
     fn split(&self) -> SplitRule {
         SplitRule::Columns
+    }
+}
+
+impl MatmulKernel for MatVec {
+    fn tile(&self) -> (u64, u64) {
+        (1, self.columns())
+    }
+
+    fn column_grid(&self, cols: u64, _whole: [u32; 3], max_groups: u32) -> crate::error::Result<[u32; 3]> {
+        crate::backend::gpu::target::grid("matmul (mat-vec)", cols.div_ceil(self.columns()), max_groups)
     }
 }

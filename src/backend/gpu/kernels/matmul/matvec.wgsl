@@ -27,16 +27,8 @@ var<workgroup> part: array<vec4<f32>, 256>;
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32{{SUBGROUP_ARGS}}) {
-    let M = P.m;
-    let N = P.n;
-    let K = P.k;
-    let batch = batch_of(wg.z); // matmul_batch.wgsl
-    let bz = batch.bz;
-    let b0 = batch.b0;
-    let b1 = batch.b1;
-    let sb = P.b_strides;
-    let x_base = batch.a_base / 4u;
-    let b_base = batch.b_base;
+{{BATCH_LETS}}
+    let x_base = a_base / 4u;
     let group = wg.y * nwg.x + wg.x;
     let n0 = P.n0; // first output column of this chunk (a B larger than one binding), else 0
     let y_base = bz * P.ldc + n0;

@@ -1,9 +1,9 @@
 //! The tiled matmul kernel (`matmul_tiled.wgsl`): register-blocked, vec4 loads, one of
 //! [`TILE_CONFIGS`](crate::tuning::TILE_CONFIGS).
 
-use super::common::{bindings, epi_suffix, epilogue, MatmulParams, BATCH};
+use super::common::{batch_lets, bindings, epi_suffix, epilogue, MatmulParams, BATCH};
 use crate::tuning::TileConfig;
-use crate::backend::gpu::kernel::{Binding, Family, KernelKey, SplitRule};
+use crate::backend::gpu::kernel::{Binding, Family, KernelKey, MatmulKernel, SplitRule};
 use crate::backend::gpu::params::{ParamsBlock, ParamsLayout};
 use crate::backend::gpu::wgsl::template::render;
 use crate::compile::ir::Expr;
@@ -43,6 +43,7 @@ impl Family for MatMulTiled {
             TILED,
             &[
                 ("BINDINGS", bindings),
+                ("BATCH_LETS", batch_lets().into()),
                 ("EPILOGUE", epilogue(key, self.epi.as_ref())),
                 ("RM", cfg.rm.to_string()),
                 ("RN", cfg.rn.to_string()),
@@ -65,8 +66,8 @@ impl Family for MatMulTiled {
         text + "\n" + store + &stage_a + &stage_b + BATCH
     }
 
-    fn matmul_tile(&self) -> Option<(u64, u64)> {
-        Some((64 * self.cfg.rm as u64, 64 * self.cfg.rn as u64))
+    fn as_matmul(&self) -> Option<&dyn MatmulKernel> {
+        Some(self)
     }
 
     fn split(&self) -> SplitRule {
@@ -119,3 +120,8 @@ fn tiled_store(rm: u32, rn: u32) -> String {
     w
 }
 
+impl MatmulKernel for MatMulTiled {
+    fn tile(&self) -> (u64, u64) {
+        (64 * self.cfg.rm as u64, 64 * self.cfg.rn as u64)
+    }
+}
