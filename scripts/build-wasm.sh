@@ -35,14 +35,14 @@ if [ "$have" != "$wb_version" ]; then
 fi
 
 echo "build-wasm: building the library for wasm32 (release; about 2.5 minutes on 2 cores the first time)" >&2
-cargo build --lib --release --target wasm32-unknown-unknown --no-default-features --features models
+cargo build -p webtensor --lib --release --target wasm32-unknown-unknown --no-default-features --features models
 # the relaxed-simd build (f32x4.relaxed_madd: one FMA where the CPU has it), in a target dir of its own so that
 # the two sets of flags do not rebuild each other's dependencies
 relaxed_dir="$CARGO_TARGET_DIR/relaxed-simd"
 echo "build-wasm: building it again with relaxed-simd (as long again the first time)" >&2
 CARGO_TARGET_DIR="$relaxed_dir" \
   CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
-  cargo build --lib --release --target wasm32-unknown-unknown --no-default-features --features models
+  cargo build -p webtensor --lib --release --target wasm32-unknown-unknown --no-default-features --features models
 rm -rf pkg
 wasm-bindgen --target web --out-dir pkg --out-name webtensor \
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/webtensor.wasm"

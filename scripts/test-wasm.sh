@@ -27,4 +27,4 @@ opts["args"] = [a for a in opts["args"] if not a.startswith("--user-data-dir=")]
 json.dump(caps, open(out, "w"), indent=2)
 PY
 export WASM_BINDGEN_TEST_WEBDRIVER_JSON="$config"
-cargo test --target wasm32-unknown-unknown --no-default-features --test wasm "$@"
+cargo test -p webtensor-cli --target wasm32-unknown-unknown --no-default-features --test wasm "$@"

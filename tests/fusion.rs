@@ -78,6 +78,15 @@ fn cases() -> Vec<Case> {
             },
             |x| add(&r::matmul(&x[0], &t(&x[1])), &x[2]).map(r::gelu_tanh),
         ),
+    ]
+    .into_iter()
+    .chain(more_cases())
+    .collect()
+}
+
+/// The gated feed-forward, a batched attention score, and the memory cases.
+fn more_cases() -> Vec<Case> {
+    vec![
         Case::new(
             "ffn",
             vec![
@@ -494,21 +503,29 @@ fn rope_is_fused_into_the_kv_cache_write() {
             assert_eq!(st.dispatches + 1, unfused_st.dispatches, "{case} on {dev}");
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
             assert_eq!(bits(&fused), bits(&unfused), "{case} on {dev}: fused vs unfused");
-            // the reference: the rows of the last occurrence of each index, zeros elsewhere
             let xr = Arr::new(&[t, h, d], xh.data.to_f32().iter().map(|&v| v as f64).collect());
-            let pr = Arr::new(&[t], positions.iter().map(|&p| p as f64).collect());
             let fr = Arr::new(&[3], fv.iter().map(|&v| v as f64).collect());
-            let fr = with_factors.then_some(&fr);
-            let want = r::rope_ext(&xr, &pr, fr, &rope);
+            let want = r::rope_ext(
+                &xr,
+                &Arr::new(&[t], positions.iter().map(|&p| p as f64).collect()),
+                with_factors.then_some(&fr),
+                &rope,
+            );
             let tol = if rope_dtype == F16 || cache_dtype == F16 { 2e-3 } else { 1e-5 };
-            for row in 0..cap {
-                let from = positions.iter().rposition(|&p| p as usize == row);
-                for j in 0..h * d {
-                    let w = from.map_or(0.0, |r| want.data[r * h * d + j]);
-                    let g = fused[row * h * d + j] as f64;
-                    assert!((g - w).abs() <= tol * w.abs().max(1.0), "{case} on {dev}: [{row}, {j}] {g} vs {w}");
-                }
-            }
+            check_cache_rows(&fused, &want, &positions, (cap, h * d), tol, &format!("{case} on {dev}"));
+        }
+    }
+}
+
+/// The cache after a rope's write: each row that of the last position written to it in `want` (the roped rows
+/// `[T, width]`), zeros elsewhere, within `tol` relative.
+fn check_cache_rows(got: &[f32], want: &Arr, positions: &[i32], (cap, width): (usize, usize), tol: f64, what: &str) {
+    for row in 0..cap {
+        let from = positions.iter().rposition(|&p| p as usize == row);
+        for j in 0..width {
+            let w = from.map_or(0.0, |r| want.data[r * width + j]);
+            let g = got[row * width + j] as f64;
+            assert!((g - w).abs() <= tol * w.abs().max(1.0), "{what}: [{row}, {j}] {g} vs {w}");
         }
     }
 }

@@ -235,6 +235,38 @@ fn exact_binary_cases(cases: &mut Vec<Case>) {
     );
 }
 
+/// Norms over widths around the vector tail, then `* w` (`+ b`).
+fn norm_width_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for h in [1, 3, 767, 768, 769, 770, 771, 4095, 4097] {
+        for dtype in [F32, F16] {
+            cases.push(Case::new(
+                format!("norm-width/rms_norm*w/{dtype}/7x{h}"),
+                vec![inp(dtype, &[7, h], 1), inp(dtype, &[h], 5)],
+                |g, x| {
+                    let n = g.rms_norm(x[0], 1e-6)?;
+                    g.mul(n, x[1])
+                },
+                |x| r::rms_norm(&x[0], Some(&x[1]), 1e-6),
+            ));
+            cases.push(
+                Case::new(
+                    format!("norm-width/layer_norm*w+b/{dtype}/7x{h}"),
+                    vec![inp(dtype, &[7, h], 1), inp(dtype, &[h], 5), inp(dtype, &[h], 6)],
+                    |g, x| {
+                        let n = g.layer_norm(x[0], 1e-6)?;
+                        let n = g.mul(n, x[1])?;
+                        g.add(n, x[2])
+                    },
+                    |x| r::layer_norm(&x[0], Some(&x[1]), Some(&x[2]), 1e-6),
+                )
+                .tol(if dtype == F16 { 2e-6 } else { 1e-7 }),
+            );
+        }
+    }
+    cases
+}
+
 /// Softmax and the norms: every op of the row-op table (`RowOp::ALL`; the cases below name each, and a row
 /// without cases fails here).
 #[test]
@@ -295,33 +327,7 @@ fn row_ops() {
         },
         |x| r::softmax(&x[0].transpose(0, 1), None, 1.0),
     ));
-    // norms with widths around the vector tail, then * w (+ b)
-    for h in [1, 3, 767, 768, 769, 770, 771, 4095, 4097] {
-        for dtype in [F32, F16] {
-            cases.push(Case::new(
-                format!("norm-width/rms_norm*w/{dtype}/7x{h}"),
-                vec![inp(dtype, &[7, h], 1), inp(dtype, &[h], 5)],
-                |g, x| {
-                    let n = g.rms_norm(x[0], 1e-6)?;
-                    g.mul(n, x[1])
-                },
-                |x| r::rms_norm(&x[0], Some(&x[1]), 1e-6),
-            ));
-            cases.push(
-                Case::new(
-                    format!("norm-width/layer_norm*w+b/{dtype}/7x{h}"),
-                    vec![inp(dtype, &[7, h], 1), inp(dtype, &[h], 5), inp(dtype, &[h], 6)],
-                    |g, x| {
-                        let n = g.layer_norm(x[0], 1e-6)?;
-                        let n = g.mul(n, x[1])?;
-                        g.add(n, x[2])
-                    },
-                    |x| r::layer_norm(&x[0], Some(&x[1]), Some(&x[2]), 1e-6),
-                )
-                .tol(if dtype == F16 { 2e-6 } else { 1e-7 }),
-            );
-        }
-    }
+    cases.extend(norm_width_cases());
     cases.push(Case::new(
         "rms_norm/transposed",
         vec![inp(F32, &[257, 7], 1)],
@@ -535,6 +541,51 @@ fn gather_cases(cases: &mut Vec<Case>) {
 /// Writes into states: set_rows (f32 into f32 and into f16, first, last and repeated indices, the last repeated
 /// row winning) and copies into views of a state (strided, broadcast, converting), read back through the written
 /// tensor.
+/// Copies into views: a strided (permuted) slice of a state, a broadcast source, f32 into f16.
+fn copy_into_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    cases.push(
+        Case::new(
+            "copy_into/permuted-slice",
+            vec![inp(F32, &[3, 5], 1)],
+            |g, x| {
+                let v = g.permute(x[1], &[1, 0, 2])?; // [6, 4, 5] view of the [4, 6, 5] state
+                let v = g.slice(v, 0, 2, 5)?; // rows 2..5 of axis 0: [3, 4, 5]
+                let v = g.slice(v, 1, 1, 2)?; // [3, 1, 5]
+                let src = g.reshape(x[0], &[3, 1, 5])?;
+                g.copy_into(v, src)?;
+                let whole = g.permute(x[1], &[0, 1, 2])?;
+                g.contiguous(whole)
+            },
+            |x| {
+                let mut out = x[1].clone(); // [4, 6, 5]; view (a, b, c) -> state (b + 1, a + 2, c)
+                for a in 0..3 {
+                    for c in 0..5 {
+                        out.data[(6 + a + 2) * 5 + c] = x[0].data[a * 5 + c];
+                    }
+                }
+                out
+            },
+        )
+        .with_state(inp(F32, &[4, 6, 5], 2))
+        .tol(0.0),
+    );
+    cases.push(
+        Case::new(
+            "copy_into/broadcast-f32-into-f16",
+            vec![inp(F32, &[1, 7], 1)],
+            |g, x| {
+                let v = g.slice(x[1], 0, 1, 4)?; // rows 1..4
+                g.copy_into(v, x[0])
+            },
+            |x| x[0].broadcast_to(&[3, 7]),
+        )
+        .with_state(inp(F16, &[5, 7], 2))
+        .tol(1e-6),
+    );
+    cases
+}
+
 #[test]
 fn state_writes() {
     let mut cases = Vec::new();
@@ -591,46 +642,7 @@ fn state_writes() {
         .with_state(inp(F32, &[6, 8], 3))
         .tol(0.0),
     );
-    // copies into views: a strided (permuted) slice of a state, a broadcast source, f32 into f16
-    cases.push(
-        Case::new(
-            "copy_into/permuted-slice",
-            vec![inp(F32, &[3, 5], 1)],
-            |g, x| {
-                let v = g.permute(x[1], &[1, 0, 2])?; // [6, 4, 5] view of the [4, 6, 5] state
-                let v = g.slice(v, 0, 2, 5)?; // rows 2..5 of axis 0: [3, 4, 5]
-                let v = g.slice(v, 1, 1, 2)?; // [3, 1, 5]
-                let src = g.reshape(x[0], &[3, 1, 5])?;
-                g.copy_into(v, src)?;
-                let whole = g.permute(x[1], &[0, 1, 2])?;
-                g.contiguous(whole)
-            },
-            |x| {
-                let mut out = x[1].clone(); // [4, 6, 5]; view (a, b, c) -> state (b + 1, a + 2, c)
-                for a in 0..3 {
-                    for c in 0..5 {
-                        out.data[(6 + a + 2) * 5 + c] = x[0].data[a * 5 + c];
-                    }
-                }
-                out
-            },
-        )
-        .with_state(inp(F32, &[4, 6, 5], 2))
-        .tol(0.0),
-    );
-    cases.push(
-        Case::new(
-            "copy_into/broadcast-f32-into-f16",
-            vec![inp(F32, &[1, 7], 1)],
-            |g, x| {
-                let v = g.slice(x[1], 0, 1, 4)?; // rows 1..4
-                g.copy_into(v, x[0])
-            },
-            |x| x[0].broadcast_to(&[3, 7]),
-        )
-        .with_state(inp(F16, &[5, 7], 2))
-        .tol(1e-6),
-    );
+    cases.extend(copy_into_cases());
     run_suite("state-writes", &cases);
 }
 
@@ -681,33 +693,7 @@ fn attention() {
             move |x| r::attention(&x[0], &x[1], &x[2], None, 0.3, true, s),
         ));
     }
-    // a run-time KV length L < S (prefill and decode), causal; over a cache of 2048 (decode splits the keys: only
-    // the splits L reaches run), L given or computed in the graph (L - 1 + 1: the run cannot see it)
-    for (t, s, l, computed) in
-        [(1usize, 300usize, 77usize, false), (5, 300, 77, false), (1, 300, 1, false), (1, 300, 299, false)]
-            .into_iter()
-            .chain([(1, 2048, 600, false), (1, 2048, 600, true), (1, 2048, 2048, false), (64, 300, 150, false)])
-    {
-        let len = l;
-        let mut ins = vec![
-            inp(F32, &[6, t, 32], 1),
-            inp(F16, &[2, s, 32], 2),
-            inp(F16, &[2, s, 32], 3),
-            inp_given(I32, &[1], vec![(l - computed as usize) as f64]),
-        ];
-        if computed {
-            ins.push(inp_given(I32, &[1], vec![1.0]));
-        }
-        cases.push(Case::new(
-            format!("attention/kv_len={l}/S{s}/T{t}{}", if computed { "/computed" } else { "" }),
-            ins,
-            move |g, x| {
-                let kv_len = if computed { g.add(x[3], x[4])? } else { x[3] };
-                g.attention(x[0], x[1], x[2], &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(kv_len) })
-            },
-            move |x| r::attention(&x[0], &x[1], &x[2], None, 0.2, true, len),
-        ));
-    }
+    kv_len_cases(&mut cases);
     // masks: a broadcast [T, S] mask with fully masked rows; a batch with a padding mask [B, 1, 1, S]
     let row_masked = |v: f64| if v < -0.3 { f64::NEG_INFINITY } else { v };
     cases.push(Case::new(
@@ -733,6 +719,37 @@ fn attention() {
     cases.push(common::padding_mask_long_case());
     kv_cache_views_case(&mut cases);
     run_suite("attention", &cases);
+}
+
+/// A run-time KV length L < S (prefill and decode), causal; over a cache of 2048 (decode splits the keys: only
+/// the splits L reaches run), L given or computed in the graph (L - 1 + 1: the run cannot see it).
+fn kv_len_cases(cases: &mut Vec<Case>) {
+    use webtensor::Attention;
+    for (t, s, l, computed) in
+        [(1usize, 300usize, 77usize, false), (5, 300, 77, false), (1, 300, 1, false), (1, 300, 299, false)]
+            .into_iter()
+            .chain([(1, 2048, 600, false), (1, 2048, 600, true), (1, 2048, 2048, false), (64, 300, 150, false)])
+    {
+        let len = l;
+        let mut ins = vec![
+            inp(F32, &[6, t, 32], 1),
+            inp(F16, &[2, s, 32], 2),
+            inp(F16, &[2, s, 32], 3),
+            inp_given(I32, &[1], vec![(l - computed as usize) as f64]),
+        ];
+        if computed {
+            ins.push(inp_given(I32, &[1], vec![1.0]));
+        }
+        cases.push(Case::new(
+            format!("attention/kv_len={l}/S{s}/T{t}{}", if computed { "/computed" } else { "" }),
+            ins,
+            move |g, x| {
+                let kv_len = if computed { g.add(x[3], x[4])? } else { x[3] };
+                g.attention(x[0], x[1], x[2], &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(kv_len) })
+            },
+            move |x| r::attention(&x[0], &x[1], &x[2], None, 0.2, true, len),
+        ));
+    }
 }
 
 /// K and V as views of an f16 KV-cache state [S, Hkv * D] (a row per position), q a view of [T, H, D].

@@ -11,60 +11,66 @@ use webtensor::DType::{self, F16, F32, I32};
 /// NMSE allowed where the CPU rounds activations to 8-bit blocks (a block's values to within 1/254 of its largest).
 const Q8_ACTIVATION_NMSE: f64 = 1e-4;
 
+/// `x @ t(w)` with the block-quantized `w [9, 512]` (`w()`): M = 1, 3, 33; a batched x; f16 x; a transposed x;
+/// an epilogue; a row slice of w.
+fn matmul_cases(dtype: DType, w: &dyn Fn() -> common::Input) -> Vec<Case> {
+    let mut matmul_cases = Vec::new();
+    for (name, xs) in
+        [("matvec", vec![1usize, 512]), ("m3", vec![3, 512]), ("m33", vec![33, 512]), ("batch", vec![2, 5, 512])]
+    {
+        matmul_cases.push(Case::new(
+            format!("{dtype}/matmul/{name}"),
+            vec![inp(F32, &xs, 1), w()],
+            |g, x| {
+                let wt = g.t(x[1])?;
+                g.matmul(x[0], wt)
+            },
+            |x| r::matmul(&x[0], &x[1].transpose(0, 1)),
+        ));
+    }
+    matmul_cases.push(
+        Case::new(
+            format!("{dtype}/matmul/f16-x"),
+            vec![inp(F16, &[4, 512], 1), w()],
+            |g, x| {
+                let wt = g.t(x[1])?;
+                g.matmul(x[0], wt)
+            },
+            |x| r::matmul(&x[0], &x[1].transpose(0, 1)),
+        )
+        .tol(1e-6),
+    );
+    matmul_cases.push(Case::new(
+        format!("{dtype}/matmul/transposed-x+bias+silu"),
+        vec![inp(F32, &[512, 6], 1), w(), inp(F32, &[9], 3)],
+        |g, x| {
+            let (xt, wt) = (g.t(x[0])?, g.t(x[1])?);
+            let y = g.matmul(xt, wt)?;
+            let y = g.add(y, x[2])?;
+            g.silu(y)
+        },
+        |x| r::binary(&r::matmul(&x[0].transpose(0, 1), &x[1].transpose(0, 1)), &x[2], |a, b| a + b).map(r::silu),
+    ));
+    // rows 2..7 of the weight: a row-aligned view
+    matmul_cases.push(Case::new(
+        format!("{dtype}/matmul/row-slice"),
+        vec![inp(F32, &[2, 512], 1), w()],
+        |g, x| {
+            let rows = g.slice(x[1], 0, 2, 7)?;
+            let wt = g.t(rows)?;
+            g.matmul(x[0], wt)
+        },
+        |x| r::matmul(&x[0], &x[1].slice(0, 2, 7).transpose(0, 1)),
+    ));
+    matmul_cases
+}
+
 #[test]
 fn quantized_matmul_get_rows_and_cast() {
     let mut cases = Vec::new();
     for (dtype, bytes, decoded) in common::quant_fixture() {
-        let mut matmul_cases = Vec::new();
         let w = move || inp_raw(dtype, &[9, 512], bytes.clone(), decoded.clone());
-        // x @ t(w): M = 1, 3, 33; a batched x; f16 x; a transposed x; an epilogue
-        for (name, xs) in
-            [("matvec", vec![1usize, 512]), ("m3", vec![3, 512]), ("m33", vec![33, 512]), ("batch", vec![2, 5, 512])]
-        {
-            matmul_cases.push(Case::new(
-                format!("{dtype}/matmul/{name}"),
-                vec![inp(F32, &xs, 1), w()],
-                |g, x| {
-                    let wt = g.t(x[1])?;
-                    g.matmul(x[0], wt)
-                },
-                |x| r::matmul(&x[0], &x[1].transpose(0, 1)),
-            ));
-        }
-        matmul_cases.push(
-            Case::new(
-                format!("{dtype}/matmul/f16-x"),
-                vec![inp(F16, &[4, 512], 1), w()],
-                |g, x| {
-                    let wt = g.t(x[1])?;
-                    g.matmul(x[0], wt)
-                },
-                |x| r::matmul(&x[0], &x[1].transpose(0, 1)),
-            )
-            .tol(1e-6),
-        );
-        matmul_cases.push(Case::new(
-            format!("{dtype}/matmul/transposed-x+bias+silu"),
-            vec![inp(F32, &[512, 6], 1), w(), inp(F32, &[9], 3)],
-            |g, x| {
-                let (xt, wt) = (g.t(x[0])?, g.t(x[1])?);
-                let y = g.matmul(xt, wt)?;
-                let y = g.add(y, x[2])?;
-                g.silu(y)
-            },
-            |x| r::binary(&r::matmul(&x[0].transpose(0, 1), &x[1].transpose(0, 1)), &x[2], |a, b| a + b).map(r::silu),
-        ));
-        // rows 2..7 of the weight: a row-aligned view
-        matmul_cases.push(Case::new(
-            format!("{dtype}/matmul/row-slice"),
-            vec![inp(F32, &[2, 512], 1), w()],
-            |g, x| {
-                let rows = g.slice(x[1], 0, 2, 7)?;
-                let wt = g.t(rows)?;
-                g.matmul(x[0], wt)
-            },
-            |x| r::matmul(&x[0], &x[1].slice(0, 2, 7).transpose(0, 1)),
-        ));
+        let matmul_cases = matmul_cases(dtype, &w);
         // the matmul's precision set to f32 (ggml_mul_mat_set_prec), through an epilogue that fusion moves into
         // it: the reference's tolerance on every backend, with the CPU's default options
         cases.push(Case::new(

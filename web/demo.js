@@ -276,6 +276,23 @@ async function runStep(key, n, a, b, step) {
   }
 }
 
+/** One backend's step of size `n` into the row `r` (its figures, or its error) and `outputs`; "stopped" when the
+ *  user's Stop ended it. */
+async function runKey(key, n, r, { a, b, step, outputs }) {
+  try {
+    const res = await runStep(key, n, a, b, step);
+    r[key] = { ms: res.ms, gflops: res.gflops, reps: res.reps, compileMs: res.compileMs, workers: res.workers,
+      threads: res.threads };
+    outputs[key] = res.c;
+    return "done";
+  } catch (e) {
+    if (stopRequested) return "stopped";
+    r[`${key}Error`] = "error";
+    r.error = `${BACKENDS[key].label} n=${n}: ${e.message}`;
+    return "failed";
+  }
+}
+
 async function runBenchmark() {
   let sizes;
   try {
@@ -332,21 +349,9 @@ async function runBenchmark() {
     const outputs = {};
     for (const key of keys) {
       if (stopRequested) break;
-      try {
-        const res = await runStep(key, n, a, b, step);
-        r[key] = { ms: res.ms, gflops: res.gflops, reps: res.reps, compileMs: res.compileMs, workers: res.workers,
-          threads: res.threads };
-        outputs[key] = res.c;
-        done++;
-      } catch (e) {
-        if (stopRequested) {
-          stoppedDuring = `the ${BACKENDS[key].label} step of n = ${n}`;
-        } else {
-          r[`${key}Error`] = "error";
-          r.error = `${BACKENDS[key].label} n=${n}: ${e.message}`;
-          done++;
-        }
-      }
+      const ok = await runKey(key, n, r, { a, b, step, outputs });
+      if (ok === "stopped") stoppedDuring = `the ${BACKENDS[key].label} step of n = ${n}`;
+      else done++;
       progress.value = done;
       renderRow(r);
       drawChart();

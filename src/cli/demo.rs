@@ -206,6 +206,52 @@ fn generic_note(caps: &webtensor::Capabilities, stats: &PlanStats) {
     outln!("note: {} runs the generic matmul kernel, the slowest; the tuner found no tiled configuration correct there{why}", caps.name);
 }
 
+/// The device's timing line, and how much of it is compute and how much moving data and overhead.
+fn device_lines(device: &Device, (a, b): (&HostTensor, &HostTensor), n: usize, d: &Bench) -> Result<(), CliError> {
+    let caps = device.capabilities();
+    outln!("{}", timing_line(&format!("{} [{}]", caps.name, caps.backend), n, d));
+    let compute = compute_time(device, a, b, d.median)?.min(d.median);
+    let t = &d.stats.transfer;
+    let moved = util::bytes(t.upload_bytes + t.readback_bytes);
+    let rest = d.median - compute;
+    let rate = (t.upload_bytes + t.readback_bytes) as f64 / rest.as_secs_f64().max(1e-9) / 1e9;
+    let split = if rest.as_secs_f64() < 0.02 * d.median.as_secs_f64() {
+        format!("moving {moved} within the timing noise")
+    } else {
+        // a rate only where the transfers are most of what is left
+        let rate = if rate >= 0.1 { format!(", {rate:.1} GB/s") } else { String::new() };
+        format!("moving {moved} and the run's overhead {:.3} ms{rate}", util::ms(rest))
+    };
+    outln!("    of which compute {:.3} ms ({:.2} GFLOP/s), {split}", util::ms(compute), gflops(n, compute));
+    Ok(())
+}
+
+/// The device against the CPU backend, `speedup` the device's.
+fn speedup_line(caps: &webtensor::Capabilities, speedup: f64) -> String {
+    let backend = &caps.backend;
+    if speedup >= 1.0 {
+        return format!("  {backend} is {speedup:.1}x faster than the CPU backend");
+    }
+    let why =
+        if caps.device_type == webtensor::DeviceType::Cpu { " (this adapter is itself a CPU emulation)" } else { "" };
+    format!("  the CPU backend is {:.1}x faster than {backend}{why}", 1.0 / speedup)
+}
+
+/// `--stats`: the plan's counts.
+fn stats_lines(s: &PlanStats, n: usize, device: &Device) {
+    outln!("\nplan stats ({n}x{n} matmul on {}):", describe(device));
+    outln!("  {:<18} {}", "dispatches", s.dispatches);
+    outln!("  {:<18} {}", "pipelines", s.pipelines);
+    let kernels = if s.kernels.is_empty() { "-".to_string() } else { s.kernels.join(", ") };
+    outln!("  {:<18} {kernels}", "kernels");
+    outln!("  {:<18} {}", "buffers", s.buffers);
+    outln!("  {:<18} {}", "memory", util::bytes(s.memory_bytes));
+    outln!("  {:<18} {}", "peak live", util::bytes(s.peak_live_bytes));
+    let t = &s.transfer;
+    let (up, down, host) = (util::bytes(t.upload_bytes), util::bytes(t.readback_bytes), util::bytes(t.host_copy_bytes));
+    outln!("  {:<18} {up} up, {down} down, {host} copied by the host (a run)", "transfers");
+}
+
 pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     let n = args.n as usize;
     let chosen = choose_device(args.backend)?;
@@ -236,36 +282,12 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     };
     let dev_caps = device.capabilities();
     if let Some(d) = &dev_bench {
-        outln!("{}", timing_line(&format!("{} [{}]", dev_caps.name, dev_caps.backend), n, d));
-        let compute = compute_time(device, &a, &b, d.median)?.min(d.median);
-        let t = &d.stats.transfer;
-        let moved = util::bytes(t.upload_bytes + t.readback_bytes);
-        let rest = d.median - compute;
-        let rate = (t.upload_bytes + t.readback_bytes) as f64 / rest.as_secs_f64().max(1e-9) / 1e9;
-        let split = if rest.as_secs_f64() < 0.02 * d.median.as_secs_f64() {
-            format!("moving {moved} within the timing noise")
-        } else {
-            // a rate only where the transfers are most of what is left
-            let rate = if rate >= 0.1 { format!(", {rate:.1} GB/s") } else { String::new() };
-            format!("moving {moved} and the run's overhead {:.3} ms{rate}", util::ms(rest))
-        };
-        outln!("    of which compute {:.3} ms ({:.2} GFLOP/s), {split}", util::ms(compute), gflops(n, compute));
+        device_lines(device, (&a, &b), n, d)?;
     }
     let cpu_name = if device.is_cpu() { format!("{cpu_label} (the device itself)") } else { cpu_label.to_string() };
     outln!("{}", timing_line(&cpu_name, n, &cpu_bench));
     if let Some(d) = &dev_bench {
-        let speedup = cpu_bench.median.as_secs_f64() / d.median.as_secs_f64();
-        let backend = &dev_caps.backend;
-        if speedup >= 1.0 {
-            outln!("  {backend} is {speedup:.1}x faster than the CPU backend");
-        } else {
-            let why = if dev_caps.device_type == webtensor::DeviceType::Cpu {
-                " (this adapter is itself a CPU emulation)"
-            } else {
-                ""
-            };
-            outln!("  the CPU backend is {:.1}x faster than {backend}{why}", 1.0 / speedup);
-        }
+        outln!("{}", speedup_line(dev_caps, cpu_bench.median.as_secs_f64() / d.median.as_secs_f64()));
     }
     let (a32, b32) = (a.data.to_f32(), b.data.to_f32());
     check("CPU backend vs exact f64 at 64 sampled entries", spot_check(n, &a32, &b32, &cpu_bench.out))?;
@@ -277,23 +299,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         None => outln!("  (the device is the CPU backend, so there is no second backend to compare with)"),
     }
     if args.stats {
-        let s = &dev_bench.as_ref().unwrap_or(&cpu_bench).stats;
-        outln!("\nplan stats ({n}x{n} matmul on {}):", describe(device));
-        outln!("  {:<18} {}", "dispatches", s.dispatches);
-        outln!("  {:<18} {}", "pipelines", s.pipelines);
-        let kernels = if s.kernels.is_empty() { "-".to_string() } else { s.kernels.join(", ") };
-        outln!("  {:<18} {kernels}", "kernels");
-        outln!("  {:<18} {}", "buffers", s.buffers);
-        outln!("  {:<18} {}", "memory", util::bytes(s.memory_bytes));
-        outln!("  {:<18} {}", "peak live", util::bytes(s.peak_live_bytes));
-        let t = &s.transfer;
-        outln!(
-            "  {:<18} {} up, {} down, {} copied by the host (a run)",
-            "transfers",
-            util::bytes(t.upload_bytes),
-            util::bytes(t.readback_bytes),
-            util::bytes(t.host_copy_bytes)
-        );
+        stats_lines(&dev_bench.as_ref().unwrap_or(&cpu_bench).stats, n, device);
     }
     if let Some(d) = &dev_bench {
         generic_note(dev_caps, &d.stats);

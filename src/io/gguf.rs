@@ -571,21 +571,7 @@ fn parse(source: &str, b: &[u8]) -> Result<Parsed> {
         return Err(r.err(key_at[i], format!("duplicate key '{}'", metadata[i].0)));
     }
     drop(key_at);
-    let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {
-        None => 32,
-        Some((_, v)) => match v {
-            MetaValue::U32(a) if a.is_power_of_two() && *a <= 1 << 20 => *a as u64,
-            other => {
-                let message = match other {
-                    MetaValue::U32(a) => format!("general.alignment is {a}: it must be a power of two up to 1 MiB"),
-                    _ => {
-                        format!("general.alignment is {}, not a u32 (a power of two up to 1 MiB)", other.a_type_name())
-                    }
-                };
-                return Err(Error::Format { path: r.source.into(), message });
-            }
-        },
-    };
+    let alignment = alignment(source, &metadata)?;
     let mut infos = Vec::with_capacity(n_tensors);
     for _ in 0..n_tensors {
         infos.push(tensor_info(&mut r)?);
@@ -598,24 +584,38 @@ fn parse(source: &str, b: &[u8]) -> Result<Parsed> {
         .into_iter()
         .map(|(name, shape, dtype, rel, at)| place(&r, name, shape, dtype, rel, at, data_start, alignment))
         .collect::<Result<Vec<_>>>()?;
-    // no two tensors share bytes: a writer that points two names at one region is not llama.cpp's
+    no_overlap(&r, &tensors)?;
+    Ok((version, alignment, metadata, tensors))
+}
+
+/// The file's `general.alignment` (32 where it has none), a power of two up to 1 MiB.
+fn alignment(source: &str, metadata: &[(String, MetaValue)]) -> Result<u64> {
+    let message = match metadata.iter().find(|(k, _)| k == "general.alignment") {
+        None => return Ok(32),
+        Some((_, MetaValue::U32(a))) if a.is_power_of_two() && *a <= 1 << 20 => return Ok(*a as u64),
+        Some((_, MetaValue::U32(a))) => format!("general.alignment is {a}: it must be a power of two up to 1 MiB"),
+        Some((_, other)) => {
+            format!("general.alignment is {}, not a u32 (a power of two up to 1 MiB)", other.a_type_name())
+        }
+    };
+    Err(Error::Format { path: source.into(), message })
+}
+
+/// No two tensors share bytes: a writer that points two names at one region is not llama.cpp's.
+fn no_overlap(r: &Reader, tensors: &[TensorInfo]) -> Result<()> {
     let mut order: Vec<&TensorInfo> = tensors.iter().collect();
     order.sort_by_key(|t| t.offset);
-    if let Some(w) = order.windows(2).find(|w| w[0].offset + w[0].bytes > w[1].offset) {
-        let (a, b) = (w[0], w[1]);
-        return Err(r.err(
-            0,
-            format!(
-                "tensors '{}' (bytes {}..{}) and '{}' (from byte {}) overlap",
-                a.name,
-                a.offset,
-                a.offset + a.bytes,
-                b.name,
-                b.offset
-            ),
-        ));
+    match order.windows(2).find(|w| w[0].offset + w[0].bytes > w[1].offset) {
+        Some(w) => {
+            let (a, b) = (w[0], w[1]);
+            let (end, from) = (a.offset + a.bytes, b.offset);
+            Err(r.err(
+                0,
+                format!("tensors '{}' (bytes {}..{end}) and '{}' (from byte {from}) overlap", a.name, a.offset, b.name),
+            ))
+        }
+        None => Ok(()),
     }
-    Ok((version, alignment, metadata, tensors))
 }
 
 type RawInfo = (String, Vec<usize>, DType, u64, usize);

@@ -68,6 +68,26 @@ function checkVisit(s, row, cell, webgpu) {
   }
 }
 
+/**
+ * Main-thread responsiveness: records on `page` the largest gap between 20 ms interval ticks over the whole visit,
+ * apart from the gaps while onnxruntime-web loads and compiles its WebGPU session (the peer's own main-thread work,
+ * about 0.5 s twice on SwiftShader), which are kept apart (`__maxGapMs`, `__maxOrtGapMs`).
+ */
+async function watchStalls(page) {
+  await page.addInitScript(() => {
+    let last = performance.now();
+    window.__maxGapMs = 0;
+    window.__maxOrtGapMs = 0;
+    setInterval(() => {
+      const now = performance.now();
+      const ort = /ORT WebGPU/.test(document.querySelector("#progress-text")?.textContent ?? "");
+      const key = ort ? "__maxOrtGapMs" : "__maxGapMs";
+      window[key] = Math.max(window[key], now - last);
+      last = now;
+    }, 20);
+  });
+}
+
 /** Opens the demo with `?sizes=<size>&autorun=1`, waits until it is done, checks it, saves a screenshot. */
 async function visit(url, { webgpu, screenshot }) {
   const label = webgpu ? "with WebGPU" : "without WebGPU";
@@ -85,21 +105,7 @@ async function visit(url, { webgpu, screenshot }) {
     page.on("console", (m) => log.push(`console.${m.type()}: ${m.text()}`));
     page.on("pageerror", (e) => log.push(`pageerror: ${e.message}`));
     page.on("requestfailed", (r) => log.push(`requestfailed: ${r.url()} ${r.failure()?.errorText}`));
-    // Main-thread responsiveness: the largest gap between 20 ms interval ticks over the whole visit, apart from
-    // the gaps while onnxruntime-web loads and compiles its WebGPU session (the peer's own main-thread work, about
-    // 0.5 s twice on SwiftShader), which are kept apart.
-    await page.addInitScript(() => {
-      let last = performance.now();
-      window.__maxGapMs = 0;
-      window.__maxOrtGapMs = 0;
-      setInterval(() => {
-        const now = performance.now();
-        const ort = /ORT WebGPU/.test(document.querySelector("#progress-text")?.textContent ?? "");
-        const key = ort ? "__maxOrtGapMs" : "__maxGapMs";
-        window[key] = Math.max(window[key], now - last);
-        last = now;
-      }, 20);
-    });
+    await watchStalls(page);
     // The .wasm must be served as application/wasm (streaming compilation needs it).
     const wasmType = page
       .waitForResponse((r) => r.url().endsWith(".wasm"), { timeout: 30000 })

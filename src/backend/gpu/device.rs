@@ -243,9 +243,8 @@ impl GpuBackend {
         GpuBackend::new_with(kind, true).await
     }
 
-    /// As [`GpuBackend::new`]; `allow_f16 = false` leaves SHADER_F16 off even where the adapter has it, so f16
-    /// tensors take the packed path (as on adapters without the feature).
-    pub(crate) async fn new_with(kind: BackendKind, allow_f16: bool) -> Result<GpuBackend> {
+    /// A high-performance adapter of `kind` and what it reports.
+    async fn adapter(kind: BackendKind) -> Result<(wgpu::Adapter, Capabilities)> {
         #[cfg(target_arch = "wasm32")]
         if !has_navigator_gpu() {
             // wgpu's WebGPU backend would fail hard without it (Node.js, a worker or browser without WebGPU)
@@ -264,11 +263,23 @@ impl GpuBackend {
             })
             .await
             .map_err(|e| Error::NoDevice(format!("no {kind} adapter: {e}")))?;
+        #[allow(unused_mut)]
         let mut caps = capabilities(&adapter);
         #[cfg(target_arch = "wasm32")]
         if caps.name.is_empty() {
             caps.name = browser_adapter_name().await;
         }
+        Ok((adapter, caps))
+    }
+
+    /// A device on `adapter` with its own limits and the features webtensor uses where it has them (subgroups,
+    /// timestamps, SHADER_F16 unless `allow_f16` is false, cooperative matrices where they are usable), and the
+    /// cooperative-matrix fragment size it then has; `caps` updated to what the device has.
+    async fn open(
+        adapter: &wgpu::Adapter,
+        caps: &mut Capabilities,
+        allow_f16: bool,
+    ) -> Result<(wgpu::Device, wgpu::Queue, Option<u32>)> {
         let mut wanted = wgpu::Features::SUBGROUP;
         #[cfg(not(target_arch = "wasm32"))]
         if adapter.features().contains(TIMESTAMP_FEATURES) {
@@ -280,36 +291,24 @@ impl GpuBackend {
             caps.shader_f16 = false;
             caps.name.push_str(" [SHADER_F16 off]");
         }
-        let mut coop_frag = if allow_f16 { coop_fragment(&caps) } else { None };
-        let request = |coop: bool| {
-            let features = adapter.features()
-                & (wanted
-                    | if coop { wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX } else { wgpu::Features::empty() });
-            adapter.request_device(&wgpu::DeviceDescriptor {
-                label: Some("webtensor"),
-                required_features: features,
-                required_limits: adapter.limits(),
-                // SAFETY: wgpu's experimental features may have implementation bugs (wgpu's words: "may result
-                // in undefined behavior when used incorrectly"). They are enabled only when the adapter offers
-                // cooperative matrices, and every cooperative-matrix configuration is checked against the CPU
-                // backend on the device before a plan may use it (tune.rs).
-                experimental_features: if coop {
-                    unsafe { wgpu::ExperimentalFeatures::enabled() }
-                } else {
-                    wgpu::ExperimentalFeatures::disabled()
-                },
-                ..Default::default()
-            })
-        };
-        let mut requested = request(coop_frag.is_some()).await;
+        let mut coop_frag = if allow_f16 { coop_fragment(caps) } else { None };
+        let mut requested = request_device(adapter, wanted, coop_frag.is_some()).await;
         if let (Err(e), Some(_)) = (&requested, coop_frag) {
             // an experimental feature must never cost the device: go on without cooperative matrices
             log::warn!("webtensor: {}: no device with cooperative matrices ({e}); retrying without", caps.name);
             coop_frag = None;
-            requested = request(false).await;
+            requested = request_device(adapter, wanted, false).await;
         }
         let (device, queue) = requested
             .map_err(|e| Error::NoDevice(format!("{} ({}): request_device failed: {e}", caps.name, caps.backend)))?;
+        Ok((device, queue, coop_frag))
+    }
+
+    /// As [`GpuBackend::new`]; `allow_f16 = false` leaves SHADER_F16 off even where the adapter has it, so f16
+    /// tensors take the packed path (as on adapters without the feature).
+    pub(crate) async fn new_with(kind: BackendKind, allow_f16: bool) -> Result<GpuBackend> {
+        let (adapter, mut caps) = GpuBackend::adapter(kind).await?;
+        let (device, queue, coop_frag) = GpuBackend::open(&adapter, &mut caps, allow_f16).await?;
         let lost = Arc::new(AtomicBool::new(false));
         let flag = lost.clone();
         device.set_device_lost_callback(move |reason, msg| {
@@ -579,4 +578,31 @@ fn has_navigator_gpu() -> bool {
         js_sys::Reflect::get(o, &k.into()).ok().filter(|v| !v.is_undefined() && !v.is_null())
     };
     get(&js_sys::global().into(), "navigator").and_then(|n| get(&n, "gpu")).is_some()
+}
+
+/// The device `adapter` gives with its own limits and the `wanted` features it has, plus cooperative matrices when
+/// `coop`.
+async fn request_device(
+    adapter: &wgpu::Adapter,
+    wanted: wgpu::Features,
+    coop: bool,
+) -> std::result::Result<(wgpu::Device, wgpu::Queue), wgpu::RequestDeviceError> {
+    let coop_feature = if coop { wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX } else { wgpu::Features::empty() };
+    adapter
+        .request_device(&wgpu::DeviceDescriptor {
+            label: Some("webtensor"),
+            required_features: adapter.features() & (wanted | coop_feature),
+            required_limits: adapter.limits(),
+            // SAFETY: wgpu's experimental features may have implementation bugs (wgpu's words: "may result in
+            // undefined behavior when used incorrectly"). They are enabled only when the adapter offers cooperative
+            // matrices, and every cooperative-matrix configuration is checked against the CPU backend on the device
+            // before a plan may use it (tune.rs).
+            experimental_features: if coop {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
+            ..Default::default()
+        })
+        .await
 }

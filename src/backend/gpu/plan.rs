@@ -525,15 +525,8 @@ impl GpuPlan {
             Some(ahead) if ahead.xs == xs => ahead.passes,
             _ => self.encode_passes(&xs),
         };
-        let mut readback = gpu.device.create_command_encoder(&label("webtensor readback"));
-        for c in copies.iter().flatten() {
-            let blk = self.mem.blocks[&c.storage];
-            readback.copy_buffer_to_buffer(self.buffer(blk.arena), blk.offset + c.from, &self.res.staging, c.to, c.len);
-        }
-        if let Some(t) = &self.res.timer {
-            t.resolve(&mut readback);
-        }
-        self.submit(enc.finish(), passes, readback.finish())?;
+        let readback = self.encode_readback(&copies);
+        self.submit(enc.finish(), passes, readback)?;
         if let Some(u) = &self.res.upload {
             u.remap();
         }
@@ -555,18 +548,7 @@ impl GpuPlan {
         if let Some(e) = validation.await {
             return Err(Error::Gpu { context: "run".into(), message: e.to_string() });
         }
-        let total = copies.iter().flatten().map(|c| c.to + c.len).max().unwrap_or(0);
-        let nodes = &self.program.nodes;
-        // each output is built straight from the mapped staging memory: one host copy of what was fetched
-        let outputs: Vec<Option<HostTensor>> = if total > 0 {
-            read_staging(&gpu, &self.res.staging, total, |bytes| {
-                copies.iter().map(|c| c.as_ref().map(|c| c.output_from(nodes, bytes))).collect()
-            })
-            .await?
-        } else {
-            // nothing to read (empty outputs, or none fetched)
-            copies.iter().map(|c| c.as_ref().map(|c| c.output_from(nodes, &[]))).collect()
-        };
+        let outputs = self.read_outputs(&gpu, &copies).await?;
         transfer.readback_bytes = copies.iter().flatten().map(|c| c.len).sum();
         transfer.host_copy_bytes +=
             outputs.iter().flatten().map(|t: &HostTensor| t.data.as_bytes().len() as u64).sum::<u64>();
@@ -582,6 +564,34 @@ impl GpuPlan {
             _ => None,
         };
         Ok(outputs)
+    }
+
+    /// The commands that copy each fetched output into the staging buffer (and resolve the timestamps).
+    fn encode_readback(&self, copies: &[Option<Copy>]) -> wgpu::CommandBuffer {
+        let label = wgpu::CommandEncoderDescriptor { label: Some("webtensor readback") };
+        let mut readback = self.gpu.device.create_command_encoder(&label);
+        for c in copies.iter().flatten() {
+            let blk = self.mem.blocks[&c.storage];
+            readback.copy_buffer_to_buffer(self.buffer(blk.arena), blk.offset + c.from, &self.res.staging, c.to, c.len);
+        }
+        if let Some(t) = &self.res.timer {
+            t.resolve(&mut readback);
+        }
+        readback.finish()
+    }
+
+    /// Each fetched output, built straight from the mapped staging memory: one host copy of what was fetched.
+    async fn read_outputs(&self, gpu: &GpuBackend, copies: &[Option<Copy>]) -> Result<Vec<Option<HostTensor>>> {
+        let total = copies.iter().flatten().map(|c| c.to + c.len).max().unwrap_or(0);
+        let nodes = &self.program.nodes;
+        if total == 0 {
+            // nothing to read (empty outputs, or none fetched)
+            return Ok(copies.iter().map(|c| c.as_ref().map(|c| c.output_from(nodes, &[]))).collect());
+        }
+        read_staging(gpu, &self.res.staging, total, |bytes| {
+            copies.iter().map(|c| c.as_ref().map(|c| c.output_from(nodes, bytes))).collect()
+        })
+        .await
     }
 
     /// For each output, what this run copies back (`None`: nothing): the bytes its fetched layout spans, packed

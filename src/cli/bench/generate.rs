@@ -185,6 +185,56 @@ fn check_depth(path: &str, deepest: usize) -> Result<(), CliError> {
     Ok(())
 }
 
+/// llama.cpp (through llama-cpp-python) with the model loaded, or why not (said on stderr).
+fn load_peer(args: &GenerateBenchArgs, n_ctx: usize, threads: usize) -> Result<Helper, String> {
+    let mut peer = Helper::start(&args.python, SCRIPT);
+    if let Ok(p) = &mut peer {
+        let req = json!({"cmd": "load", "path": args.model, "n_ctx": n_ctx, "threads": threads, "batch": 512});
+        if let Err(e) = p.ask(req) {
+            peer = Err(format!("llama_cpp could not load the model: {e}"));
+        }
+    }
+    if let Err(why) = &peer {
+        eprintln!("llama.cpp: absent ({why})");
+    }
+    peer
+}
+
+/// `--repeats` rounds of pp (`prompt`) and tg (`gen`), ours then the peer's in each round: tokens/s of each,
+/// as [ours pp, ours tg, peer pp, peer tg].
+fn rounds(
+    args: &GenerateBenchArgs,
+    model: &mut LanguageModel,
+    peer: &mut Result<Helper, String>,
+    (prompt, gen): (&[u32], &[u32]),
+) -> Result<[Vec<f64>; 4], CliError> {
+    let (mut pp, mut tg, mut lpp, mut ltg) = (vec![], vec![], vec![], vec![]);
+    let peer_ms = |p: &mut Helper, cmd: &str, tokens: &[u32]| -> Result<f64, CliError> {
+        Ok(p.ask(json!({"cmd": cmd, "tokens": tokens})).map_err(CliError::Msg)?["ms"].as_f64().unwrap_or(f64::NAN))
+    };
+    for round in 0..args.repeats {
+        eprintln!("round {}/{}", round + 1, args.repeats);
+        model.reset();
+        let t = Instant::now();
+        model.logits(prompt)?;
+        pp.push(args.prompt_tokens as f64 / t.elapsed().as_secs_f64());
+        if let Ok(p) = peer.as_mut() {
+            lpp.push(args.prompt_tokens as f64 / (peer_ms(p, "pp", prompt)? / 1e3));
+        }
+        model.reset();
+        model.step(gen[0])?;
+        let t = Instant::now();
+        for &tok in &gen[1..] {
+            model.step(tok)?;
+        }
+        tg.push(args.gen_tokens as f64 / t.elapsed().as_secs_f64());
+        if let Ok(p) = peer.as_mut() {
+            ltg.push(args.gen_tokens as f64 / (peer_ms(p, "tg", gen)? / 1e3));
+        }
+    }
+    Ok([pp, tg, lpp, ltg])
+}
+
 pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let chosen = choose_device(args.backend)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -207,16 +257,7 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     let (prompt, gen, deep) = (tokens(args.prompt_tokens), tokens(args.gen_tokens + 1), tokens(deepest + DEPTH_STEPS));
     // DEPTH_STEPS covers a profile's steps at the deepest length too
     const _: () = assert!(DEPTH_STEPS >= super::profile::PROFILE_STEPS);
-    let mut peer = Helper::start(&args.python, SCRIPT);
-    if let Ok(p) = &mut peer {
-        let req = json!({"cmd": "load", "path": args.model, "n_ctx": n_ctx, "threads": threads, "batch": 512});
-        if let Err(e) = p.ask(req) {
-            peer = Err(format!("llama_cpp could not load the model: {e}"));
-        }
-    }
-    if let Err(why) = &peer {
-        eprintln!("llama.cpp: absent ({why})");
-    }
+    let mut peer = load_peer(args, n_ctx, threads);
     let load = load_average();
     if load.is_some_and(|l| l > threads as f64) {
         eprintln!(
@@ -227,32 +268,7 @@ pub fn run(args: &GenerateBenchArgs) -> Result<(), CliError> {
     eprintln!("warming up (compiles every plan once) ...");
     model.reset();
     model.logits(&prompt)?;
-    let (mut pp, mut tg, mut lpp, mut ltg) = (vec![], vec![], vec![], vec![]);
-    for round in 0..args.repeats {
-        eprintln!("round {}/{}", round + 1, args.repeats);
-        model.reset();
-        let t = Instant::now();
-        model.logits(&prompt)?;
-        pp.push(args.prompt_tokens as f64 / t.elapsed().as_secs_f64());
-        if let Ok(p) = &mut peer {
-            let ms = p.ask(json!({"cmd": "pp", "tokens": prompt})).map_err(CliError::Msg)?["ms"]
-                .as_f64()
-                .unwrap_or(f64::NAN);
-            lpp.push(args.prompt_tokens as f64 / (ms / 1e3));
-        }
-        model.reset();
-        model.step(gen[0])?;
-        let t = Instant::now();
-        for &tok in &gen[1..] {
-            model.step(tok)?;
-        }
-        tg.push(args.gen_tokens as f64 / t.elapsed().as_secs_f64());
-        if let Ok(p) = &mut peer {
-            let ms =
-                p.ask(json!({"cmd": "tg", "tokens": gen})).map_err(CliError::Msg)?["ms"].as_f64().unwrap_or(f64::NAN);
-            ltg.push(args.gen_tokens as f64 / (ms / 1e3));
-        }
-    }
+    let [pp, tg, lpp, ltg] = rounds(args, &mut model, &mut peer, (&prompt, &gen))?;
     let ours_rss = peak_rss_mib();
     let peer_rss = peer
         .as_mut()

@@ -314,51 +314,10 @@ fn measure(
     peers: &mut peer::Peers,
     pb: &ProgressBar,
 ) -> Result<Measured, CliError> {
-    let cpu_ok = |n: usize| n <= args.cpu_max;
-    let size = match work {
-        Work::MatMul { n, .. } => n,
-        Work::MatVec { k, .. } | Work::QuantMatMul { k, .. } => k,
-        Work::Copy { .. } => 0,
-    };
     let data = data(work)?;
-    // (entry, runner); entries whose outcome is already an Err (skipped, absent, failed) have no runner.
-    let mut runners: Vec<(Entry, Option<Runner>)> = Vec::new();
-    for d in devices {
-        let c = d.capabilities();
-        let entry = |outcome| Entry {
-            label: format!("webtensor {}{}", c.backend, software_suffix(d)),
-            ours: true,
-            on_cpu: c.device_type == webtensor::DeviceType::Cpu,
-            outcome,
-        };
-        let needs_f16 = matches!(work, Work::MatVec { .. } | Work::MatMul { dtype: DType::F16, .. });
-        if d.is_cpu() && matches!(work, Work::Copy { .. }) {
-            continue; // the CPU backend's copy is its f64 reference loop, not a bandwidth figure
-        } else if d.is_cpu() && !cpu_ok(size) {
-            runners.push((entry(Err(format!("skipped: N > --cpu-max {}", args.cpu_max))), None));
-        } else if needs_f16 && !c.dtypes.contains(&DType::F16) {
-            runners.push((entry(Err("n/a: no f16 on this device (SHADER_F16)".into())), None));
-        } else {
-            match Ours::new(d, work, &data) {
-                Ok(o) => runners.push((entry(Ok(empty_timing())), Some(Runner::Ours(Box::new(o))))),
-                Err(e) => runners.push((entry(Err(format!("failed: {e}"))), None)),
-            }
-        }
-    }
-    for (i, &(lib, on_cpu)) in peer_libs(args, work).iter().enumerate() {
-        let entry = |outcome| Entry { label: lib.to_string(), ours: false, on_cpu, outcome };
-        let id = format!("p{i}");
-        if on_cpu && !cpu_ok(size) {
-            runners.push((entry(Err(format!("skipped: N > --cpu-max {}", args.cpu_max))), None));
-        } else {
-            match peers.prepare(&id, lib, &work.peer_spec()) {
-                Ok(()) => runners.push((entry(Ok(empty_timing())), Some(Runner::Peer(id)))),
-                Err(why) => runners.push((entry(Err(why)), None)),
-            }
-        }
-    }
+    let mut runners = our_runners(args, work, devices, &data);
+    runners.extend(peer_runners(args, work, peers));
     pb.inc(1);
-
     let mut samples: Vec<Vec<f64>> = vec![vec![]; runners.len()];
     for round in 0..args.repeats {
         pb.set_message(format!("{}: round {}/{}", work.title(), round + 1, args.repeats));
@@ -395,6 +354,62 @@ fn measure(
         entries.push(entry);
     }
     Ok(Measured { work, entries })
+}
+
+/// The size `--cpu-max` bounds: N of a matmul, K of a mat-vec.
+fn cpu_size(work: Work) -> usize {
+    match work {
+        Work::MatMul { n, .. } => n,
+        Work::MatVec { k, .. } | Work::QuantMatMul { k, .. } => k,
+        Work::Copy { .. } => 0,
+    }
+}
+
+/// webtensor's entry on each device, with its runner; an entry whose outcome is already an Err (skipped, n/a,
+/// failed) has none.
+fn our_runners(args: &MatmulArgs, work: Work, devices: &[Device], data: &[HostTensor]) -> Vec<(Entry, Option<Runner>)> {
+    let mut runners = Vec::new();
+    for d in devices {
+        let c = d.capabilities();
+        let entry = |outcome| Entry {
+            label: format!("webtensor {}{}", c.backend, software_suffix(d)),
+            ours: true,
+            on_cpu: c.device_type == webtensor::DeviceType::Cpu,
+            outcome,
+        };
+        let needs_f16 = matches!(work, Work::MatVec { .. } | Work::MatMul { dtype: DType::F16, .. });
+        if d.is_cpu() && matches!(work, Work::Copy { .. }) {
+            continue; // the CPU backend's copy is its f64 reference loop, not a bandwidth figure
+        } else if d.is_cpu() && cpu_size(work) > args.cpu_max {
+            runners.push((entry(Err(format!("skipped: N > --cpu-max {}", args.cpu_max))), None));
+        } else if needs_f16 && !c.dtypes.contains(&DType::F16) {
+            runners.push((entry(Err("n/a: no f16 on this device (SHADER_F16)".into())), None));
+        } else {
+            match Ours::new(d, work, data) {
+                Ok(o) => runners.push((entry(Ok(empty_timing())), Some(Runner::Ours(Box::new(o))))),
+                Err(e) => runners.push((entry(Err(format!("failed: {e}"))), None)),
+            }
+        }
+    }
+    runners
+}
+
+/// Each peer's entry, prepared, with its runner (none where it is skipped or absent).
+fn peer_runners(args: &MatmulArgs, work: Work, peers: &mut peer::Peers) -> Vec<(Entry, Option<Runner>)> {
+    let mut runners = Vec::new();
+    for (i, &(lib, on_cpu)) in peer_libs(args, work).iter().enumerate() {
+        let entry = |outcome| Entry { label: lib.to_string(), ours: false, on_cpu, outcome };
+        let id = format!("p{i}");
+        if on_cpu && cpu_size(work) > args.cpu_max {
+            runners.push((entry(Err(format!("skipped: N > --cpu-max {}", args.cpu_max))), None));
+        } else {
+            match peers.prepare(&id, lib, &work.peer_spec()) {
+                Ok(()) => runners.push((entry(Ok(empty_timing())), Some(Runner::Peer(id)))),
+                Err(why) => runners.push((entry(Err(why)), None)),
+            }
+        }
+    }
+    runners
 }
 
 fn empty_timing() -> Timing {

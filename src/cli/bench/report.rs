@@ -262,22 +262,7 @@ impl<'a> Doc<'a> {
 
     /// One table of the markdown report: a row per size, a column per figure and ratio, notes below.
     fn table_markdown(&self, title: &str, rows: &[&Measured], copies: &[&Entry], copy_work: Option<Work>) -> String {
-        let mut md = String::new();
-        // Columns: every label with at least one figure, in order of first appearance.
-        let mut labels: Vec<&Entry> = Vec::new();
-        let mut notes: Vec<String> = Vec::new();
-        for e in rows.iter().flat_map(|m| &m.entries) {
-            let shown = rows.iter().flat_map(|m| &m.entries).any(|x| x.label == e.label && x.outcome.is_ok());
-            if shown && !labels.iter().any(|l| l.label == e.label) {
-                labels.push(e);
-            }
-            if let Err(why) = &e.outcome {
-                let note = format!("{}: {why}", e.label);
-                if !notes.contains(&note) {
-                    notes.push(note);
-                }
-            }
-        }
+        let (labels, notes) = labels_and_notes(rows);
         let first = match rows[0].work {
             Work::MatMul { .. } => "N",
             Work::MatVec { .. } => "K = N",
@@ -303,55 +288,17 @@ impl<'a> Doc<'a> {
             vec![]
         };
         head.extend(vs_copy.iter().map(|(o, c)| format!("{o} / copy by {}", c.label)));
-        md += &format!("### {title}\n\n| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
+        let mut md = format!("### {title}\n\n| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
+        let columns =
+            Columns { labels: &labels, gpu_kernels: &gpu_kernels, pairs: &pairs, vs_copy: &vs_copy, copy_work };
         for m in rows {
-            let get = |label: &str| m.entries.iter().find(|e| e.label == label);
-            let mut cells = vec![row_name(&m.work)];
-            for l in &labels {
-                let e = get(&l.label);
-                cells.push(match e.map(|e| &e.outcome) {
-                    Some(Ok(t)) => {
-                        let flag = if spread_factor(t) > NOISY { " ⚠" } else { "" };
-                        format!("{} {}{flag}", figure(&m.work, t.s), spread(&m.work, t))
-                    }
-                    Some(Err(why)) => status(why).to_string(),
-                    None => "—".into(),
-                });
-                if l.ours {
-                    cells.push(match e.map(|e| &e.outcome) {
-                        Some(Ok(t)) => t.run_s.map_or("—".into(), |r| figure(&m.work, r)),
-                        Some(Err(why)) => status(why).to_string(),
-                        None => "—".into(),
-                    });
-                }
-            }
-            for l in &gpu_kernels {
-                cells.push(kernel_cell(get(l).and_then(|e| e.outcome.as_ref().ok())));
-            }
-            for (o, p) in &pairs {
-                let r = get(&o.label).zip(get(&p.label)).and_then(|(o, p)| ratio(o, p));
-                cells.push(match r {
-                    Some((k, Some(run))) => format!("{k:.2}× (run {run:.2}×)"),
-                    Some((k, None)) => format!("{k:.2}×"),
-                    None => "—".into(),
-                });
-            }
-            for (o, c) in &vs_copy {
-                let (Some(Ok(t)), Ok(ct), Some(cw)) = (get(o).map(|e| &e.outcome), &c.outcome, copy_work) else {
-                    cells.push("—".into());
-                    continue;
-                };
-                let r = (m.work.bytes() / t.s) / (cw.bytes() / ct.s);
-                cells.push(format!("{:.0}%", r * 100.0));
-            }
-            md += &format!("| {} |\n", cells.join(" | "));
+            md += &format!("| {} |\n", columns.cells(m).join(" | "));
         }
         md += "\n";
         for n in notes {
             md += &format!("- {n}\n");
         }
-        md += "\n";
-        md
+        md + "\n"
     }
 
     pub fn json(&self) -> Value {
@@ -545,6 +492,80 @@ fn decade_ticks(lo: f64, hi: f64) -> Vec<f64> {
 }
 
 /// The kernels of a webtensor timing, and what one run of its one-op plan moved and copied on the host.
+/// The columns of a table: every label with at least one figure, in order of first appearance, and the notes of
+/// what failed or was skipped.
+fn labels_and_notes<'m>(rows: &[&'m Measured]) -> (Vec<&'m Entry>, Vec<String>) {
+    let mut labels: Vec<&Entry> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    for e in rows.iter().flat_map(|m| &m.entries) {
+        let shown = rows.iter().flat_map(|m| &m.entries).any(|x| x.label == e.label && x.outcome.is_ok());
+        if shown && !labels.iter().any(|l| l.label == e.label) {
+            labels.push(e);
+        }
+        if let Err(why) = &e.outcome {
+            let note = format!("{}: {why}", e.label);
+            if !notes.contains(&note) {
+                notes.push(note);
+            }
+        }
+    }
+    (labels, notes)
+}
+
+/// A table's columns after the first: each library's figure (and ours' run figure), our GPU kernels, the
+/// ratios, and mat-vec against copy bandwidth.
+struct Columns<'a> {
+    labels: &'a [&'a Entry],
+    gpu_kernels: &'a [&'a str],
+    pairs: &'a [(&'a Entry, &'a Entry)],
+    vs_copy: &'a [(&'a str, &'a Entry)],
+    copy_work: Option<Work>,
+}
+
+impl Columns<'_> {
+    /// The cells of workload `m`'s row.
+    fn cells(&self, m: &Measured) -> Vec<String> {
+        let get = |label: &str| m.entries.iter().find(|e| e.label == label);
+        let mut cells = vec![row_name(&m.work)];
+        for l in self.labels {
+            let e = get(&l.label);
+            cells.push(match e.map(|e| &e.outcome) {
+                Some(Ok(t)) => {
+                    let flag = if spread_factor(t) > NOISY { " ⚠" } else { "" };
+                    format!("{} {}{flag}", figure(&m.work, t.s), spread(&m.work, t))
+                }
+                Some(Err(why)) => status(why).to_string(),
+                None => "—".into(),
+            });
+            if l.ours {
+                cells.push(match e.map(|e| &e.outcome) {
+                    Some(Ok(t)) => t.run_s.map_or("—".into(), |r| figure(&m.work, r)),
+                    Some(Err(why)) => status(why).to_string(),
+                    None => "—".into(),
+                });
+            }
+        }
+        for l in self.gpu_kernels {
+            cells.push(kernel_cell(get(l).and_then(|e| e.outcome.as_ref().ok())));
+        }
+        for (o, p) in self.pairs {
+            cells.push(match get(&o.label).zip(get(&p.label)).and_then(|(o, p)| ratio(o, p)) {
+                Some((k, Some(run))) => format!("{k:.2}× (run {run:.2}×)"),
+                Some((k, None)) => format!("{k:.2}×"),
+                None => "—".into(),
+            });
+        }
+        for (o, c) in self.vs_copy {
+            let (Some(Ok(t)), Ok(ct), Some(cw)) = (get(o).map(|e| &e.outcome), &c.outcome, self.copy_work) else {
+                cells.push("—".into());
+                continue;
+            };
+            cells.push(format!("{:.0}%", (m.work.bytes() / t.s) / (cw.bytes() / ct.s) * 100.0));
+        }
+        cells
+    }
+}
+
 fn kernel_cell(t: Option<&Timing>) -> String {
     let Some(t) = t.filter(|t| !t.kernels.is_empty()) else { return "—".into() };
     let mut k = t.kernels.clone();

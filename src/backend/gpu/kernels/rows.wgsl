@@ -174,7 +174,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
         return;
     }
-    // norms
+    row_norm(xb, lid, ob, rc);
+}
+
+// The norms' row (LAYER_NORM, RMS_NORM): (x − mean) / √(mean((x − mean)²) + eps), mean 0 for RMS_NORM, through
+// the epilogue into the output from `ob`.
+fn row_norm(xb: u32, lid: u32, ob: u32, rc: vec4<u32>) {
+    let N = P.n;
     var mean = 0.0;
     if (OP == LAYER_NORM) {
         var s = 0.0;

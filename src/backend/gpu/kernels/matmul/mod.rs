@@ -277,6 +277,51 @@ fn dual_matvec(program: &Program, (a, b, b2): (NodeId, NodeId, NodeId), t: &GpuT
         && vec4_layouts(&s2) == (Some(true), Some(false))
 }
 
+/// A matmul dispatch's parameters, input dtypes and bindings as they are filled.
+struct Bound<'a> {
+    p: &'a mut MatmulParams,
+    ins: &'a mut Vec<DType>,
+    bindings: &'a mut Vec<NodeId>,
+}
+
+impl Bound<'_> {
+    /// Binds the epilogue's operands of matmul `id` (of `a`, `b`, `b2`): its expression, and whether one operand
+    /// shares memory with A or B, so one scalar binding must serve both (the generic kernel then).
+    fn epilogue(
+        &mut self,
+        program: &Program,
+        id: NodeId,
+        (a, b, b2): (NodeId, NodeId, Option<NodeId>),
+        epilogue: Option<&(Expr, Vec<NodeId>)>,
+    ) -> (Option<Expr>, bool) {
+        let nodes = &program.nodes;
+        let Some((expr, srcs)) = epilogue else { return (None, false) };
+        let mut scalar_only = false;
+        for (j, &s) in srcs.iter().enumerate() {
+            let l = program.operand_layout(s, id);
+            self.p.epi_strides[j] = vec4(l.padded4().1);
+            set_packed(&mut self.p.epi_offsets, j, l.offset);
+            self.ins.push(nodes[s].dtype);
+            self.bindings.push(nodes[s].storage);
+            let weights = [Some(a), Some(b), b2].map(|w| w.map(|w| nodes[w].storage));
+            scalar_only |= weights.contains(&Some(nodes[s].storage));
+        }
+        (Some(expr.clone()), scalar_only)
+    }
+
+    /// Binds a normed A's weight after the epilogue's `slot` operands, its offset in the next slot (`norm_matvec`:
+    /// `[K]`, contiguous, its own storage).
+    fn norm(&mut self, program: &Program, nm: &NormIn, slot: usize) -> MatVecNorm {
+        if let Some(w) = nm.weight {
+            let n = &program.nodes[w];
+            set_packed(&mut self.p.epi_offsets, slot, n.layout.offset);
+            self.ins.push(n.dtype);
+            self.bindings.push(n.storage);
+        }
+        MatVecNorm { eps_bits: nm.eps.to_bits(), weight: nm.weight.is_some() }
+    }
+}
+
 fn lower_matmul(
     program: &Program,
     id: NodeId,
@@ -326,31 +371,9 @@ fn lower_matmul(
         ins.push(nodes[b2].dtype);
         bindings.push(nodes[b2].storage);
     }
-    let mut epi = None;
-    let mut scalar_only = false;
-    if let Some((expr, srcs)) = epilogue {
-        for (j, &s) in srcs.iter().enumerate() {
-            let l = program.operand_layout(s, id);
-            p.epi_strides[j] = vec4(l.padded4().1);
-            set_packed(&mut p.epi_offsets, j, l.offset);
-            ins.push(nodes[s].dtype);
-            bindings.push(nodes[s].storage);
-            let weights = [Some(a), Some(b), b2].map(|w| w.map(|w| nodes[w].storage));
-            scalar_only |= weights.contains(&Some(nodes[s].storage));
-        }
-        epi = Some(expr.clone());
-    }
-    let norm = norm.map(|nm| {
-        if let Some(w) = nm.weight {
-            // the norm's weight after the epilogue's operands, its offset in the next slot (`norm_matvec`: [K],
-            // contiguous, its own storage)
-            let slot = epilogue.map_or(0, |(_, srcs)| srcs.len());
-            set_packed(&mut p.epi_offsets, slot, nodes[w].layout.offset);
-            ins.push(nodes[w].dtype);
-            bindings.push(nodes[w].storage);
-        }
-        MatVecNorm { eps_bits: nm.eps.to_bits(), weight: nm.weight.is_some() }
-    });
+    let mut bound = Bound { p: &mut p, ins: &mut ins, bindings: &mut bindings };
+    let (epi, scalar_only) = bound.epilogue(program, id, (a, b, b2), epilogue);
+    let norm = norm.map(|nm| bound.norm(program, nm, epilogue.map_or(0, |(_, srcs)| srcs.len())));
     let mut ms = MatmulShape { m, n, k, batches, sa, sb, oa, ob };
     let b_storage = &nodes[nodes[b].storage];
     let b_bytes = b_storage.dtype.bytes_of(b_storage.layout.numel());
