@@ -4,24 +4,15 @@
 //! output, has no epilogue of its own and reads no state, and the backend lowers the dual step. `g` gets no
 //! memory and no kernel; A is read once.
 
-use super::rewrite::{host_value, reads_state, replace_leaf, try_step, Lowers, Readers, Rule};
+use super::rewrite::{absorb_each, host_value, reads_state, replace_leaf, Lowers, Readers, Rule};
 use crate::compile::ir::{Expr, Program, Step};
 use crate::graph::NodeId;
 
 pub(super) const RULE: Rule = Rule { name: "dual_matmul", apply };
 
-fn apply(mut p: Program, lowers: &Lowers) -> Program {
+fn apply(p: Program, lowers: &Lowers) -> Program {
     let readers = Readers::of(&p);
-    let mut gone = Vec::new();
-    for u in p.steps.clone() {
-        if let Some((g, step)) = dual(&p, &readers, u) {
-            if try_step(&mut p, u, step, lowers) {
-                gone.push(g);
-            }
-        }
-    }
-    p.steps.retain(|id| !gone.contains(id));
-    p
+    absorb_each(p, lowers, |p, u| dual(p, &readers, u))
 }
 
 /// The matmul that `u`'s epilogue reads and `u` may compute beside its own product, and `u`'s dual step.

@@ -5,7 +5,7 @@
 //! [`MAX_EPILOGUE_LEAVES`] operands besides A and B, and the backend lowers the normed step. The norm gets no
 //! memory and no kernel.
 
-use super::rewrite::{try_step, Lowers, Readers, Rule, MAX_EPILOGUE_LEAVES};
+use super::rewrite::{absorb_each, Lowers, Readers, Rule, MAX_EPILOGUE_LEAVES};
 use crate::compile::ir::{ElemOp, Expr, NormIn, Program, Step};
 use crate::dtype::DType;
 use crate::graph::NodeId;
@@ -13,18 +13,9 @@ use crate::ops::{BinaryOp, RowOp};
 
 pub(super) const RULE: Rule = Rule { name: "norm_prologue", apply };
 
-fn apply(mut p: Program, lowers: &Lowers) -> Program {
+fn apply(p: Program, lowers: &Lowers) -> Program {
     let readers = Readers::of(&p);
-    let mut gone = Vec::new();
-    for u in p.steps.clone() {
-        if let Some((norm_node, step)) = normed(&p, &readers, u) {
-            if try_step(&mut p, u, step, lowers) {
-                gone.push(norm_node);
-            }
-        }
-    }
-    p.steps.retain(|id| !gone.contains(id));
-    p
+    absorb_each(p, lowers, |p, u| normed(p, &readers, u))
 }
 
 /// The norm that matmul `u` reads as its A and may compute as it loads it, and `u`'s step that does.

@@ -29,6 +29,25 @@ pub(super) fn try_step(p: &mut Program, id: NodeId, step: Step, lowers: &Lowers)
     false
 }
 
+/// Offers each scheduled step `u` to `fused(p, u)`: where it gives the node `u` would absorb and `u`'s fused step,
+/// and the backend lowers that step, `u` becomes it and the absorbed node leaves the schedule.
+pub(super) fn absorb_each(
+    mut p: Program,
+    lowers: &Lowers,
+    fused: impl Fn(&Program, NodeId) -> Option<(NodeId, Step)>,
+) -> Program {
+    let mut gone = Vec::new();
+    for u in p.steps.clone() {
+        if let Some((absorbed, step)) = fused(&p, u) {
+            if try_step(&mut p, u, step, lowers) {
+                gone.push(absorbed);
+            }
+        }
+    }
+    p.steps.retain(|id| !gone.contains(id));
+    p
+}
+
 pub(super) fn is_elementwise_float(p: &Program, id: NodeId) -> bool {
     let n = &p.nodes[id];
     matches!(n.step, Step::Elementwise { .. })
