@@ -79,6 +79,32 @@ dtypes! {
     Q5_K => ("q5_k", 13, block(BlockQ5K)),
     /// ggml's Q6_K: super-blocks of 256, 6-bit quants in 16 groups of 16 with 8-bit scales.
     Q6_K => ("q6_k", 14, block(BlockQ6K)),
+    /// ggml's IQ2_XXS: super-blocks of 256, rows of 8 from a 256-row grid with even-parity signs, 2.06 bits a value.
+    IQ2_XXS => ("iq2_xxs", 16, block(BlockIq2Xxs)),
+    /// ggml's IQ2_XS: as IQ2_XXS with a 512-row grid and a scale per 16 values, 2.31 bits a value.
+    IQ2_XS => ("iq2_xs", 17, block(BlockIq2Xs)),
+    /// ggml's IQ3_XXS: super-blocks of 256, rows of 4 from a 256-row grid with even-parity signs, 3.06 bits.
+    IQ3_XXS => ("iq3_xxs", 18, block(BlockIq3Xxs)),
+    /// ggml's IQ1_S: super-blocks of 256, rows of 8 values in {−1, 0, 1} (a 2048-row grid) plus a ±1/8 delta,
+    /// 1.56 bits a value.
+    IQ1_S => ("iq1_s", 19, block(BlockIq1S)),
+    /// ggml's IQ4_NL: blocks of 32, an f16 scale and 4-bit indices into 16 non-linear values.
+    IQ4_NL => ("iq4_nl", 20, block(BlockIq4Nl)),
+    /// ggml's IQ3_S: super-blocks of 256, rows of 4 from a 512-row grid, explicit signs, 3.44 bits a value.
+    IQ3_S => ("iq3_s", 21, block(BlockIq3S)),
+    /// ggml's IQ2_S: super-blocks of 256, rows of 8 from a 1024-row grid, explicit signs, 2.56 bits a value.
+    IQ2_S => ("iq2_s", 22, block(BlockIq2S)),
+    /// ggml's IQ4_XS: super-blocks of 256, IQ4_NL's values with a 6-bit scale per 32, 4.25 bits a value.
+    IQ4_XS => ("iq4_xs", 23, block(BlockIq4Xs)),
+    /// ggml's IQ1_M: as IQ1_S with a scale per 16 values and a delta per 8, the f16 scale spread over the
+    /// scales' top bits, 1.75 bits a value.
+    IQ1_M => ("iq1_m", 29, block(BlockIq1M)),
+    /// ggml's TQ1_0: super-blocks of 256 ternary values, five base-3 digits a byte, 1.69 bits a value.
+    TQ1_0 => ("tq1_0", 34, block(BlockTq1_0)),
+    /// ggml's TQ2_0: super-blocks of 256 ternary values, 2 bits each.
+    TQ2_0 => ("tq2_0", 35, block(BlockTq2_0)),
+    /// OCP's MXFP4 (ggml's): blocks of 32 E2M1 values sharing an E8M0 exponent (gpt-oss's experts).
+    MXFP4 => ("mxfp4", 39, block(BlockMxfp4)),
 }
 
 impl DType {
@@ -87,7 +113,8 @@ impl DType {
         &TRAITS[self as usize]
     }
 
-    /// Values per block: 1 for f32, f16, i32 and bf16; 32 for the Q*_0/Q*_1 types; 256 for the K-quants.
+    /// Values per block: 1 for f32, f16, i32 and bf16; 32 for the Q*_0/Q*_1 types, IQ4_NL and MXFP4; 256 for the
+    /// K-quants and the other IQ and TQ types.
     pub fn block_size(self) -> usize {
         self.traits().block_size
     }
@@ -145,8 +172,10 @@ impl DType {
     }
 
     /// Byte offsets within a block of a block type's f16 scale fields: its scale `d` first, then its min (`m`,
-    /// `dmin`) where it has one, as ggml-common.h lays them out; empty for the plain types. What a check of a
-    /// file's scales, or a benchmark's synthetic weights, needs to know of a block's bytes.
+    /// `dmin`) where it has one, as ggml-common.h lays them out; empty for the plain types and for the two block
+    /// types whose scale is no f16 field (IQ1_M spreads it over its sub-scales' top bits, MXFP4's is an E8M0
+    /// exponent byte). What a check of a file's scales, or a benchmark's synthetic weights, needs to know of a
+    /// block's bytes.
     pub fn scale_offsets(self) -> &'static [usize] {
         self.traits().scales
     }

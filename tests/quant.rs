@@ -189,7 +189,8 @@ fn resident_weights_give_each_row_the_same_bits_at_every_row_count() {
         let host = webtensor::HostTensor::new(&[rows, k], webtensor::Data::Raw { dtype, bytes: w_bytes }).unwrap();
         let w = device.upload("w", host).unwrap();
         let (lo, hi) = (3, 36);
-        let repacked = has_vnni() && ![DType::Q2_K, DType::Q3_K, DType::BF16].contains(&dtype);
+        use DType::*;
+        let repacked = has_vnni() && [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K].contains(&dtype);
         // each row's bits at 20 rows and at 8 rows of x
         let (mut at20, mut at8): (Vec<Vec<u32>>, Vec<Vec<u32>>) = (vec![], vec![]);
         for m in (1..=m_max).rev() {

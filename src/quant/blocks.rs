@@ -1,4 +1,4 @@
-//! ggml's block structs (`block_q4_0` ... `block_q6_K` of ggml-common.h) as typed `#[repr(C)]` structs of bytes:
+//! ggml's block structs (`block_q4_0` ... `block_q6_K`, the IQ types, TQ1_0, TQ2_0 and MXFP4 of ggml-common.h) as typed `#[repr(C)]` structs of bytes:
 //! alignment 1 and no padding, so a block is read in place from any byte offset of a file or buffer
 //! ([`block`], [`blocks`]), and each struct's size is asserted against ggml's at compile time. Half-precision
 //! fields are [`F16Le`]. The decoders, the CPU dot products and the tests read blocks by these fields (or by
@@ -89,6 +89,86 @@ block!(
     /// `sc` an i8.
     BlockQ6K, 256, 210, scales [d], { ql: [u8; 128], qh: [u8; 64], scales: [u8; 16], d: F16Le }
 );
+
+block!(
+    /// `block_iq4_nl`: 32 values `d·kvalues_iq4nl[q]`, q a nibble (low nibbles the first 16).
+    BlockIq4Nl, 32, 18, scales [d], { d: F16Le, qs: [u8; 16] }
+);
+block!(
+    /// `block_iq4_xs`: 256 values in 8 groups of 32, `d·(ls − 32)·kvalues_iq4nl[q]`, each group's 6-bit `ls` its
+    /// low 4 bits in `scales_l` and high 2 in `scales_h`; the groups' nibbles as IQ4_NL's.
+    BlockIq4Xs, 256, 136, scales [d], { d: F16Le, scales_h: [u8; 2], scales_l: [u8; 4], qs: [u8; 128] }
+);
+block!(
+    /// `block_iq2_xxs`: 256 values in 8 groups of 32, each 8 bytes: 4 grid rows (`IQ2XXS_GRID`) and a u32 of
+    /// four 7-bit sign indices and the group's 4-bit scale `ls`; values `d·(2·ls + 1)/8·grid·sign`.
+    BlockIq2Xxs, 256, 66, scales [d], { d: F16Le, qs: [u8; 64] }
+);
+block!(
+    /// `block_iq2_xs`: 256 values, 32 u16s of a 9-bit grid row (`IQ2XS_GRID`) and a 7-bit sign index, and a
+    /// 4-bit scale per 16 values.
+    BlockIq2Xs, 256, 74, scales [d], { d: F16Le, qs: [u8; 64], scales: [u8; 8] }
+);
+block!(
+    /// `block_iq2_s`: 256 values, 32 grid rows of 10 bits (`IQ2S_GRID`: low bytes in `qs`, high bits in `qh`),
+    /// an explicit sign byte per 8 values, a 4-bit scale per 16.
+    BlockIq2S, 256, 82, scales [d], { d: F16Le, qs: [u8; 32], signs: [u8; 32], qh: [u8; 8], scales: [u8; 8] }
+);
+block!(
+    /// `block_iq3_xxs`: 256 values, 64 grid rows of 4 (`IQ3XXS_GRID`), and per group of 32 a u32 of four 7-bit
+    /// sign indices and a 4-bit scale; values `d·(2·ls + 1)/4·grid·sign`.
+    BlockIq3Xxs, 256, 98, scales [d], { d: F16Le, qs: [u8; 64], scales_signs: [u8; 32] }
+);
+block!(
+    /// `block_iq3_s`: 256 values, 64 grid rows of 9 bits (`IQ3S_GRID`: low bytes in `qs`, high bits in `qh`), an
+    /// explicit sign byte per 8 values, a 4-bit scale per 32; values `d·(2·ls + 1)·grid·sign`.
+    BlockIq3S, 256, 110, scales [d], { d: F16Le, qs: [u8; 64], qh: [u8; 8], signs: [u8; 32], scales: [u8; 4] }
+);
+block!(
+    /// `block_iq1_s`: 256 values, 32 grid rows of 11 bits (`IQ1S_GRID`, values −1, 0, 1: low bytes in `qs`, high
+    /// bits in `qh`, whose u16 per group of 32 also holds a 3-bit scale and the sign of a ±1/8 delta).
+    BlockIq1S, 256, 50, scales [d], { d: F16Le, qs: [u8; 32], qh: [u8; 16] }
+);
+block!(
+    /// `block_iq1_m`: 256 values, 32 grid rows of 11 bits (`IQ1S_GRID`), a delta sign per 8 values, a 3-bit scale
+    /// per 16, and the f16 scale spread over the top nibbles of `scales`' four u16s ([`BlockIq1M::d`]): no field
+    /// is an f16.
+    BlockIq1M, 256, 56, scales [], { qs: [u8; 32], qh: [u8; 16], scales: [u8; 8] }
+);
+block!(
+    /// `block_tq1_0`: 256 ternary values `d·(t − 1)`, five trits a byte in `qs` and four in `qh` (base-3 fixed
+    /// point), the f16 scale last.
+    BlockTq1_0, 256, 54, scales [d], { qs: [u8; 48], qh: [u8; 4], d: F16Le }
+);
+block!(
+    /// `block_tq2_0`: 256 ternary values `d·(q − 1)`, q 2 bits, the f16 scale last.
+    BlockTq2_0, 256, 66, scales [d], { qs: [u8; 64], d: F16Le }
+);
+block!(
+    /// `block_mxfp4`: 32 values E2M1 · 2^(e − 127), `e` an E8M0 exponent byte (0xFF: not a number), the E2M1
+    /// nibbles (low nibbles the first 16) read doubled from `KVALUES_MXFP4` with the scale halved.
+    BlockMxfp4, 32, 17, scales [], { e: u8, qs: [u8; 16] }
+);
+
+impl BlockIq1M {
+    /// The f16 scale: one nibble in the top 4 bits of each of `scales`' four little-endian u16s, lowest first.
+    pub(crate) fn d(&self) -> f32 {
+        let sc = |k: usize| u16::from_le_bytes([self.scales[2 * k], self.scales[2 * k + 1]]);
+        let bits = (sc(0) >> 12) | ((sc(1) >> 8) & 0x00F0) | ((sc(2) >> 4) & 0x0F00) | (sc(3) & 0xF000);
+        half::f16::from_bits(bits).to_f32()
+    }
+}
+
+/// `2^(e − 128)`, MXFP4's halved scale of E8M0 exponent `e` (ggml's `ggml_e8m0_to_fp32_half`): f32 subnormals
+/// for e of 0 and 1, 2^127 for 0xFF (a block the finite check refuses).
+#[inline]
+pub(crate) fn e8m0_half(e: u8) -> f32 {
+    if e < 2 {
+        f32::from_bits(0x0020_0000 << e)
+    } else {
+        f32::from_bits(((e as u32) - 1) << 23)
+    }
+}
 
 /// The block at the start of `bytes`.
 ///

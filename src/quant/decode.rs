@@ -3,6 +3,7 @@
 //! checked against the `gguf` Python package's (bit for bit) in the differential suite.
 
 use super::blocks::*;
+use super::iq;
 use crate::dtype::DType;
 
 /// Decodes whole blocks of `dtype` from `bytes` into `out` (`out.len()` values: `bytes.len() / block_bytes` blocks).
@@ -57,6 +58,18 @@ fn decode_block(dtype: DType, b: &[u8], y: &mut [f32]) {
             q45_k((b.d.get(), b.dmin.get(), &b.scales), Some(&b.qh), &b.qs, y)
         }
         DType::Q6_K => q6_k(block(b), y),
+        DType::IQ4_NL => iq::iq4_nl(block(b), y),
+        DType::IQ4_XS => iq::iq4_xs(block(b), y),
+        DType::IQ2_XXS => iq::iq2_xxs(block(b), y),
+        DType::IQ2_XS => iq::iq2_xs(block(b), y),
+        DType::IQ2_S => iq::iq2_s(block(b), y),
+        DType::IQ3_XXS => iq::iq3_xxs(block(b), y),
+        DType::IQ3_S => iq::iq3_s(block(b), y),
+        DType::IQ1_S => iq::iq1_s(block(b), y),
+        DType::IQ1_M => iq::iq1_m(block(b), y),
+        DType::TQ1_0 => iq::tq1_0(block(b), y),
+        DType::TQ2_0 => iq::tq2_0(block(b), y),
+        DType::MXFP4 => iq::mxfp4(block(b), y),
     }
 }
 

@@ -3,7 +3,7 @@
 //! would otherwise flow through the kernels into logits or embeddings that are NaN, or worse, finite and wrong:
 //! an activation quantized for an integer dot product rounds NaN to 0, and a softmax's max skips it.
 
-use super::blocks::F16Le;
+use super::blocks::{blocks, BlockIq1M, BlockMxfp4, F16Le};
 use crate::dtype::DType;
 
 /// The first value of `bytes` (little-endian `dtype` data, whole elements or blocks) that is not finite: its
@@ -23,6 +23,12 @@ pub(crate) fn first_non_finite(dtype: DType, bytes: &[u8]) -> Option<(usize, f32
             .position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7f80 == 0x7f80)
             .map(|i| (i, half::bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32())),
         DType::I32 => None,
+        DType::IQ1_M => blocks::<BlockIq1M>(bytes).iter().enumerate().find_map(|(i, b)| {
+            let d = b.d();
+            (!d.is_finite()).then_some((i * 256, d))
+        }),
+        // an E8M0 exponent of 0xFF is OCP's NaN (ggml's loader refuses the block too)
+        DType::MXFP4 => blocks::<BlockMxfp4>(bytes).iter().position(|b| b.e == 0xFF).map(|i| (i * 32, f32::NAN)),
         _ => first_non_finite_scale(dtype, bytes),
     }
 }

@@ -6,6 +6,8 @@
 pub(crate) mod blocks;
 mod decode;
 mod finite;
+pub(crate) mod grids;
+pub(crate) mod iq;
 
 pub(crate) use blocks::*;
 pub(crate) use decode::decode;

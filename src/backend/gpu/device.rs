@@ -58,6 +58,8 @@ pub(crate) struct GpuBackend {
     /// Timestamp queries inside compute passes were granted (native adapters that have them): plans can time
     /// each dispatch on the GPU (`Plan::set_profiling`).
     pub timestamps: bool,
+    /// The IQ block types' lookup grids (`wgsl::grid_table`), uploaded on the first plan that reads one.
+    grid_table: std::sync::OnceLock<wgpu::Buffer>,
 }
 
 /// The features that time dispatches inside a compute pass (native only).
@@ -341,6 +343,7 @@ impl GpuBackend {
             timestamps,
             #[cfg(not(target_arch = "wasm32"))]
             serial,
+            grid_table: std::sync::OnceLock::new(),
         })
     }
 
@@ -401,6 +404,21 @@ impl GpuBackend {
         self.matvec = Some(reduce);
         self.caps.name.push_str(&format!(" [mat-vec {what} reduction]"));
         self
+    }
+
+    /// The IQ block types' lookup grids on this device, uploaded on first use (33 KiB).
+    pub(crate) fn grid_table(&self) -> &wgpu::Buffer {
+        self.grid_table.get_or_init(|| {
+            let words = crate::backend::gpu::wgsl::grid_table();
+            let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("webtensor IQ grids"),
+                size: 4 * words.len() as u64,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&words));
+            buffer
+        })
     }
 
     /// The cached pipeline for `key`, built by [`GpuBackend::create_pipeline`] on first use.

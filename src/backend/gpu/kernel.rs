@@ -225,6 +225,9 @@ impl KernelKey {
 
 /// A binding that is the plan's scratch buffer rather than a tensor (the partial results of split attention).
 pub(crate) const SCRATCH: NodeId = NodeId::MAX;
+/// A binding that is the device's table of the IQ block types' lookup grids rather than a tensor: the last binding
+/// of a dispatch that reads such a type (`wgsl::grid_table`), outside its key's aliases.
+pub(crate) const TABLES: NodeId = NodeId::MAX - 1;
 
 /// A grid that follows a run-time length L, the i32 at element `offset` of host input `input`, read when the run
 /// uploads it (a length that is not a host input gives the compiled grid), with `n = clamp(ceil(min(L, max_len) /

@@ -5,7 +5,7 @@
 
 use super::device::GpuBackend;
 use super::external::GpuMemory;
-use super::kernel::{Dispatch, DynamicGrid, SCRATCH};
+use super::kernel::{Dispatch, DynamicGrid, SCRATCH, TABLES};
 use super::readback::read_staging;
 #[cfg(not(target_arch = "wasm32"))]
 use super::readback::wait_for_submission;
@@ -296,6 +296,11 @@ async fn bind(
             }),
         }];
         for (b, &node) in d.bindings.iter().enumerate() {
+            if node == TABLES {
+                let resource = gpu.grid_table().as_entire_binding();
+                entries.push(wgpu::BindGroupEntry { binding: b as u32 + 1, resource });
+                continue;
+            }
             if d.key.alias[b] != b {
                 continue; // served by the earlier binding over the same memory
             }

@@ -4,7 +4,8 @@
 
 mod split;
 
-use crate::backend::gpu::kernel::{Dispatch, SCRATCH};
+use crate::backend::gpu::kernel::{Dispatch, SCRATCH, TABLES};
+use crate::backend::gpu::wgsl::reads_grids;
 use crate::backend::gpu::kernels;
 use crate::backend::gpu::target::GpuTarget;
 use crate::compile::ir::Program;
@@ -16,7 +17,8 @@ use crate::graph::NodeId;
 
 impl GpuTarget {
     /// What a dispatch's key needs from the memory plan: bindings over the same memory bound once (WebGPU rejects
-    /// overlapping bindings in a dispatch when one is writable), and f16 packed where the adapter lacks SHADER_F16.
+    /// overlapping bindings in a dispatch when one is writable), and f16 packed where the adapter lacks SHADER_F16;
+    /// and the device's grid table bound last where the dispatch reads an IQ type.
     fn finish(&self, d: &mut Dispatch, memory: &MemoryPlan) {
         let place = |n: &NodeId| {
             if *n == SCRATCH {
@@ -30,6 +32,10 @@ impl GpuTarget {
             (0..blocks.len()).map(|i| blocks.iter().position(|b| *b == blocks[i]).expect("present")).collect();
         let has_f16 = d.key.out == DType::F16 || d.key.ins.contains(&DType::F16);
         d.key.packed_f16 = !self.shader_f16 && has_f16;
+        if reads_grids(&d.key) {
+            d.bindings.push(TABLES);
+            d.windows.push(None);
+        }
     }
 }
 

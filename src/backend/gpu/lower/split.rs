@@ -15,7 +15,8 @@
 //!
 //! Anything else over the limit is an [`Error::LimitExceeded`] naming the limit and the size.
 
-use crate::backend::gpu::kernel::{Dispatch, MatmulKernel, SplitRule, SCRATCH};
+use crate::backend::gpu::kernel::{Dispatch, MatmulKernel, SplitRule, SCRATCH, TABLES};
+use crate::backend::gpu::wgsl::GRID_WORDS;
 use crate::backend::gpu::kernels::elementwise::ElementwiseParams;
 use crate::backend::gpu::kernels::get_rows::GetRowsParams;
 use crate::backend::gpu::kernels::matmul::MatmulParams;
@@ -349,7 +350,14 @@ impl Splitter<'_> {
 /// Splits `d` (lowered from a step of `program`) so that every binding fits one storage binding.
 pub(super) fn split(d: Dispatch, program: &Program, mem: &MemoryPlan, t: &GpuTarget) -> Result<Vec<Dispatch>> {
     let bytes: Vec<u64> =
-        d.bindings.iter().map(|n| if *n == SCRATCH { d.scratch } else { round4(mem.blocks[n].size) }).collect();
+        d.bindings
+            .iter()
+            .map(|n| match *n {
+                SCRATCH => d.scratch,
+                TABLES => 4 * GRID_WORDS,
+                _ => round4(mem.blocks[n].size),
+            })
+            .collect();
     if bytes.iter().all(|&b| b <= t.max_binding) {
         return Ok(vec![d]);
     }

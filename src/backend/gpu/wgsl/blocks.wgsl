@@ -1,9 +1,11 @@
 // blocks.wgsl — readers of ggml's block formats for a storage binding {{N}} bound as u32 words (blocks may start at
 // any even byte: Q8_0's are 34 bytes long): byte, 16-bit and 32-bit reads at byte offsets, and dq_{{N}}(blk, e), the
 // value of element e of the block starting at byte blk, as ggml's dequantize_row_* computes it (CPU reference:
-// src/quant/decode.rs). A section may also give dq4_{{N}}(blk, e), elements e..e+3 (e a multiple of 4) in fewer word
-// reads than four dq_ calls; the generator then uses it for vec4 loads. The generator keeps the readers and the
-// one decoder section of the binding's dtype.
+// src/quant/decode.rs, src/quant/iq.rs). A section may also give dq4_{{N}}(blk, e), elements e..e+3 (e a multiple of
+// 4) in fewer word reads than four dq_ calls; the generator then uses it for vec4 loads. The generator keeps the
+// readers and the one decoder section of the binding's dtype, and puts in place of the GRID token the type's lookup grid
+// (src/quant/grids.rs) as grid_{{N}}, two words a row of 8 bytes or one a row of 4, with grid8_/grid4_ (byte j of
+// a row) and sign_ (bit j of the even-parity sign byte of a 7-bit index, ggml's ksigns_iq2xs).
 fn u8_{{N}}(b: u32) -> u32 {
     return ({{VAR}}[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
 }
@@ -148,4 +150,151 @@ fn dq_{{N}}(blk: u32, e: u32) -> f32 {
     let sc = i8_{{N}}(blk + 192u + n * 8u + l / 16u + 2u * quarter);
     return f16_{{N}}(blk + 208u) * sc * q;
 }
+//! @iq4_nl
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // d at 0, qs[16] at 2: low nibbles elements 0..15, high nibbles 16..31
+    let q = (u8_{{N}}(blk + 2u + e % 16u) >> (4u * (e / 16u))) & 15u;
+    return f16_{{N}}(blk) * f32(kvalues_iq4nl_{{N}}[q]);
+}
+const kvalues_iq4nl_{{N}} = array<i32, 16>(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+//! @iq4_xs
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // d at 0, scales_h (u16) at 2, scales_l[4] at 4, qs[128] at 8: 8 groups of 32 as IQ4_NL, scale ls - 32
+    let ib = e / 32u;
+    let r = e % 32u;
+    let q = (u8_{{N}}(blk + 8u + 16u * ib + r % 16u) >> (4u * (r / 16u))) & 15u;
+    let ls = ((u8_{{N}}(blk + 4u + ib / 2u) >> (4u * (ib % 2u))) & 15u) | (((u16_{{N}}(blk + 2u) >> (2u * ib)) & 3u) << 4u);
+    return f16_{{N}}(blk) * f32(i32(ls) - 32) * f32(kvalues_iq4nl_{{N}}[q]);
+}
+const kvalues_iq4nl_{{N}} = array<i32, 16>(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+//! @iq2_xxs
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // d at 0, then 8 bytes a group of 32: 4 grid rows, a u32 of four 7-bit sign indices and the 4-bit scale
+    let ib = e / 32u;
+    let l = (e % 32u) / 8u;
+    let j = e % 8u;
+    let c = blk + 2u + 8u * ib;
+    let aux = u32_{{N}}(c + 4u);
+    let db = f16_{{N}}(blk) * (0.5 + f32(aux >> 28u)) * 0.25;
+    return db * f32(grid8_{{N}}(u8_{{N}}(c + l), j)) * sign_{{N}}((aux >> (7u * l)) & 127u, j);
+}
+{{GRID}}
+//! @iq2_xs
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // d at 0, qs[32] (u16: 9-bit grid row, 7-bit sign index) at 2, scales[8] at 66 (a nibble per 16 values)
+    let ib = e / 32u;
+    let l = (e % 32u) / 8u;
+    let q = u16_{{N}}(blk + 2u + 2u * (4u * ib + l));
+    let sc = (u8_{{N}}(blk + 66u + ib) >> (4u * (l / 2u))) & 15u;
+    let db = f16_{{N}}(blk) * (0.5 + f32(sc)) * 0.25;
+    return db * f32(grid8_{{N}}(q & 511u, e % 8u)) * sign_{{N}}(q >> 9u, e % 8u);
+}
+{{GRID}}
+//! @iq2_s
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // d at 0, qs[32] at 2 (grid rows' low bytes), signs[32] at 34, qh[8] at 66 (2 high bits a row), scales[8] at 74
+    let ib = e / 32u;
+    let l = (e % 32u) / 8u;
+    let j = e % 8u;
+    let row = u8_{{N}}(blk + 2u + 4u * ib + l) | (((u8_{{N}}(blk + 66u + ib) >> (2u * l)) & 3u) << 8u);
+    let sc = (u8_{{N}}(blk + 74u + ib) >> (4u * (l / 2u))) & 15u;
+    let db = f16_{{N}}(blk) * (0.5 + f32(sc)) * 0.25;
+    let neg = (u8_{{N}}(blk + 34u + 4u * ib + l) >> j) & 1u;
+    return db * f32(grid8_{{N}}(row, j)) * select(1.0, -1.0, neg != 0u);
+}
+{{GRID}}
+//! @iq3_xxs
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // d at 0, qs[64] at 2 (two grid rows of 4 a group of 8), scales_signs[8] (u32) at 66
+    let ib = e / 32u;
+    let l = (e % 32u) / 8u;
+    let j = e % 8u;
+    let aux = u32_{{N}}(blk + 66u + 4u * ib);
+    let db = f16_{{N}}(blk) * (0.5 + f32(aux >> 28u)) * 0.5;
+    let row = u8_{{N}}(blk + 2u + 8u * ib + 2u * l + j / 4u);
+    return db * f32(grid4_{{N}}(row, j % 4u)) * sign_{{N}}((aux >> (7u * l)) & 127u, j);
+}
+{{GRID}}
+//! @iq3_s
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // d at 0, qs[64] at 2, qh[8] at 66 (a grid row's ninth bit), signs[32] at 74, scales[4] at 106
+    let ib = e / 32u;
+    let l = (e % 32u) / 8u;
+    let j = e % 8u;
+    let k = 2u * l + j / 4u;
+    let row = u8_{{N}}(blk + 2u + 8u * ib + k) | (((u8_{{N}}(blk + 66u + ib) >> k) & 1u) << 8u);
+    let db = f16_{{N}}(blk) * f32(1u + 2u * ((u8_{{N}}(blk + 106u + ib / 2u) >> (4u * (ib % 2u))) & 15u));
+    let neg = (u8_{{N}}(blk + 74u + 4u * ib + l) >> j) & 1u;
+    return db * f32(grid4_{{N}}(row, j % 4u)) * select(1.0, -1.0, neg != 0u);
+}
+{{GRID}}
+//! @iq1_s
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // d at 0, qs[32] at 2 (grid rows' low bytes), qh[8] (u16) at 34: 3 high bits a row, a 3-bit scale, the delta's sign
+    let ib = e / 32u;
+    let l = (e % 32u) / 8u;
+    let h = u16_{{N}}(blk + 34u + 2u * ib);
+    let dl = f16_{{N}}(blk) * f32(2u * ((h >> 12u) & 7u) + 1u);
+    let delta = select(0.125, -0.125, (h & 0x8000u) != 0u);
+    let row = u8_{{N}}(blk + 2u + 4u * ib + l) | (((h >> (3u * l)) & 7u) << 8u);
+    return dl * (f32(i32(grid8_{{N}}(row, e % 8u) << 24u) >> 24u) + delta);
+}
+{{GRID}}
+//! @iq1_m
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // qs[32] at 0, qh[16] at 32 (a nibble a row: 3 high bits and the delta's sign), scales[4] (u16) at 48: four
+    // 3-bit scales each, and a nibble of the f16 scale in each one's top bits
+    let ib = e / 32u;
+    let l = (e % 32u) / 8u;
+    let s0 = u16_{{N}}(blk + 48u);
+    let s1 = u16_{{N}}(blk + 50u);
+    let s2 = u16_{{N}}(blk + 52u);
+    let s3 = u16_{{N}}(blk + 54u);
+    let d = unpack2x16float((s0 >> 12u) | ((s1 >> 8u) & 0xf0u) | ((s2 >> 4u) & 0xf00u) | (s3 & 0xf000u)).x;
+    let sc = u16_{{N}}(blk + 48u + 2u * (ib / 2u)) >> (6u * (ib % 2u));
+    let dl = d * f32(2u * ((sc >> (3u * (l / 2u))) & 7u) + 1u);
+    let nib = (u8_{{N}}(blk + 32u + 2u * ib + l / 2u) >> (4u * (l % 2u))) & 15u;
+    let row = u8_{{N}}(blk + 4u * ib + l) | ((nib & 7u) << 8u);
+    let delta = select(0.125, -0.125, (nib & 8u) != 0u);
+    return dl * (f32(i32(grid8_{{N}}(row, e % 8u) << 24u) >> 24u) + delta);
+}
+{{GRID}}
+//! @tq1_0
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // qs[48] at 0 (five base-3 digits a byte), qh[4] at 48 (four), d at 52; trit n of byte x: ((x·3^n mod 256)·3) >> 8
+    var x = 0u;
+    var n = 0u;
+    if (e < 160u) {
+        x = u8_{{N}}(blk + e % 32u);
+        n = e / 32u;
+    } else if (e < 240u) {
+        x = u8_{{N}}(blk + 32u + (e - 160u) % 16u);
+        n = (e - 160u) / 16u;
+    } else {
+        x = u8_{{N}}(blk + 48u + (e - 240u) % 4u);
+        n = (e - 240u) / 4u;
+    }
+    var p = 1u;
+    for (var k = 0u; k < n; k = k + 1u) {
+        p = p * 3u;
+    }
+    let t = (((x * p) & 255u) * 3u) >> 8u;
+    return f32(i32(t) - 1) * f16_{{N}}(blk + 52u);
+}
+//! @tq2_0
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // qs[64] at 0 (2 bits a value: byte 32·h + m, bits 2·l for element 128·h + 32·l + m), d at 64
+    let q = (u8_{{N}}(blk + 32u * (e / 128u) + e % 32u) >> (2u * ((e % 128u) / 32u))) & 3u;
+    return f32(i32(q) - 1) * f16_{{N}}(blk + 64u);
+}
+//! @mxfp4
+fn dq_{{N}}(blk: u32, e: u32) -> f32 {
+    // e (E8M0) at 0, qs[16] at 1 (blocks of 17 bytes start at any byte: only byte reads): twice the E2M1 value times
+    // 2^(e - 128), ggml's e8m0_to_fp32_half (f32 subnormals for e of 0 and 1)
+    let x = u8_{{N}}(blk);
+    let scale = select(bitcast<f32>((x - 1u) << 23u), bitcast<f32>(0x00200000u << x), x < 2u);
+    let q = (u8_{{N}}(blk + 1u + e % 16u) >> (4u * (e / 16u))) & 15u;
+    return f32(kvalues_mxfp4_{{N}}[q]) * scale;
+}
+const kvalues_mxfp4_{{N}} = array<i32, 16>(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 //! @end

@@ -4,6 +4,7 @@
 //! ([`template`]).
 
 mod storage;
+pub(crate) use storage::{grid_table, reads_grids, GRID_WORDS};
 pub(crate) mod template;
 
 use super::kernel::KernelKey;

@@ -24,6 +24,9 @@ pub(super) fn declarations(key: &KernelKey) -> String {
     let declared_vec4 =
         |t: usize| binds[t].vec4 && (binds[t].output || binds.iter().enumerate().all(|(i, b)| alias(i) != t || b.vec4));
     let mut out = String::new();
+    if reads_grids(key) {
+        out.push_str(&format!("@group(0) @binding({}) var<storage, read> iq_tables: array<u32>;\n", binds.len() + 1));
+    }
     for (i, bd) in binds.iter().enumerate() {
         let t = alias(i);
         let target = &binds[t];
@@ -70,7 +73,7 @@ fn block_accessors(bd: &Binding, var: &str) -> String {
     let section = &BLOCKS[start..start + BLOCKS[start..].find("//! @").expect("the next marker")];
     let text = format!("{readers}{section}");
     let name = &bd.name;
-    let mut out = text.replace("{{N}}", name).replace("{{VAR}}", var);
+    let mut out = text.replace("{{GRID}}", &grid(bd.dtype)).replace("{{N}}", name).replace("{{VAR}}", var);
     out.push_str(&format!(
         "fn ld_{name}(i: u32) -> f32 {{\n    return dq_{name}((i / {bs}u) * {bb}u, i % {bs}u);\n}}\n"
     ));
@@ -84,6 +87,57 @@ fn block_accessors(bd: &Binding, var: &str) -> String {
     };
     out.push_str(&format!("fn ld4_{name}(i: u32) -> vec4<f32> {{\n    {ld4}\n}}\n"));
     out
+}
+
+/// The lookup grids of the IQ block types (`crate::quant::grids`) as u32 words, in the order of [`GRIDS`]: two
+/// words a row of 8 bytes (the 2-bit and 1-bit types' grids), one a row of 4 (the 3-bit ones'). A device uploads
+/// it once and binds it to the dispatches that read such a type, after their own bindings.
+pub(crate) fn grid_table() -> Vec<u32> {
+    use crate::quant::grids::*;
+    let eights = |g: &[u64]| g.iter().flat_map(|&r| [r as u32, (r >> 32) as u32]).collect::<Vec<u32>>();
+    [eights(&IQ2XXS_GRID), eights(&IQ2XS_GRID), eights(&IQ2S_GRID), eights(&IQ1S_GRID)]
+        .into_iter()
+        .chain([IQ3XXS_GRID.to_vec(), IQ3S_GRID.to_vec()])
+        .flatten()
+        .collect()
+}
+
+/// Words of [`grid_table`].
+pub(crate) const GRID_WORDS: u64 = 512 + 1024 + 2048 + 4096 + 256 + 512;
+
+/// Each grid type's grid in [`grid_table`]: (dtype, first word, words a row).
+const GRIDS: [(DType, usize, usize); 7] = [
+    (DType::IQ2_XXS, 0, 2),
+    (DType::IQ2_XS, 512, 2),
+    (DType::IQ2_S, 512 + 1024, 2),
+    (DType::IQ1_S, 512 + 1024 + 2048, 2),
+    (DType::IQ1_M, 512 + 1024 + 2048, 2),
+    (DType::IQ3_XXS, 512 + 1024 + 2048 + 4096, 1),
+    (DType::IQ3_S, 512 + 1024 + 2048 + 4096 + 256, 1),
+];
+
+/// Whether a binding of `dtype` reads the device's grid table.
+pub(crate) fn needs_grid(dtype: DType) -> bool {
+    GRIDS.iter().any(|g| g.0 == dtype)
+}
+
+/// Whether the variant `key` reads the device's grid table (bound after its own bindings, as `iq_tables`).
+pub(crate) fn reads_grids(key: &KernelKey) -> bool {
+    key.ins.iter().any(|&d| needs_grid(d))
+}
+
+/// A grid type's accessors of its grid in the `iq_tables` binding: `grid8_{{N}}(row, j)` / `grid4_{{N}}(row, j)`,
+/// byte j of a row, and `sign_{{N}}(index, j)`: ±1 from bit j of the even-parity sign byte of a 7-bit index
+/// (ggml's ksigns_iq2xs: the index, its parity in bit 7). Empty for the other types.
+fn grid(dtype: DType) -> String {
+    let Some(&(_, at, per_row)) = GRIDS.iter().find(|g| g.0 == dtype) else { return String::new() };
+    let access = if per_row == 1 {
+        format!("fn grid4_{{{{N}}}}(row: u32, j: u32) -> u32 {{\n    return (iq_tables[{at}u + row] >> (8u * j)) & 0xffu;\n}}\n")
+    } else {
+        format!("fn grid8_{{{{N}}}}(row: u32, j: u32) -> u32 {{\n    return (iq_tables[{at}u + 2u * row + j / 4u] >> (8u * (j % 4u))) & 0xffu;\n}}\n")
+    };
+    let sign = "fn sign_{{N}}(index: u32, j: u32) -> f32 {\n    let s = index | ((countOneBits(index) & 1u) << 7u);\n    return select(1.0, -1.0, ((s >> j) & 1u) != 0u);\n}\n";
+    access + sign
 }
 
 /// The `ld`/`st` functions of binding `bd`, whose array is `var` (declared with vec4 elements when `var_vec4`:
