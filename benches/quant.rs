@@ -75,6 +75,17 @@ fn random_weight(dtype: webtensor::DType, rows: usize, k: usize) -> Vec<u8> {
         for &o in dtype.scale_offsets() {
             blk[o..o + 2].copy_from_slice(&scale);
         }
+        match dtype {
+            // an E8M0 exponent of 2^-9 (0xFF would be no number)
+            webtensor::DType::MXFP4 => blk[0] = 118,
+            // the f16 scale 0.002 (0x1819) spread over the top nibbles of the four sub-scale words
+            webtensor::DType::IQ1_M => {
+                for (k, nibble) in [0x9u8, 0x1, 0x8, 0x1].into_iter().enumerate() {
+                    blk[49 + 2 * k] = (blk[49 + 2 * k] & 0x0f) | (nibble << 4);
+                }
+            }
+            _ => {}
+        }
     }
     out
 }
@@ -129,7 +140,10 @@ fn mat_vec(device: &webtensor::Device, target_bytes: f64, read_gbs: f64) {
     println!("| weights | N | weight MB | ms | GB/s of weights | % of read bandwidth |");
     println!("|---|---|---|---|---|---|");
     let xv: Vec<f32> = (0..k).map(|i| (i as f32 * 0.1).sin()).collect();
-    for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16, F16, F32] {
+    let iq = [IQ4_NL, IQ4_XS, MXFP4, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_M, IQ1_S, TQ2_0, TQ1_0];
+    for dtype in
+        [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K].into_iter().chain(iq).chain([BF16, F16, F32])
+    {
         let row_bytes = k / dtype.block_size() * dtype.block_bytes();
         let n = ((target_bytes / row_bytes as f64) as usize).max(16) / 16 * 16;
         let (mut p, x) = plan(device, dtype, 1, n, k);
@@ -151,7 +165,7 @@ fn prefill(device: &webtensor::Device) {
     println!("| weights | ms | GFLOP/s |");
     println!("|---|---|---|");
     let xv: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.01).cos()).collect();
-    for dtype in [Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, F16, F32] {
+    for dtype in [Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, IQ4_XS, MXFP4, IQ2_XXS, F16, F32] {
         let (mut p, x) = plan(device, dtype, m, n, k);
         let s = median_s(5, || {
             p.run_with(&[(x, Value::F32(&xv))], &[]).unwrap();

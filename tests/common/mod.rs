@@ -149,7 +149,11 @@ pub fn inp_given(dtype: DType, shape: &[usize], v: Vec<f64>) -> Input {
 pub fn quant_fixture() -> Vec<(DType, Vec<u8>, Vec<f64>)> {
     let f = webtensor::gguf::GgufFile::open(&repo_file("tests/data/quant.gguf")).unwrap();
     let names: Vec<String> = f.tensors.iter().filter_map(|t| t.name.strip_prefix("w.").map(String::from)).collect();
-    assert!(names.len() >= 23, "tests/data/quant.gguf has {} block types (scripts/make_quant_fixtures.py)", names.len());
+    assert!(
+        names.len() >= 23,
+        "tests/data/quant.gguf has {} block types (scripts/make_quant_fixtures.py)",
+        names.len()
+    );
     names
         .into_iter()
         .map(|name| {

@@ -85,6 +85,18 @@ macro_rules! kernels {
                     DType::Q2_K => |w, a| unsafe { q2_k(w, a) },
                     DType::Q3_K => |w, a| unsafe { q3_k(w, a) },
                     DType::Q5_K => |w, a| unsafe { q5_k(w, a) },
+                    DType::IQ4_NL => |w, a| unsafe { iq4_nl(w, a) },
+                    DType::IQ4_XS => |w, a| unsafe { iq4_xs(w, a) },
+                    DType::MXFP4 => |w, a| unsafe { mxfp4(w, a) },
+                    DType::IQ2_XXS => |w, a| unsafe { iq2_xxs(w, a) },
+                    DType::IQ2_XS => |w, a| unsafe { iq2_xs(w, a) },
+                    DType::IQ2_S => |w, a| unsafe { iq2_s(w, a) },
+                    DType::IQ3_XXS => |w, a| unsafe { iq3_xxs(w, a) },
+                    DType::IQ3_S => |w, a| unsafe { iq3_s(w, a) },
+                    DType::IQ1_S => |w, a| unsafe { iq1_s(w, a) },
+                    DType::IQ1_M => |w, a| unsafe { iq1_m(w, a) },
+                    DType::TQ1_0 => |w, a| unsafe { tq1_0(w, a) },
+                    DType::TQ2_0 => |w, a| unsafe { tq2_0(w, a) },
                     _ => return None,
                 })
             }
@@ -291,6 +303,70 @@ macro_rules! kernels {
                     (dot, f16_of(t, w[b].d) * a.d[b])
                 })
             }
+
+            /// A 4-bit non-linear group's 32 values (`table[nibble]`, low nibbles first) by one `vpshufb` of the
+            /// 16-entry table in both lanes.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn lookup(table: __m256i, qs: &[u8; 16]) -> __m256i {
+                _mm256_shuffle_epi8(table, nibbles(qs))
+            }
+
+            /// A 16-entry i8 table in both 128-bit lanes.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn table16(t: &[i8; 16]) -> __m256i {
+                // SAFETY: `t` is 16 bytes long; the load is unaligned.
+                let x = unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) };
+                _mm256_set_m128i(x, x)
+            }
+
+            /// IQ4_NL: Q4_0's kernel with the values looked up in `kvalues_iq4nl` (never −128: `vpsignb` is safe).
+            #[target_feature(enable = $features)]
+            fn iq4_nl(w: &[u8], a: &Q8Row) -> f32 {
+                let (t, table) = (f16_table(), table16(&grids::KVALUES_IQ4NL));
+                let bytes = w;
+                let w = blocks::<BlockIq4Nl>(w);
+                four_way(w.len(), |b| {
+                    prefetch(bytes, b * size_of::<BlockIq4Nl>() + PREFETCH);
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(lookup(table, &w[b].qs), load32(&a.qs, b * QK)));
+                    (dot, f16_of(t, w[b].d) * a.d[b])
+                })
+            }
+
+            /// MXFP4: IQ4_NL's kernel with the doubled E2M1 values and the E8M0 exponent's halved scale.
+            #[target_feature(enable = $features)]
+            fn mxfp4(w: &[u8], a: &Q8Row) -> f32 {
+                let table = table16(&grids::KVALUES_MXFP4);
+                let bytes = w;
+                let w = blocks::<BlockMxfp4>(w);
+                four_way(w.len(), |b| {
+                    prefetch(bytes, b * size_of::<BlockMxfp4>() + PREFETCH);
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(lookup(table, &w[b].qs), load32(&a.qs, b * QK)));
+                    (dot, e8m0_half(w[b].e) * a.d[b])
+                })
+            }
+
+            /// IQ4_XS: eight IQ4_NL groups a super-block, each scaled by `d·(ls − 32)`.
+            #[target_feature(enable = $features)]
+            fn iq4_xs(w: &[u8], a: &Q8Row) -> f32 {
+                let (t, table) = (f16_table(), table16(&grids::KVALUES_IQ4NL));
+                let bytes = w;
+                let w = blocks::<BlockIq4Xs>(w);
+                four_way(w.len() * 8, |b| {
+                    let (blk, ib) = (&w[b / 8], b % 8);
+                    if ib == 0 {
+                        prefetch_span(bytes, b / 8 * size_of::<BlockIq4Xs>() + PREFETCH, size_of::<BlockIq4Xs>());
+                    }
+                    let qs: &[u8; 16] = blk.qs[16 * ib..16 * ib + 16].try_into().expect("16 bytes");
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(lookup(table, qs), load32(&a.qs, b * QK)));
+                    let scale = (crate::quant::iq::iq4_xs_scale(blk, ib) - 32) as f32;
+                    (dot, f16_of(t, blk.d) * scale * a.d[b])
+                })
+            }
+
+            // the grid and ternary types (`avx2_iq.rs`)
+            crate::backend::cpu::qdot::avx2_iq::iq_kernels!($features);
 
             /// Two Q4_1 blocks' scales and offsets as `[d0, m0, d1, m1]`, by one `vcvtph2ps` (no table lookups in
             /// the loop).

@@ -4,11 +4,12 @@
 //! type is dotted with them in integer arithmetic, one float multiply-add per block. That reads each weight byte
 //! once at the speed of memory, where decoding to f32 first is bound by the arithmetic.
 //!
-//! Every block type has an integer kernel: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (blocks of 32) and Q2_K, Q3_K, Q4_K,
-//! Q5_K, Q6_K (super-blocks of 256). A portable scalar kernel defines each; where the CPU has AVX2, FMA and F16C
-//! kernels chosen at run time: hand-written intrinsics for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K (llama.cpp's
-//! mixes' main types), and for the others the portable kernels (unpack a block to bytes, then plain dot loops)
-//! compiled with AVX2, which the compiler vectorizes. On wasm, simd128 kernels (Q4_0, Q4_1, Q8_0) where the
+//! Every block type has an integer kernel: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 (blocks of 32) and Q2_K,
+//! Q3_K, Q4_K, Q5_K, Q6_K, the other IQ types, TQ1_0, TQ2_0 (super-blocks of 256). A portable scalar kernel defines
+//! each (`scalar.rs`, `iq.rs`); where the CPU has AVX2, FMA and F16C kernels chosen at run time: hand-written
+//! intrinsics for the K-quants, the Q*_0/Q*_1 types, IQ4_NL, IQ4_XS and MXFP4 (a 16-value table looked up by
+//! `vpshufb`), and for the grid and ternary types the portable kernels (each group unpacked to bytes, then plain
+//! dot loops) compiled with AVX2, which the compiler vectorizes. On wasm, simd128 kernels (Q4_0, Q4_1, Q8_0) where the
 //! build enables simd128 (it does: `.cargo/config.toml`). bf16 and f16 weights decode to f32 (`quant.rs`).
 //!
 //! With AVX-512 VNNI, the weights of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K are repacked at first use and every matmul with them,
@@ -20,6 +21,9 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_iq;
+mod iq;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod panel;
 #[cfg(target_arch = "x86_64")]
@@ -118,25 +122,23 @@ mod tests {
         let nb = k / dtype.block_size();
         let bb = dtype.block_bytes();
         let mut out: Vec<u8> = (0..nb * bb).map(|_| next() as u8).collect();
-        use crate::quant::*;
-        use std::mem::offset_of;
-        let scales: &[usize] = match dtype {
-            DType::Q4_0 => &[offset_of!(BlockQ4_0, d)],
-            DType::Q4_1 => &[offset_of!(BlockQ4_1, d), offset_of!(BlockQ4_1, m)],
-            DType::Q5_0 => &[offset_of!(BlockQ5_0, d)],
-            DType::Q5_1 => &[offset_of!(BlockQ5_1, d), offset_of!(BlockQ5_1, m)],
-            DType::Q8_0 => &[offset_of!(BlockQ8_0, d)],
-            DType::Q2_K => &[offset_of!(BlockQ2K, d), offset_of!(BlockQ2K, dmin)],
-            DType::Q3_K => &[offset_of!(BlockQ3K, d)],
-            DType::Q4_K => &[offset_of!(BlockQ4K, d), offset_of!(BlockQ4K, dmin)],
-            DType::Q5_K => &[offset_of!(BlockQ5K, d), offset_of!(BlockQ5K, dmin)],
-            DType::Q6_K => &[offset_of!(BlockQ6K, d)],
-            _ => unreachable!(),
-        };
         for b in 0..nb {
-            for &off in scales {
+            let blk = &mut out[b * bb..(b + 1) * bb];
+            for &off in dtype.scale_offsets() {
                 let v = half::f16::from_f32(0.001 + (next() % 1000) as f32 * 2e-5);
-                out[b * bb + off..b * bb + off + 2].copy_from_slice(&v.to_le_bytes());
+                blk[off..off + 2].copy_from_slice(&v.to_le_bytes());
+            }
+            if dtype == DType::MXFP4 {
+                blk[0] = 115 + (next() % 10) as u8; // an exponent near 2^-12
+            }
+            if dtype == DType::IQ1_M {
+                // the f16 scale's nibbles in the top bits of the four u16 sub-scale words (bytes 48..56)
+                let d = half::f16::from_f32(0.001 + (next() % 1000) as f32 * 2e-5).to_bits();
+                for k in 0..4 {
+                    let w =
+                        u16::from_le_bytes([blk[48 + 2 * k], blk[49 + 2 * k]]) & 0x0fff | ((d >> (4 * k)) & 15) << 12;
+                    blk[48 + 2 * k..50 + 2 * k].copy_from_slice(&w.to_le_bytes());
+                }
             }
         }
         out
@@ -147,7 +149,9 @@ mod tests {
     #[test]
     fn integer_dots_match_decoding() {
         use DType::*;
-        for dtype in [Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K] {
+        let types =
+            [Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4, IQ2_XXS, IQ2_XS];
+        for dtype in types.into_iter().chain([IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0]) {
             for (k, seed) in [(256usize, 1u64), (512, 2), (2048, 3)] {
                 let w = blocks(dtype, k, seed);
                 let mut wf = vec![0f32; k];

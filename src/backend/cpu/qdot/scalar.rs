@@ -2,6 +2,7 @@
 //! `crate::quant` types and decodes them), and the kernels of CPUs without AVX2 (and of wasm). Blocks are read by
 //! field from the typed block structs.
 
+use super::iq;
 use super::row::{DotFn, Q8Row, QK};
 use crate::dtype::DType;
 use crate::quant::*;
@@ -18,6 +19,18 @@ pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {
         DType::Q2_K => |w, a| q2_k(w, a),
         DType::Q3_K => |w, a| q3_k(w, a),
         DType::Q5_K => |w, a| q5_k(w, a),
+        DType::IQ4_NL => |w, a| iq::iq4_nl(w, a),
+        DType::IQ4_XS => |w, a| iq::iq4_xs(w, a),
+        DType::MXFP4 => |w, a| iq::mxfp4(w, a),
+        DType::IQ2_XXS => |w, a| iq::iq2_xxs(w, a),
+        DType::IQ2_XS => |w, a| iq::iq2_xs(w, a),
+        DType::IQ2_S => |w, a| iq::iq2_s(w, a),
+        DType::IQ3_XXS => |w, a| iq::iq3_xxs(w, a),
+        DType::IQ3_S => |w, a| iq::iq3_s(w, a),
+        DType::IQ1_S => |w, a| iq::iq1_s(w, a),
+        DType::IQ1_M => |w, a| iq::iq1_m(w, a),
+        DType::TQ1_0 => |w, a| iq::tq1_0(w, a),
+        DType::TQ2_0 => |w, a| iq::tq2_0(w, a),
         _ => return None,
     })
 }

@@ -5,9 +5,9 @@
 mod split;
 
 use crate::backend::gpu::kernel::{Dispatch, SCRATCH, TABLES};
-use crate::backend::gpu::wgsl::reads_grids;
 use crate::backend::gpu::kernels;
 use crate::backend::gpu::target::GpuTarget;
+use crate::backend::gpu::wgsl::reads_grids;
 use crate::compile::ir::Program;
 use crate::compile::memory::{MemoryLimits, MemoryPlan};
 use crate::compile::Target;

@@ -16,13 +16,13 @@
 //! Anything else over the limit is an [`Error::LimitExceeded`] naming the limit and the size.
 
 use crate::backend::gpu::kernel::{Dispatch, MatmulKernel, SplitRule, SCRATCH, TABLES};
-use crate::backend::gpu::wgsl::GRID_WORDS;
 use crate::backend::gpu::kernels::elementwise::ElementwiseParams;
 use crate::backend::gpu::kernels::get_rows::GetRowsParams;
 use crate::backend::gpu::kernels::matmul::MatmulParams;
 use crate::backend::gpu::kernels::rows::RowsParams;
 use crate::backend::gpu::params::{get_packed, set_packed, Params, ParamsBlock};
 use crate::backend::gpu::target::{grid, GpuTarget};
+use crate::backend::gpu::wgsl::GRID_WORDS;
 use crate::compile::ir::Program;
 use crate::compile::memory::MemoryPlan;
 use crate::dtype::DType;
@@ -349,15 +349,15 @@ impl Splitter<'_> {
 
 /// Splits `d` (lowered from a step of `program`) so that every binding fits one storage binding.
 pub(super) fn split(d: Dispatch, program: &Program, mem: &MemoryPlan, t: &GpuTarget) -> Result<Vec<Dispatch>> {
-    let bytes: Vec<u64> =
-        d.bindings
-            .iter()
-            .map(|n| match *n {
-                SCRATCH => d.scratch,
-                TABLES => 4 * GRID_WORDS,
-                _ => round4(mem.blocks[n].size),
-            })
-            .collect();
+    let bytes: Vec<u64> = d
+        .bindings
+        .iter()
+        .map(|n| match *n {
+            SCRATCH => d.scratch,
+            TABLES => 4 * GRID_WORDS,
+            _ => round4(mem.blocks[n].size),
+        })
+        .collect();
     if bytes.iter().all(|&b| b <= t.max_binding) {
         return Ok(vec![d]);
     }

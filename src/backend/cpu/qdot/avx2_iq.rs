@@ -1,0 +1,324 @@
+//! AVX2 kernels of the IQ grid types, the ternary types and IQ4_XS, expanded into each feature set's module of
+//! `avx2.rs` (`iq_kernels!`, whose helpers they use). A group of 32 weights becomes 32 bytes in one register: grid
+//! rows gathered by four (or eight) 64-bit (32-bit) loads of the table, their signs applied to the activations
+//! (`vpsignb` with ±1 bytes from [`SIGN_BYTES`]), then the unsigned magnitudes dotted with the signed activations as
+//! the other types' kernels do. Each matches its portable definition (`iq.rs`) to rounding.
+
+/// Bit j of index i as byte j: 0xff (−1) where set, 0x01 where clear: the ±1 bytes `vpsignb` applies.
+pub(crate) static SIGN_BYTES: [u64; 256] = sign_bytes();
+
+const fn sign_bytes() -> [u64; 256] {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut j = 0;
+        while j < 8 {
+            let byte: u64 = if i & (1 << j) != 0 { 0xff } else { 0x01 };
+            t[i] |= byte << (8 * j);
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+/// The ±1 bytes of a 7-bit even-parity sign index (ggml's ksigns_iq2xs: the index, its parity in bit 7).
+#[inline(always)]
+pub(crate) fn even_signs(index: u32) -> u64 {
+    let i = index & 127;
+    SIGN_BYTES[(i | ((i.count_ones() & 1) << 7)) as usize]
+}
+
+macro_rules! iq_kernels {
+    ($features:literal) => {
+        use crate::backend::cpu::qdot::avx2_iq::{even_signs, SIGN_BYTES};
+        use crate::quant::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
+
+        /// Four 8-byte grid rows as one register, row 0 lowest.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn rows8(r: [u64; 4]) -> __m256i {
+            _mm256_set_epi64x(r[3] as i64, r[2] as i64, r[1] as i64, r[0] as i64)
+        }
+
+        /// Eight 4-byte grid rows as one register, row 0 lowest.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn rows4(r: [u32; 8]) -> __m256i {
+            let r = r.map(|x| x as i32);
+            _mm256_set_epi32(r[7], r[6], r[5], r[4], r[3], r[2], r[1], r[0])
+        }
+
+        /// `Σ` over 32-groups of `d(blk) · Σ_half scale_half · (magnitudes · signed activations)`, the group's
+        /// (magnitudes, ±1 signs, [scale of its first 16, of its last 16]) from `group`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn grid_kernel<B: Block>(
+            w: &[u8],
+            a: &Q8Row,
+            d: impl Fn(&B) -> f32,
+            group: impl Fn(&B, usize) -> (__m256i, __m256i, [i16; 2]),
+        ) -> f32 {
+            let mut acc = [_mm256_setzero_ps(); 2];
+            for (sb, blk) in blocks::<B>(w).iter().enumerate() {
+                prefetch_span(w, sb * size_of::<B>() + PREFETCH, size_of::<B>());
+                let d = d(blk);
+                for ib in 0..8 {
+                    let (q, signs, [s0, s1]) = group(blk, ib);
+                    let b = sb * 8 + ib;
+                    let y = _mm256_sign_epi8(load32(&a.qs, b * QK), signs);
+                    let dot = weigh_halves(_mm256_maddubs_epi16(q, y), s0, s1);
+                    acc[ib % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.d[b]), acc[ib % 2]);
+                }
+            }
+            hsum(_mm256_add_ps(acc[0], acc[1]))
+        }
+
+        /// The little-endian u32 at byte `at`.
+        #[inline(always)]
+        fn u32_le(b: &[u8], at: usize) -> u32 {
+            u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+        }
+
+        /// IQ2_XXS: a group's four rows of `IQ2XXS_GRID`, its even-parity signs and one scale `(2·ls + 1)/8`.
+        #[target_feature(enable = $features)]
+        fn iq2_xxs(w: &[u8], a: &Q8Row) -> f32 {
+            let t = f16_table();
+            grid_kernel(
+                w,
+                a,
+                |b: &BlockIq2Xxs| f16_of(t, b.d) * 0.125,
+                |b, ib| {
+                    let c = &b.qs[8 * ib..8 * ib + 8];
+                    let aux = u32_le(c, 4);
+                    let q = rows8([0, 1, 2, 3].map(|l| IQ2XXS_GRID[c[l] as usize]));
+                    let s = rows8([0, 1, 2, 3].map(|l| even_signs(aux >> (7 * l))));
+                    let sc = (2 * (aux >> 28) + 1) as i16;
+                    (q, s, [sc, sc])
+                },
+            )
+        }
+
+        /// IQ2_XS: rows of `IQ2XS_GRID` (9 bits of each u16) with even-parity signs (its other 7), a scale per 16.
+        #[target_feature(enable = $features)]
+        fn iq2_xs(w: &[u8], a: &Q8Row) -> f32 {
+            let t = f16_table();
+            grid_kernel(
+                w,
+                a,
+                |b: &BlockIq2Xs| f16_of(t, b.d) * 0.125,
+                |b, ib| {
+                    let g = [0, 1, 2, 3].map(|l| u16::from_le_bytes([b.qs[8 * ib + 2 * l], b.qs[8 * ib + 2 * l + 1]]));
+                    let q = rows8(g.map(|g| IQ2XS_GRID[(g & 511) as usize]));
+                    let s = rows8(g.map(|g| even_signs((g >> 9) as u32)));
+                    let sc = b.scales[ib];
+                    (q, s, [(2 * (sc & 15) + 1) as i16, (2 * (sc >> 4) + 1) as i16])
+                },
+            )
+        }
+
+        /// IQ2_S: rows of `IQ2S_GRID` (10 bits), explicit sign bytes, a scale per 16.
+        #[target_feature(enable = $features)]
+        fn iq2_s(w: &[u8], a: &Q8Row) -> f32 {
+            let t = f16_table();
+            grid_kernel(
+                w,
+                a,
+                |b: &BlockIq2S| f16_of(t, b.d) * 0.125,
+                |b, ib| {
+                    let row = |l: usize| b.qs[4 * ib + l] as usize | ((((b.qh[ib] >> (2 * l)) & 3) as usize) << 8);
+                    let q = rows8([0, 1, 2, 3].map(|l| IQ2S_GRID[row(l)]));
+                    let s = rows8([0, 1, 2, 3].map(|l| SIGN_BYTES[b.signs[4 * ib + l] as usize]));
+                    let sc = b.scales[ib];
+                    (q, s, [(2 * (sc & 15) + 1) as i16, (2 * (sc >> 4) + 1) as i16])
+                },
+            )
+        }
+
+        /// IQ3_XXS: eight rows of 4 of `IQ3XXS_GRID`, even-parity signs, one scale `(2·ls + 1)/4`.
+        #[target_feature(enable = $features)]
+        fn iq3_xxs(w: &[u8], a: &Q8Row) -> f32 {
+            let t = f16_table();
+            grid_kernel(
+                w,
+                a,
+                |b: &BlockIq3Xxs| f16_of(t, b.d) * 0.25,
+                |b, ib| {
+                    let aux = u32_le(&b.scales_signs, 4 * ib);
+                    let q = rows4([0, 1, 2, 3, 4, 5, 6, 7].map(|k| IQ3XXS_GRID[b.qs[8 * ib + k] as usize]));
+                    let s = rows8([0, 1, 2, 3].map(|l| even_signs(aux >> (7 * l))));
+                    let sc = (2 * (aux >> 28) + 1) as i16;
+                    (q, s, [sc, sc])
+                },
+            )
+        }
+
+        /// IQ3_S: eight rows of 4 of `IQ3S_GRID` (9 bits), explicit sign bytes, one scale `2·ls + 1`.
+        #[target_feature(enable = $features)]
+        fn iq3_s(w: &[u8], a: &Q8Row) -> f32 {
+            let t = f16_table();
+            grid_kernel(
+                w,
+                a,
+                |b: &BlockIq3S| f16_of(t, b.d),
+                |b, ib| {
+                    let row = |k: usize| b.qs[8 * ib + k] as usize | ((((b.qh[ib] >> k) & 1) as usize) << 8);
+                    let q = rows4([0, 1, 2, 3, 4, 5, 6, 7].map(|k| IQ3S_GRID[row(k)]));
+                    let s = rows8([0, 1, 2, 3].map(|l| SIGN_BYTES[b.signs[4 * ib + l] as usize]));
+                    let sc = (1 + 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 15)) as i16;
+                    (q, s, [sc, sc])
+                },
+            )
+        }
+
+        /// `Σ y` of each group of 8 of 32 activation bytes, as 4 i32 (group 0 first).
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn sums8(y: __m256i) -> [i32; 4] {
+            let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1));
+            let mut l = [0i32; 8];
+            // SAFETY: `l` holds 8 i32; the store is unaligned.
+            unsafe { _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, lanes) };
+            [l[0] + l[1], l[2] + l[3], l[4] + l[5], l[6] + l[7]]
+        }
+
+        /// IQ1_S: rows of `IQ1S_GRID` (−1, 0, 1 as signed bytes: dotted as signed), a scale `2·s + 1` and a ±1/8
+        /// delta per group against the activations' sum.
+        #[target_feature(enable = $features)]
+        fn iq1_s(w: &[u8], a: &Q8Row) -> f32 {
+            let t = f16_table();
+            let mut acc = 0f32;
+            for (sb, blk) in blocks::<BlockIq1S>(w).iter().enumerate() {
+                prefetch_span(w, sb * size_of::<BlockIq1S>() + PREFETCH, size_of::<BlockIq1S>());
+                let d = f16_of(t, blk.d);
+                let mut part = _mm256_setzero_ps();
+                let mut deltas = 0f32;
+                for ib in 0..8 {
+                    let h = u16::from_le_bytes([blk.qh[2 * ib], blk.qh[2 * ib + 1]]);
+                    let row = |l: usize| blk.qs[4 * ib + l] as usize | ((((h >> (3 * l)) & 7) as usize) << 8);
+                    let q = rows8([0, 1, 2, 3].map(|l| IQ1S_GRID[row(l)]));
+                    let b = sb * 8 + ib;
+                    let dl = (2 * ((h >> 12) & 7) + 1) as f32 * a.d[b];
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b * QK)));
+                    part = _mm256_fmadd_ps(dot, _mm256_set1_ps(dl), part);
+                    let delta = if h & 0x8000 != 0 { -0.125 } else { 0.125 };
+                    deltas += dl * delta * a.sum[b] as f32;
+                }
+                acc += d * (hsum(part) + deltas);
+            }
+            acc
+        }
+
+        /// IQ1_M: IQ1_S's rows with a scale per 16 and a delta per 8 (against the sums of 8 activations).
+        #[target_feature(enable = $features)]
+        fn iq1_m(w: &[u8], a: &Q8Row) -> f32 {
+            let mut acc = 0f32;
+            for (sb, blk) in blocks::<BlockIq1M>(w).iter().enumerate() {
+                prefetch_span(w, sb * size_of::<BlockIq1M>() + PREFETCH, size_of::<BlockIq1M>());
+                let mut part = 0f32;
+                for ib in 0..8 {
+                    let sc =
+                        u16::from_le_bytes([blk.scales[2 * (ib / 2)], blk.scales[2 * (ib / 2) + 1]]) >> (6 * (ib % 2));
+                    let nib = |l: usize| (blk.qh[2 * ib + l / 2] >> (4 * (l % 2))) & 15;
+                    let q = rows8(
+                        [0, 1, 2, 3].map(|l| IQ1S_GRID[blk.qs[4 * ib + l] as usize | (((nib(l) & 7) as usize) << 8)]),
+                    );
+                    let b = sb * 8 + ib;
+                    let y = load32(&a.qs, b * QK);
+                    let (s0, s1) = ((2 * (sc & 7) + 1) as i16, (2 * ((sc >> 3) & 7) + 1) as i16);
+                    let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+                    let dot = hsum(_mm256_cvtepi32_ps(weigh_halves(pairs, s0, s1)));
+                    let sums = sums8(y);
+                    let delta = |l: usize| if nib(l) & 8 != 0 { -0.125f32 } else { 0.125 };
+                    let deltas = (s0 as f32) * (delta(0) * sums[0] as f32 + delta(1) * sums[1] as f32)
+                        + (s1 as f32) * (delta(2) * sums[2] as f32 + delta(3) * sums[3] as f32);
+                    part += a.d[b] * (dot + deltas);
+                }
+                acc += blk.d() * part;
+            }
+            acc
+        }
+
+        /// TQ2_0: the 2 bits at `2·l` of 32 bytes of `qs`, less 1 (−1..2), dotted as signed.
+        #[target_feature(enable = $features)]
+        fn tq2_0(w: &[u8], a: &Q8Row) -> f32 {
+            let t = f16_table();
+            let (m2, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+            let mut acc = 0f32;
+            for (sb, blk) in blocks::<BlockTq2_0>(w).iter().enumerate() {
+                prefetch_span(w, sb * size_of::<BlockTq2_0>() + PREFETCH, size_of::<BlockTq2_0>());
+                let mut part = _mm256_setzero_ps();
+                for h in 0..2 {
+                    let bits = load32(&blk.qs, 32 * h);
+                    for l in 0..4 {
+                        let q = _mm256_sub_epi8(
+                            _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * l as i32)), m2),
+                            one,
+                        );
+                        let b = sb * 8 + 4 * h + l;
+                        let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b * QK)));
+                        part = _mm256_fmadd_ps(dot, _mm256_set1_ps(a.d[b]), part);
+                    }
+                }
+                acc += f16_of(t, blk.d) * hsum(part);
+            }
+            acc
+        }
+
+        /// Trit `n` of each of 32 bytes (five base-3 digits a byte as a fixed-point fraction): `((x·3^n mod 256)·3)
+        /// >> 8`, in 16-bit lanes for the even and the odd bytes, less 1.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn trits(x: __m256i, n: u32) -> __m256i {
+            let (low, p) = (_mm256_set1_epi16(0xff), _mm256_set1_epi16(3i16.pow(n)));
+            let three = |v: __m256i| {
+                _mm256_srli_epi16(
+                    _mm256_mullo_epi16(_mm256_and_si256(_mm256_mullo_epi16(v, p), low), _mm256_set1_epi16(3)),
+                    8,
+                )
+            };
+            let even = three(_mm256_and_si256(x, low));
+            let odd = three(_mm256_srli_epi16(x, 8));
+            _mm256_sub_epi8(_mm256_or_si256(even, _mm256_slli_epi16(odd, 8)), _mm256_set1_epi8(1))
+        }
+
+        /// TQ1_0: five trits of each of `qs`' first 32 bytes (values 0..160), of its next 16 (160..240), four of
+        /// `qh`'s 4 (240..256); the last two groups' bytes gathered into 32-byte registers on the stack.
+        #[target_feature(enable = $features)]
+        fn tq1_0(w: &[u8], a: &Q8Row) -> f32 {
+            let t = f16_table();
+            let mut acc = 0f32;
+            for (sb, blk) in blocks::<BlockTq1_0>(w).iter().enumerate() {
+                prefetch_span(w, sb * size_of::<BlockTq1_0>() + PREFETCH, size_of::<BlockTq1_0>());
+                let mut q = [0i8; 256];
+                let first = load32(&blk.qs, 0);
+                for n in 0..5 {
+                    // SAFETY: 32 bytes at 32·n of the 256
+                    unsafe { _mm256_storeu_si256(q.as_mut_ptr().add(32 * n) as *mut __m256i, trits(first, n as u32)) };
+                }
+                let mut rest = [0u8; 32];
+                rest[..16].copy_from_slice(&blk.qs[32..48]);
+                rest[16..20].copy_from_slice(&blk.qh);
+                let rest = load32(&rest, 0);
+                for n in 0..5 {
+                    let mut v = [0i8; 32];
+                    // SAFETY: `v` holds 32 bytes
+                    unsafe { _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, trits(rest, n as u32)) };
+                    q[160 + 16 * n..176 + 16 * n].copy_from_slice(&v[..16]);
+                    if n < 4 {
+                        q[240 + 4 * n..244 + 4 * n].copy_from_slice(&v[16..20]);
+                    }
+                }
+                let mut part = _mm256_setzero_ps();
+                for ib in 0..8 {
+                    let b = sb * 8 + ib;
+                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(load32(&q, 32 * ib), load32(&a.qs, b * QK)));
+                    part = _mm256_fmadd_ps(dot, _mm256_set1_ps(a.d[b]), part);
+                }
+                acc += f16_of(t, blk.d) * hsum(part);
+            }
+            acc
+        }
+    };
+}
+pub(super) use iq_kernels;
