@@ -248,7 +248,10 @@ fn step_of(op: &Op, dtype: DType) -> Step {
         | Op::View { .. }
         | Op::Reduce { .. }
         | Op::GetRows { .. }
-        | Op::Concat { .. } => Step::Op(op.clone()),
+        | Op::Concat { .. }
+        | Op::TopK { .. }
+        | Op::TakeAlongAxis { .. }
+        | Op::MulMatId { .. } => Step::Op(op.clone()),
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod attention;
 mod elementwise;
+mod experts;
 mod gather;
 mod handle;
 mod linalg;

@@ -97,6 +97,22 @@ pub(crate) enum Op {
         b: NodeId,
         axis: usize,
     },
+    /// The indices of the `k` largest entries of each last-axis row of `x`, largest first.
+    TopK {
+        x: NodeId,
+        k: usize,
+    },
+    /// `x`'s entries picked by `idx` along the last axis.
+    TakeAlongAxis {
+        x: NodeId,
+        idx: NodeId,
+    },
+    /// `a`'s rows times the experts of `w` that `ids` selects.
+    MulMatId {
+        a: NodeId,
+        w: NodeId,
+        ids: NodeId,
+    },
 }
 
 impl Op {
@@ -119,6 +135,9 @@ impl Op {
             Op::Reduce { op, .. } => op.name(),
             Op::GetRows { .. } => "get_rows",
             Op::Concat { .. } => "concat",
+            Op::TopK { .. } => "top_k",
+            Op::TakeAlongAxis { .. } => "take_along_axis",
+            Op::MulMatId { .. } => "mul_mat_id",
         }
     }
 
@@ -137,6 +156,9 @@ impl Op {
             }
             Op::Row { x, mask, .. } => std::iter::once(x).chain(mask).collect(),
             Op::GetRows { table, idx } => vec![table, idx],
+            Op::TopK { x, .. } => vec![x],
+            Op::TakeAlongAxis { x, idx } => vec![x, idx],
+            Op::MulMatId { a, w, ids } => vec![a, w, ids],
         }
     }
 }

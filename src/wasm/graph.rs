@@ -150,6 +150,26 @@ impl WebGraph {
         wrap(self.inner.get_rows(table.inner, idx.inner))
     }
 
+    /// The indices (int32 `[.., k]`) of the `k` largest values of each last-axis row of `x`, largest first (ties:
+    /// the lower index; NaN above every number) (`torch.topk(x, k).indices`; ggml_top_k).
+    #[wasm_bindgen(js_name = topK)]
+    pub fn top_k(&mut self, x: &WebTensor, k: u32) -> R {
+        wrap(self.inner.top_k(x.inner, k as usize))
+    }
+
+    /// `x[.., idx[.., j]]` along the last axis (`numpy.take_along_axis(x, idx, -1)`).
+    #[wasm_bindgen(js_name = takeAlongAxis)]
+    pub fn take_along_axis(&mut self, x: &WebTensor, idx: &WebTensor) -> R {
+        wrap(self.inner.take_along_axis(x.inner, idx.inner))
+    }
+
+    /// `out[t, j, :] = a[t, j mod A, :] @ w[ids[t, j]]ᵀ`: a `[T, A, K]`, experts w `[E, N, K]` (any float or block
+    /// type), ids int32 `[T, U]` → float32 `[T, U, N]` (ggml_mul_mat_id).
+    #[wasm_bindgen(js_name = mulMatId)]
+    pub fn mul_mat_id(&mut self, a: &WebTensor, w: &WebTensor, ids: &WebTensor) -> R {
+        wrap(self.inner.mul_mat_id(a.inner, w.inner, ids.inner))
+    }
+
     /// `x` converted to `dtype` (`"float32"` or `"float16"`; a block-type weight is dequantized).
     pub fn cast(&mut self, x: &WebTensor, #[wasm_bindgen(unchecked_param_type = "DTypeName")] dtype: &str) -> R {
         wrap(self.inner.cast(x.inner, parse_dtype(dtype)?))

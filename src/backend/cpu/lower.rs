@@ -5,7 +5,7 @@
 
 use super::buffer::Memory;
 use super::target::{CpuFamily, CpuTarget, MAX_TENSOR_BYTES};
-use super::{attention, elementwise, gather, matmul, quant, rows};
+use super::{attention, elementwise, experts, gather, matmul, quant, rows};
 use crate::compile::ir::Program;
 use crate::compile::memory::{MemoryLimits, MemoryPlan};
 use crate::compile::Target;
@@ -56,6 +56,9 @@ families! {
     attention::RopeKernel,
     attention::RopeSetRowsKernel,
     attention::AttentionKernel,
+    experts::TopKKernel,
+    experts::TakeAlongAxisKernel,
+    experts::MulMatIdKernel,
 }
 
 impl Target for CpuTarget {

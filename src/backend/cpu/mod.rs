@@ -12,6 +12,7 @@ mod attention_rows;
 mod buffer;
 mod device;
 mod elementwise;
+mod experts;
 mod external;
 mod gather;
 mod lower;

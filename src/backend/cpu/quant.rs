@@ -372,8 +372,27 @@ impl QMatmulKernel {
         self.store(mem, &c);
     }
 
+    /// The kernel of `a @ t(w)` for rows `a` given by the caller ([`QMatmulKernel::product`]): a weight `w` of any
+    /// dtype (decoded a row at a time where it has no integer kernel) and its `n` rows, no epilogue, no repacked
+    /// copy (the experts of `mul_mat_id`).
+    pub(crate) fn of_rows(w: Weight, n: usize, f32_activations: bool) -> QMatmulKernel {
+        let a = Leaf { storage: w.storage, dtype: DType::F32, layout: crate::shape::Layout::contiguous(&[0]) };
+        QMatmulKernel {
+            out: w.storage,
+            out_dtype: DType::F32,
+            a,
+            w,
+            n,
+            epilogue: None,
+            f32_activations,
+            #[cfg(target_arch = "x86_64")]
+            repacked: None,
+            second: None,
+        }
+    }
+
     /// `c [m, N] = a @ t(w)` by the path this weight and row count take.
-    fn product(&self, mem: &Memory, a: &[f32], m: usize) -> Vec<f32> {
+    pub(crate) fn product(&self, mem: &Memory, a: &[f32], m: usize) -> Vec<f32> {
         #[cfg(target_arch = "x86_64")]
         if let Some(w) = &self.repacked {
             let mut c = vec![0f32; m * self.n];

@@ -43,4 +43,7 @@ families! {
     rope_set_rows,
     rope_kv_writes,
     attention,
+    top_k,
+    take_along_axis,
+    mul_mat_id,
 }
