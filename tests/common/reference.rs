@@ -620,6 +620,48 @@ pub fn attention(q: &Arr, k: &Arr, v: &Arr, mask: Option<&Arr>, scale: f64, caus
     Arr::new(&shape, out)
 }
 
+/// `torch.topk(x, k, dim=-1).indices` as f64: the k largest entries of each last-axis row, largest first, equal
+/// values by their index, NaN above every number.
+pub fn top_k(x: &Arr, k: usize) -> Arr {
+    let n = *x.shape.last().expect("rank >= 1");
+    let rows = x.numel() / n.max(1);
+    let mut shape = x.shape.clone();
+    *shape.last_mut().unwrap() = k;
+    let mut out = Vec::with_capacity(rows * k);
+    for r in 0..rows {
+        let row = &x.data[r * n..(r + 1) * n];
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&i, &j| match (row[i].is_nan(), row[j].is_nan()) {
+            (true, true) => std::cmp::Ordering::Equal,
+            (true, false) => std::cmp::Ordering::Less,
+            (false, true) => std::cmp::Ordering::Greater,
+            _ => row[j].partial_cmp(&row[i]).unwrap(),
+        });
+        out.extend(order[..k].iter().map(|&i| i as f64));
+    }
+    Arr::new(&shape, out)
+}
+
+/// `numpy.take_along_axis(x, idx, -1)`.
+pub fn take_along_axis(x: &Arr, idx: &Arr) -> Arr {
+    let (n, j) = (*x.shape.last().unwrap(), *idx.shape.last().unwrap());
+    Arr::from_fn(&idx.shape, |e| x.data[e / j * n + idx.data[e] as usize])
+}
+
+/// ggml_mul_mat_id: `out[t, j, :] = w[ids[t, j]] @ a[t, j mod A, :]` for a `[T, A, K]`, w `[E, N, K]`, ids
+/// `[T, U]`.
+pub fn mul_mat_id(a: &Arr, w: &Arr, ids: &Arr) -> Arr {
+    let (t, rows_a, k) = (a.shape[0], a.shape[1], a.shape[2]);
+    let (n, u) = (w.shape[1], ids.shape[1]);
+    Arr::from_fn(&[t, u, n], |i| {
+        let (tok, slot, col) = (i / (u * n), i / n % u, i % n);
+        let e = ids.data[tok * u + slot] as usize;
+        let arow = &a.data[(tok * rows_a + slot % rows_a) * k..][..k];
+        let wrow = &w.data[(e * n + col) * k..][..k];
+        arow.iter().zip(wrow).map(|(x, y)| x * y).sum()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -776,46 +818,4 @@ mod tests {
         assert_eq!(u(1, 0), 0.13312304019927979);
         assert_eq!(u(12345, 7), -0.13708293437957764);
     }
-}
-
-/// `torch.topk(x, k, dim=-1).indices` as f64: the k largest entries of each last-axis row, largest first, equal
-/// values by their index, NaN above every number.
-pub fn top_k(x: &Arr, k: usize) -> Arr {
-    let n = *x.shape.last().expect("rank >= 1");
-    let rows = x.numel() / n.max(1);
-    let mut shape = x.shape.clone();
-    *shape.last_mut().unwrap() = k;
-    let mut out = Vec::with_capacity(rows * k);
-    for r in 0..rows {
-        let row = &x.data[r * n..(r + 1) * n];
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|&i, &j| match (row[i].is_nan(), row[j].is_nan()) {
-            (true, true) => std::cmp::Ordering::Equal,
-            (true, false) => std::cmp::Ordering::Less,
-            (false, true) => std::cmp::Ordering::Greater,
-            _ => row[j].partial_cmp(&row[i]).unwrap(),
-        });
-        out.extend(order[..k].iter().map(|&i| i as f64));
-    }
-    Arr::new(&shape, out)
-}
-
-/// `numpy.take_along_axis(x, idx, -1)`.
-pub fn take_along_axis(x: &Arr, idx: &Arr) -> Arr {
-    let (n, j) = (*x.shape.last().unwrap(), *idx.shape.last().unwrap());
-    Arr::from_fn(&idx.shape, |e| x.data[e / j * n + idx.data[e] as usize])
-}
-
-/// ggml_mul_mat_id: `out[t, j, :] = w[ids[t, j]] @ a[t, j mod A, :]` for a `[T, A, K]`, w `[E, N, K]`, ids
-/// `[T, U]`.
-pub fn mul_mat_id(a: &Arr, w: &Arr, ids: &Arr) -> Arr {
-    let (t, rows_a, k) = (a.shape[0], a.shape[1], a.shape[2]);
-    let (n, u) = (w.shape[1], ids.shape[1]);
-    Arr::from_fn(&[t, u, n], |i| {
-        let (tok, slot, col) = (i / (u * n), i / n % u, i % n);
-        let e = ids.data[tok * u + slot] as usize;
-        let arow = &a.data[(tok * rows_a + slot % rows_a) * k..][..k];
-        let wrow = &w.data[(e * n + col) * k..][..k];
-        arow.iter().zip(wrow).map(|(x, y)| x * y).sum()
-    })
 }
