@@ -50,7 +50,7 @@ fn decode_step(device: &webtensor::Device, capacity: usize, len: usize) -> impl 
     let (kv, vv) = (view(&mut g, ks), view(&mut g, vs));
     let qh = g.permute(q, &[1, 0, 2]).unwrap();
     let dynamic = capacity != len;
-    let a = Attention { scale: 0.125, causal: true, mask: None, kv_len: dynamic.then_some(kv_len) };
+    let a = Attention { scale: 0.125, causal: true, mask: None, kv_len: dynamic.then_some(kv_len), sinks: None };
     let o = g.attention(qh, kv, vv, &a).unwrap();
     let mut plan = device.compile(&g, &[o]).unwrap();
     let (qv, kv_) = (vec![0.1f32; h * d], vec![0.2f32; hkv * d]);

@@ -349,7 +349,7 @@ fn attention_does_not_read_the_keys_masked_past_a_rows_length() {
         let k = g.input("k", DType::F32, &[1, hkv, len, d]).unwrap();
         let v = g.input("v", DType::F32, &[1, hkv, len, d]).unwrap();
         let m = g.input("mask", DType::F32, &[1, 1, 1, len]).unwrap();
-        let a = Attention { scale: 0.125, causal: false, mask: Some(m), kv_len: None };
+        let a = Attention { scale: 0.125, causal: false, mask: Some(m), kv_len: None, sinks: None };
         let o = g.attention(q, k, v, &a).unwrap();
         let mut plan = device.compile(&g, &[o]).unwrap();
         let rows = |x: &[f32]| -> Vec<f32> {

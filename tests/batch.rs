@@ -211,7 +211,9 @@ fn cpu_split_attention_rows_do_not_depend_on_the_batch() {
         let ki = g.input("k", F16, &[1, hkv, 700, d]).unwrap();
         let vi = g.input("v", F16, &[1, hkv, 700, d]).unwrap();
         let li = g.input("len", I32, &[1]).unwrap();
-        let o = g.attention(qi, ki, vi, &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(li) }).unwrap();
+        let o = g
+            .attention(qi, ki, vi, &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(li), sinks: None })
+            .unwrap();
         let first = |x: &[half::f16]| -> Vec<half::f16> {
             (0..hkv).flat_map(|gi| x[gi * s * d..(gi * s + 700) * d].to_vec()).collect()
         };
@@ -232,8 +234,9 @@ fn cpu_split_attention_rows_do_not_depend_on_the_batch() {
         let ki = g.input("k", F16, &[2, hkv, s, d]).unwrap();
         let vi = g.input("v", F16, &[2, hkv, s, d]).unwrap();
         let mi = g.input("mask", F32, &[2, 1, 1, s]).unwrap();
-        let o =
-            g.attention(qi, ki, vi, &Attention { scale: 0.2, causal: false, mask: Some(mi), kv_len: None }).unwrap();
+        let o = g
+            .attention(qi, ki, vi, &Attention { scale: 0.2, causal: false, mask: Some(mi), kv_len: None, sinks: None })
+            .unwrap();
         let mask: Vec<f32> = (0..2 * s).map(|i| if i < len || i >= s { 0.0 } else { f32::NEG_INFINITY }).collect();
         let ins = [
             HostTensor::f32(&[2, h, 1, d], q.clone()).unwrap(),

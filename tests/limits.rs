@@ -329,7 +329,7 @@ fn limit_errors_name_their_unit() {
     let mut g = Graph::new();
     let q = g.input("q", DType::F32, &[70_000, 1, 4]).unwrap();
     let k = g.input("k", DType::F32, &[70_000, 1, 4]).unwrap();
-    let a = webtensor::Attention { scale: 0.5, causal: false, mask: None, kv_len: None };
+    let a = webtensor::Attention { scale: 0.5, causal: false, mask: None, kv_len: None, sinks: None };
     let o = g.attention(q, k, k, &a).unwrap();
     match device.compile(&g, &[o]) {
         Err(e @ Error::LimitExceeded { unit: "workgroups", .. }) => {

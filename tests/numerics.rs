@@ -237,7 +237,9 @@ fn nan_propagates_through_attention_rows_and_quantized_matmul() {
             let mut g = Graph::new();
             let q = g.input("q", F32, &[1, t, 4]).unwrap();
             let k = g.input("k", F32, &[1, s, 4]).unwrap();
-            let o = g.attention(q, k, k, &Attention { scale: 0.5, causal: false, mask: None, kv_len: None }).unwrap();
+            let o = g
+                .attention(q, k, k, &Attention { scale: 0.5, causal: false, mask: None, kv_len: None, sinks: None })
+                .unwrap();
             let mut plan = dev.compile(&g, &[o]).unwrap();
             let kt = HostTensor::f32(&[1, s, 4], vec![0.2; s * 4]).unwrap();
             let mut qv = vec![0.1f32; t * 4];

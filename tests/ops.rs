@@ -653,7 +653,7 @@ fn state_writes() {
 fn attention() {
     use webtensor::Attention;
     let mut cases = Vec::new();
-    let plain = |scale: f32, causal: bool| Attention { scale, causal, mask: None, kv_len: None };
+    let plain = |scale: f32, causal: bool| Attention { scale, causal, mask: None, kv_len: None, sinks: None };
     // (H, Hkv, T, S, D, causal)
     for (h, hkv, t, s, d, causal) in [
         (3, 3, 5, 13, 64, false),
@@ -684,15 +684,7 @@ fn attention() {
             ));
         }
     }
-    // values narrower than keys (Dv ≠ D): a width the CPU's vector kernel takes and one it does not
-    for (h, hkv, t, s, d, dv) in [(4, 2, 1, 9, 16, 8), (6, 3, 5, 11, 20, 12)] {
-        cases.push(Case::new(
-            format!("attention/f16/H{h}/Hkv{hkv}/T{t}/S{s}/D{d}/Dv{dv}"),
-            vec![inp(F32, &[h, t, d], 1), inp(F16, &[hkv, s, d], 2), inp(F16, &[hkv, s, dv], 3)],
-            move |g, x| g.attention(x[0], x[1], x[2], &plain(0.3, true)),
-            move |x| r::attention(&x[0], &x[1], &x[2], None, 0.3, true, s),
-        ));
-    }
+    narrow_values_cases(&mut cases);
     kv_len_cases(&mut cases);
     // masks: a broadcast [T, S] mask with fully masked rows; a batch with a padding mask [B, 1, 1, S]
     let row_masked = |v: f64| if v < -0.3 { f64::NEG_INFINITY } else { v };
@@ -703,7 +695,7 @@ fn attention() {
             m[9..18].iter_mut().for_each(|x| *x = f64::NEG_INFINITY); // query 1 sees nothing
             inp_given(F32, &[4, 9], m)
         }],
-        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.25, causal: false, mask: Some(x[3]), kv_len: None }),
+        |g, x| g.attention(x[0], x[1], x[2], &masked(0.25, x[3])),
         |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.25, false, 9),
     ));
     sliding_window_case(&mut cases);
@@ -713,12 +705,78 @@ fn attention() {
             let m: Vec<f64> = (0..18).map(|i| if i % 6 >= 6 - i / 6 * 2 { f64::NEG_INFINITY } else { 0.0 }).collect();
             inp_given(F32, &[3, 1, 1, 6], m)
         }],
-        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None }),
+        |g, x| g.attention(x[0], x[1], x[2], &masked(0.18, x[3])),
         |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 6),
     ));
     cases.push(common::padding_mask_long_case());
     kv_cache_views_case(&mut cases);
+    sinks_cases(&mut cases);
     run_suite("attention", &cases);
+}
+
+/// Attention sinks (gpt-oss), a logit per head in each softmax's denominator, on every path: a long prefill (the
+/// CPU's matrix products), a short one and a decode step (the grouped rows), decode over keys the CPU and the GPU
+/// split (with a run-time length reaching one split and several), with a mask hiding every key of a row (zeros,
+/// the sink notwithstanding). Sinks from −3 to 4: some outweigh every key, some none.
+fn sinks_cases(cases: &mut Vec<Case>) {
+    use webtensor::Attention;
+    let sinks = |h: usize| inp_given(F32, &[h], (0..h).map(|i| -3.0 + 7.0 * i as f64 / (h - 1) as f64).collect());
+    // (H, Hkv, T, S, run-time length)
+    for (h, hkv, t, s, l) in [
+        (4, 2, 70, 70, None),
+        (6, 2, 5, 21, None),
+        (8, 2, 1, 40, None),
+        (8, 2, 1, 300, Some(300)),
+        (4, 1, 1, 2048, Some(600)),
+    ]
+    .into_iter()
+    .chain([(4, 1, 1, 2048, Some(30))])
+    {
+        let len = l.unwrap_or(s);
+        let mut ins = vec![inp(F32, &[h, t, 32], 1), inp(F16, &[hkv, s, 32], 2), inp(F16, &[hkv, s, 32], 3), sinks(h)];
+        ins.extend(l.map(|l| inp_given(I32, &[1], vec![l as f64])));
+        cases.push(Case::new(
+            format!("attention/sinks/H{h}/Hkv{hkv}/T{t}/S{s}/L{len}"),
+            ins,
+            move |g, x| {
+                let a =
+                    Attention { scale: 0.3, causal: true, mask: None, kv_len: x.get(4).copied(), sinks: Some(x[3]) };
+                g.attention(x[0], x[1], x[2], &a)
+            },
+            move |x| r::attention_sinks(&x[0], &x[1], &x[2], (None, Some(&x[3])), 0.3, true, len),
+        ));
+    }
+    let masked = |i: usize| if i / 9 == 1 || (i % 9).is_multiple_of(3) { f64::NEG_INFINITY } else { 0.0 };
+    cases.push(Case::new(
+        "attention/sinks/fully-masked-row",
+        vec![inp(F32, &[2, 4, 16], 1), inp(F32, &[2, 9, 16], 2), inp(F32, &[2, 9, 16], 3), sinks(2), {
+            inp_given(F32, &[4, 9], (0..36).map(masked).collect())
+        }],
+        |g, x| {
+            let a = Attention { scale: 0.25, causal: false, mask: Some(x[4]), kv_len: None, sinks: Some(x[3]) };
+            g.attention(x[0], x[1], x[2], &a)
+        },
+        |x| r::attention_sinks(&x[0], &x[1], &x[2], (Some(&x[4]), Some(&x[3])), 0.25, false, 9),
+    ));
+}
+
+/// Values narrower than keys (Dv ≠ D): a width the CPU's vector kernel takes and one it does not.
+fn narrow_values_cases(cases: &mut Vec<Case>) {
+    use webtensor::Attention;
+    let plain = Attention { scale: 0.3, causal: true, mask: None, kv_len: None, sinks: None };
+    for (h, hkv, t, s, d, dv) in [(4, 2, 1, 9, 16, 8), (6, 3, 5, 11, 20, 12)] {
+        cases.push(Case::new(
+            format!("attention/f16/H{h}/Hkv{hkv}/T{t}/S{s}/D{d}/Dv{dv}"),
+            vec![inp(F32, &[h, t, d], 1), inp(F16, &[hkv, s, d], 2), inp(F16, &[hkv, s, dv], 3)],
+            move |g, x| g.attention(x[0], x[1], x[2], &plain),
+            move |x| r::attention(&x[0], &x[1], &x[2], None, 0.3, true, s),
+        ));
+    }
+}
+
+/// Attention's parameters for a non-causal `mask`.
+fn masked(scale: f32, mask: Tensor) -> webtensor::Attention {
+    webtensor::Attention { scale, causal: false, mask: Some(mask), kv_len: None, sinks: None }
 }
 
 /// A run-time KV length L < S (prefill and decode), causal; over a cache of 2048 (decode splits the keys: only
@@ -745,7 +803,12 @@ fn kv_len_cases(cases: &mut Vec<Case>) {
             ins,
             move |g, x| {
                 let kv_len = if computed { g.add(x[3], x[4])? } else { x[3] };
-                g.attention(x[0], x[1], x[2], &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(kv_len) })
+                g.attention(
+                    x[0],
+                    x[1],
+                    x[2],
+                    &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(kv_len), sinks: None },
+                )
             },
             move |x| r::attention(&x[0], &x[1], &x[2], None, 0.2, true, len),
         ));
@@ -766,7 +829,12 @@ fn kv_cache_views_case(cases: &mut Vec<Case>) {
                 };
                 let (k, v) = (view(g, x[2])?, view(g, x[3])?);
                 let q = g.permute(x[0], &[1, 0, 2])?; // [6, 5, 32]
-                g.attention(q, k, v, &Attention { scale: 0.3, causal: true, mask: None, kv_len: Some(x[1]) })
+                g.attention(
+                    q,
+                    k,
+                    v,
+                    &Attention { scale: 0.3, causal: true, mask: None, kv_len: Some(x[1]), sinks: None },
+                )
             },
             |x| {
                 let kv = |c: &Arr| c.reshape(&[64, 2, 32]).permute(&[1, 0, 2]);
@@ -788,7 +856,7 @@ fn sliding_window_case(cases: &mut Vec<Case>) {
         vec![inp(F32, &[2, 64, 16], 1), inp(F16, &[2, 64, 16], 2), inp(F16, &[2, 64, 16], 3), {
             inp_given(F32, &[64, 64], (0..64 * 64).map(window).collect())
         }],
-        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.25, causal: false, mask: Some(x[3]), kv_len: None }),
+        |g, x| g.attention(x[0], x[1], x[2], &masked(0.25, x[3])),
         |x| r::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.25, false, 64),
     ));
 }

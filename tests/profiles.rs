@@ -93,7 +93,7 @@ fn graphs() -> Vec<(&'static str, Build)> {
             let k = g.input("k", F16, &[3, 4096, 64])?;
             let v = g.input("v", F16, &[3, 4096, 64])?;
             let l = g.input("len", DType::I32, &[1])?;
-            g.attention(q, k, v, &Attention { scale: 0.125, causal: true, mask: None, kv_len: Some(l) })
+            g.attention(q, k, v, &Attention { scale: 0.125, causal: true, mask: None, kv_len: Some(l), sinks: None })
                 .map(|o| vec![o])
         }),
     ]
@@ -288,7 +288,12 @@ fn decode_attention_cases(hardware: bool) -> Vec<Case> {
                 common::inp_given(DType::I32, &[1], vec![l as f64])
             }],
             |g, x| {
-                g.attention(x[0], x[1], x[2], &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(x[3]) })
+                g.attention(
+                    x[0],
+                    x[1],
+                    x[2],
+                    &Attention { scale: 0.2, causal: true, mask: None, kv_len: Some(x[3]), sinks: None },
+                )
             },
             move |x| r::attention(&x[0], &x[1], &x[2], None, 0.2, true, l),
         )
@@ -296,7 +301,14 @@ fn decode_attention_cases(hardware: bool) -> Vec<Case> {
     let heads = Case::new(
         "decode attention, 40 heads over 2 K/V heads of 16, 300 keys",
         vec![inp(F32, &[40, 1, 16], 4), inp(F32, &[2, 300, 16], 5), inp(F32, &[2, 300, 16], 6)],
-        |g, x| g.attention(x[0], x[1], x[2], &Attention { scale: 0.25, causal: true, mask: None, kv_len: None }),
+        |g, x| {
+            g.attention(
+                x[0],
+                x[1],
+                x[2],
+                &Attention { scale: 0.25, causal: true, mask: None, kv_len: None, sinks: None },
+            )
+        },
         |x| r::attention(&x[0], &x[1], &x[2], None, 0.25, true, 300),
     );
     let padding = common::padding_mask_long_case();

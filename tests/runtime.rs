@@ -150,7 +150,7 @@ fn one_plan_serves_every_kv_length() {
         let q = g.input("q", F32, &[h, 1, d]).unwrap();
         let (kc, vc) = (g.resident(&kr).unwrap(), g.resident(&vr).unwrap());
         let l_in = g.input("kv_len", I32, &[1]).unwrap();
-        let a = Attention { scale: 0.25, causal: true, mask: None, kv_len: Some(l_in) };
+        let a = Attention { scale: 0.25, causal: true, mask: None, kv_len: Some(l_in), sinks: None };
         let o = g.attention(q, kc, vc, &a).unwrap();
         // poisoned (every unwritten element NaN) and not (a longer run's partial results stay in the scratch)
         for poison in [true, false] {

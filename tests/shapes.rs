@@ -230,7 +230,7 @@ fn model_ops_follow_their_shape_rules() {
             let fits = (sa.len() == 3 || sa.len() == 4) && sb.len() == 1 && sb[0] == sa[sa.len() - 3];
             let legal = fits && dt == DType::F32 && nd > 0 && nd % 2 == 0 && nd <= sa[sa.len() - 1];
             check(&g, &format!("rope {sa:?} at {sb:?}, n_dims {nd}"), r, fits.then(|| sa.clone()), legal)?;
-            let att = webtensor::Attention { scale: 0.5, causal, mask: None, kv_len: None };
+            let att = webtensor::Attention { scale: 0.5, causal, mask: None, kv_len: None, sinks: None };
             let r = no_panic("attention", || g.attention(a, b, c, &att))?;
             if let Ok(t) = r {
                 let (h, tq) = (sa[sa.len() - 3], sa[sa.len() - 2]);

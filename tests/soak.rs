@@ -91,7 +91,7 @@ fn block(device: &Device, g: &mut Graph, x: Tensor, t: usize, d: usize) -> Tenso
         g.transpose(y, 0, 1).unwrap()
     };
     let (q, k, v) = (heads_of(g, wq), heads_of(g, wk), heads_of(g, wv));
-    let a = Attention { scale: 1.0 / (hd as f32).sqrt(), causal: true, mask: None, kv_len: None };
+    let a = Attention { scale: 1.0 / (hd as f32).sqrt(), causal: true, mask: None, kv_len: None, sinks: None };
     let o = g.attention(q, k, v, &a).unwrap();
     let o = g.reshape(o, &[t, d]).unwrap();
     let o = g.matmul(o, wo).unwrap();

@@ -97,18 +97,21 @@ impl Graph {
     /// without copies); K and V may be views of a KV-cache state. A query whose keys are all masked gives zeros.
     /// Keys that the mask hides with −inf after the last one a query sees are not read (as ggml_flash_attn_ext
     /// skips masked keys; on a GPU, after the last one any query of its workgroup sees — the heads sharing a K/V
-    /// head), so a batched row masked to its own length costs that length.
+    /// head), so a batched row masked to its own length costs that length. With sinks, head h's softmax has one
+    /// more logit, `sinks[h]`, whose value is zero: `Σ_s e^(x_s)·v_s / (Σ_s e^(x_s) + e^(sinks[h]))`.
     ///
     /// # Shapes
     /// q `[.., H, T, D]`, k `[.., Hkv, S, D]`, v `[.., Hkv, S, Dv]` with the same leading (batch) dims and H a
     /// multiple of Hkv → `[.., T, H, Dv]` (ggml_flash_attn_ext's layout, so `[T, H·Dv]` is a free reshape).
     /// # DTypes
-    /// q, k, v, mask f32 or f16 in any mix, accumulated in f32; the output has q's dtype. kv_len i32.
+    /// q, k, v, mask f32 or f16 in any mix, accumulated in f32; the output has q's dtype. kv_len i32, sinks f32
+    /// `[H]`.
     /// # Errors
     /// [`Error::InvalidShape`] or [`Error::ShapeMismatch`] for shapes that do not fit; [`Error::UnsupportedDType`]
-    /// for i32 operands or a non-i32 kv_len.
+    /// for i32 operands, a non-i32 kv_len or non-f32 sinks.
     /// # Reference
-    /// ggml_flash_attn_ext; `torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, is_causal,
+    /// ggml_flash_attn_ext (with ggml_flash_attn_ext_add_sinks; Hugging Face's gpt-oss `eager_attention_forward`
+    /// for the sinks); `torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, is_causal,
     /// scale=scale, enable_gqa=True).transpose(-3, -2)`.
     pub fn attention(&mut self, q: Tensor, k: Tensor, v: Tensor, a: &Attention) -> Result<Tensor> {
         let (iq, dq, sq) = self.require_float("attention", q)?;
@@ -153,10 +156,28 @@ impl Graph {
             Some(l) => Some(self.length_input(l)?),
             None => None,
         };
+        let sinks = match a.sinks {
+            Some(s) => Some(self.sinks_input(s, h)?),
+            None => None,
+        };
         let mut shape = sq[..r - 3].to_vec();
         shape.extend([t, h, dv]);
-        let op = Op::Attention { q: iq, k: ik, v: iv, mask, kv_len, scale: a.scale, causal: a.causal };
+        let op = Op::Attention { q: iq, k: ik, v: iv, mask, kv_len, sinks, scale: a.scale, causal: a.causal };
         self.push(op, dq, &shape)
+    }
+
+    /// Attention sinks: f32 `[H]`, a logit per query head.
+    fn sinks_input(&self, s: Tensor, h: usize) -> Result<NodeId> {
+        let (id, d, shape) = self.info("attention", s)?;
+        if d != DType::F32 {
+            let reason = "sinks must be f32".into();
+            return Err(Error::UnsupportedDType { op: "attention", dtype: d, shape, reason });
+        }
+        if shape != [h] {
+            let reason = format!("sinks must be [H] = [{h}], a logit per query head");
+            return Err(Error::ShapeMismatch { op: "attention", lhs: vec![h], rhs: shape, reason });
+        }
+        Ok(id)
     }
 
     /// A run-time length: an i32 tensor of one element.

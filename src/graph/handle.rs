@@ -26,4 +26,7 @@ pub struct Attention {
     /// A run-time KV length L (i32 `[1]`, 1 ≤ L ≤ S): only keys `0..L` take part, so one plan serves a growing
     /// KV cache and a step's cost follows L, not S. Without it L = S.
     pub kv_len: Option<Tensor>,
+    /// Attention sinks (f32 `[H]`): head h's softmax has one more logit, `sinks[h]` (not scaled, not masked),
+    /// in its denominator only, so that a query may attend to nothing (gpt-oss). Without it, none.
+    pub sinks: Option<Tensor>,
 }

@@ -42,6 +42,8 @@ pub(crate) enum Op {
         v: NodeId,
         mask: Option<NodeId>,
         kv_len: Option<NodeId>,
+        /// f32 `[H]`: a logit per query head in each softmax's denominator (attention sinks).
+        sinks: Option<NodeId>,
         scale: f32,
         causal: bool,
     },
@@ -148,7 +150,9 @@ impl Op {
             Op::SetRows { dst, idx, src } => vec![dst, idx, src],
             Op::CopyInto { dst, src } => vec![dst, src],
             Op::Rope { x, pos, factors, .. } => [x, pos].into_iter().chain(factors).collect(),
-            Op::Attention { q, k, v, mask, kv_len, .. } => [q, k, v].into_iter().chain(mask).chain(kv_len).collect(),
+            Op::Attention { q, k, v, mask, kv_len, sinks, .. } => {
+                [q, k, v].into_iter().chain(mask).chain(kv_len).chain(sinks).collect()
+            }
             Op::View { src } => vec![src],
             Op::Unary { x, .. } | Op::Cast { x } | Op::Reduce { x, .. } => vec![x],
             Op::Binary { a, b, .. } | Op::Glu { a, b, .. } | Op::MatMul { a, b, .. } | Op::Concat { a, b, .. } => {

@@ -203,7 +203,8 @@ impl WebGraph {
     /// `softmax(q·kᵀ·scale + mask)·v` in one op (flash attention on the GPU): q `[.., H, T, D]`, k `[.., Hkv, S, D]`,
     /// v `[.., Hkv, S, Dv]` → `[.., T, H, Dv]`, query head `h` using K/V head `h / (H / Hkv)`. `causal` hides keys
     /// after each query's position; `mask` (optional) is added to the scores; `kvLen` (optional int32 `[1]`)
-    /// limits the keys to the first L at run time. torch's `scaled_dot_product_attention(..).transpose(-3, -2)`.
+    /// limits the keys to the first L at run time; `sinks` (optional float32 `[H]`) adds a logit per head to each
+    /// softmax's denominator (gpt-oss). torch's `scaled_dot_product_attention(..).transpose(-3, -2)`.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &mut self,
@@ -214,9 +215,11 @@ impl WebGraph {
         causal: bool,
         #[wasm_bindgen(unchecked_optional_param_type = "Tensor | null")] mask: JsValue,
         #[wasm_bindgen(js_name = kvLen, unchecked_optional_param_type = "Tensor | null")] kv_len: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "Tensor | null")] sinks: JsValue,
     ) -> R {
         let (mask, kv_len) = (opt_tensor(&mask, "attention: mask")?, opt_tensor(&kv_len, "attention: kvLen")?);
-        let a = Attention { scale, causal, mask, kv_len };
+        let sinks = opt_tensor(&sinks, "attention: sinks")?;
+        let a = Attention { scale, causal, mask, kv_len, sinks };
         wrap(self.inner.attention(q.inner, k.inner, v.inner, &a))
     }
 

@@ -458,7 +458,7 @@ pub fn padding_mask_long_case() -> Case {
             inp_given(DType::F32, &[4, 1, 1, 600], mask),
         ],
         |g, x| {
-            let a = webtensor::Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None };
+            let a = webtensor::Attention { scale: 0.18, causal: false, mask: Some(x[3]), kv_len: None, sinks: None };
             g.attention(x[0], x[1], x[2], &a)
         },
         |x| reference::attention(&x[0], &x[1], &x[2], Some(&x[3]), 0.18, false, 600),

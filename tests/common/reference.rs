@@ -579,6 +579,21 @@ pub fn rope_ext(x: &Arr, pos: &Arr, factors: Option<&Arr>, rope: &webtensor::Rop
 /// `[.., T, H, Dv]`, in f64.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(q: &Arr, k: &Arr, v: &Arr, mask: Option<&Arr>, scale: f64, causal: bool, len: usize) -> Arr {
+    attention_sinks(q, k, v, (mask, None), scale, causal, len)
+}
+
+/// [`attention`] with attention sinks `[H]` where given: head h's softmax has `sinks[h]` as one more logit in its
+/// denominator, with no value (Hugging Face's gpt-oss `eager_attention_forward`: the sink as a last column of the
+/// scores, dropped after the softmax). A query that sees no key gives zeros.
+pub fn attention_sinks(
+    q: &Arr,
+    k: &Arr,
+    v: &Arr,
+    (mask, sinks): (Option<&Arr>, Option<&Arr>),
+    scale: f64,
+    causal: bool,
+    len: usize,
+) -> Arr {
     let r = q.shape.len();
     let (h, t, d) = (q.shape[r - 3], q.shape[r - 2], q.shape[r - 1]);
     let (hkv, s, dv) = (k.shape[r - 3], k.shape[r - 2], v.shape[r - 1]);
@@ -607,8 +622,10 @@ pub fn attention(q: &Arr, k: &Arr, v: &Arr, mask: Option<&Arr>, scale: f64, caus
                 if max == f64::NEG_INFINITY {
                     continue;
                 }
+                let sink = sinks.map(|s| s.data[hi]);
+                let max = max.max(sink.unwrap_or(f64::NEG_INFINITY));
                 sc.iter_mut().for_each(|x| *x = (*x - max).exp());
-                let total: f64 = sc.iter().sum();
+                let total: f64 = sc.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
                 for j in 0..dv {
                     let o: f64 =
                         sc.iter().enumerate().map(|(si, p)| p * v.data[((b * hkv + g) * s + si) * dv + j]).sum();

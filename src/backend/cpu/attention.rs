@@ -157,6 +157,8 @@ pub(crate) struct AttentionKernel {
     /// Broadcast to `[.., H, T, S]`.
     pub mask: Option<Leaf>,
     pub kv_len: Option<Leaf>,
+    /// `[H]`: a logit per head in each softmax's denominator.
+    pub sinks: Option<Leaf>,
     pub scale: f32,
     pub causal: bool,
 }
@@ -200,6 +202,13 @@ impl AttentionKernel {
         true
     }
 
+    /// The sinks of every head (empty without them).
+    fn sinks(&self, mem: &Memory) -> Vec<f32> {
+        let Some(s) = &self.sinks else { return Vec::new() };
+        let view = mem.view(s.storage, s.dtype);
+        (0..s.layout.numel()).map(|i| view.get(s.layout.index_of(i))).collect()
+    }
+
     fn dims(&self) -> Dims {
         let (q, k, v) = (&self.q.layout, &self.k.layout, &self.v.layout);
         let r = q.rank();
@@ -222,7 +231,9 @@ impl AttentionKernel {
 
 impl CpuFamily for AttentionKernel {
     fn lower(p: &Program, id: NodeId, _t: &CpuTarget) -> Option<Self> {
-        let Step::Op(Op::Attention { q, k, v, mask, kv_len, scale, causal }) = p.nodes[id].step else { return None };
+        let Step::Op(Op::Attention { q, k, v, mask, kv_len, sinks, scale, causal }) = p.nodes[id].step else {
+            return None;
+        };
         let (q, k) = (leaf(p, q, None), leaf(p, k, None));
         let r = q.layout.rank();
         let mut full = q.layout.shape.clone();
@@ -235,6 +246,7 @@ impl CpuFamily for AttentionKernel {
             v: leaf(p, v, None),
             mask: mask.map(|m| leaf(p, m, Some(&full))),
             kv_len: kv_len.map(|l| leaf(p, l, None)),
+            sinks: sinks.map(|s| leaf(p, s, None)),
             scale,
             causal,
         })
@@ -323,6 +335,7 @@ impl AttentionKernel {
         let block = (SCORES / len).clamp(1, t);
         let (mut qb, mut sc, mut mask) = (vec![0f32; block * d], vec![0f32; block * len], vec![0f32; len]);
         let qv = mem.view(self.q.storage, self.q.dtype);
+        let sink = self.sinks(mem).get(hi).copied();
         for t0 in (0..t).step_by(block) {
             let rows = block.min(t - t0);
             for (i, row) in qb.chunks_exact_mut(d).take(rows).enumerate() {
@@ -335,7 +348,7 @@ impl AttentionKernel {
             );
             // SAFETY: qb holds rows × d, kg len × d (read as its transpose), sc rows × len.
             unsafe { product(rows, len, d, qm, km, &mut sc[..rows * len]) };
-            let mut sums = vec![0f32; rows];
+            let (mut sums, mut maxes) = (vec![0f32; rows], vec![0f32; rows]);
             for (i, x) in sc.chunks_exact_mut(len).take(rows).enumerate() {
                 let ti = t0 + i;
                 let visible = self.visible(len, t, ti);
@@ -351,6 +364,7 @@ impl AttentionKernel {
                 x[..visible].iter_mut().for_each(|e| *e = exp(*e - max));
                 x[visible..].iter_mut().for_each(|e| *e = 0.0);
                 sums[i] = x[..visible].iter().sum();
+                maxes[i] = max;
             }
             let o = &mut out[t0 * dv..(t0 + rows) * dv];
             let (pm, vm) = (
@@ -359,8 +373,9 @@ impl AttentionKernel {
             );
             // SAFETY: sc holds rows × len, vg len × dv, o rows × dv.
             unsafe { product(rows, dv, len, pm, vm, o) };
-            for (row, &sum) in o.chunks_exact_mut(dv).zip(&sums) {
+            for ((row, &sum), &max) in o.chunks_exact_mut(dv).zip(&sums).zip(&maxes) {
                 let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+                let inv = inv * sink.map_or(1.0, |s| sink_scale(max, sum, s));
                 row.iter_mut().for_each(|a| *a *= inv);
             }
         }
@@ -403,6 +418,8 @@ impl AttentionKernel {
         // otherwise clear megabytes)
         let (mut q, mut scores) = (vec![0f32; 4 * d], vec![0f32; 4 * keys.len()]);
         let mut masks = if masked { vec![0f32; 4 * len] } else { Vec::new() };
+        // a row's sink applies where its output is final (not a split's part, which the combine finishes)
+        let sinks = if stats.is_empty() { self.sinks(mem) } else { Vec::new() };
         for (bi, o) in out.chunks_mut(4 * dv).enumerate() {
             let first = first + bi * 4;
             let mut visible = [0usize; 4];
@@ -432,6 +449,12 @@ impl AttentionKernel {
                 }
             });
             let st = kv.attend((&q, seen, mask), self.scale, &mut scores, o);
+            for (i, (row, &(max, sum))) in o.chunks_exact_mut(dv).zip(&st).enumerate() {
+                if let Some(&s) = sinks.get(g * (h / hkv) + (first + i) / t) {
+                    let f = sink_scale(max, sum, s);
+                    row.iter_mut().for_each(|a| *a *= f);
+                }
+            }
             for (i, (max, sum)) in st.into_iter().take(o.len() / dv).enumerate() {
                 if let Some(pair) = stats.get_mut((bi * 4 + i) * 2..(bi * 4 + i) * 2 + 2) {
                     pair.copy_from_slice(&[max, sum]);
@@ -458,14 +481,19 @@ impl AttentionKernel {
             let (o, st) = chunk.split_at_mut(rows * dv);
             self.attend_rows(mem, &kv, (bg / hkv, bg % hkv), (len, s), (0, keys), o, st);
         });
+        let sinks = self.sinks(mem);
         for (bg, dst) in res.chunks_exact_mut(rows * dv).enumerate() {
             let parts: Vec<&[f32]> = part[bg * splits * width..(bg + 1) * splits * width].chunks_exact(width).collect();
             for (r, o) in dst.chunks_exact_mut(dv).enumerate() {
                 // a split's part: the rows' outputs, then each row's (max, sum)
-                combine(
+                let (max, sum) = combine(
                     parts.iter().map(|&p| (&p[r * dv..(r + 1) * dv], p[rows * dv + 2 * r], p[rows * dv + 2 * r + 1])),
                     o,
                 );
+                if let Some(&s) = sinks.get((bg % hkv) * (h / hkv) + r / t) {
+                    let f = sink_scale(max, sum, s);
+                    o.iter_mut().for_each(|a| *a *= f);
+                }
             }
         }
     }
@@ -474,19 +502,37 @@ impl AttentionKernel {
 /// Keys per task where a decode step's attention splits its keys ([`AttentionKernel::split_keys`]).
 const KEY_SPLIT: usize = 256;
 
+/// The factor that turns a row normalized over its keys (largest score `max`, sum of exponentials `sum`) into
+/// one whose softmax also counts a sink logit `sink`: `Σ / (Σ + e^(sink))` in the row's scale. A row that saw
+/// no key (zeros) or a NaN score keeps its values.
+fn sink_scale(max: f32, sum: f32, sink: f32) -> f32 {
+    if sum > 0.0 {
+        1.0 / (1.0 + exp(sink - max) / sum)
+    } else {
+        1.0
+    }
+}
+
 /// One row's output from its splits' `(normalized output, largest score, sum of exponentials)`: zeros when no
 /// split saw a key, NaN when one met a NaN score, the one split's output as it is when only one saw keys, else
-/// the splits rescaled to the largest score and weighted by their sums, in split order.
-fn combine<'a>(splits: impl Iterator<Item = (&'a [f32], f32, f32)> + Clone, out: &mut [f32]) {
+/// the splits rescaled to the largest score and weighted by their sums, in split order. Returns the row's
+/// (largest score, sum of exponentials at it) as [`softmax_in_place`]'s.
+fn combine<'a>(splits: impl Iterator<Item = (&'a [f32], f32, f32)> + Clone, out: &mut [f32]) -> (f32, f32) {
     if splits.clone().any(|(_, _, l)| l.is_nan()) {
         out.fill(f32::NAN);
-        return;
+        return (f32::NAN, f32::NAN);
     }
     let live = splits.filter(|&(_, _, l)| l > 0.0);
     let mut first_two = live.clone();
     match (first_two.next(), first_two.next()) {
-        (None, _) => out.fill(0.0),
-        (Some((o, _, _)), None) => out.copy_from_slice(o),
+        (None, _) => {
+            out.fill(0.0);
+            (f32::NEG_INFINITY, 0.0)
+        }
+        (Some((o, m, l)), None) => {
+            out.copy_from_slice(o);
+            (m, l)
+        }
         _ => {
             let m = live.clone().fold(f32::NEG_INFINITY, |a, (_, m, _)| a.max(m));
             out.fill(0.0);
@@ -498,6 +544,7 @@ fn combine<'a>(splits: impl Iterator<Item = (&'a [f32], f32, f32)> + Clone, out:
             }
             let inv = 1.0 / total;
             out.iter_mut().for_each(|a| *a *= inv);
+            (m, total)
         }
     }
 }

@@ -156,7 +156,8 @@ pub(crate) fn build_batch(cfg: &BertConfig, w: &Weights, b: usize, t: usize, max
     for l in &w.layers {
         let (q, k, v) = qkv(&mut g, x, &l.qkv, e)?;
         let (q, k, v) = (heads(&mut g, q)?, heads(&mut g, k)?, heads(&mut g, v)?);
-        let a = Attention { scale: 1.0 / (d as f32).sqrt(), causal: false, mask: Some(mask), kv_len: None };
+        let a =
+            Attention { scale: 1.0 / (d as f32).sqrt(), causal: false, mask: Some(mask), kv_len: None, sinks: None };
         let o = g.attention(q, k, v, &a)?; // [B, T, H, D]
         let o = g.reshape(o, &[b * t, e])?;
         let o = linear(&mut g, o, &l.o)?;

@@ -61,14 +61,15 @@ params! {
         dv: u32,
         /// Keys a tile (BC).
         bc: u32,
-        _pad0: u32,
+        /// The sinks' offset within their binding.
+        sinks_offset: u32,
         _pad1: u32,
     }
 }
 
 /// `attention.wgsl`: head dims `d` and `dv`, `br` query rows (of a K/V head's group) and `bc` keys a tile,
-/// `partial` results of a split for the combine pass, an additive `mask`, a run-time length (`dyn_len`); `decode`
-/// for one query a head (the rows are then the group's heads).
+/// `partial` results of a split for the combine pass, an additive `mask`, a run-time length (`dyn_len`), attention
+/// `sinks`; `decode` for one query a head (the rows are then the group's heads).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Attention {
     pub d: u32,
@@ -78,6 +79,7 @@ pub(crate) struct Attention {
     pub partial: bool,
     pub mask: bool,
     pub dyn_len: bool,
+    pub sinks: bool,
     pub decode: bool,
 }
 
@@ -102,6 +104,9 @@ impl Family for Attention {
         if self.dyn_len {
             v.push(next("kv"));
         }
+        if self.sinks {
+            v.push(next("sinks"));
+        }
         if self.partial {
             v.push(Binding { output: true, ..next("fin") });
         }
@@ -109,7 +114,7 @@ impl Family for Attention {
     }
 
     fn wgsl(&self, key: &KernelKey, bindings: String) -> String {
-        let Attention { d, dv, br, bc, partial, mask, dyn_len, .. } = *self;
+        let Attention { d, dv, br, bc, partial, mask, dyn_len, sinks, .. } = *self;
         // the mask's and the length's accessors exist only in the variants that bind them
         let mask_fn = if mask {
             "fn mask_at(b: u32, h: u32, t: u32, s: u32) -> f32 {\n    let st = P.mask_strides;\n    \
@@ -136,16 +141,18 @@ impl Family for Attention {
             ("FIN_STORE", fin_store(key, partial)),
             ("MASK_FN", mask_fn.into()),
             ("VISIBLE_FN", visible_fn.into()),
+            ("SINK_FN", sink_fn(sinks)),
         ];
         render(ATTENTION, &subs)
     }
 }
 
-/// `attention_combine.wgsl`: head dim `dv`; with `dyn_len`, only the splits a run-time length reaches.
+/// `attention_combine.wgsl`: head dim `dv`; with `dyn_len`, only the splits a run-time length reaches; `sinks`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct AttentionCombine {
     pub dv: u32,
     pub dyn_len: bool,
+    pub sinks: bool,
 }
 
 impl Family for AttentionCombine {
@@ -159,7 +166,13 @@ impl Family for AttentionCombine {
 
     fn bindings(&self, key: &KernelKey) -> Vec<Binding> {
         let mut v = vec![Binding::output("out", key.out), Binding::input("src0", key.ins[0])];
-        v.extend(key.ins.get(1).filter(|_| self.dyn_len).map(|&d| Binding::input("kv", d)));
+        let mut rest = key.ins[1..].iter();
+        if self.dyn_len {
+            v.push(Binding::input("kv", *rest.next().expect("a binding per flag")));
+        }
+        if self.sinks {
+            v.push(Binding::input("sinks", *rest.next().expect("a binding per flag")));
+        }
         v
     }
 
@@ -170,8 +183,19 @@ impl Family for AttentionCombine {
             ("DV", self.dv.to_string()),
             ("MAX_SPLITS", MAX_SPLITS.to_string()),
             ("LENGTH_FN", length_fn(self.dyn_len, false)),
+            ("SINK_FN", sink_fn(self.sinks)),
         ];
         render(COMBINE, &subs)
+    }
+}
+
+/// `sink_weight(h, m)`: head h's sink logit as a weight at a row's largest score m (`exp(sink − m)`), 0 without
+/// sinks.
+fn sink_fn(sinks: bool) -> String {
+    if sinks {
+        "fn sink_weight(h: u32, m: f32) -> f32 {\n    return exp(f32(ld_sinks(P.sinks_offset + h)) - m);\n}".into()
+    } else {
+        "fn sink_weight(h: u32, m: f32) -> f32 {\n    return 0.0;\n}".into()
     }
 }
 
@@ -221,7 +245,7 @@ fn fin_store(key: &KernelKey, partial: bool) -> String {
     let c = compute_type(*key.ins.last().expect("the final output's dtype"));
     format!(
         "if ((L + P.split_len - 1u) / P.split_len <= 1u) {{\n                    \
-         st_fin(((b * T + t) * P.h + hi) * ndv + d, {c}(finish(r, acc[j])));\n                }}"
+         st_fin(((b * T + t) * P.h + hi) * ndv + d, {c}(finish(r, hi, acc[j])));\n                }}"
     )
 }
 
@@ -272,6 +296,7 @@ struct AttentionStep {
     pub v: NodeId,
     pub mask: Option<NodeId>,
     pub kv_len: Option<NodeId>,
+    pub sinks: Option<NodeId>,
     pub scale: f32,
     pub causal: bool,
 }
@@ -330,7 +355,7 @@ fn params(p: &Program, a: &AttentionStep, splits: usize, split_len: usize, bc: u
         d: d as u32,
         dv: dv as u32,
         bc,
-        _pad0: 0,
+        sinks_offset: a.sinks.map_or(0, |s| nodes[s].layout.offset as u32),
         _pad1: 0,
     }
 }
@@ -338,8 +363,10 @@ fn params(p: &Program, a: &AttentionStep, splits: usize, split_len: usize, bc: u
 /// Lowers attention: one dispatch, or for one query over many keys (decode) a split over the keys and a combine
 /// pass through the plan's scratch buffer.
 pub(crate) fn lower(p: &Program, id: NodeId, t: &GpuTarget) -> Option<Result<Vec<Dispatch>>> {
-    let Step::Op(Op::Attention { q, k, v, mask, kv_len, scale, causal }) = p.nodes[id].step else { return None };
-    Some(attention(p, id, &AttentionStep { q, k, v, mask, kv_len, scale, causal }, t))
+    let Step::Op(Op::Attention { q, k, v, mask, kv_len, sinks, scale, causal }) = p.nodes[id].step else {
+        return None;
+    };
+    Some(attention(p, id, &AttentionStep { q, k, v, mask, kv_len, sinks, scale, causal }, t))
 }
 
 fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Result<Vec<Dispatch>> {
@@ -359,14 +386,15 @@ fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Resul
     debug_assert!(splits <= MAX_SPLITS, "the combine pass stages at most MAX_SPLITS splits");
     let params = params(p, a, splits, split_len, bc);
     let partial = splits > 1;
-    let (mask, dyn_len) = (a.mask.is_some(), a.kv_len.is_some());
+    let (mask, dyn_len, sinks) = (a.mask.is_some(), a.kv_len.is_some(), a.sinks.is_some());
     let decode = tq == 1;
-    let kind = KernelKind::new(Attention { d: d as u32, dv: dv as u32, br, bc, partial, mask, dyn_len, decode });
+    let kind =
+        KernelKind::new(Attention { d: d as u32, dv: dv as u32, br, bc, partial, mask, dyn_len, sinks, decode });
     let mut ins = vec![nodes[a.q].dtype, nodes[a.k].dtype, nodes[a.v].dtype];
     let out = nodes[id].storage;
     let mut bindings =
         vec![if partial { SCRATCH } else { out }, nodes[a.q].storage, nodes[a.k].storage, nodes[a.v].storage];
-    for n in a.mask.iter().chain(&a.kv_len) {
+    for n in a.mask.iter().chain(&a.kv_len).chain(&a.sinks) {
         ins.push(nodes[*n].dtype);
         bindings.push(nodes[*n].storage);
     }
@@ -408,11 +436,12 @@ fn attention(p: &Program, id: NodeId, a: &AttentionStep, t: &GpuTarget) -> Resul
     first.scratch = (batch * h * tq * splits * (dv + 2) * 4) as u64;
     let mut ins = vec![DType::F32];
     let mut bindings = vec![out, SCRATCH];
-    if let Some(l) = a.kv_len {
-        ins.push(nodes[l].dtype);
-        bindings.push(nodes[l].storage);
+    for n in a.kv_len.iter().chain(&a.sinks) {
+        ins.push(nodes[*n].dtype);
+        bindings.push(nodes[*n].storage);
     }
-    let key = KernelKey::new(KernelKind::new(AttentionCombine { dv: dv as u32, dyn_len }), nodes[id].dtype, ins);
+    let combine = AttentionCombine { dv: dv as u32, dyn_len, sinks };
+    let key = KernelKey::new(KernelKind::new(combine), nodes[id].dtype, ins);
     let groups = grid("attention combine", (batch * h * tq) as u64, t.max_groups)?;
     let mut combine = dispatch(key, Params::new(params), bindings, groups);
     combine.scratch = first.scratch;
@@ -436,29 +465,34 @@ fn decode_split_len(s: usize, bc: u32, min: u32, most: usize) -> usize {
     keys.div_ceil(bc).max(1) * bc
 }
 
-/// Prefill and decode tiles, the split pass and its combine, with and without mask and run-time length.
+/// Prefill and decode tiles, the split pass and its combine, with and without mask and run-time length; with
+/// sinks as gpt-oss's layers take them (head dim 64, masked, a run-time length).
 pub(crate) fn variants(keys: &mut Vec<KernelKey>) {
     use DType::{F16, F32, I32};
     for (d, dv, br, bc) in [(64, 64, 16, 32), (64, 64, 1, 32), (64, 64, 3, 32), (32, 32, 16, 64), (128, 128, 16, 16)] {
-        for i in 0..8 {
-            let (partial, mask, dyn_len) = (i & 4 != 0, i & 2 != 0, i & 1 != 0);
+        for i in 0..16 {
+            let (partial, mask, dyn_len, sinks) = (i & 4 != 0, i & 2 != 0, i & 1 != 0, i & 8 != 0);
             let decode = br < 16;
-            if partial && !decode {
+            if (partial && !decode) || (sinks && (d != 64 || !mask || !dyn_len)) {
                 continue;
             }
             for (q, kv) in [(F32, F32), (F32, F16), (F16, F16)] {
-                let kind = KernelKind::new(Attention { d, dv, br, bc, partial, mask, dyn_len, decode });
+                let kind = KernelKind::new(Attention { d, dv, br, bc, partial, mask, dyn_len, sinks, decode });
                 let mut ins = vec![q, kv, kv];
                 ins.extend(mask.then_some(q));
                 ins.extend(dyn_len.then_some(I32));
+                ins.extend(sinks.then_some(F32));
                 ins.extend(partial.then_some(q));
                 keys.push(KernelKey::new(kind, if partial { F32 } else { q }, ins));
             }
         }
         for out in [F32, F16] {
-            let combine = |dyn_len| KernelKind::new(AttentionCombine { dv, dyn_len });
-            keys.push(KernelKey::new(combine(false), out, vec![F32]));
-            keys.push(KernelKey::new(combine(true), out, vec![F32, I32]));
+            let combine = |dyn_len, sinks| KernelKind::new(AttentionCombine { dv, dyn_len, sinks });
+            keys.push(KernelKey::new(combine(false, false), out, vec![F32]));
+            keys.push(KernelKey::new(combine(true, false), out, vec![F32, I32]));
+            if d == 64 {
+                keys.push(KernelKey::new(combine(true, true), out, vec![F32, I32, F32]));
+            }
         }
     }
 }

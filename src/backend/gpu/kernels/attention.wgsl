@@ -14,8 +14,10 @@
 // PARTIAL: several splits of the keys per query (decode), each writing (m, l, acc[DV]) to the scratch buffer for
 // attention_combine.wgsl; when the length reaches only the first split, it also writes the output (the run then
 // skips the combine). Else one split writing the normalized rows into a contiguous [B, T, H, DV] output.
-// Bindings: 0 P (AttentionParams), 1 out (or the scratch), 2 q, 3 k, 4 v, then the mask and the length when
-// present. Dispatch: (splits, Hkv, B * ceil(G·T / BR)); with a run-time length the run may dispatch only the splits
+// With SINKS, head h's softmax counts one more logit, sinks[h], in its denominator (gpt-oss's attention sinks):
+// added where a row is finished (here, or in the combine pass for a split row).
+// Bindings: 0 P (AttentionParams), 1 out (or the scratch), 2 q, 3 k, 4 v, then the mask, the length and the sinks
+// when present. Dispatch: (splits, Hkv, B * ceil(G·T / BR)); with a run-time length the run may dispatch only the splits
 // it reaches (the combine reads no others). CPU reference: src/backend/cpu/attention.rs.
 {{BINDINGS}}
 
@@ -57,14 +59,17 @@ fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }
 
-// row r's output from its accumulator a: normalized, 0 for a row that saw no key, NaN for one with a NaN score
-fn finish(r: u32, a: f32) -> f32 {
+// row r's (of head h) output from its accumulator a: normalized (the head's sink in the denominator), 0 for a row
+// that saw no key, NaN for one with a NaN score
+fn finish(r: u32, h: u32, a: f32) -> f32 {
     if (atomicLoad(&nan_s[r]) != 0u) {
         return nan_f32(0x7fc00000u);
     }
     let l = l_s[r];
-    return select(0.0, a / l, l > 0.0);
+    return select(0.0, a / (l + sink_weight(h, m_s[r])), l > 0.0);
 }
+
+{{SINK_FN}}
 
 {{LENGTH_FN}}
 
@@ -261,7 +266,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 }
                 {{FIN_STORE}}
             } else {
-                st_out(((b * T + t) * P.h + hi) * ndv + d, {{OUT_C}}(finish(r, acc[j])));
+                st_out(((b * T + t) * P.h + hi) * ndv + d, {{OUT_C}}(finish(r, hi, acc[j])));
             }
         }
     }

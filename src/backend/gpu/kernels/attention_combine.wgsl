@@ -3,7 +3,9 @@
 // Splits that saw no key (l = 0) contribute nothing; a row with no key at all gives 0, one with a NaN score (a
 // split stored l = NaN) NaN. With a run-time length L,
 // only the splits L reaches are read (the first pass may not have run the others).
-// Bindings: 0 P (AttentionParams, as the first pass), 1 out (contiguous [B, T, H, DV]), 2 the scratch (f32).
+// With SINKS, the head's sink logit joins the denominator (as the first pass adds it to an unsplit row).
+// Bindings: 0 P (AttentionParams, as the first pass), 1 out (contiguous [B, T, H, DV]), 2 the scratch (f32), then
+// the length and the sinks when present.
 // The workgroup's invocations take the splits in turn: each split's (m, l) read once, the largest m and the sum
 // by a tree in workgroup memory, each split's weight exp(m_i - M) staged there (at most MAX_SPLITS splits), then
 // invocation d sums acc_i[d] times the weights.
@@ -29,6 +31,8 @@ fn nan_f32(bits: u32) -> f32 {
 }
 
 {{LENGTH_FN}}
+
+{{SINK_FN}}
 
 // red_s[0] ends with the maximum (op 0) or the sum (op 1) of red_s; call in uniform control flow
 fn reduce(lid: u32, op: u32) {
@@ -90,6 +94,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     red_s[lid] = l;
     reduce(lid, 1u);
     l = red_s[0];
+    let total = l + select(0.0, sink_weight(hi, mx), l > 0.0);
     let nan = atomicLoad(&nan_s) != 0u;
     for (var d = lid; d < DV; d = d + WGS) {
         var o = 0.0;
@@ -99,7 +104,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
                 o = o + ld_src0(base + i * (DV + 2u) + 2u + d) * w;
             }
         }
-        let v = select(select(0.0, o / l, l > 0.0), nan_f32(0x7fc00000u), nan);
+        let v = select(select(0.0, o / total, l > 0.0), nan_f32(0x7fc00000u), nan);
         st_out(((b * T + t) * P.h + hi) * DV + d, {{OUT_C}}(v));
     }
 }
