@@ -849,7 +849,6 @@ fn kv_cache_views_case(cases: &mut Vec<Case>) {
 /// A sliding window of 8 as a mask over 64 queries (the CPU's matrix-product path), rows near the start seeing
 /// fewer keys.
 fn sliding_window_case(cases: &mut Vec<Case>) {
-    use webtensor::Attention;
     let window = |i: usize| if (i / 64).abs_diff(i % 64) < 8 && i % 64 <= i / 64 { 0.0 } else { f64::NEG_INFINITY };
     cases.push(Case::new(
         "attention/mask/sliding-window",

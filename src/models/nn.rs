@@ -4,6 +4,7 @@
 
 use crate::error::Result;
 use crate::graph::{Attention, Graph, Tensor};
+use crate::models::arch::spec::Activation;
 use crate::resident::Resident;
 
 /// `x · wᵀ (+ bias)` for a weight stored `[out, in]` (`torch.nn.functional.linear`).
@@ -53,14 +54,26 @@ pub(crate) struct AttendSpec {
     pub causal: bool,
     pub mask: Option<Tensor>,
     pub kv_len: Option<Tensor>,
+    /// A logit per query head in each softmax's denominator ([`Attention::sinks`]); not with `softcap`.
+    pub sinks: Option<Tensor>,
 }
 
 /// See [`AttendSpec`].
 pub(crate) fn attend(g: &mut Graph, q: Tensor, k: Tensor, v: Tensor, spec: &AttendSpec) -> Result<Tensor> {
     let Some(cap) = spec.softcap else {
-        let a = Attention { scale: spec.scale, causal: spec.causal, mask: spec.mask, kv_len: spec.kv_len };
+        let a = Attention {
+            scale: spec.scale,
+            causal: spec.causal,
+            mask: spec.mask,
+            kv_len: spec.kv_len,
+            sinks: spec.sinks,
+        };
         return g.attention(q, k, v, &a);
     };
+    if spec.sinks.is_some() {
+        let reason = "attention sinks with soft-capped scores (no architecture has both)".into();
+        return Err(crate::error::Error::InvalidArgument { op: "attention", reason });
+    }
     let qs = g.shape(q)?.to_vec();
     let ks = g.shape(k)?.to_vec();
     let r = qs.len();
@@ -84,18 +97,37 @@ pub(crate) fn attend(g: &mut Graph, q: Tensor, k: Tensor, v: Tensor, spec: &Atte
     g.transpose(o, -3, -2)
 }
 
-/// The gated feed-forward `down(act(gate(x)) · up(x))` with act SiLU (SwiGLU) or GELU's tanh form (GeGLU).
+/// The gated feed-forward `down(act(gate(x)) · up(x))` with act SiLU (SwiGLU), GELU's tanh form (GeGLU) or
+/// gpt-oss's clamped SwiGLU.
 pub(crate) fn gated_ffn(
     g: &mut Graph,
     x: Tensor,
     (gate, up, down): (&Resident, &Resident, &Resident),
-    act: crate::models::arch::spec::Activation,
+    act: Activation,
 ) -> Result<Tensor> {
     let gt = linear(g, x, gate, None)?;
     let u = linear(g, x, up, None)?;
-    let a = match act {
-        crate::models::arch::spec::Activation::Silu => g.swiglu(gt, u)?,
-        crate::models::arch::spec::Activation::GeluTanh => g.geglu(gt, u)?,
-    };
+    let a = glu(g, gt, u, act)?;
     linear(g, a, down, None)
 }
+
+/// The gate's activation times the up projection (same shapes): `act(gate) · up`, or for
+/// [`Activation::SwigluOai`] `g · sigmoid(1.702 · g) · (clamp(up, −7, 7) + 1)` with `g = min(gate, 7)`
+/// (ggml_swiglu_oai; elementwise ops the compiler fuses into one kernel).
+pub(crate) fn glu(g: &mut Graph, gate: Tensor, up: Tensor, act: Activation) -> Result<Tensor> {
+    match act {
+        Activation::Silu => g.swiglu(gate, up),
+        Activation::GeluTanh => g.geglu(gate, up),
+        Activation::SwigluOai => {
+            // gelu_quick is x · sigmoid(1.702 · x): gpt-oss's alpha
+            let gc = g.clamp(gate, f32::MIN, SWIGLU_OAI_LIMIT)?;
+            let glu = g.gelu_quick(gc)?;
+            let uc = g.clamp(up, -SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT)?;
+            let prod = g.mul(glu, uc)?;
+            g.add(prod, glu)
+        }
+    }
+}
+
+/// gpt-oss's SwiGLU clamp (`swiglu_limit`).
+const SWIGLU_OAI_LIMIT: f32 = 7.0;

@@ -3,8 +3,8 @@
 //! (`blk.N.attn_q`, ...), with the parts some add.
 
 use super::loader::Loader;
-use super::spec::{Activation, Block, DecoderConfig, Qkv};
-use crate::error::{Error, Result};
+use super::spec::{Activation, Block, DecoderConfig, Ffn, Qkv};
+use crate::error::Result;
 use crate::io::gguf::MetaValue;
 use crate::io::gguf::TensorInfo;
 use crate::models::arch::hparams::Hparams;
@@ -16,11 +16,6 @@ const MAX_WIDTH: usize = 1 << 20;
 const MAX_HEADS: usize = 1 << 14;
 const MAX_LAYERS: usize = 1 << 12;
 const MAX_CONTEXT: usize = 1 << 24;
-
-/// A setting of the file this runner does not implement, named with the file.
-pub(crate) fn unsupported(h: &Hparams, what: String) -> Error {
-    h.error(format!("{what} is not supported by webtensor's {} runner", h.arch))
-}
 
 /// The hyperparameters under `h.arch`'s prefix, checked: every count an integer from 1 to a bound, epsilons
 /// and rope bases finite and positive, widths that fit together without overflow, a token embedding `[V, E]`
@@ -42,7 +37,7 @@ pub(crate) fn read(h: &Hparams) -> Result<DecoderConfig> {
     };
     let value_dim = h.count("attention.value_length", Some(head_dim), MAX_WIDTH)?;
     if value_dim != head_dim {
-        return Err(unsupported(h, format!("values of {value_dim} dims with keys of {head_dim}")));
+        return Err(h.unsupported(format!("values of {value_dim} dims with keys of {head_dim}")));
     }
     h.product("query width (heads × head dims)", n_heads, head_dim)?;
     let rope_dims = h.count("rope.dimension_count", Some(head_dim), MAX_WIDTH)?;
@@ -63,7 +58,7 @@ pub(crate) fn read(h: &Hparams) -> Result<DecoderConfig> {
         "none" => (1.0, None),
         "linear" => (1.0 / factor, None),
         "yarn" => (1.0 / factor, Some(yarn(h, rope_dims, rope_base, n_ctx_orig)?)),
-        other => return Err(unsupported(h, format!("rope scaling '{other}' (factor {factor})"))),
+        other => return Err(h.unsupported(format!("rope scaling '{other}' (factor {factor})"))),
     };
     let rope_attn_factor = h.number("rope.scaling.attn_factor", 1.0, |x| x > 0.0, "above 0")?;
     refuse_unsupported(h)?;
@@ -95,6 +90,7 @@ pub(crate) fn read(h: &Hparams) -> Result<DecoderConfig> {
         sliding_window: None,
         swa_layers: vec![],
         rope_swa: (0.0, 0.0),
+        experts: None,
     })
 }
 
@@ -103,7 +99,7 @@ pub(crate) fn read(h: &Hparams) -> Result<DecoderConfig> {
 /// is refused.
 fn yarn(h: &Hparams, rope_dims: usize, base: f32, n_ctx_orig: usize) -> Result<(f32, [f32; 2])> {
     if h.number("rope.scaling.yarn_log_multiplier", 0.0, |_| true, "")? != 0.0 {
-        return Err(unsupported(h, "YaRN with a log multiplier (rope.scaling.yarn_log_multiplier)".into()));
+        return Err(h.unsupported("YaRN with a log multiplier (rope.scaling.yarn_log_multiplier)".into()));
     }
     let ext_factor = h.number("rope.scaling.yarn_ext_factor", 1.0, |x| (0.0..=1.0).contains(&x), "from 0 to 1")?;
     let beta_fast = h.number("rope.scaling.yarn_beta_fast", 32.0, |x| x > 0.0, "above 0")?;
@@ -115,14 +111,12 @@ fn has(h: &Hparams, key: &str) -> bool {
     h.f.get(&format!("{}.{key}", h.arch)).is_some()
 }
 
-/// Settings of real files that would change what the model computes, which this runner does not implement.
+/// Settings of real files that would change what the model computes, which this runner does not implement
+/// (experts where the architecture has none: [`super::moe::refuse_unread`]).
 fn refuse_unsupported(h: &Hparams) -> Result<()> {
     let f = h.f;
-    if f.get(&format!("{}.expert_count", h.arch)).and_then(MetaValue::as_u64).is_some_and(|n| n > 0) {
-        return Err(unsupported(h, format!("a mixture of experts ({}.expert_count)", h.arch)));
-    }
     if f.get("tokenizer.ggml.add_eos_token").and_then(MetaValue::as_bool) == Some(true) {
-        return Err(unsupported(h, "a tokenizer that appends EOS to prompts (tokenizer.ggml.add_eos_token)".into()));
+        return Err(h.unsupported("a tokenizer that appends EOS to prompts (tokenizer.ggml.add_eos_token)".into()));
     }
     Ok(())
 }
@@ -181,20 +175,44 @@ pub(crate) fn softcap(h: &Hparams, key: &str) -> Result<Option<f32>> {
 pub(crate) struct Extras {
     /// Biases of Q, K and V (`blk.N.attn_{q,k,v}.bias`).
     pub qkv_bias: bool,
-    /// Per-head RMS norms of Q and K (`blk.N.attn_{q,k}_norm.weight`).
-    pub qk_norm: bool,
+    /// RMS norms of Q and K (`blk.N.attn_{q,k}_norm.weight`).
+    pub qk_norm: QkNorm,
     /// Norms of the attention's and the feed-forward's outputs (`blk.N.post_attention_norm`, `post_ffw_norm`).
     pub post_norms: bool,
+    /// The output projection's bias (`blk.N.attn_output.bias`).
+    pub wo_bias: bool,
+    /// Attention sinks (`blk.N.attn_sinks.weight`, f32 `[H]`).
+    pub sinks: bool,
+    /// The pre-feed-forward norm's name, when not `ffn_norm` (gpt-oss: `post_attention_norm`).
+    pub ffn_norm: Option<&'static str>,
+    /// Biases of the router and the experts (`blk.N.ffn_gate_inp.bias`, `blk.N.ffn_{gate,up,down}_exps.bias`).
+    pub expert_biases: bool,
+}
+
+/// Where Q and K are RMS-normalized (before rope).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum QkNorm {
+    #[default]
+    None,
+    /// Each head's D values (`[D]` weights: Qwen3, Gemma 3).
+    PerHead,
+    /// Each whole projection (`[H · D]` and `[Hkv · D]` weights: OLMoE).
+    Whole,
 }
 
 /// Block `l` with llama's tensor names (`attn_norm`, `attn_q`, `attn_k`, `attn_v`, `attn_output`, `ffn_norm`,
-/// `ffn_gate`, `ffn_up`, `ffn_down`) and the `extras` the architecture has, every one required.
+/// then `ffn_gate`, `ffn_up`, `ffn_down`, or the experts where `cfg` has them) and the `extras` the architecture
+/// has, every one required.
 pub(crate) fn block(ld: &Loader, l: usize, cfg: &DecoderConfig, extras: Extras) -> Result<Block> {
-    let (e, hd, kv, ff, d) =
-        (cfg.n_embd, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.n_ff, cfg.head_dim);
+    let (e, hd, kv, d) = (cfg.n_embd, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.head_dim);
     let w = |s: &str| format!("blk.{l}.{s}.weight");
     let opt = |on: bool, name: String, shape: &[usize]| on.then(|| ld.tensor(&name, shape)).transpose();
     let b = |s: &str| format!("blk.{l}.{s}.bias");
+    let (qn, kn) = match extras.qk_norm {
+        QkNorm::None => (None, None),
+        QkNorm::PerHead => (Some(d), Some(d)),
+        QkNorm::Whole => (Some(hd), Some(kv)),
+    };
     Ok(Block {
         attn_norm: ld.tensor(&w("attn_norm"), &[e])?,
         qkv: {
@@ -202,15 +220,29 @@ pub(crate) fn block(ld: &Loader, l: usize, cfg: &DecoderConfig, extras: Extras) 
             let biases = extras.qkv_bias.then(|| bn.each_ref().map(String::as_str));
             qkv(ld, wn.each_ref().map(String::as_str), biases, [hd, kv, kv], e)?
         },
-        q_norm: opt(extras.qk_norm, w("attn_q_norm"), &[d])?,
-        k_norm: opt(extras.qk_norm, w("attn_k_norm"), &[d])?,
+        q_norm: qn.map(|n| ld.tensor(&w("attn_q_norm"), &[n])).transpose()?,
+        k_norm: kn.map(|n| ld.tensor(&w("attn_k_norm"), &[n])).transpose()?,
         wo: ld.tensor(&w("attn_output"), &[e, hd])?,
+        wo_bias: opt(extras.wo_bias, b("attn_output"), &[e])?,
+        sinks: extras.sinks.then(|| ld.f32_vector(&w("attn_sinks"), cfg.n_heads)).transpose()?,
         post_attn_norm: opt(extras.post_norms, w("post_attention_norm"), &[e])?,
-        ffn_norm: ld.tensor(&w("ffn_norm"), &[e])?,
-        w_gate: ld.tensor(&w("ffn_gate"), &[ff, e])?,
-        w_up: ld.tensor(&w("ffn_up"), &[ff, e])?,
-        w_down: ld.tensor(&w("ffn_down"), &[e, ff])?,
+        ffn_norm: ld.tensor(&w(extras.ffn_norm.unwrap_or("ffn_norm")), &[e])?,
+        ffn: match &cfg.experts {
+            Some(x) => Ffn::Experts(Box::new(super::moe::experts(ld, l, cfg, x, extras.expert_biases)?)),
+            None => dense_ffn(ld, l, cfg)?,
+        },
         post_ffn_norm: opt(extras.post_norms, w("post_ffw_norm"), &[e])?,
+    })
+}
+
+/// Block `l`'s dense feed-forward (`ffn_gate`, `ffn_up` `[F, E]`, `ffn_down` `[E, F]`).
+pub(crate) fn dense_ffn(ld: &Loader, l: usize, cfg: &DecoderConfig) -> Result<Ffn> {
+    let (e, ff) = (cfg.n_embd, cfg.n_ff);
+    let w = |s: &str| format!("blk.{l}.{s}.weight");
+    Ok(Ffn::Dense {
+        gate: ld.tensor(&w("ffn_gate"), &[ff, e])?,
+        up: ld.tensor(&w("ffn_up"), &[ff, e])?,
+        down: ld.tensor(&w("ffn_down"), &[e, ff])?,
     })
 }
 

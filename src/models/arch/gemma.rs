@@ -8,7 +8,7 @@
 //! Reference: Hugging Face's `modeling_gemma.py`, `modeling_gemma2.py` and `modeling_gemma3.py`; llama.cpp's
 //! `llm_build_gemma*`.
 
-use super::common::{self, Extras};
+use super::common::{self, Extras, QkNorm};
 use super::graph::llama_layer;
 use super::row::Arch;
 use super::spec::{Activation, DecoderConfig};
@@ -36,7 +36,9 @@ pub(crate) const GEMMA3: Arch = Arch {
     name: "gemma3",
     models: "Gemma 3 (text)",
     configure: |h, cfg| configure(h, cfg, Some((6, 62))),
-    block: |ld, l, cfg| common::block(ld, l, cfg, Extras { post_norms: true, qk_norm: true, ..Extras::default() }),
+    block: |ld, l, cfg| {
+        common::block(ld, l, cfg, Extras { post_norms: true, qk_norm: QkNorm::PerHead, ..Extras::default() })
+    },
     layer: llama_layer,
 };
 

@@ -4,13 +4,14 @@
 //! positions (all, or a sliding window), then the logits (soft-capped where the architecture says) and their
 //! argmax, for greedy decoding without reading the logits back.
 
+use super::moe;
 use super::row::{Io, KvCache, Layer, View, Weights};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::{Graph, Tensor};
-use crate::models::arch::spec::{Block, DecoderConfig, Qkv};
+use crate::models::arch::spec::{Block, DecoderConfig, Ffn, Qkv};
 use crate::models::nn::{self, AttendSpec};
-use crate::resident::State;
+use crate::resident::{Resident, State};
 
 /// A step graph's inputs and outputs.
 pub(crate) struct StepGraph {
@@ -148,13 +149,16 @@ fn head(g: &mut Graph, cfg: &DecoderConfig, w: &Weights, x: Tensor) -> Result<(T
 }
 
 /// The llama-shaped block over rows `h` `[R, E]` (llama.cpp's `llm_build_llama` and the builders that follow
-/// it): self-attention (with its keys and values written to the cache) and the gated feed-forward, each
-/// pre-normed, post-normed where the architecture says, and added to the residual.
+/// it): self-attention (with its keys and values written to the cache) and the gated feed-forward or the mixture
+/// of experts, each pre-normed, post-normed where the architecture says, and added to the residual.
 pub(crate) fn llama_layer(g: &mut Graph, layer: &Layer, h: Tensor) -> Result<Tensor> {
     let (cfg, b) = (layer.cfg, layer.block);
     let h = self_attention(g, layer, h)?;
     let x = nn::rms_norm(g, h, &b.ffn_norm, cfg.rms_eps)?;
-    let f = nn::gated_ffn(g, x, (&b.w_gate, &b.w_up, &b.w_down), cfg.ffn_act)?;
+    let f = match &b.ffn {
+        Ffn::Dense { gate, up, down } => nn::gated_ffn(g, x, (gate, up, down), cfg.ffn_act)?,
+        Ffn::Experts(experts) => moe::moe_ffn(g, experts, x)?,
+    };
     let f = nn::maybe_rms_norm(g, f, b.post_ffn_norm.as_ref(), cfg.rms_eps)?;
     g.add(h, f)
 }
@@ -167,8 +171,9 @@ pub(crate) fn self_attention(g: &mut Graph, layer: &Layer, h: Tensor) -> Result<
     let x = nn::rms_norm(g, h, &b.attn_norm, cfg.rms_eps)?;
     let (q, k, v) = qkv(g, cfg, (l, b), x, io)?;
     let (kc, vc) = write_kv(g, (&cache.k[l], &cache.v[l]), io.rows, k, v)?;
-    let o = attention(g, cfg, l, q, (kc, vc), cache.capacity, io)?;
-    let a = nn::linear(g, o, &b.wo, None)?;
+    let sinks = b.sinks.as_ref().map(|s| g.resident(s)).transpose()?;
+    let o = attention(g, (cfg, l, sinks), q, (kc, vc), cache.capacity, io)?;
+    let a = nn::linear(g, o, &b.wo, b.wo_bias.as_ref())?;
     let a = nn::maybe_rms_norm(g, a, b.post_attn_norm.as_ref(), cfg.rms_eps)?;
     g.add(h, a)
 }
@@ -199,11 +204,19 @@ fn qkv(
             (next()?, next()?, next()?)
         }
     };
+    // a norm of D values normalizes each head (Qwen3, Gemma 3), a wider one each whole projection (OLMoE)
+    fn part(n: &Option<Resident>, d: usize, per_head: bool) -> Option<&Resident> {
+        n.as_ref().filter(|w| (w.shape() == [d]) == per_head)
+    }
+    let per_head = |n| part(n, d, true);
+    let whole = |n| part(n, d, false);
+    let q = nn::maybe_rms_norm(g, q, whole(&b.q_norm), cfg.rms_eps)?;
     let q = g.reshape(q, &[r, h, d])?;
-    let q = nn::maybe_rms_norm(g, q, b.q_norm.as_ref(), cfg.rms_eps)?;
+    let q = nn::maybe_rms_norm(g, q, per_head(&b.q_norm), cfg.rms_eps)?;
     let q = g.rope_ext(q, io.pos, io.rope_factors, &rope)?;
+    let k = nn::maybe_rms_norm(g, k, whole(&b.k_norm), cfg.rms_eps)?;
     let k = g.reshape(k, &[r, hkv, d])?;
-    let k = nn::maybe_rms_norm(g, k, b.k_norm.as_ref(), cfg.rms_eps)?;
+    let k = nn::maybe_rms_norm(g, k, per_head(&b.k_norm), cfg.rms_eps)?;
     let k = g.rope_ext(k, io.pos, io.rope_factors, &rope)?;
     let k = g.reshape(k, &[r, hkv * d])?;
     Ok((q, k, v))
@@ -220,11 +233,11 @@ fn write_kv(g: &mut Graph, (kc, vc): (&State, &State), rows: Tensor, k: Tensor, 
 }
 
 /// Layer `l`'s attention `[R, H · D]` of queries `[R, H, D]` over the written cache states: one sequence's
-/// rows `first..first + len` (causal), or each of `n` rows over its own slot (masked to its own length).
+/// rows `first..first + len` (causal), or each of `n` rows over its own slot (masked to its own length); with the
+/// layer's sinks where it has them.
 fn attention(
     g: &mut Graph,
-    cfg: &DecoderConfig,
-    l: usize,
+    (cfg, l, sinks): (&DecoderConfig, usize, Option<Tensor>),
     q: Tensor,
     (kc, vc): (Tensor, Tensor),
     cap: usize,
@@ -251,8 +264,8 @@ fn attention(
         }
     };
     let mask = if cfg.is_swa(l) { io.swa_mask } else { io.mask };
-    let spec =
-        AttendSpec { scale: cfg.attn_scale, softcap: cfg.attn_softcap, causal: true, mask, kv_len: Some(io.kv_len) };
+    let (scale, softcap, kv_len) = (cfg.attn_scale, cfg.attn_softcap, Some(io.kv_len));
+    let spec = AttendSpec { scale, softcap, causal: true, mask, kv_len, sinks };
     let o = nn::attend(g, qh, k, v, &spec)?; // [T, H, D] or [n, 1, H, D]
     g.reshape(o, &[r, h * d])
 }

@@ -19,6 +19,11 @@ impl<'a> Hparams<'a> {
         Error::Format { path: self.f.source().into(), message }
     }
 
+    /// A setting of the file this runner does not implement, named with the file.
+    pub fn unsupported(&self, what: String) -> Error {
+        self.error(format!("{what} is not supported by webtensor's {} runner", self.arch))
+    }
+
     fn value(&self, key: &str) -> Option<&'a MetaValue> {
         self.f.get(&format!("{}.{key}", self.arch))
     }
@@ -41,6 +46,29 @@ impl<'a> Hparams<'a> {
             return Err(self.error(format!("metadata {name} is {n}: it must be from 1 to {max}")));
         }
         Ok(n as usize)
+    }
+
+    /// The integer `{arch}.{key}` (0 allowed), which must be present.
+    pub fn integer(&self, key: &str) -> Result<u64> {
+        let name = format!("{}.{key}", self.arch);
+        let v = self.value(key).ok_or_else(|| self.error(format!("metadata {name} is missing")))?;
+        match (v.as_u64(), v.as_f64()) {
+            (Some(n), _) => Ok(n),
+            (None, Some(x)) if v.type_name().starts_with('i') => {
+                Err(self.error(format!("metadata {name} is {x}: it must be at least 0")))
+            }
+            _ => Err(self.error(format!("metadata {name} is {}, not an integer", v.a_type_name()))),
+        }
+    }
+
+    /// The boolean `{arch}.{key}`, if present; an error when it is not a boolean.
+    pub fn flag(&self, key: &str) -> Result<Option<bool>> {
+        match self.value(key) {
+            None => Ok(None),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| {
+                self.error(format!("metadata {}.{key} is {}, not a boolean", self.arch, v.a_type_name()))
+            }),
+        }
     }
 
     /// The number `{arch}.{key}` (`default` when absent), which must be finite and satisfy `valid` (described by

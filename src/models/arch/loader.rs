@@ -129,6 +129,18 @@ impl<'a> Loader<'a> {
         self.device.upload_bytes(name, t.dtype, &t.shape, data).map(Some)
     }
 
+    /// The f32 vector `name` of `n` elements, resident (attention sinks, which ggml takes in f32 only).
+    ///
+    /// # Errors
+    /// As [`Loader::tensor`], and [`Error::Format`] for a dtype other than f32.
+    pub fn f32_vector(&self, name: &str, n: usize) -> Result<Resident> {
+        let t = self.info(name, &[n])?;
+        if t.dtype != DType::F32 {
+            return Err(self.error(format!("tensor {name} is {}, expected {}", t.dtype, DType::F32)));
+        }
+        self.resident(name, t)
+    }
+
     /// Tensor `name` (described by `t`), resident.
     pub(crate) fn resident(&self, name: &str, t: &TensorInfo) -> Result<Resident> {
         self.device.upload_bytes(name, t.dtype, &t.shape, self.finite_data(name, t)?)

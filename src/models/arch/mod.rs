@@ -9,15 +9,23 @@
 //! | `qwen2`, `qwen3` | Qwen2, Qwen2.5, Qwen3 (dense) |
 //! | `phi3` | Phi-3, Phi-3.5 mini (their 128k models' LongRoPE included) |
 //! | `gemma`, `gemma2`, `gemma3` | Gemma 1, 2, 3 (text) |
+//! | `llama` with `llama.expert_count` | Mixtral 8x7B, 8x22B |
+//! | `qwen2moe`, `qwen3moe` | Qwen1.5-MoE, Qwen2-57B-A14B; Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder |
+//! | `olmoe` | OLMoE |
+//! | `gpt-oss` | gpt-oss-20b, gpt-oss-120b (attention sinks, MXFP4 experts) |
 
 pub(crate) mod common;
 mod gemma;
+mod gpt_oss;
 pub(crate) mod graph;
 pub(crate) mod hparams;
 mod llama;
 pub(crate) mod loader;
+pub(crate) mod moe;
+mod olmoe;
 mod phi3;
 mod qwen;
+mod qwen_moe;
 pub(crate) mod row;
 pub(crate) mod spec;
 
@@ -30,8 +38,19 @@ use crate::io::gguf::{GgufFile, MetaValue};
 use crate::models::arch::hparams::Hparams;
 
 /// Every architecture, by `general.architecture`.
-const ARCHS: &[Arch] =
-    &[llama::LLAMA, qwen::QWEN2, qwen::QWEN3, phi3::PHI3, gemma::GEMMA, gemma::GEMMA2, gemma::GEMMA3];
+const ARCHS: &[Arch] = &[
+    llama::LLAMA,
+    qwen::QWEN2,
+    qwen::QWEN3,
+    phi3::PHI3,
+    gemma::GEMMA,
+    gemma::GEMMA2,
+    gemma::GEMMA3,
+    qwen_moe::QWEN2MOE,
+    qwen_moe::QWEN3MOE,
+    olmoe::OLMOE,
+    gpt_oss::GPT_OSS,
+];
 
 /// LongRoPE's factors for `context` positions, when the file has them (both or neither).
 fn long_rope(ld: &Loader, cfg: &DecoderConfig, context: usize) -> Result<Option<crate::resident::Resident>> {
@@ -89,6 +108,9 @@ impl DecoderConfig {
         let h = Hparams { f, arch: arch.name };
         let mut cfg = common::read(&h)?;
         (arch.configure)(&h, &mut cfg)?;
+        if cfg.experts.is_none() {
+            moe::refuse_unread(&h)?;
+        }
         Ok(cfg)
     }
 }

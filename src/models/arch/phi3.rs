@@ -11,7 +11,7 @@ use super::common;
 use super::graph::llama_layer;
 use super::loader::Loader;
 use super::row::Arch;
-use super::spec::{Block, DecoderConfig, Qkv};
+use super::spec::{Block, DecoderConfig, Ffn, Qkv};
 use crate::error::Result;
 use crate::models::arch::hparams::Hparams;
 use crate::ops::RopeMode;
@@ -36,11 +36,15 @@ fn block(ld: &Loader, l: usize, cfg: &DecoderConfig) -> Result<Block> {
         q_norm: None,
         k_norm: None,
         wo: ld.tensor(&w("attn_output"), &[e, hd])?,
+        wo_bias: None,
+        sinks: None,
         post_attn_norm: None,
         ffn_norm: ld.tensor(&w("ffn_norm"), &[e])?,
-        w_gate: next(&mut gate_up),
-        w_up: next(&mut gate_up),
-        w_down: ld.tensor(&w("ffn_down"), &[e, ff])?,
+        ffn: Ffn::Dense {
+            gate: next(&mut gate_up),
+            up: next(&mut gate_up),
+            down: ld.tensor(&w("ffn_down"), &[e, ff])?,
+        },
         post_ffn_norm: None,
     })
 }

@@ -6,7 +6,7 @@
 //! Reference: Hugging Face's `modeling_qwen2.py` and `modeling_qwen3.py`; llama.cpp's `llm_build_qwen2`,
 //! `llm_build_qwen3`.
 
-use super::common::{self, Extras};
+use super::common::{self, Extras, QkNorm};
 use super::graph::llama_layer;
 use super::loader::Loader;
 use super::row::Arch;
@@ -32,5 +32,5 @@ fn configure(_: &Hparams, cfg: &mut DecoderConfig) -> Result<()> {
 }
 
 fn qwen3_block(ld: &Loader, l: usize, cfg: &DecoderConfig) -> Result<Block> {
-    common::block(ld, l, cfg, Extras { qk_norm: true, ..Extras::default() })
+    common::block(ld, l, cfg, Extras { qk_norm: QkNorm::PerHead, ..Extras::default() })
 }

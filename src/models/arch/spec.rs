@@ -1,6 +1,7 @@
 //! What every decoder architecture reduces to: a [`DecoderConfig`] (widths, heads, rope, norms and the settings that
-//! tell the families apart) and the [`Weights`] of its blocks, some optional (biases, q/k norms, post-norms). The
-//! architecture files fill them from GGUF metadata and tensor names; the runner builds its graphs from them alone.
+//! tell the families apart) and the weights of its blocks ([`Block`]), some optional (biases, q/k norms,
+//! post-norms, attention sinks), the feed-forward dense or a mixture of experts ([`Ffn`]). The architecture files
+//! fill them from GGUF metadata and tensor names; the runner builds its graphs from them alone.
 
 use crate::ops::{Rope, RopeMode};
 use crate::resident::Resident;
@@ -8,7 +9,7 @@ use crate::resident::Resident;
 /// A decoder-only transformer's shape, as llama.cpp's `llama_hparams` holds it. Widths in elements.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecoderConfig {
-    /// The file's `general.architecture` (`llama`, `qwen2`, `qwen3`, `phi3`, `gemma`, `gemma2`, `gemma3`).
+    /// The file's `general.architecture` (one of [`crate::models::arch::supported`]).
     pub arch: String,
     /// Transformer blocks (`{arch}.block_count`).
     pub n_layers: usize,
@@ -65,6 +66,45 @@ pub struct DecoderConfig {
     pub swa_layers: Vec<bool>,
     /// Rope θ base and linear scale of the sliding-window layers (Gemma 3's local layers: 10000 and 1).
     pub rope_swa: (f32, f32),
+    /// The mixture of experts in place of every block's feed-forward (`{arch}.expert_count` and the keys with it);
+    /// `None` for a dense model.
+    pub experts: Option<ExpertsConfig>,
+}
+
+/// A mixture-of-experts feed-forward, as llama.cpp's `build_moe_ffn` takes it: a router scores the `n_expert`
+/// experts for each token, the `n_expert_used` best run, and their outputs are summed, each times its weight.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpertsConfig {
+    /// Experts X (`{arch}.expert_count`).
+    pub n_expert: usize,
+    /// Experts each token runs, K (`{arch}.expert_used_count`, at most X).
+    pub n_expert_used: usize,
+    /// Each expert's feed-forward width (`{arch}.expert_feed_forward_length`; the architecture's default without
+    /// it: `feed_forward_length` for llama and olmoe, `feed_forward_length / K` for the Qwen MoE models).
+    pub n_ff_exp: usize,
+    /// The shared expert's width (`{arch}.expert_shared_feed_forward_length`; Qwen2-MoE), `None` without one.
+    pub n_ff_shexp: Option<usize>,
+    /// How router logits become weights (`{arch}.expert_gating_func`, the architecture's own without it).
+    pub gating: Gating,
+    /// Whether the K selected weights are divided by their sum (`{arch}.expert_weights_norm`; Mixtral and
+    /// Qwen3-MoE yes, Qwen2-MoE and OLMoE no), the sum clamped below at 6.103515625e-5 as llama.cpp does.
+    pub norm_weights: bool,
+    /// Multiplies the weights (`{arch}.expert_weights_scale`; 1 without it).
+    pub weights_scale: f32,
+    /// The experts' gate activation: SwiGLU, or gpt-oss's clamped form.
+    pub act: Activation,
+}
+
+/// How a mixture-of-experts router's logits become the selected experts' weights (llama.cpp's
+/// `llama_expert_gating_func_type`; GGUF `expert_gating_func` 1, 2 and 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts, the top K selected, their probabilities the weights.
+    Softmax,
+    /// Each logit's sigmoid, the top K selected, those the weights.
+    Sigmoid,
+    /// The top K logits selected, softmax over those K the weights (gpt-oss).
+    SoftmaxWeight,
 }
 
 impl DecoderConfig {
@@ -94,6 +134,9 @@ pub enum Activation {
     Silu,
     /// `gelu_tanh(gate) · up` (ggml_geglu).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU (ggml_swiglu_oai with alpha 1.702, limit 7):
+    /// `g · sigmoid(1.702 · g) · (clamp(up, −7, 7) + 1)` with `g = min(gate, 7)`.
+    SwigluOai,
 }
 
 /// One block's weights, resident on the device (GGUF names `blk.N.*`; matrices `[out, in]`). Phi-3's `ffn_up`,
@@ -106,14 +149,51 @@ pub(crate) struct Block {
     pub q_norm: Option<Resident>,
     pub k_norm: Option<Resident>,
     pub wo: Resident,
+    /// The output projection's bias (gpt-oss).
+    pub wo_bias: Option<Resident>,
+    /// f32 `[H]`: each head's sink logit (gpt-oss's `attn_sinks`).
+    pub sinks: Option<Resident>,
     /// Norm of the attention's output before the residual add (Gemma 2 and 3).
     pub post_attn_norm: Option<Resident>,
+    /// The norm before the feed-forward (`ffn_norm`; gpt-oss names it `post_attention_norm`).
     pub ffn_norm: Resident,
-    pub w_gate: Resident,
-    pub w_up: Resident,
-    pub w_down: Resident,
+    pub ffn: Ffn,
     /// Norm of the feed-forward's output before the residual add (Gemma 2 and 3).
     pub post_ffn_norm: Option<Resident>,
+}
+
+/// A block's feed-forward.
+pub(crate) enum Ffn {
+    /// `down(act(gate(x)) · up(x))`: `ffn_gate`, `ffn_up` `[F, E]`, `ffn_down` `[E, F]`.
+    Dense { gate: Resident, up: Resident, down: Resident },
+    /// A mixture of experts ([`ExpertsConfig`]).
+    Experts(Box<Experts>),
+}
+
+/// A mixture of experts' weights (GGUF `blk.N.ffn_*_exps`, stacked: expert e's matrix is `[e]`).
+pub(crate) struct Experts {
+    /// `ffn_gate_inp` `[X, E]` (and its bias `[X]`, gpt-oss).
+    pub router: Resident,
+    pub router_bias: Option<Resident>,
+    /// `ffn_gate_exps`, `ffn_up_exps` `[X, Fe, E]`, `ffn_down_exps` `[X, E, Fe]`.
+    pub gate: Resident,
+    pub up: Resident,
+    pub down: Resident,
+    /// Their biases `[X, Fe]`, `[X, Fe]`, `[X, E]` (gpt-oss).
+    pub biases: Option<[Resident; 3]>,
+    /// Qwen2-MoE's shared expert, which every token runs.
+    pub shared: Option<SharedExpert>,
+    /// The settings they run with (the model's [`DecoderConfig::experts`]).
+    pub config: ExpertsConfig,
+}
+
+/// A shared expert: a dense feed-forward (`ffn_{gate,up,down}_shexp`) whose output is added to the experts',
+/// times `sigmoid(x · ffn_gate_inp_shexp)` where the file has that gate (`[E]`).
+pub(crate) struct SharedExpert {
+    pub gate_inp: Option<Resident>,
+    pub gate: Resident,
+    pub up: Resident,
+    pub down: Resident,
 }
 
 /// The Q, K and V projections of a block, `[H · D, E]`, `[Hkv · D, E]` and `[Hkv · D, E]` (GGUF `attn_q`, `attn_k`,
