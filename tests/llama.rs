@@ -235,6 +235,35 @@ fn byte_level_bpe_pre_tokenizers_tokenize_as_the_references() {
     assert!(differ <= 1, "{differ} cases where llama.cpp and tokenizers differ");
 }
 
+/// The pre-tokenizers of today's models (`deepseek-r1-qwen`, `qwen35`, `deepseek-v3`, `tekken`, `gpt-4o`,
+/// `llama4`, `olmo`, `dbrx`), each a vocabulary trained by `scripts/make_bpe_fixture.py`: the ids of 42 hard texts
+/// (those above, camelCase, slashes, combining marks in Arabic, Hebrew and Devanagari, CJK next to spaces, long
+/// digit runs, Tekken's unmergeable token) equal those of the `tokenizers` package configured as each model's
+/// tokenizer.json (normalizer, splits, `ignore_merges`), and decoding gives the text back where the normalizer
+/// leaves it; the five older vocabularies' 24 extra texts likewise.
+#[test]
+fn pre_tokenizers_of_todays_models_tokenize_as_their_tokenizer_json() {
+    let reference: Json = serde_json::from_str(include_str!("data/bpe_reference.json")).unwrap();
+    let ids = |v: &Json| -> Vec<u32> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };
+    let new = reference["tokenizers_only"].as_object().unwrap().iter().map(|(pre, v)| (pre, v, &v["cases"]));
+    let old = reference["vocabularies"].as_object().unwrap().iter().map(|(pre, v)| (pre, v, &v["extra_cases"]));
+    let mut checked = 0;
+    for (pre, vocab, cases) in new.chain(old) {
+        let f = webtensor::gguf::GgufFile::open(&common::repo_file(vocab["file"].as_str().unwrap())).unwrap();
+        let tok = webtensor::models::Tokenizer::from_gguf(&f).unwrap_or_else(|e| panic!("{pre}: {e}"));
+        for case in cases.as_array().unwrap() {
+            let text = case["text"].as_str().unwrap();
+            let got = tok.encode(text).unwrap();
+            assert_eq!(got, ids(&case["tokenizers"]), "{pre}: {text:?}");
+            if case["round_trip"].as_bool().unwrap() {
+                assert_eq!(tok.decode(&got, false).unwrap(), text, "{pre}: round trip of {text:?}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8 * 42 + 5 * 24, "{checked} cases");
+}
+
 /// A SentencePiece vocabulary (`tokenizer.ggml.model = llama`, as TinyLlama's): the ids of ten texts (prefix
 /// space, runs of spaces, a tab, a newline, accents, CJK, emoji, bytes absent from the vocabulary, an empty
 /// string) equal those llama.cpp's own SPM tokenizer gives (`scripts/make_spm_fixture.py`), with the BOS first;

@@ -26,6 +26,23 @@ const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{
 const QWEN2: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen3.5's (`qwen35`): Qwen2's with combining marks (`\p{M}`) inside words and out of punctuation runs.
+const QWEN35: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// tiktoken's o200k_base (and o200k_harmony's): GPT-4o, gpt-oss, Phi-4-mini; Llama 4's `O200K_PATTERN`.
+const O200K: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Mistral's Tekken (Mistral Nemo, Small 3.x): o200k's without contractions, each digit alone.
+const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// DeepSeek V3's three splits in turn: digits by up to three; runs of CJK ideographs, hiragana and katakana; then
+/// words, punctuation and spaces.
+const DEEPSEEK3: [&str; 3] = [
+    r"\p{N}{1,3}",
+    "[\u{4E00}-\u{9FA5}\u{3040}-\u{309F}\u{30A0}-\u{30FF}]+",
+    r##"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##,
+];
+
 /// llama.cpp's own `default` pre-tokenizer: these regexes in turn, each splitting the pieces of the one before.
 const LLAMA_CPP_DEFAULT: [&str; 4] = [
     r"[\p{P}\$\+<=>\^~\|]+",
@@ -33,6 +50,81 @@ const LLAMA_CPP_DEFAULT: [&str; 4] = [
     r"\p{N}+",
     r"[0-9][0-9][0-9]",
 ];
+
+/// One step of a byte-level pre-tokenizer.
+enum Step {
+    /// The pieces so far split by a regex, matches and gaps both kept (`Split`, behavior `Isolated`).
+    Split(&'static str),
+    /// GPT-2's byte-to-character map (`ByteLevel`), with GPT-2's own regex split first where set.
+    ByteLevel { regex: bool },
+}
+
+/// What a `tokenizer.ggml.pre` name stands for: the model's tokenizer.json as the `tokenizers` package runs it
+/// (its normalizer, pre-tokenizer steps and BPE's `ignore_merges`), which llama.cpp's type of that name matches
+/// (its regexes rewritten for `std::regex`; where the two differ, the tokenizer.json is followed).
+struct Recipe {
+    names: &'static [&'static str],
+    steps: &'static [Step],
+    /// Unicode NFC before splitting (Qwen2's, Qwen3.5's and GPT-NeoX's files; llama.cpp has no normalizer).
+    nfc: bool,
+    /// A piece that is a token itself is that token, whatever the merges (Llama 3, Tekken).
+    ignore_merges: bool,
+    /// llama.cpp's BOS default for the name where the file does not say (`add_bos_token`).
+    bos: bool,
+}
+
+/// Every pre-tokenizer name read, with llama.cpp's names of the same type.
+const RECIPES: &[Recipe] = {
+    use Step::{ByteLevel as B, Split as S};
+    const LLAMA3_STEPS: &[Step] = &[S(LLAMA3), B { regex: false }];
+    const O200K_STEPS: &[Step] = &[S(O200K), B { regex: false }];
+    const QWEN2_STEPS: &[Step] = &[S(QWEN2), B { regex: false }];
+    const GPT2_STEPS: &[Step] = &[B { regex: true }];
+    let plain = Recipe { names: &[], steps: &[], nfc: false, ignore_merges: false, bos: false };
+    &[
+        Recipe {
+            names: &["default"],
+            steps: &[
+                S(LLAMA_CPP_DEFAULT[0]),
+                S(LLAMA_CPP_DEFAULT[1]),
+                S(LLAMA_CPP_DEFAULT[2]),
+                S(LLAMA_CPP_DEFAULT[3]),
+                B { regex: false },
+            ],
+            ..plain
+        },
+        Recipe { names: &["gpt2", "gpt-2", "phi-2"], steps: GPT2_STEPS, ..plain },
+        // GPT-NeoX's tokenizer (OLMo, OLMoE-0924, MPT): GPT-2's split after NFC
+        Recipe { names: &["olmo", "mpt"], steps: GPT2_STEPS, nfc: true, ..plain },
+        Recipe { names: &["smollm", "starcoder"], steps: &[S(r"\p{N}"), S(GPT2), B { regex: false }], ..plain },
+        Recipe {
+            names: &["llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral"],
+            steps: LLAMA3_STEPS,
+            ignore_merges: true,
+            bos: true,
+            ..plain
+        },
+        // cl100k's split without Llama 3's flags (DBRX, OLMoE-0125, Phi-4)
+        Recipe { names: &["dbrx", "smaug-bpe"], steps: LLAMA3_STEPS, ..plain },
+        Recipe { names: &["qwen2", "deepseek-r1-qwen"], steps: QWEN2_STEPS, nfc: true, ..plain },
+        Recipe { names: &["qwen35"], steps: &[S(QWEN35), B { regex: false }], nfc: true, ..plain },
+        Recipe { names: &["gpt-4o", "llama4"], steps: O200K_STEPS, ..plain },
+        Recipe { names: &["tekken"], steps: &[S(TEKKEN), B { regex: false }], ignore_merges: true, bos: true, ..plain },
+        Recipe {
+            names: &["deepseek-v3"],
+            steps: &[S(DEEPSEEK3[0]), S(DEEPSEEK3[1]), S(DEEPSEEK3[2]), B { regex: false }],
+            ..plain
+        },
+    ]
+};
+
+/// The recipe of pre-tokenizer `pre`.
+fn recipe(f: &GgufFile, pre: &str) -> Result<&'static Recipe> {
+    RECIPES.iter().find(|r| r.names.contains(&pre)).ok_or_else(|| {
+        let known: Vec<&str> = RECIPES.iter().flat_map(|r| r.names.iter().copied()).collect();
+        fmt_err(f, format!("pre-tokenizer '{pre}' (tokenizer.ggml.pre) is not supported ({})", known.join(", ")))
+    })
+}
 
 /// Longest SentencePiece piece (bytes) derived from merges (SentencePiece's own limit is 16 characters).
 const MAX_MERGED_PIECE: usize = 256;
@@ -113,9 +205,9 @@ impl Tokenizer {
         let tokens = strings(f, "tokenizer.ggml.tokens")?;
         let types = numbers(f, "tokenizer.ggml.token_type", tokens.len())?.unwrap_or_default();
         let kind = text_key(f, "tokenizer.ggml.model")?.unwrap_or("(none)");
-        let (mut inner, missing_bytes) = match kind {
+        let (mut inner, missing_bytes, default_bos) = match kind {
             "gpt2" => byte_level_bpe(f, &tokens)?,
-            "llama" => (sentencepiece_bpe(f, &tokens, &types)?, vec![]),
+            "llama" => (sentencepiece_bpe(f, &tokens, &types)?, vec![], true),
             other => return Err(fmt_err(f, format!("tokenizer model '{other}' is not supported (gpt2, llama)"))),
         };
         let added: Vec<AddedToken> = (0..tokens.len())
@@ -133,7 +225,6 @@ impl Tokenizer {
             }
         }
         let id = |key: &str| f.get(key).and_then(MetaValue::as_u64).filter(|&i| (i as usize) < tokens.len());
-        let default_bos = kind == "llama";
         let add_bos = match f.get("tokenizer.ggml.add_bos_token") {
             None => default_bos,
             Some(v) => v.as_bool().ok_or_else(|| {
@@ -239,8 +330,9 @@ fn byte_level_char(b: u8) -> char {
     char::from_u32(256 + shift).expect("below U+0200")
 }
 
-/// The byte-level BPE tokenizer, and the bytes its vocabulary has no token for.
-fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenizer, Vec<u8>)> {
+/// The byte-level BPE tokenizer, the bytes its vocabulary has no token for, and whether its pre-tokenizer's models
+/// begin with a BOS where the file does not say.
+fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenizer, Vec<u8>, bool)> {
     let vocab: tokenizers::models::bpe::Vocab =
         tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)).collect();
     // a byte without its token would be dropped from the text without a word (by `tokenizers` and llama.cpp
@@ -272,41 +364,31 @@ fn byte_level_bpe(f: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenize
             Ok((m[..at].to_string(), m[at + 1..].to_string()))
         })
         .collect::<Result<Vec<_>>>()?;
+    let recipe = recipe(f, text_key(f, "tokenizer.ggml.pre")?.unwrap_or("default"))?;
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
+        .ignore_merges(recipe.ignore_merges)
         .build()
         .map_err(|e| fmt_err(f, format!("tokenizer (BPE): {e}")))?;
-    let pre = text_key(f, "tokenizer.ggml.pre")?.unwrap_or("default");
-    let split = |re: &str| -> Result<PreTokenizerWrapper> {
-        let s = Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false)
-            .map_err(|e| fmt_err(f, format!("tokenizer (regex): {e}")))?;
-        Ok(s.into())
-    };
-    let byte_level = |regex: bool| PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, regex));
-    let steps = match pre {
-        "smollm" => vec![split(r"\p{N}")?, split(GPT2)?, byte_level(false)],
-        "gpt2" | "gpt-2" => vec![byte_level(true)],
-        "default" => {
-            LLAMA_CPP_DEFAULT.iter().map(|re| split(re)).chain([Ok(byte_level(false))]).collect::<Result<_>>()?
-        }
-        "llama-bpe" | "llama3" => vec![split(LLAMA3)?, byte_level(false)],
-        "qwen2" => vec![split(QWEN2)?, byte_level(false)],
-        other => {
-            return Err(fmt_err(
-                f,
-                format!("pre-tokenizer '{other}' is not supported (smollm, gpt-2, default, llama-bpe, qwen2)"),
-            ))
-        }
-    };
+    let steps = recipe
+        .steps
+        .iter()
+        .map(|step| match *step {
+            Step::Split(re) => Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false)
+                .map(PreTokenizerWrapper::from)
+                .map_err(|e| fmt_err(f, format!("tokenizer (regex): {e}"))),
+            Step::ByteLevel { regex } => Ok(PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, regex))),
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut t = tokenizers::Tokenizer::new(bpe);
-    if pre == "qwen2" {
-        // Qwen2's tokenizer.json composes the text first (llama.cpp does not: a decomposed accent differs there)
+    if recipe.nfc {
+        // the tokenizer.json composes the text first (llama.cpp does not: a decomposed accent differs there)
         t.with_normalizer(Some(NormalizerWrapper::NFC(tokenizers::normalizers::unicode::NFC)))
             .map_err(|e| fmt_err(f, format!("tokenizer (normalizer): {e}")))?;
     }
     t.with_pre_tokenizer(Some(Sequence::new(steps)));
     t.with_decoder(Some(ByteLevel::default()));
-    Ok((t, missing))
+    Ok((t, missing, recipe.bos))
 }
 
 /// SentencePiece's BPE from a vocabulary with scores: a merge of two pieces ranks by the score of the piece it
