@@ -154,6 +154,73 @@ fn hyperparameters_out_of_range_are_refused_by_key() {
     refused("an array head count", kv, &["head_count_kv is an array, not an integer"]);
 }
 
+/// A mixture of experts (Mixtral's layout) loads and generates; its hostile variants are refused by key or tensor
+/// before any weight moves: an expert count of 0 beside expert tensors, one past the tensors or past llama.cpp's
+/// 512, more experts used than there are, an unknown gating function, experts stacked along another axis, a
+/// router of another width, a non-finite weight scale, shared experts where the architecture has none, and an
+/// architecture without experts whose file declares some.
+#[test]
+fn mixtures_of_experts_are_checked_by_key_and_tensor() {
+    let m = load(&TinyLlama::moe()).unwrap();
+    assert_eq!(m.config.experts.as_ref().map(|x| (x.n_expert, x.n_expert_used)), Some((4, 2)));
+    let set = |k: &str, v: Meta| TinyLlama::moe().set(k, v);
+    let zero = set("llama.expert_count", Meta::U32(0));
+    refused("no experts beside expert tensors", zero, &["llama.expert_count is 0", "blk.0.ffn_gate_inp", "tiny.gguf"]);
+    refused(
+        "experts past the tensors",
+        set("llama.expert_count", Meta::U32(6)),
+        &["blk.0.ffn_gate_inp.weight is [4, 8], expected [6, 8]"],
+    );
+    refused(
+        "too many experts",
+        set("llama.expert_count", Meta::U32(100_000)),
+        &["llama.expert_count is 100000: it must be from 1 to 512"],
+    );
+    refused(
+        "more used than there are",
+        set("llama.expert_used_count", Meta::U32(5)),
+        &["llama.expert_used_count is 5: it must be from 1 to 4"],
+    );
+    refused("none used", set("llama.expert_used_count", Meta::U32(0)), &["llama.expert_used_count is 0"]);
+    refused(
+        "unknown gating",
+        set("llama.expert_gating_func", Meta::U32(7)),
+        &["llama.expert_gating_func is 7: not a known gating function"],
+    );
+    refused(
+        "a NaN weight scale",
+        set("llama.expert_weights_scale", Meta::F32(f32::NAN)),
+        &["llama.expert_weights_scale is NaN"],
+    );
+    refused("shared experts", set("llama.expert_shared_count", Meta::U32(2)), &["2 shared experts", "not supported"]);
+    let mut axis = TinyLlama::moe();
+    axis.tensor("blk.0.ffn_gate_exps.weight").shape = vec![16, 4, 8];
+    refused(
+        "experts stacked along another axis",
+        axis,
+        &["blk.0.ffn_gate_exps.weight is [16, 4, 8], expected [4, 16, 8]"],
+    );
+    let mut router = TinyLlama::moe();
+    router.tensor("blk.1.ffn_gate_inp.weight").shape = vec![4, 6];
+    refused("a router of another width", router, &["blk.1.ffn_gate_inp.weight is [4, 6], expected [4, 8]"]);
+    let qwen2 = rename_arch(TinyLlama::new().set("llama.expert_count", Meta::U32(4)), "qwen2");
+    refused(
+        "experts in a dense architecture",
+        qwen2,
+        &["a mixture of experts (qwen2.expert_count 4)", "not supported"],
+    );
+}
+
+/// `t` with its architecture renamed (the keys under the new prefix).
+fn rename_arch(mut t: TinyLlama, arch: &str) -> TinyLlama {
+    let keys: Vec<String> = t.meta.keys().filter(|k| k.starts_with("llama.")).cloned().collect();
+    for k in keys {
+        let v = t.meta.remove(&k).unwrap();
+        t.meta.insert(format!("{arch}.{}", &k["llama.".len()..]), v);
+    }
+    t.set("general.architecture", Meta::Str(arch.into()))
+}
+
 /// YaRN's settings (`rope.scaling.type` yarn, as Qwen2.5's long-context files have it) are checked by key; a file
 /// with them loads and generates, one with a scaling type webtensor does not implement is refused by name.
 #[test]

@@ -151,6 +151,28 @@ impl TinyLlama {
         TinyLlama { meta, tensors }
     }
 
+    /// The tiny llama with a mixture of 4 experts (2 used) in place of each feed-forward, as Mixtral's file
+    /// stores it: `llama.expert_count`, `llama.expert_used_count`, the router `ffn_gate_inp` `[4, 8]` and the stacked
+    /// `ffn_gate_exps`, `ffn_up_exps` `[4, 16, 8]` and `ffn_down_exps` `[4, 8, 16]`.
+    pub fn moe() -> TinyLlama {
+        let (e, ff, x) = (Self::WIDTH, 16, 4);
+        let mut t = TinyLlama::new().set("llama.expert_count", Meta::U32(x as u32));
+        t = t.set("llama.expert_used_count", Meta::U32(2));
+        let f32t = |shape: &[usize]| TensorSpec { ggml_type: 0, shape: shape.to_vec(), bytes: None, offset: None };
+        t.tensors.retain(|(n, _)| !["ffn_gate.", "ffn_up.", "ffn_down."].iter().any(|s| n.contains(s)));
+        for l in 0..Self::LAYERS {
+            for (name, shape) in [
+                ("ffn_gate_inp", vec![x, e]),
+                ("ffn_gate_exps", vec![x, ff, e]),
+                ("ffn_up_exps", vec![x, ff, e]),
+                ("ffn_down_exps", vec![x, e, ff]),
+            ] {
+                t.tensors.push((format!("blk.{l}.{name}.weight"), f32t(&shape)));
+            }
+        }
+        t
+    }
+
     pub fn set(mut self, key: &str, v: Meta) -> TinyLlama {
         self.meta.insert(key.to_string(), v);
         self

@@ -59,6 +59,12 @@ pub(crate) enum Width {
 pub(crate) fn read(h: &Hparams, cfg: &DecoderConfig, d: MoeDefaults) -> Result<Option<ExpertsConfig>> {
     let key = |k: &str| h.f.get(&format!("{}.{k}", h.arch));
     if !d.required && key("expert_count").and_then(MetaValue::as_u64).is_none_or(|n| n == 0) {
+        // a dense model: a file with a router nevertheless says its count wrong
+        if let Some(router) = h.f.tensor("blk.0.ffn_gate_inp.weight") {
+            let n = key("expert_count").map_or("missing".into(), |v| format!("{}", v.as_u64().unwrap_or(0)));
+            let name = format!("{}.expert_count", h.arch);
+            return Err(h.error(format!("metadata {name} is {n} but the file has experts ({})", router.name)));
+        }
         return Ok(None);
     }
     let n_expert = h.count("expert_count", None, MAX_EXPERTS)?;
