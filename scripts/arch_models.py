@@ -579,7 +579,8 @@ def hf_state_dict(hp, W):
 def hf_moe_config(case, hp):
     """The MoE entries of the HF config (transformers 5, whose experts are fused 3-D parameters)."""
     m = case["moe"]
-    cfg = dict(num_experts_per_tok=m["K"], output_router_logits=False)
+    # experts as a plain loop: the default grouped_mm kernel refuses float64 on the CPU
+    cfg = dict(num_experts_per_tok=m["K"], output_router_logits=False, experts_implementation="eager")
     if hp["arch"] in ("llama", "gpt-oss"):
         cfg.update(num_local_experts=m["X"], intermediate_size=m["Fe"])
     else:
@@ -653,6 +654,9 @@ def check_hf(name, hp, W, prompts):
         cfg["rope_parameters"] = {"rope_type": "longrope", "rope_theta": hp["base"], "long_factor": lr["long_factor"],
                                   "short_factor": lr["long_factor"],
                                   "original_max_position_embeddings": lr["original_max_position_embeddings"]}
+        # also at the top level, as Phi-3's config.json has it: transformers 5's standardize_rope_params overwrites
+        # the rope_parameters entry with Phi3Config's own (default 4096), which makes the attention factor 1
+        cfg["original_max_position_embeddings"] = lr["original_max_position_embeddings"]
     if name == "qwen2_yarn":  # max_position_embeddings = factor x original, as transformers' YaRN expects
         y = CASES[name]["yarn"]
         cfg.update(max_position_embeddings=int(y["factor"] * y["original_max_position_embeddings"]),
