@@ -264,6 +264,42 @@ fn pre_tokenizers_of_todays_models_tokenize_as_their_tokenizer_json() {
     assert!(checked >= 8 * 42 + 5 * 24, "{checked} cases");
 }
 
+/// A vocabulary with harmony's tokens (gpt-oss): the tokens that frame a message are printed (as llama.cpp renders
+/// them, so that the channels can be told apart), `<|return|>` and `<|call|>` end a generation and `<|end|>`, which
+/// ends a message, does not; in another vocabulary (Phi-3's) `<|end|>` ends the turn and is not printed. The
+/// model's reasoning format follows from its vocabulary.
+#[test]
+fn harmony_framing_is_printed_and_return_ends_the_generation() {
+    use common::tiny_gguf::{Meta, TinyLlama};
+    use webtensor::models::reasoning::ReasoningFormat;
+    let with = |extra: &[&str]| {
+        let mut t = TinyLlama::new();
+        let Some(Meta::Strs(tokens)) = t.meta.get_mut("tokenizer.ggml.tokens") else { unreachable!() };
+        let first = tokens.len();
+        // the tiny vocabulary's own EOS is named otherwise
+        *tokens.last_mut().unwrap() = "<|eos|>".into();
+        tokens.extend(extra.iter().map(|s| s.to_string()));
+        let Some(Meta::I32s(types)) = t.meta.get_mut("tokenizer.ggml.token_type") else { unreachable!() };
+        types.extend(extra.iter().map(|_| 3));
+        let tok = webtensor::models::Tokenizer::from_gguf(&t.file()).unwrap();
+        let id = move |i: usize| (first + i) as u32;
+        (tok, id)
+    };
+    let harmony = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>"];
+    let (tok, id) = with(&harmony);
+    let h = tok.encode("h").unwrap()[0];
+    let out = [id(1), h, id(2), h, id(3), id(0), id(4)];
+    assert_eq!(tok.decode(&out, true).unwrap(), "<|channel|>h<|message|>h<|end|><|start|>");
+    assert!(tok.is_eog(id(4)) && tok.is_eog(id(5)) && !tok.is_eog(id(3)));
+    let format = ReasoningFormat::of_vocabulary(|t| tok.inner().token_to_id(t).is_some());
+    assert_eq!(format, ReasoningFormat::Harmony);
+    let (phi3, id) = with(&["<|end|>", "<think>", "</think>"]);
+    assert!(phi3.is_eog(id(0)));
+    assert_eq!(phi3.decode(&[h, id(0)], true).unwrap(), "h");
+    let format = ReasoningFormat::of_vocabulary(|t| phi3.inner().token_to_id(t).is_some());
+    assert_eq!(format, ReasoningFormat::Think);
+}
+
 /// A SentencePiece vocabulary (`tokenizer.ggml.model = llama`, as TinyLlama's): the ids of ten texts (prefix
 /// space, runs of spaces, a tab, a newline, accents, CJK, emoji, bytes absent from the vocabulary, an empty
 /// string) equal those llama.cpp's own SPM tokenizer gives (`scripts/make_spm_fixture.py`), with the BOS first;

@@ -6,6 +6,7 @@ use super::error::CliError;
 use super::util::{emit, escape_control};
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
+use webtensor::models::reasoning::{Part, ReasoningFormat, ReasoningSplitter};
 use webtensor::models::{
     GenerateOptions, Generation, LanguageModel, LanguageModelOptions, Message, SamplingOptions, StopReason,
 };
@@ -47,6 +48,10 @@ pub struct ModelArgs {
     /// Device to run on. Without the flag, Device::best() decides and honours WEBTENSOR_BACKEND.
     #[arg(long, value_parser = crate::cli::device::backend_parser())]
     backend: Option<webtensor::BackendKind>,
+    /// With a chat template: also print the model's reasoning (a thinking model's `<think>` block, gpt-oss's
+    /// analysis channel) on stderr, before its answer; by default only the answer is printed.
+    #[arg(long)]
+    reasoning: bool,
 }
 
 #[derive(clap::Args)]
@@ -194,24 +199,30 @@ pub fn run_generate(args: &GenerateArgs) -> Result<(), CliError> {
     let (mut model, device) = args.model.load()?;
     let options = sampling_for(&model, &args.model, args.chat, seed)?;
     let file = &args.model.model;
-    let prompt = if args.chat {
-        model.chat_prompt(&[Message::new("user", &args.prompt)])
+    let (prompt, splitter) = if args.chat {
+        let turn =
+            model.chat_turn(&[Message::new("user", &args.prompt)]).map_err(|e| CliError::from(e).naming(file))?;
+        (turn.ids, turn.reasoning)
     } else {
-        model.tokenizer.encode_within(&args.prompt, model.context())
+        let ids = model.tokenizer.encode_within(&args.prompt, model.context());
+        (ids.map_err(|e| CliError::from(e).naming(file))?, ReasoningSplitter::new(ReasoningFormat::None, ""))
     };
-    let prompt = prompt.map_err(|e| CliError::from(e).naming(file))?;
     let json = args.json;
+    let mut printer = PartPrinter::new(splitter.clone(), args.model.reasoning);
     let out = model
         .generate(&prompt, &options, |piece, _| {
             if !json {
-                emit(piece);
+                printer.push(piece);
             }
             true
         })
         .map_err(|e| CliError::from(e).naming(file))?;
+    printer.finish();
     if json {
+        let (reasoning, answer) = splitter.split(&out.text);
         let doc = serde_json::json!({
-            "prompt_ids": out.prompt, "ids": out.tokens, "text": out.text, "stop": format!("{:?}", out.stop),
+            "prompt_ids": out.prompt, "ids": out.tokens, "text": out.text, "answer": answer, "reasoning": reasoning,
+            "stop": format!("{:?}", out.stop),
             "prefill_tokens": out.prefill_tokens, "prefill_ms": out.prefill_ms,
             "prefill_tokens_per_s": out.prefill_tokens_per_s(), "decode_steps": out.decode_steps,
             "decode_ms": out.decode_ms, "decode_tokens_per_s": out.decode_tokens_per_s(), "device": device,
@@ -318,7 +329,7 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
         }
         messages.push(Message::new("user", line));
         last_failed = false;
-        match answer(&mut model, &messages, &options) {
+        match answer(&mut model, &messages, &options, args.model.reasoning) {
             Ok(text) => messages.push(Message::new("assistant", &text)),
             Err(e) => {
                 // one turn failed (a template that cannot render this conversation, a device error): said on a
@@ -331,19 +342,82 @@ pub fn run_chat(args: &ChatArgs) -> Result<(), CliError> {
     }
 }
 
-/// One chat turn: the model's answer to `messages`, streamed; its text.
-fn answer(model: &mut LanguageModel, messages: &[Message], options: &GenerateOptions) -> Result<String, CliError> {
-    let prompt = model.chat_prompt(messages)?;
-    if prompt.len() >= model.context() {
-        let (n, c) = (prompt.len(), model.context());
+/// One chat turn: the model's answer to `messages`, streamed (with its reasoning on stderr where
+/// `show_reasoning`); the answer's text.
+fn answer(
+    model: &mut LanguageModel,
+    messages: &[Message],
+    options: &GenerateOptions,
+    show_reasoning: bool,
+) -> Result<String, CliError> {
+    let turn = model.chat_turn(messages)?;
+    if turn.ids.len() >= model.context() {
+        let (n, c) = (turn.ids.len(), model.context());
         return Err(CliError::Msg(format!("the conversation has {n} tokens, the context {c}: /reset to go on")));
     }
     INTERRUPTED.store(false, Ordering::SeqCst);
-    let out = model.generate(&prompt, options, |piece, _| {
-        emit(piece);
+    let mut printer = PartPrinter::new(turn.reasoning, show_reasoning);
+    let out = model.generate(&turn.ids, options, |piece, _| {
+        printer.push(piece);
         !INTERRUPTED.load(Ordering::SeqCst)
     })?;
+    let answer = printer.finish();
     emit("\n");
     eprintln!("[{}; {}]", stop_note(&out, model.context(), options.max_tokens), timings(&out));
-    Ok(out.text)
+    Ok(answer)
+}
+
+/// Prints a chat's output as it streams: the answer on stdout, the reasoning on stderr where asked (labelled),
+/// keeping the answer's text for the conversation's history.
+struct PartPrinter {
+    splitter: ReasoningSplitter,
+    show_reasoning: bool,
+    /// Reasoning was printed and its line not yet ended.
+    thinking: bool,
+    answer: String,
+}
+
+impl PartPrinter {
+    fn new(splitter: ReasoningSplitter, show_reasoning: bool) -> PartPrinter {
+        PartPrinter { splitter, show_reasoning, thinking: false, answer: String::new() }
+    }
+
+    fn push(&mut self, piece: &str) {
+        let parts = self.splitter.push(piece);
+        self.print(parts);
+    }
+
+    /// Prints what was held back; the answer's whole text.
+    fn finish(&mut self) -> String {
+        let parts = self.splitter.finish();
+        self.print(parts);
+        self.end_thinking();
+        std::mem::take(&mut self.answer)
+    }
+
+    fn print(&mut self, parts: Vec<Part>) {
+        for part in parts {
+            match part {
+                Part::Reasoning(r) if self.show_reasoning => {
+                    if !self.thinking {
+                        eprint!("(reasoning) ");
+                        self.thinking = true;
+                    }
+                    eprint!("{r}");
+                }
+                Part::Reasoning(_) => {}
+                Part::Answer(a) => {
+                    self.end_thinking();
+                    emit(&a);
+                    self.answer.push_str(&a);
+                }
+            }
+        }
+    }
+
+    fn end_thinking(&mut self) {
+        if std::mem::take(&mut self.thinking) {
+            eprintln!();
+        }
+    }
 }

@@ -8,6 +8,7 @@ pub mod chat;
 pub mod decoder;
 pub mod llama;
 pub(crate) mod nn;
+pub mod reasoning;
 mod recommended;
 pub mod sampling;
 pub mod tokenizer;
@@ -16,7 +17,7 @@ pub use chat::{ChatTemplate, Message};
 pub use decoder::stream::{
     GenerateOptions, Generation, StopReason, Token, TokenStream, MAX_STOP_BYTES, MAX_STOP_STRINGS,
 };
-pub use decoder::{LanguageModel, LanguageModelOptions, Prompter};
+pub use decoder::{ChatTurn, LanguageModel, LanguageModelOptions, Prompter};
 pub use recommended::RecommendedSampling;
 pub use sampling::{Sampler, SamplingOptions};
 pub use tokenizer::Tokenizer;

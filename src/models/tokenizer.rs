@@ -126,6 +126,23 @@ fn recipe(f: &GgufFile, pre: &str) -> Result<&'static Recipe> {
     })
 }
 
+/// Tokens that end a generation wherever a vocabulary has them as control tokens (llama.cpp's list, less its
+/// rarer entries).
+const EOG_NAMES: [&str; 9] = [
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+];
+
+/// Harmony's tokens that frame a message (gpt-oss), printed in the output rather than skipped as special.
+const HARMONY_FRAMING: [&str; 4] = ["<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"];
+
 /// Longest SentencePiece piece (bytes) derived from merges (SentencePiece's own limit is 16 characters).
 const MAX_MERGED_PIECE: usize = 256;
 
@@ -210,9 +227,14 @@ impl Tokenizer {
             "llama" => (sentencepiece_bpe(f, &tokens, &types)?, vec![], true),
             other => return Err(fmt_err(f, format!("tokenizer model '{other}' is not supported (gpt2, llama)"))),
         };
+        // harmony's message framing (gpt-oss) is printed, as llama.cpp renders it, so that its channels can be told
+        // apart (models::reasoning); `<|end|>` ends a message there, not the generation
+        let has = |name: &str| tokens.contains(&name);
+        let harmony = has("<|return|>") && has("<|call|>");
+        let rendered = |t: &str| HARMONY_FRAMING.contains(&t) || (harmony && t == "<|end|>");
         let added: Vec<AddedToken> = (0..tokens.len())
             .filter(|&i| matches!(types.get(i).map(|&t| t as i64), Some(3) | Some(4)))
-            .map(|i| AddedToken::from(tokens[i].to_string(), types[i] as i64 == 3))
+            .map(|i| AddedToken::from(tokens[i].to_string(), types[i] as i64 == 3 && !rendered(tokens[i])))
             .collect();
         inner.add_special_tokens(added).map_err(|e| fmt_err(f, format!("tokenizer (special tokens): {e}")))?;
         for key in ["bos", "eos", "eot", "unknown", "padding"].map(|k| format!("tokenizer.ggml.{k}_token_id")) {
@@ -236,8 +258,8 @@ impl Tokenizer {
         let mut eog: Vec<u32> =
             [eos, id("tokenizer.ggml.eot_token_id").map(|i| i as u32)].into_iter().flatten().collect();
         // chat models often end a turn with a token other than eos (llama.cpp adds these by name too)
-        for name in ["<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<|endoftext|>"] {
-            if let Some(i) = tokens.iter().position(|t| *t == name) {
+        for name in EOG_NAMES.iter().filter(|&&n| !(harmony && n == "<|end|>")) {
+            if let Some(i) = tokens.iter().position(|t| t == name) {
                 if !eog.contains(&(i as u32)) && types.get(i).map(|&t| t as i64) == Some(3) {
                     eog.push(i as u32);
                 }

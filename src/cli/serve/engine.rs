@@ -9,8 +9,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use tokio::sync::mpsc::UnboundedSender;
 use webtensor::models::decoder::batch::{Batch, BatchEvent, BatchOptions, SeqId};
+use webtensor::models::reasoning::{ReasoningFormat, ReasoningSplitter};
 use webtensor::models::{
-    GenerateOptions, Generation, LanguageModel, LanguageModelOptions, Message, Prompter, SamplingOptions,
+    ChatTurn, GenerateOptions, Generation, LanguageModel, LanguageModelOptions, Message, Prompter, SamplingOptions,
 };
 use webtensor::Device;
 
@@ -32,13 +33,15 @@ pub(crate) enum Prompt {
 }
 
 impl Prompt {
-    /// The prompt as ids: rendered and tokenized by the caller (on the request's thread, not the engine's: a
-    /// long render or tokenization does not hold up the sequences being decoded).
-    pub(crate) fn ids(self, prompter: &Prompter) -> webtensor::Result<Vec<u32>> {
+    /// The prompt as ids (and, for a conversation, how the answer's reasoning is told from its text): rendered
+    /// and tokenized by the caller (on the request's thread, not the engine's: a long render or tokenization does
+    /// not hold up the sequences being decoded).
+    pub(crate) fn ids(self, prompter: &Prompter) -> webtensor::Result<ChatTurn> {
+        let plain = |ids| ChatTurn { ids, reasoning: ReasoningSplitter::new(ReasoningFormat::None, "") };
         match self {
-            Prompt::Text(t) => prompter.text(&t),
-            Prompt::Tokens(ids) => Ok(ids),
-            Prompt::Chat(messages) => prompter.chat(&messages),
+            Prompt::Text(t) => prompter.text(&t).map(plain),
+            Prompt::Tokens(ids) => Ok(plain(ids)),
+            Prompt::Chat(messages) => prompter.chat_turn(&messages),
         }
     }
 }

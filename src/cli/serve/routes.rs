@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
+use webtensor::models::reasoning::{Part, ReasoningSplitter};
 
 type AppStateRef = State<Arc<AppState>>;
 
@@ -110,7 +111,7 @@ async fn generate(s: &AppState, body: Body, chat: bool) -> Result<Response, ApiE
     // rendered and tokenized here, on a blocking thread of the request's own, not on the engine's
     let prompter = engine.prompter.clone();
     let permit = engine.prompting.clone().acquire_owned().await.map_err(|_| ApiError::server("stopping".into()))?;
-    let prompt = tokio::task::spawn_blocking(move || {
+    let turn = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         prompt.ids(&prompter)
     })
@@ -121,7 +122,8 @@ async fn generate(s: &AppState, body: Body, chat: bool) -> Result<Response, ApiE
         e => ApiError::invalid(e.to_string()),
     })?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    engine.submit(Job { prompt, options, tx })?;
+    let splitter = turn.reasoning;
+    engine.submit(Job { prompt: turn.ids, options, tx })?;
     let prompt_tokens = match rx.recv().await {
         Some(Out::Started { prompt_tokens }) => prompt_tokens,
         Some(Out::Failed(e)) => return Err(e),
@@ -132,7 +134,7 @@ async fn generate(s: &AppState, body: Body, chat: bool) -> Result<Response, ApiE
         Answer { id: format!("{kind}-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed)), model, created: unix_now(), chat };
     if req.stream.unwrap_or(false) {
         let usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        return Ok(stream(a, rx, prompt_tokens, usage));
+        return Ok(stream(a, rx, prompt_tokens, usage, splitter));
     }
     let mut text = String::new();
     while let Some(out) = rx.recv().await {
@@ -142,7 +144,13 @@ async fn generate(s: &AppState, body: Body, chat: bool) -> Result<Response, ApiE
                 let usage = usage(prompt_tokens, g.tokens.len());
                 let reason = finish_reason(g.stop);
                 let choice = if chat {
-                    json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason, "logprobs": null})
+                    // as llama-server's default reasoning format: the reasoning apart, where the model has any
+                    let (reasoning, answer) = splitter.split(&text);
+                    let mut message = json!({"role": "assistant", "content": answer});
+                    if !reasoning.is_empty() {
+                        message["reasoning_content"] = json!(reasoning);
+                    }
+                    json!({"index": 0, "message": message, "finish_reason": reason, "logprobs": null})
                 } else {
                     json!({"index": 0, "text": text, "finish_reason": reason, "logprobs": null})
                 };
@@ -175,9 +183,16 @@ fn usage(prompt: usize, completion: usize) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
 }
 
-/// The answer as server-sent events: a chunk per piece of text, a last chunk with the finish reason, the usage
-/// chunk when asked, `[DONE]`. Dropping the stream (the client left) closes the channel, which frees the slot.
-fn stream(a: Answer, rx: UnboundedReceiver<Out>, prompt_tokens: usize, include_usage: bool) -> Response {
+/// The answer as server-sent events: a chunk per piece of text (a chat's reasoning as `reasoning_content` deltas,
+/// its answer as `content` ones), a last chunk with the finish reason, the usage chunk when asked, `[DONE]`.
+/// Dropping the stream (the client left) closes the channel, which frees the slot.
+fn stream(
+    a: Answer,
+    rx: UnboundedReceiver<Out>,
+    prompt_tokens: usize,
+    include_usage: bool,
+    splitter: ReasoningSplitter,
+) -> Response {
     let object = if a.chat { "chat.completion.chunk" } else { "text_completion" };
     let chunk = move |choice: Value, usage: Option<Value>| {
         let mut doc = json!({"id": a.id, "object": object, "created": a.created, "model": a.model, "choices": choice});
@@ -190,24 +205,36 @@ fn stream(a: Answer, rx: UnboundedReceiver<Out>, prompt_tokens: usize, include_u
     let first = chat.then(|| {
         chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), None)
     });
-    let events = futures_util::stream::unfold(Some(rx), move |rx| {
+    let events = futures_util::stream::unfold(Some((rx, splitter)), move |state| {
         let chunk = chunk.clone();
         async move {
-            let mut rx = rx?;
-            let piece = |text: String, reason: Option<&str>| {
-                if chat {
-                    let delta = if reason.is_some() { json!({}) } else { json!({"content": text}) };
-                    json!([{"index": 0, "delta": delta, "finish_reason": reason}])
-                } else {
-                    json!([{"index": 0, "text": text, "finish_reason": reason, "logprobs": null}])
-                }
+            let (mut rx, mut splitter) = state?;
+            let text = |text: String| json!([{"index": 0, "text": text, "finish_reason": null, "logprobs": null}]);
+            let delta = |part: Part| {
+                let delta = match part {
+                    Part::Reasoning(r) => json!({"reasoning_content": r}),
+                    Part::Answer(a) => json!({"content": a}),
+                };
+                json!([{"index": 0, "delta": delta, "finish_reason": null}])
+            };
+            let end = |reason: &str| match chat {
+                true => json!([{"index": 0, "delta": {}, "finish_reason": reason}]),
+                false => json!([{"index": 0, "text": "", "finish_reason": reason, "logprobs": null}]),
             };
             loop {
                 match rx.recv().await {
                     Some(Out::Text(t)) if t.is_empty() => continue,
-                    Some(Out::Text(t)) => return Some((vec![chunk(piece(t, None), None)], Some(rx))),
+                    Some(Out::Text(t)) if !chat => return Some((vec![chunk(text(t), None)], Some((rx, splitter)))),
+                    Some(Out::Text(t)) => {
+                        let v: Vec<Event> = splitter.push(&t).into_iter().map(|p| chunk(delta(p), None)).collect();
+                        if v.is_empty() {
+                            continue;
+                        }
+                        return Some((v, Some((rx, splitter))));
+                    }
                     Some(Out::Done(g)) => {
-                        let mut v = vec![chunk(piece(String::new(), Some(finish_reason(g.stop))), None)];
+                        let mut v: Vec<Event> = splitter.finish().into_iter().map(|p| chunk(delta(p), None)).collect();
+                        v.push(chunk(end(finish_reason(g.stop)), None));
                         if include_usage {
                             v.push(chunk(json!([]), Some(usage(prompt_tokens, g.tokens.len()))));
                         }

@@ -25,7 +25,7 @@ mod prompter;
 pub mod stream;
 
 pub use crate::models::arch::spec::DecoderConfig;
-pub use prompter::Prompter;
+pub use prompter::{ChatTurn, Prompter};
 
 use super::chat::ChatTemplate;
 use super::tokenizer::Tokenizer;

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::models::chat::{ChatTemplate, Message};
+use crate::models::reasoning::{ReasoningFormat, ReasoningSplitter};
 use crate::models::tokenizer::Tokenizer;
 use std::sync::{Arc, OnceLock};
 
@@ -10,6 +11,14 @@ use std::sync::{Arc, OnceLock};
 struct Template {
     source: Option<std::result::Result<String, String>>,
     compiled: OnceLock<Option<std::result::Result<ChatTemplate, String>>>,
+}
+
+/// A conversation's prompt and how to read the answer to it.
+pub struct ChatTurn {
+    /// The prompt's ids.
+    pub ids: Vec<u32>,
+    /// Separates the answer's reasoning from its text, fed the generated text.
+    pub reasoning: ReasoningSplitter,
 }
 
 /// Makes a model's prompts as token ids: text through its tokenizer, a conversation through its chat template.
@@ -57,6 +66,20 @@ impl Prompter {
     /// [`Error::InvalidArgument`] when the file has no chat template, it does not compile (the message says why;
     /// plain generation works all the same), rendering fails, or the prompt is longer than the context.
     pub fn chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        self.chat_turn(messages).map(|turn| turn.ids)
+    }
+
+    /// How the model's output separates reasoning from answer ([`ReasoningFormat::of_vocabulary`]).
+    pub fn reasoning_format(&self) -> ReasoningFormat {
+        ReasoningFormat::of_vocabulary(|t| self.tokenizer.inner().token_to_id(t).is_some())
+    }
+
+    /// [`Prompter::chat`], with the splitter of the answer's reasoning from its text ([`ReasoningSplitter`], set
+    /// for the rendered prompt: a template that opens the reasoning block itself starts the output inside it).
+    ///
+    /// # Errors
+    /// As [`Prompter::chat`].
+    pub fn chat_turn(&self, messages: &[Message]) -> Result<ChatTurn> {
         let t = self.chat_template().ok_or_else(|| Error::InvalidArgument {
             op: "chat",
             reason: self.chat_template_error().unwrap_or_default(),
@@ -75,7 +98,7 @@ impl Prompter {
         if tk.bos.is_some() && ids.len() > 1 && ids[0] == ids[1] && Some(ids[0]) == tk.bos {
             ids.remove(0);
         }
-        Ok(ids)
+        Ok(ChatTurn { ids, reasoning: ReasoningSplitter::new(self.reasoning_format(), &text) })
     }
 
     /// The chat template from the file's `tokenizer.chat_template`, if it has one that compiles.

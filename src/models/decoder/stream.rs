@@ -520,4 +520,14 @@ impl LanguageModel {
     pub fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>> {
         self.prompter().chat(messages)
     }
+
+    /// [`LanguageModel::chat_prompt`] with the splitter of the answer's reasoning ([`Prompter::chat_turn`]).
+    ///
+    /// # Errors
+    /// As [`LanguageModel::chat_prompt`].
+    ///
+    /// [`Prompter::chat_turn`]: super::Prompter::chat_turn
+    pub fn chat_turn(&self, messages: &[Message]) -> Result<super::ChatTurn> {
+        self.prompter().chat_turn(messages)
+    }
 }
