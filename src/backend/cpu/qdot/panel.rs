@@ -14,8 +14,9 @@
 //!   (`q_a + 128`, the byte with its top bit flipped) by `q` (signed), starting each block's sums at
 //!   `−128·Σ q` so that they come out exact.
 //!
-//! Q6_K's blocks of 32 are two groups of 16 with their own scales (signed, `q − 32`): each half has its own sums.
-//! Q2_K and Q3_K keep the f32 panels (`quant.rs`).
+//! Q6_K's blocks of 32 are two groups of 16 with their own scales (signed, `q − 32`): each half has its own sums,
+//! as IQ2_XS's, IQ2_S's and IQ1_M's. The IQ, TQ and MXFP4 types are signed, their groups' bytes from their grids and
+//! tables (`iq::for_each_group`). Q2_K and Q3_K keep the f32 panels (`quant.rs`).
 
 use super::row::{Q8Row, QK};
 use crate::backend::cpu::parallel::for_chunks;
@@ -45,11 +46,21 @@ pub(crate) fn available(dtype: DType) -> bool {
 
 /// Whether `dtype`'s panel values are signed (`None`: the type has no panel form).
 fn signed(dtype: DType) -> Option<bool> {
+    use DType::*;
     match dtype {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::Q6_K => Some(true),
-        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => Some(false),
+        Q4_0 | Q5_0 | Q8_0 | Q6_K => Some(true),
+        // the IQ, TQ and MXFP4 types: signed bytes from their grids and tables (`iq::for_each_group`)
+        IQ4_NL | IQ4_XS | MXFP4 | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M | TQ1_0 | TQ2_0 => {
+            Some(true)
+        }
+        Q4_1 | Q5_1 | Q4_K | Q5_K => Some(false),
         _ => None,
     }
+}
+
+/// Whether `dtype`'s two halves of a group of 32 have scales of their own.
+fn halves(dtype: DType) -> bool {
+    matches!(dtype, DType::Q6_K | DType::IQ2_XS | DType::IQ2_S | DType::IQ1_M)
 }
 
 /// The activations of a matmul, rounded to 8-bit blocks as [`Q8Row`] rounds them, in groups of [`MR`] rows laid
@@ -112,7 +123,7 @@ impl Panel {
     /// An empty panel for rows of `k` values of `dtype` (a type [`available`] takes).
     pub(crate) fn new(dtype: DType, k: usize) -> Panel {
         let nb = k / QK;
-        let (signed, halves) = (signed(dtype) == Some(true), dtype == DType::Q6_K);
+        let (signed, halves) = (signed(dtype) == Some(true), halves(dtype));
         let (q, s, o, start) =
             (vec![0; nb * GROUP_BYTES], vec![0.0; nb * 2 * NR], vec![0.0; nb * NR], vec![0; nb * 2 * NR]);
         Panel { dtype, signed, halves, q, s, o, start }
@@ -275,7 +286,13 @@ pub(super) fn for_each_group(
         DType::Q5_K => blocks::<BlockQ5K>(bytes)
             .iter()
             .for_each(|b| k_groups((b.d.get(), b.dmin.get()), &b.scales, Some(&b.qh), &b.qs, vals, &mut f)),
-        _ => unreachable!("{dtype} has no panel form"),
+        _ => {
+            let known = super::iq::for_each_group(dtype, bytes, |q, s| {
+                vals.iter_mut().zip(q).for_each(|(v, &x)| *v = x as u8);
+                f(vals, s, 0.0)
+            });
+            debug_assert!(known, "{dtype} has no panel form");
+        }
     }
 }
 
