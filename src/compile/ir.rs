@@ -352,8 +352,8 @@ impl Program {
     }
 
     /// Bytes of resident (read-only external) tensors the steps read per run: each step's view of each resident
-    /// operand (once per step, however it broadcasts), and for `get_rows` of a resident table only the rows it
-    /// gathers. A decode step of a language model reads each weight once at best: this against the weights'
+    /// operand (once per step, however it broadcasts), for `get_rows` of a resident table only the rows it
+    /// gathers, and for `mul_mat_id` only as many experts as it has ids (at most). A decode step of a language model reads each weight once at best: this against the weights'
     /// bytes is 1.0 then (a tied embedding: its rows plus the whole table in the head).
     pub(crate) fn resident_read_bytes(&self) -> u64 {
         let mut total = 0u64;
@@ -366,6 +366,11 @@ impl Program {
                 let numel = match self.nodes[s].step {
                     Step::Op(Op::GetRows { table, idx }) if table == src => {
                         self.nodes[idx].layout.numel() * n.layout.shape.last().copied().unwrap_or(1)
+                    }
+                    // the experts a step selects, at most one for each of its ids
+                    Step::Op(Op::MulMatId { w, ids, .. }) if w == src => {
+                        let experts = n.layout.shape[0].max(1);
+                        experts.min(self.nodes[ids].layout.numel()) * (n.layout.numel() / experts)
                     }
                     _ => n.layout.numel(),
                 };
