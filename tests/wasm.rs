@@ -4,8 +4,8 @@
 //!
 //! Covers asynchronous readback (the main thread stays responsive: the main thread stays responsive, 50 consecutive
 //! readbacks, a readback while another compute is in flight), the seed example on WebGPU and on the wasm CPU
-//! backend, a few ops against values computed here (the CPU backend's f32 matmul kernel among them), and the JS
-//! bindings (`webtensor::wasm`).
+//! backend, a few ops against values computed here (the CPU backend's f32 matmul kernel among them), every block
+//! type and the mixture-of-experts ops (`wasm/blocks.rs`), and the JS bindings (`webtensor::wasm`).
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Array, Float32Array, Int32Array, Object, Reflect, Uint16Array};
@@ -20,6 +20,9 @@ use webtensor::wasm::{WebDevice, WebGraph};
 use webtensor::{BackendKind, CompileOptions, DType, Device, Graph, HostTensor};
 
 wasm_bindgen_test_configure!(run_in_browser);
+
+#[path = "wasm/blocks.rs"]
+mod blocks;
 
 #[wasm_bindgen]
 extern "C" {
