@@ -59,7 +59,11 @@ SHAPES = {
 SHAPES["llama3.2-1b-iq4_xs"] = dict(SHAPES["llama3.2-1b"], mix="iq4_xs")
 Q = gguf.GGMLQuantizationType
 BLOCK = {Q.Q4_K: (256, 144), Q.Q5_K: (256, 176), Q.Q6_K: (256, 210), Q.IQ4_XS: (256, 136), Q.Q5_0: (32, 22),
-         Q.Q8_0: (32, 34), Q.IQ4_NL: (32, 18), Q.MXFP4: (32, 17)}
+         Q.Q8_0: (32, 34), Q.IQ4_NL: (32, 18), Q.MXFP4: (32, 17), Q.Q4_0: (32, 18), Q.Q3_K: (256, 110),
+         Q.Q2_K: (256, 84), Q.IQ3_XXS: (256, 98), Q.IQ3_S: (256, 110), Q.IQ2_XXS: (256, 66), Q.IQ2_XS: (256, 74),
+         Q.IQ2_S: (256, 82), Q.IQ1_S: (256, 50), Q.IQ1_M: (256, 56), Q.TQ1_0: (256, 54), Q.TQ2_0: (256, 66)}
+# where a block's one f16 scale d lies (ggml-common.h), for the types whose d is a plain f16
+F16_SCALE_AT = {Q.Q6_K: 208, Q.Q3_K: 108, Q.Q2_K: 80, Q.TQ1_0: 52, Q.TQ2_0: 64}
 # llama-quantize's fallback for rows not a whole number of 256-wide super-blocks (Qwen2.5-0.5B's width 896)
 FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q6_K: Q.Q8_0, Q.IQ4_XS: Q.IQ4_NL}
 
@@ -76,10 +80,19 @@ def random_blocks(kind, shape, rng):
     elif kind == Q.Q6_K:  # 128 ql, 64 qh, 16 int8 scales, d (f16)
         b[:, 192:208] = rng.integers(-8, 8, size=(n, 16)).astype(np.int8).view(np.uint8)
         b[:, 208:210] = small(2)
+    elif kind in F16_SCALE_AT:  # Q2_K/Q3_K's dmin or d and TQ's d after their quants
+        at = F16_SCALE_AT[kind]
+        b[:, at:at + 2] = small(4)
+        if kind == Q.Q2_K:
+            b[:, 82:84] = small(8)
+    elif kind == Q.IQ1_M:  # d's f16 bits spread over the top nibbles of the four u16 sub-scales (bytes 48..56)
+        bits = int(np.float16(0.002).view(np.uint16))
+        for i in range(4):
+            b[:, 49 + 2 * i] = (b[:, 49 + 2 * i] & 0x0F) | (((bits >> (4 * i)) & 0xF) << 4)
     elif kind == Q.MXFP4:  # an E8M0 scale byte (2^(e - 128) times E2M1 values of up to 12), 16 nibble bytes
         b[:, 0] = rng.integers(118, 123, size=n, dtype=np.uint8)
-    else:  # d (f16), then Q5_0: 4 bytes of fifth bits, 16 nibble bytes; Q8_0: 32 int8; IQ4_NL: 16 nibble bytes;
-        b[:, 0:2] = small(8)  # IQ4_XS: 2 bytes of high scale bits, 4 of low ones, 128 nibble bytes
+    else:  # d (f16) first: Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS and the IQ grid types
+        b[:, 0:2] = small(8)
     return b.reshape(*shape[:-1], shape[-1] // per * size)
 
 
@@ -204,8 +217,14 @@ def main():
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("out")
     ap.add_argument("--layers", type=int, help="write only the first N blocks (block_count N)")
+    ap.add_argument("--type", choices=sorted(t.name for t in BLOCK),
+                    help="every matrix (embedding and output included) in this block type, not the mixture's")
     args = ap.parse_args()
     c = SHAPES[args.shape]
+    if args.type:
+        if c.get("moe") or c.get("mix") or c["E"] % BLOCK[Q[args.type]][0]:
+            ap.error(f"--type takes a dense shape whose width is whole {args.type} blocks")
+        c = dict(c, only=Q[args.type])
     L = c["L"] if args.layers is None else args.layers
     if not 1 <= L <= c["L"]:
         ap.error(f"--layers must be 1 to {c['L']} for {args.shape}")
@@ -229,8 +248,8 @@ def main():
     for layer in range(L):
         block(t, c, layer)
     t.write()
-    mix = c.get("mix", "q4_k_m").upper()
-    print(f"wrote {args.out}: {args.shape}, {c['arch']}, {L} layers, width {E}, vocabulary {V}, {mix} mixture")
+    mix = f"every matrix {c['only'].name}" if c.get("only") else f"{c.get('mix', 'q4_k_m').upper()} mixture"
+    print(f"wrote {args.out}: {args.shape}, {c['arch']}, {L} layers, width {E}, vocabulary {V}, {mix}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ def matrix_type(c, role, layer=None):
     blk.N. and .weight) of block `layer` under the shape's mixture, before the fallback for rows that are not whole
     blocks. The layer counts are the whole model's (c["L"]), so a file cut short by --layers holds the full file's
     first blocks."""
+    if c.get("only"):  # --type: every matrix in one block type
+        return c["only"]
     mix = c.get("mix", "q4_k_m")
     if mix == "mxfp4_moe":  # MXFP4_MOE: the 3-D expert stacks MXFP4, every other matrix (embedding, output) Q8_0
         return Q.MXFP4 if role.endswith("_exps") else Q.Q8_0
