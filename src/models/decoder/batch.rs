@@ -194,7 +194,7 @@ impl Batch {
         Ok(id)
     }
 
-    /// Ends sequence `id` now (stop reason [`StopReason::Cancelled`](super::StopReason::Cancelled)) and frees its
+    /// Ends sequence `id` now (stop reason [`StopReason::Cancelled`](super::stream::StopReason::Cancelled)) and frees its
     /// slot; returns its generation, or `None` for an id not in the batch.
     pub fn cancel(&mut self, id: SeqId) -> Option<Generation> {
         let slot = self.slots.iter_mut().find(|s| s.seq.as_ref().is_some_and(|q| q.id == id))?;

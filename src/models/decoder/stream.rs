@@ -37,7 +37,7 @@ impl GenerateOptions {
     /// [`MAX_STOP_BYTES`] bytes (each is looked for at every token).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the option and its valid range.
+    /// [`Error::InvalidArgument`] naming the option and its valid range.
     pub fn validate(&self) -> Result<()> {
         self.sampling.validate()?;
         let invalid = |reason: String| Err(crate::error::Error::InvalidArgument { op: "generate", reason });

@@ -22,16 +22,38 @@ const fn sign_bytes() -> [u64; 256] {
     t
 }
 
-/// The ±1 bytes of a 7-bit even-parity sign index (ggml's ksigns_iq2xs: the index, its parity in bit 7).
+/// The ±1 bytes of each 7-bit even-parity sign index (ggml's ksigns_iq2xs: the index, its parity in bit 7).
+static EVEN_SIGN_BYTES: [u64; 128] = even_sign_bytes();
+
+const fn even_sign_bytes() -> [u64; 128] {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = SIGN_BYTES[i | ((i.count_ones() as usize & 1) << 7)];
+        i += 1;
+    }
+    t
+}
+
+/// The ±1 bytes of the 7-bit even-parity sign index in the low bits of `index`.
 #[inline(always)]
 pub(crate) fn even_signs(index: u32) -> u64 {
-    let i = index & 127;
-    SIGN_BYTES[(i | ((i.count_ones() & 1) << 7)) as usize]
+    EVEN_SIGN_BYTES[(index & 127) as usize]
+}
+
+/// An IQ1 grid row's ±1 delta as 8 bytes: −1 where `negative`, else 1.
+#[inline(always)]
+pub(crate) fn delta_bytes(negative: bool) -> u64 {
+    if negative {
+        u64::MAX
+    } else {
+        0x0101_0101_0101_0101
+    }
 }
 
 macro_rules! iq_kernels {
     ($features:literal) => {
-        use crate::backend::cpu::qdot::avx2_iq::{even_signs, SIGN_BYTES};
+        use crate::backend::cpu::qdot::avx2_iq::{delta_bytes, even_signs, SIGN_BYTES};
         use crate::quant::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
         /// Four 8-byte grid rows as one register, row 0 lowest.
@@ -59,19 +81,41 @@ macro_rules! iq_kernels {
             d: impl Fn(&B) -> f32,
             group: impl Fn(&B, usize) -> (__m256i, __m256i, [i16; 2]),
         ) -> f32 {
-            let mut acc = [_mm256_setzero_ps(); 2];
+            // two accumulators in registers (indexed by a group's parity, they lived on the stack: a store and a
+            // reload in every group's chain)
+            let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             for (sb, blk) in blocks::<B>(w).iter().enumerate() {
                 prefetch_span(w, sb * size_of::<B>() + PREFETCH, size_of::<B>());
                 let d = d(blk);
-                for ib in 0..8 {
+                let step = |ib: usize, acc: __m256| {
                     let (q, signs, [s0, s1]) = group(blk, ib);
                     let b = sb * 8 + ib;
                     let y = _mm256_sign_epi8(load32(&a.qs, b * QK), signs);
                     let dot = weigh_halves(_mm256_maddubs_epi16(q, y), s0, s1);
-                    acc[ib % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.d[b]), acc[ib % 2]);
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.d[b]), acc)
+                };
+                for ib in (0..8).step_by(2) {
+                    acc0 = step(ib, acc0);
+                    acc1 = step(ib + 1, acc1);
                 }
             }
-            hsum(_mm256_add_ps(acc[0], acc[1]))
+            hsum(_mm256_add_ps(acc0, acc1))
+        }
+
+        /// Eighths of an IQ1 group: `8·q + δ` for grid values `q` (−1, 0, 1) and each row's delta `δ` (±1 bytes),
+        /// every value of the group exact (at most 9 in magnitude).
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn eighths(q: __m256i, delta: __m256i) -> __m256i {
+            // 8·q bytewise: the shifted 16-bit lanes' spilled bits masked off each byte
+            _mm256_add_epi8(_mm256_and_si256(_mm256_slli_epi16(q, 3), _mm256_set1_epi8(-8)), delta)
+        }
+
+        /// `Σ_half scale_half · Σ q·y` of 32 signed bytes q against the activations y, as i32 lanes.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn signed_dot_halves(q: __m256i, y: __m256i, s0: i16, s1: i16) -> __m256i {
+            weigh_halves(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q)), s0, s1)
         }
 
         /// The little-endian u32 at byte `at`.
@@ -171,51 +215,36 @@ macro_rules! iq_kernels {
             )
         }
 
-        /// `Σ y` of each group of 8 of 32 activation bytes, as 4 i32 (group 0 first).
-        #[inline]
-        #[target_feature(enable = $features)]
-        fn sums8(y: __m256i) -> [i32; 4] {
-            let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1));
-            let mut l = [0i32; 8];
-            // SAFETY: `l` holds 8 i32; the store is unaligned.
-            unsafe { _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, lanes) };
-            [l[0] + l[1], l[2] + l[3], l[4] + l[5], l[6] + l[7]]
-        }
-
-        /// IQ1_S: rows of `IQ1S_GRID` (−1, 0, 1 as signed bytes: dotted as signed), a scale `2·s + 1` and a ±1/8
-        /// delta per group against the activations' sum.
+        /// IQ1_S: rows of `IQ1S_GRID` (−1, 0, 1), a scale `2·s + 1` and a ±1/8 delta per group: the group's values
+        /// in eighths ([`eighths`]), dotted as signed bytes.
         #[target_feature(enable = $features)]
         fn iq1_s(w: &[u8], a: &Q8Row) -> f32 {
             let t = f16_table();
-            let mut acc = 0f32;
+            let mut acc = _mm256_setzero_ps();
             for (sb, blk) in blocks::<BlockIq1S>(w).iter().enumerate() {
                 prefetch_span(w, sb * size_of::<BlockIq1S>() + PREFETCH, size_of::<BlockIq1S>());
-                let d = f16_of(t, blk.d);
-                let mut part = _mm256_setzero_ps();
-                let mut deltas = 0f32;
+                let d = f16_of(t, blk.d) * 0.125;
                 for ib in 0..8 {
                     let h = u16::from_le_bytes([blk.qh[2 * ib], blk.qh[2 * ib + 1]]);
                     let row = |l: usize| blk.qs[4 * ib + l] as usize | ((((h >> (3 * l)) & 7) as usize) << 8);
                     let q = rows8([0, 1, 2, 3].map(|l| IQ1S_GRID[row(l)]));
+                    let q = eighths(q, _mm256_set1_epi64x(delta_bytes(h & 0x8000 != 0) as i64));
                     let b = sb * 8 + ib;
-                    let dl = (2 * ((h >> 12) & 7) + 1) as f32 * a.d[b];
-                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b * QK)));
-                    part = _mm256_fmadd_ps(dot, _mm256_set1_ps(dl), part);
-                    let delta = if h & 0x8000 != 0 { -0.125 } else { 0.125 };
-                    deltas += dl * delta * a.sum[b] as f32;
+                    let sc = (2 * ((h >> 12) & 7) + 1) as i16;
+                    let dot = signed_dot_halves(q, load32(&a.qs, b * QK), sc, sc);
+                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.d[b]), acc);
                 }
-                acc += d * (hsum(part) + deltas);
             }
-            acc
+            hsum(acc)
         }
 
-        /// IQ1_M: IQ1_S's rows with a scale per 16 and a delta per 8 (against the sums of 8 activations).
+        /// IQ1_M: IQ1_S's rows with a scale per 16 and a delta per row of 8, in eighths as IQ1_S's.
         #[target_feature(enable = $features)]
         fn iq1_m(w: &[u8], a: &Q8Row) -> f32 {
             let mut acc = 0f32;
             for (sb, blk) in blocks::<BlockIq1M>(w).iter().enumerate() {
                 prefetch_span(w, sb * size_of::<BlockIq1M>() + PREFETCH, size_of::<BlockIq1M>());
-                let mut part = 0f32;
+                let mut part = _mm256_setzero_ps();
                 for ib in 0..8 {
                     let sc =
                         u16::from_le_bytes([blk.scales[2 * (ib / 2)], blk.scales[2 * (ib / 2) + 1]]) >> (6 * (ib % 2));
@@ -223,18 +252,13 @@ macro_rules! iq_kernels {
                     let q = rows8(
                         [0, 1, 2, 3].map(|l| IQ1S_GRID[blk.qs[4 * ib + l] as usize | (((nib(l) & 7) as usize) << 8)]),
                     );
+                    let q = eighths(q, rows8([0, 1, 2, 3].map(|l| delta_bytes(nib(l) & 8 != 0))));
                     let b = sb * 8 + ib;
-                    let y = load32(&a.qs, b * QK);
                     let (s0, s1) = ((2 * (sc & 7) + 1) as i16, (2 * ((sc >> 3) & 7) + 1) as i16);
-                    let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
-                    let dot = hsum(_mm256_cvtepi32_ps(weigh_halves(pairs, s0, s1)));
-                    let sums = sums8(y);
-                    let delta = |l: usize| if nib(l) & 8 != 0 { -0.125f32 } else { 0.125 };
-                    let deltas = (s0 as f32) * (delta(0) * sums[0] as f32 + delta(1) * sums[1] as f32)
-                        + (s1 as f32) * (delta(2) * sums[2] as f32 + delta(3) * sums[3] as f32);
-                    part += a.d[b] * (dot + deltas);
+                    let dot = signed_dot_halves(q, load32(&a.qs, b * QK), s0, s1);
+                    part = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(a.d[b]), part);
                 }
-                acc += blk.d() * part;
+                acc += blk.d() * 0.125 * hsum(part);
             }
             acc
         }
