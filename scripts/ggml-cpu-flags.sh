@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the cmake flags that build llama.cpp's CPU backend for this machine (the peer of `webtensor bench
 # generate` through llama-cpp-python, and scripts/build-llama-server.sh's llama-server):
-#   CMAKE_ARGS="$(scripts/ggml-cpu-flags.sh)" pip install --no-binary :all: --no-deps llama-cpp-python==0.3.36
+#   CMAKE_ARGS="$(scripts/ggml-cpu-flags.sh)" pip install --no-binary llama-cpp-python --no-cache-dir --no-deps llama-cpp-python==0.3.36
 # GGML_NATIVE=ON (-march=native) everywhere except an x86-64 CPU that lists AMX: a VM may list AMX that its
 # kernel will not run, and the native build then dies with SIGILL on its first evaluation. There the ISA
 # extensions the CPU lists are named one by one instead, AMX left out.

@@ -1,11 +1,12 @@
 //! AVX2 kernels of the IQ grid types, the ternary types and IQ4_XS, expanded into each feature set's module of
 //! `avx2.rs` (`iq_kernels!`, whose helpers they use). A group of 32 weights becomes 32 bytes in one register: grid
 //! rows gathered by four (or eight) 64-bit (32-bit) loads of the table, their signs applied to the activations
-//! (`vpsignb` with ±1 bytes from [`SIGN_BYTES`]), then the unsigned magnitudes dotted with the signed activations as
-//! the other types' kernels do. Each matches its portable definition (`iq.rs`) to rounding.
+//! (`vpsignb` with ±1 bytes: a table's for the even-parity sign indices, explicit sign bits spread by `sign_bits`),
+//! then the unsigned magnitudes dotted with the signed activations as the other types' kernels do. Each matches its
+//! portable definition (`iq.rs`) to rounding.
 
 /// Bit j of index i as byte j: 0xff (−1) where set, 0x01 where clear: the ±1 bytes `vpsignb` applies.
-pub(crate) static SIGN_BYTES: [u64; 256] = sign_bytes();
+static SIGN_BYTES: [u64; 256] = sign_bytes();
 
 const fn sign_bytes() -> [u64; 256] {
     let mut t = [0u64; 256];
@@ -53,7 +54,7 @@ pub(crate) fn delta_bytes(negative: bool) -> u64 {
 
 macro_rules! iq_kernels {
     ($features:literal) => {
-        use crate::backend::cpu::qdot::avx2_iq::{delta_bytes, even_signs, SIGN_BYTES};
+        use crate::backend::cpu::qdot::avx2_iq::{delta_bytes, even_signs};
         use crate::quant::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
         /// Four 8-byte grid rows as one register, row 0 lowest.
@@ -69,6 +70,14 @@ macro_rules! iq_kernels {
         fn rows4(r: [u32; 8]) -> __m256i {
             let r = r.map(|x| x as i32);
             _mm256_set_epi32(r[7], r[6], r[5], r[4], r[3], r[2], r[1], r[0])
+        }
+
+        /// `acc + scale · dot`, the i32 lanes of `dot` as f32 (a function, not a closure: LLVM outlined the
+        /// closures that did this, their __m256 passed through memory).
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn scaled_add(dot: __m256i, scale: f32, acc: __m256) -> __m256 {
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc)
         }
 
         /// `Σ` over 32-groups of `d(blk) · Σ_half scale_half · (magnitudes · signed activations)`, the group's
@@ -87,16 +96,16 @@ macro_rules! iq_kernels {
             for (sb, blk) in blocks::<B>(w).iter().enumerate() {
                 prefetch_span(w, sb * size_of::<B>() + PREFETCH, size_of::<B>());
                 let d = d(blk);
-                let step = |ib: usize, acc: __m256| {
-                    let (q, signs, [s0, s1]) = group(blk, ib);
-                    let b = sb * 8 + ib;
-                    let y = _mm256_sign_epi8(load32(&a.qs, b * QK), signs);
-                    let dot = weigh_halves(_mm256_maddubs_epi16(q, y), s0, s1);
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * a.d[b]), acc)
-                };
                 for ib in (0..8).step_by(2) {
-                    acc0 = step(ib, acc0);
-                    acc1 = step(ib + 1, acc1);
+                    let (b0, b1) = (sb * 8 + ib, sb * 8 + ib + 1);
+                    let (q, signs, [s0, s1]) = group(blk, ib);
+                    let dot =
+                        weigh_halves(_mm256_maddubs_epi16(q, _mm256_sign_epi8(load32(&a.qs, b0 * QK), signs)), s0, s1);
+                    acc0 = scaled_add(dot, d * a.d[b0], acc0);
+                    let (q, signs, [s0, s1]) = group(blk, ib + 1);
+                    let dot =
+                        weigh_halves(_mm256_maddubs_epi16(q, _mm256_sign_epi8(load32(&a.qs, b1 * QK), signs)), s0, s1);
+                    acc1 = scaled_add(dot, d * a.d[b1], acc1);
                 }
             }
             hsum(_mm256_add_ps(acc0, acc1))
@@ -116,6 +125,18 @@ macro_rules! iq_kernels {
         #[target_feature(enable = $features)]
         fn signed_dot_halves(q: __m256i, y: __m256i, s0: i16, s1: i16) -> __m256i {
             weigh_halves(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q)), s0, s1)
+        }
+
+        /// The ±1 bytes of 32 explicit sign bits (bit j of byte l for element 8·l + j): the word broadcast, each
+        /// byte spread over its 8 elements, its bits tested against one bit an element.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn sign_bits(bits: u32) -> __m256i {
+            let spread = _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0);
+            let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), spread);
+            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+            _mm256_or_si256(set, _mm256_set1_epi8(1))
         }
 
         /// The little-endian u32 at byte `at`.
@@ -172,7 +193,7 @@ macro_rules! iq_kernels {
                 |b, ib| {
                     let row = |l: usize| b.qs[4 * ib + l] as usize | ((((b.qh[ib] >> (2 * l)) & 3) as usize) << 8);
                     let q = rows8([0, 1, 2, 3].map(|l| IQ2S_GRID[row(l)]));
-                    let s = rows8([0, 1, 2, 3].map(|l| SIGN_BYTES[b.signs[4 * ib + l] as usize]));
+                    let s = sign_bits(u32_le(&b.signs, 4 * ib));
                     let sc = b.scales[ib];
                     (q, s, [(2 * (sc & 15) + 1) as i16, (2 * (sc >> 4) + 1) as i16])
                 },
@@ -208,7 +229,7 @@ macro_rules! iq_kernels {
                 |b, ib| {
                     let row = |k: usize| b.qs[8 * ib + k] as usize | ((((b.qh[ib] >> k) & 1) as usize) << 8);
                     let q = rows4([0, 1, 2, 3, 4, 5, 6, 7].map(|k| IQ3S_GRID[row(k)]));
-                    let s = rows8([0, 1, 2, 3].map(|l| SIGN_BYTES[b.signs[4 * ib + l] as usize]));
+                    let s = sign_bits(u32_le(&b.signs, 4 * ib));
                     let sc = (1 + 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 15)) as i16;
                     (q, s, [sc, sc])
                 },
@@ -238,110 +259,132 @@ macro_rules! iq_kernels {
             hsum(acc)
         }
 
-        /// IQ1_M: IQ1_S's rows with a scale per 16 and a delta per row of 8, in eighths as IQ1_S's.
+        /// IQ1_M's four ±1 row deltas (bit 3 of each of `h`'s nibbles set: −1) as 8 bytes a row: `h` in every
+        /// 16-bit lane, each row's lanes testing its nibble's bit.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn row_deltas(h: u16) -> __m256i {
+            let bit = _mm256_set_epi64x(
+                0x8000_8000_8000_8000u64 as i64,
+                0x0800_0800_0800_0800,
+                0x0080_0080_0080_0080,
+                0x0008_0008_0008_0008,
+            );
+            let set = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(h as i16), bit), bit);
+            _mm256_or_si256(set, _mm256_set1_epi8(1))
+        }
+
+        /// IQ1_M: IQ1_S's rows with a scale per 16 and a delta per row of 8, in eighths as IQ1_S's; the f16 scale
+        /// (a nibble atop each of `scales`' four u16s) folded into each group's float scale, two accumulators.
         #[target_feature(enable = $features)]
         fn iq1_m(w: &[u8], a: &Q8Row) -> f32 {
-            let mut acc = 0f32;
+            let t = f16_table();
+            let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             for (sb, blk) in blocks::<BlockIq1M>(w).iter().enumerate() {
                 prefetch_span(w, sb * size_of::<BlockIq1M>() + PREFETCH, size_of::<BlockIq1M>());
-                let mut part = _mm256_setzero_ps();
+                let sc = u64::from_le_bytes(blk.scales);
+                let bits = ((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) | ((sc >> 48) & 0xf000);
+                let d = t[bits as usize] * 0.125;
                 for ib in 0..8 {
-                    let sc =
-                        u16::from_le_bytes([blk.scales[2 * (ib / 2)], blk.scales[2 * (ib / 2) + 1]]) >> (6 * (ib % 2));
+                    let s = sc >> (16 * (ib / 2) + 6 * (ib % 2));
                     let nib = |l: usize| (blk.qh[2 * ib + l / 2] >> (4 * (l % 2))) & 15;
                     let q = rows8(
                         [0, 1, 2, 3].map(|l| IQ1S_GRID[blk.qs[4 * ib + l] as usize | (((nib(l) & 7) as usize) << 8)]),
                     );
-                    let q = eighths(q, rows8([0, 1, 2, 3].map(|l| delta_bytes(nib(l) & 8 != 0))));
+                    let q = eighths(q, row_deltas(u16::from_le_bytes([blk.qh[2 * ib], blk.qh[2 * ib + 1]])));
                     let b = sb * 8 + ib;
-                    let (s0, s1) = ((2 * (sc & 7) + 1) as i16, (2 * ((sc >> 3) & 7) + 1) as i16);
+                    let (s0, s1) = ((2 * (s & 7) + 1) as i16, (2 * ((s >> 3) & 7) + 1) as i16);
                     let dot = signed_dot_halves(q, load32(&a.qs, b * QK), s0, s1);
-                    part = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(a.d[b]), part);
+                    if ib % 2 == 0 {
+                        acc0 = scaled_add(dot, d * a.d[b], acc0);
+                    } else {
+                        acc1 = scaled_add(dot, d * a.d[b], acc1);
+                    }
                 }
-                acc += blk.d() * 0.125 * hsum(part);
             }
-            acc
+            hsum(_mm256_add_ps(acc0, acc1))
         }
 
-        /// TQ2_0: the 2 bits at `2·l` of 32 bytes of `qs`, less 1 (−1..2), dotted as signed.
+        /// TQ2_0: the 2 bits at `2·l` of 32 bytes of `qs` (0..3) dotted as unsigned bytes; the 1 they stand above
+        /// their value is taken off once a super-block, as `d · Σ s` over its 8 activation blocks (`s = d·Σ qs`).
         #[target_feature(enable = $features)]
         fn tq2_0(w: &[u8], a: &Q8Row) -> f32 {
             let t = f16_table();
-            let (m2, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
-            let mut acc = 0f32;
+            let m2 = _mm256_set1_epi8(3);
+            let (mut acc, mut offset) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             for (sb, blk) in blocks::<BlockTq2_0>(w).iter().enumerate() {
                 prefetch_span(w, sb * size_of::<BlockTq2_0>() + PREFETCH, size_of::<BlockTq2_0>());
-                let mut part = _mm256_setzero_ps();
+                let d = f16_of(t, blk.d);
                 for h in 0..2 {
                     let bits = load32(&blk.qs, 32 * h);
                     for l in 0..4 {
-                        let q = _mm256_sub_epi8(
-                            _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * l as i32)), m2),
-                            one,
-                        );
+                        let q = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * l as i32)), m2);
                         let b = sb * 8 + 4 * h + l;
-                        let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b * QK)));
-                        part = _mm256_fmadd_ps(dot, _mm256_set1_ps(a.d[b]), part);
+                        acc = scaled_add(dot_u8_i8(q, load32(&a.qs, b * QK)), d * a.d[b], acc);
                     }
                 }
-                acc += f16_of(t, blk.d) * hsum(part);
+                offset = _mm256_fmadd_ps(_mm256_set1_ps(d), loadu8(&a.s, sb * 8), offset);
             }
-            acc
+            hsum(acc) - hsum(offset)
         }
 
-        /// Trit `n` of each of 32 bytes (five base-3 digits a byte as a fixed-point fraction): `((x·3^n mod 256)·3)
-        /// >> 8`, in 16-bit lanes for the even and the odd bytes, less 1.
+        /// The trit `(x·3) >> 8` of each byte `x` (a base-3 digit as a fixed-point fraction: 0, 1 or 2), by two
+        /// unsigned comparisons: `x·3 ≥ 256` from 86 on, `≥ 512` from 171 on.
         #[inline]
         #[target_feature(enable = $features)]
-        fn trits(x: __m256i, n: u32) -> __m256i {
-            let (low, p) = (_mm256_set1_epi16(0xff), _mm256_set1_epi16(3i16.pow(n)));
-            let three = |v: __m256i| {
-                _mm256_srli_epi16(
-                    _mm256_mullo_epi16(_mm256_and_si256(_mm256_mullo_epi16(v, p), low), _mm256_set1_epi16(3)),
-                    8,
-                )
-            };
-            let even = three(_mm256_and_si256(x, low));
-            let odd = three(_mm256_srli_epi16(x, 8));
-            _mm256_sub_epi8(_mm256_or_si256(even, _mm256_slli_epi16(odd, 8)), _mm256_set1_epi8(1))
+        fn trit(x: __m256i) -> __m256i {
+            let at_least = |v: i8| _mm256_cmpeq_epi8(_mm256_max_epu8(x, _mm256_set1_epi8(v)), x);
+            _mm256_sub_epi8(_mm256_sub_epi8(_mm256_setzero_si256(), at_least(86)), at_least(171u8 as i8))
         }
 
-        /// TQ1_0: five trits of each of `qs`' first 32 bytes (values 0..160), of its next 16 (160..240), four of
-        /// `qh`'s 4 (240..256); the last two groups' bytes gathered into 32-byte registers on the stack.
+        /// `x · 3` of each byte, modulo 256: the next digit of the fraction brought to the top.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn times3(x: __m256i) -> __m256i {
+            _mm256_add_epi8(x, _mm256_add_epi8(x, x))
+        }
+
+        /// TQ1_0: five trits of each of `qs`' first 32 bytes are groups 0..5; the next 16 bytes and `qh`'s 4 in one
+        /// register give the rest: group 5 the low halves of trits 0 and 1, group 6 of trits 2 and 3, group 7 trit
+        /// 4's low half and bytes 16..20 (`qh`) of trits 0..4, all in registers. The trits (0..2) are dotted as
+        /// unsigned bytes and the 1 they stand above their value taken off as TQ2_0's.
         #[target_feature(enable = $features)]
         fn tq1_0(w: &[u8], a: &Q8Row) -> f32 {
             let t = f16_table();
-            let mut acc = 0f32;
+            let (mut acc0, mut acc1, mut offset) = (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
             for (sb, blk) in blocks::<BlockTq1_0>(w).iter().enumerate() {
                 prefetch_span(w, sb * size_of::<BlockTq1_0>() + PREFETCH, size_of::<BlockTq1_0>());
-                let mut q = [0i8; 256];
-                let first = load32(&blk.qs, 0);
+                let d = f16_of(t, blk.d);
+                let group = |ib: usize, q: __m256i, acc: __m256| {
+                    let b = sb * 8 + ib;
+                    scaled_add(dot_u8_i8(q, load32(&a.qs, b * QK)), d * a.d[b], acc)
+                };
+                let mut x = load32(&blk.qs, 0);
                 for n in 0..5 {
-                    // SAFETY: 32 bytes at 32·n of the 256
-                    unsafe { _mm256_storeu_si256(q.as_mut_ptr().add(32 * n) as *mut __m256i, trits(first, n as u32)) };
+                    if n % 2 == 0 {
+                        acc0 = group(n, trit(x), acc0);
+                    } else {
+                        acc1 = group(n, trit(x), acc1);
+                    }
+                    x = times3(x);
                 }
                 let mut rest = [0u8; 32];
                 rest[..16].copy_from_slice(&blk.qs[32..48]);
                 rest[16..20].copy_from_slice(&blk.qh);
-                let rest = load32(&rest, 0);
-                for n in 0..5 {
-                    let mut v = [0i8; 32];
-                    // SAFETY: `v` holds 32 bytes
-                    unsafe { _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, trits(rest, n as u32)) };
-                    q[160 + 16 * n..176 + 16 * n].copy_from_slice(&v[..16]);
-                    if n < 4 {
-                        q[240 + 4 * n..244 + 4 * n].copy_from_slice(&v[16..20]);
-                    }
-                }
-                let mut part = _mm256_setzero_ps();
-                for ib in 0..8 {
-                    let b = sb * 8 + ib;
-                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(load32(&q, 32 * ib), load32(&a.qs, b * QK)));
-                    part = _mm256_fmadd_ps(dot, _mm256_set1_ps(a.d[b]), part);
-                }
-                acc += f16_of(t, blk.d) * hsum(part);
+                let mut x = load32(&rest, 0);
+                let r = [0, 1, 2, 3, 4].map(|_| {
+                    let r = trit(x);
+                    x = times3(x);
+                    r
+                });
+                acc1 = group(5, _mm256_permute2x128_si256(r[0], r[1], 0x20), acc1);
+                acc0 = group(6, _mm256_permute2x128_si256(r[2], r[3], 0x20), acc0);
+                let hi = |n: usize| _mm256_extracti128_si256(r[n], 1);
+                let qh = _mm_unpacklo_epi64(_mm_unpacklo_epi32(hi(0), hi(1)), _mm_unpacklo_epi32(hi(2), hi(3)));
+                acc1 = group(7, _mm256_set_m128i(qh, _mm256_castsi256_si128(r[4])), acc1);
+                offset = _mm256_fmadd_ps(_mm256_set1_ps(d), loadu8(&a.s, sb * 8), offset);
             }
-            acc
+            hsum(_mm256_add_ps(acc0, acc1)) - hsum(offset)
         }
     };
 }
