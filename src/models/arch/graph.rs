@@ -59,10 +59,13 @@ pub(crate) fn build_step(
     let io = Io { pos, rows, kv_len, mask, swa_mask, view, rope_factors };
     let mut h = embed(&mut g, cfg, w, tokens)?;
     for (l, block) in w.blocks.iter().enumerate() {
-        h = (w.layer)(&mut g, &Layer { cfg, l, block, cache, io: &io }, h)?;
+        let last_row_only = t > 1 && l + 1 == w.blocks.len();
+        h = (w.layer)(&mut g, &Layer { cfg, l, block, cache, io: &io, last_row_only }, h)?;
     }
-    let last = g.slice(h, 0, t - 1, t)?;
-    let (logits, argmax, logits_sum) = head(&mut g, cfg, w, last)?;
+    if g.shape(h)?[0] > 1 {
+        h = g.slice(h, 0, t - 1, t)?;
+    }
+    let (logits, argmax, logits_sum) = head(&mut g, cfg, w, h)?;
     Ok(StepGraph { graph: g, tokens, pos, rows, kv_len, mask, swa_mask, logits, argmax, logits_sum })
 }
 
@@ -83,7 +86,7 @@ pub(crate) fn build_decode_batch(cfg: &DecoderConfig, w: &Weights, cache: &KvCac
     let io = Io { pos, rows, kv_len, mask: Some(mask), swa_mask, view: View::Batch { n }, rope_factors };
     let mut x = embed(&mut g, cfg, w, tokens)?;
     for (l, block) in w.blocks.iter().enumerate() {
-        x = (w.layer)(&mut g, &Layer { cfg, l, block, cache, io: &io }, x)?;
+        x = (w.layer)(&mut g, &Layer { cfg, l, block, cache, io: &io, last_row_only: false }, x)?;
     }
     let (logits, argmax, logits_sum) = head(&mut g, cfg, w, x)?;
     Ok(BatchGraph { graph: g, tokens, pos, rows, mask, swa_mask, kv_len, logits, argmax, logits_sum })
@@ -153,7 +156,11 @@ fn head(g: &mut Graph, cfg: &DecoderConfig, w: &Weights, x: Tensor) -> Result<(T
 /// of experts, each pre-normed, post-normed where the architecture says, and added to the residual.
 pub(crate) fn llama_layer(g: &mut Graph, layer: &Layer, h: Tensor) -> Result<Tensor> {
     let (cfg, b) = (layer.cfg, layer.block);
-    let h = self_attention(g, layer, h)?;
+    let mut h = self_attention(g, layer, h)?;
+    if layer.last_row_only {
+        let r = g.shape(h)?[0];
+        h = g.slice(h, 0, r - 1, r)?;
+    }
     let x = nn::rms_norm(g, h, &b.ffn_norm, cfg.rms_eps)?;
     let f = match &b.ffn {
         Ffn::Dense { gate, up, down } => nn::gated_ffn(g, x, (gate, up, down), cfg.ffn_act)?,
@@ -167,7 +174,7 @@ pub(crate) fn llama_layer(g: &mut Graph, layer: &Layer, h: Tensor) -> Result<Ten
 /// cache), attention over the cache, the output projection, post-norm where the architecture says, and the
 /// residual add.
 pub(crate) fn self_attention(g: &mut Graph, layer: &Layer, h: Tensor) -> Result<Tensor> {
-    let Layer { cfg, l, block: b, cache, io } = *layer;
+    let Layer { cfg, l, block: b, cache, io, .. } = *layer;
     let x = nn::rms_norm(g, h, &b.attn_norm, cfg.rms_eps)?;
     let (q, k, v) = qkv(g, cfg, (l, b), x, io)?;
     let (kc, vc) = write_kv(g, (&cache.k[l], &cache.v[l]), io.rows, k, v)?;

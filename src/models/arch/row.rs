@@ -49,6 +49,10 @@ pub(crate) struct Layer<'a> {
     pub block: &'a Block,
     pub cache: &'a KvCache,
     pub io: &'a Io,
+    /// Whether only the last row leaves this layer: a step's last layer, whose logits are its last row's, runs
+    /// its feed-forward on that row alone (its attention on every row, whose keys and values are cached), as
+    /// llama.cpp's `inp_out_ids` does.
+    pub last_row_only: bool,
 }
 
 /// Where a graph's layers find their run-time inputs and how they view the cache.
