@@ -287,11 +287,16 @@ macro_rules! iq_kernels {
                 let d = t[bits as usize] * 0.125;
                 for ib in 0..8 {
                     let s = sc >> (16 * (ib / 2) + 6 * (ib % 2));
-                    let nib = |l: usize| (blk.qh[2 * ib + l / 2] >> (4 * (l % 2))) & 15;
-                    let q = rows8(
-                        [0, 1, 2, 3].map(|l| IQ1S_GRID[blk.qs[4 * ib + l] as usize | (((nib(l) & 7) as usize) << 8)]),
-                    );
-                    let q = eighths(q, row_deltas(u16::from_le_bytes([blk.qh[2 * ib], blk.qh[2 * ib + 1]])));
+                    // row l's nibble: bits 4·l.. of the group's two qh bytes (3 grid bits, then the delta's)
+                    let h = u16::from_le_bytes([blk.qh[2 * ib], blk.qh[2 * ib + 1]]);
+                    let (g, hi) = (&blk.qs[4 * ib..4 * ib + 4], h as usize);
+                    let q = rows8([
+                        IQ1S_GRID[g[0] as usize | ((hi & 7) << 8)],
+                        IQ1S_GRID[g[1] as usize | (((hi >> 4) & 7) << 8)],
+                        IQ1S_GRID[g[2] as usize | (((hi >> 8) & 7) << 8)],
+                        IQ1S_GRID[g[3] as usize | (((hi >> 12) & 7) << 8)],
+                    ]);
+                    let q = eighths(q, row_deltas(h));
                     let b = sb * 8 + ib;
                     let (s0, s1) = ((2 * (s & 7) + 1) as i16, (2 * ((s >> 3) & 7) + 1) as i16);
                     let dot = signed_dot_halves(q, load32(&a.qs, b * QK), s0, s1);
