@@ -81,34 +81,56 @@ macro_rules! iq_kernels {
         }
 
         /// `Σ` over 32-groups of `d(blk) · Σ_half scale_half · (magnitudes · signed activations)`, the group's
-        /// (magnitudes, ±1 signs, [scale of its first 16, of its last 16]) from `group`.
+        /// (magnitudes, ±1 signs, the i16 lanes of its scales: its first 16's in the low half, its last 16's in the
+        /// high half) from `group`, given what `prepare` made of its super-block (its scale `d` and `P`).
         #[inline]
         #[target_feature(enable = $features)]
-        fn grid_kernel<B: Block>(
+        fn grid_kernel<B: Block, P: Copy>(
             w: &[u8],
             a: &Q8Row,
-            d: impl Fn(&B) -> f32,
-            group: impl Fn(&B, usize) -> (__m256i, __m256i, [i16; 2]),
+            prepare: impl Fn(&B) -> (f32, P),
+            group: impl Fn(&B, P, usize) -> (__m256i, __m256i, __m256i),
         ) -> f32 {
             // two accumulators in registers (indexed by a group's parity, they lived on the stack: a store and a
             // reload in every group's chain)
             let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             for (sb, blk) in blocks::<B>(w).iter().enumerate() {
                 prefetch_span(w, sb * size_of::<B>() + PREFETCH, size_of::<B>());
-                let d = d(blk);
+                let (d, p) = prepare(blk);
                 for ib in (0..8).step_by(2) {
                     let (b0, b1) = (sb * 8 + ib, sb * 8 + ib + 1);
-                    let (q, signs, [s0, s1]) = group(blk, ib);
-                    let dot =
-                        weigh_halves(_mm256_maddubs_epi16(q, _mm256_sign_epi8(load32(&a.qs, b0 * QK), signs)), s0, s1);
+                    let (q, signs, scales) = group(blk, p, ib);
+                    let y = _mm256_sign_epi8(load32(&a.qs, b0 * QK), signs);
+                    let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scales);
                     acc0 = scaled_add(dot, d * a.d[b0], acc0);
-                    let (q, signs, [s0, s1]) = group(blk, ib + 1);
-                    let dot =
-                        weigh_halves(_mm256_maddubs_epi16(q, _mm256_sign_epi8(load32(&a.qs, b1 * QK), signs)), s0, s1);
+                    let (q, signs, scales) = group(blk, p, ib + 1);
+                    let y = _mm256_sign_epi8(load32(&a.qs, b1 * QK), signs);
+                    let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scales);
                     acc1 = scaled_add(dot, d * a.d[b1], acc1);
                 }
             }
             hsum(_mm256_add_ps(acc0, acc1))
+        }
+
+        /// A super-block's 16 scales `2·n + 1` of the nibbles of `scales` (low nibble first: a group's first 16,
+        /// then its last 16) as bytes, in both 128-bit halves.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn nibble_scales(scales: [u8; 8]) -> __m256i {
+            let x = _mm_set1_epi64x(i64::from_le_bytes(scales));
+            let m = _mm_set1_epi8(15);
+            let v = _mm_unpacklo_epi8(_mm_and_si128(x, m), _mm_and_si128(_mm_srli_epi16(x, 4), m));
+            _mm256_broadcastsi128_si256(_mm_add_epi8(_mm_add_epi8(v, v), _mm_set1_epi8(1)))
+        }
+
+        /// Group `ib`'s two scales of [`nibble_scales`] as i16 lanes, its first 16's in the low half and its last
+        /// 16's in the high half: one byte shuffle (0x80 bytes give the lanes' zero high bytes).
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn half_scales(scales: __m256i, ib: usize) -> __m256i {
+            let lo = (0x8000 + 2 * ib as u64) * 0x0001_0001_0001_0001;
+            let hi = lo + 0x0001_0001_0001_0001;
+            _mm256_shuffle_epi8(scales, _mm256_set_epi64x(hi as i64, hi as i64, lo as i64, lo as i64))
         }
 
         /// Eighths of an IQ1 group: `8·q + δ` for grid values `q` (−1, 0, 1) and each row's delta `δ` (±1 bytes),
@@ -152,14 +174,14 @@ macro_rules! iq_kernels {
             grid_kernel(
                 w,
                 a,
-                |b: &BlockIq2Xxs| f16_of(t, b.d) * 0.125,
-                |b, ib| {
+                |b: &BlockIq2Xxs| (f16_of(t, b.d) * 0.125, ()),
+                |b, _, ib| {
                     let c = &b.qs[8 * ib..8 * ib + 8];
                     let aux = u32_le(c, 4);
                     let q = rows8([0, 1, 2, 3].map(|l| IQ2XXS_GRID[c[l] as usize]));
                     let s = rows8([0, 1, 2, 3].map(|l| even_signs(aux >> (7 * l))));
                     let sc = (2 * (aux >> 28) + 1) as i16;
-                    (q, s, [sc, sc])
+                    (q, s, _mm256_set1_epi16(sc))
                 },
             )
         }
@@ -171,13 +193,12 @@ macro_rules! iq_kernels {
             grid_kernel(
                 w,
                 a,
-                |b: &BlockIq2Xs| f16_of(t, b.d) * 0.125,
-                |b, ib| {
+                |b: &BlockIq2Xs| (f16_of(t, b.d) * 0.125, nibble_scales(b.scales)),
+                |b, scales, ib| {
                     let g = [0, 1, 2, 3].map(|l| u16::from_le_bytes([b.qs[8 * ib + 2 * l], b.qs[8 * ib + 2 * l + 1]]));
                     let q = rows8(g.map(|g| IQ2XS_GRID[(g & 511) as usize]));
                     let s = rows8(g.map(|g| even_signs((g >> 9) as u32)));
-                    let sc = b.scales[ib];
-                    (q, s, [(2 * (sc & 15) + 1) as i16, (2 * (sc >> 4) + 1) as i16])
+                    (q, s, half_scales(scales, ib))
                 },
             )
         }
@@ -189,13 +210,12 @@ macro_rules! iq_kernels {
             grid_kernel(
                 w,
                 a,
-                |b: &BlockIq2S| f16_of(t, b.d) * 0.125,
-                |b, ib| {
+                |b: &BlockIq2S| (f16_of(t, b.d) * 0.125, nibble_scales(b.scales)),
+                |b, scales, ib| {
                     let row = |l: usize| b.qs[4 * ib + l] as usize | ((((b.qh[ib] >> (2 * l)) & 3) as usize) << 8);
                     let q = rows8([0, 1, 2, 3].map(|l| IQ2S_GRID[row(l)]));
                     let s = sign_bits(u32_le(&b.signs, 4 * ib));
-                    let sc = b.scales[ib];
-                    (q, s, [(2 * (sc & 15) + 1) as i16, (2 * (sc >> 4) + 1) as i16])
+                    (q, s, half_scales(scales, ib))
                 },
             )
         }
@@ -207,13 +227,13 @@ macro_rules! iq_kernels {
             grid_kernel(
                 w,
                 a,
-                |b: &BlockIq3Xxs| f16_of(t, b.d) * 0.25,
-                |b, ib| {
+                |b: &BlockIq3Xxs| (f16_of(t, b.d) * 0.25, ()),
+                |b, _, ib| {
                     let aux = u32_le(&b.scales_signs, 4 * ib);
                     let q = rows4([0, 1, 2, 3, 4, 5, 6, 7].map(|k| IQ3XXS_GRID[b.qs[8 * ib + k] as usize]));
                     let s = rows8([0, 1, 2, 3].map(|l| even_signs(aux >> (7 * l))));
                     let sc = (2 * (aux >> 28) + 1) as i16;
-                    (q, s, [sc, sc])
+                    (q, s, _mm256_set1_epi16(sc))
                 },
             )
         }
@@ -225,13 +245,13 @@ macro_rules! iq_kernels {
             grid_kernel(
                 w,
                 a,
-                |b: &BlockIq3S| f16_of(t, b.d),
-                |b, ib| {
+                |b: &BlockIq3S| (f16_of(t, b.d), ()),
+                |b, _, ib| {
                     let row = |k: usize| b.qs[8 * ib + k] as usize | ((((b.qh[ib] >> k) & 1) as usize) << 8);
                     let q = rows4([0, 1, 2, 3, 4, 5, 6, 7].map(|k| IQ3S_GRID[row(k)]));
                     let s = sign_bits(u32_le(&b.signs, 4 * ib));
                     let sc = (1 + 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 15)) as i16;
-                    (q, s, [sc, sc])
+                    (q, s, _mm256_set1_epi16(sc))
                 },
             )
         }
