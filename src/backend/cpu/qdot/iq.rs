@@ -5,12 +5,23 @@
 //! Layouts and values as `crate::quant::iq` decodes them.
 
 use super::row::{Q8Row, QK};
-use super::scalar::{dot_i8, sum_i8};
 #[cfg(target_arch = "x86_64")]
 use crate::dtype::DType;
 use crate::quant::grids::*;
 use crate::quant::iq::{iq4_xs_scale, trit};
 use crate::quant::*;
+
+/// `Σ q[i] * a[i]` in i32.
+#[inline(always)]
+fn dot_i8(q: &[i8], a: &[i8]) -> i32 {
+    q.iter().zip(a).map(|(&q, &a)| q as i32 * a as i32).sum()
+}
+
+/// `Σ a[i]` in i32.
+#[inline(always)]
+fn sum_i8(a: &[i8]) -> i32 {
+    a.iter().map(|&a| a as i32).sum()
+}
 
 /// The activations of 32-block `b`.
 #[inline(always)]

@@ -41,13 +41,13 @@ pub(super) fn dot_fn(dtype: DType) -> Option<DotFn> {
 
 /// `Σ q[i] * a[i]` in i32.
 #[inline(always)]
-pub(super) fn dot_i8(q: &[i8], a: &[i8]) -> i32 {
+fn dot_i8(q: &[i8], a: &[i8]) -> i32 {
     q.iter().zip(a).map(|(&q, &a)| q as i32 * a as i32).sum()
 }
 
 /// `Σ a[i]` in i32.
 #[inline(always)]
-pub(super) fn sum_i8(a: &[i8]) -> i32 {
+fn sum_i8(a: &[i8]) -> i32 {
     a.iter().map(|&a| a as i32).sum()
 }
 
