@@ -347,22 +347,39 @@ macro_rules! kernels {
                 })
             }
 
-            /// IQ4_XS: eight IQ4_NL groups a super-block, each scaled by `d·(ls − 32)`.
+            /// IQ4_XS: eight IQ4_NL groups a super-block, each scaled by `d·(ls − 32)`: the eight 6-bit `ls` taken
+            /// at once (lane `ib` shifting the low nibbles by `4·ib`, the high bit pairs by `2·ib`) and folded with
+            /// `d` and the groups' activation scales into one vector, a group's lane broadcast by a permute.
             #[target_feature(enable = $features)]
             fn iq4_xs(w: &[u8], a: &Q8Row) -> f32 {
                 let (t, table) = (f16_table(), table16(&grids::KVALUES_IQ4NL));
-                let bytes = w;
-                let w = blocks::<BlockIq4Xs>(w);
-                four_way(w.len() * 8, |b| {
-                    let (blk, ib) = (&w[b / 8], b % 8);
-                    if ib == 0 {
-                        prefetch_span(bytes, b / 8 * size_of::<BlockIq4Xs>() + PREFETCH, size_of::<BlockIq4Xs>());
+                let (low_shift, high_shift) =
+                    (_mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+                let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                for (sb, blk) in blocks::<BlockIq4Xs>(w).iter().enumerate() {
+                    prefetch_span(w, sb * size_of::<BlockIq4Xs>() + PREFETCH, size_of::<BlockIq4Xs>());
+                    let low = _mm256_srlv_epi32(_mm256_set1_epi32(i32::from_le_bytes(blk.scales_l)), low_shift);
+                    let high = _mm256_srlv_epi32(_mm256_set1_epi32(u16::from_le_bytes(blk.scales_h) as i32), high_shift);
+                    let ls = _mm256_or_si256(
+                        _mm256_and_si256(low, _mm256_set1_epi32(15)),
+                        _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4),
+                    );
+                    let ls = _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)));
+                    let d = _mm256_set1_ps(f16_of(t, blk.d));
+                    let scales = _mm256_mul_ps(_mm256_mul_ps(ls, d), loadu8(&a.d, sb * 8));
+                    for ib in (0..8).step_by(2) {
+                        let (b0, b1) = (sb * 8 + ib, sb * 8 + ib + 1);
+                        let q = lookup(table, blk.qs[16 * ib..16 * ib + 16].try_into().expect("16 bytes"));
+                        let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b0 * QK)));
+                        let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(ib as i32));
+                        acc0 = _mm256_fmadd_ps(dot, scale, acc0);
+                        let q = lookup(table, blk.qs[16 * ib + 16..16 * ib + 32].try_into().expect("16 bytes"));
+                        let dot = _mm256_cvtepi32_ps(dot_i8_i8(q, load32(&a.qs, b1 * QK)));
+                        let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(ib as i32 + 1));
+                        acc1 = _mm256_fmadd_ps(dot, scale, acc1);
                     }
-                    let qs: &[u8; 16] = blk.qs[16 * ib..16 * ib + 16].try_into().expect("16 bytes");
-                    let dot = _mm256_cvtepi32_ps(dot_i8_i8(lookup(table, qs), load32(&a.qs, b * QK)));
-                    let scale = (crate::quant::iq::iq4_xs_scale(blk, ib) - 32) as f32;
-                    (dot, f16_of(t, blk.d) * scale * a.d[b])
-                })
+                }
+                hsum(_mm256_add_ps(acc0, acc1))
             }
 
             // the grid and ternary types (`avx2_iq.rs`)

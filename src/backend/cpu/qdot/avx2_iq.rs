@@ -42,6 +42,24 @@ pub(crate) fn even_signs(index: u32) -> u64 {
     EVEN_SIGN_BYTES[(index & 127) as usize]
 }
 
+/// IQ1S_GRID's rows in eighths: each byte (−1, 0, 1) times 8, so that a row's delta is one byte add.
+pub(crate) static IQ1S_EIGHTHS: [u64; 2048] = iq1s_eighths();
+
+const fn iq1s_eighths() -> [u64; 2048] {
+    let mut t = [0u64; 2048];
+    let mut i = 0;
+    while i < 2048 {
+        let mut j = 0;
+        while j < 8 {
+            let byte = ((crate::quant::grids::IQ1S_GRID[i] >> (8 * j)) & 0xff) as u8 as i8;
+            t[i] |= ((byte * 8) as u8 as u64) << (8 * j);
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
 /// An IQ1 grid row's ±1 delta as 8 bytes: −1 where `negative`, else 1.
 #[inline(always)]
 pub(crate) fn delta_bytes(negative: bool) -> u64 {
@@ -54,8 +72,8 @@ pub(crate) fn delta_bytes(negative: bool) -> u64 {
 
 macro_rules! iq_kernels {
     ($features:literal) => {
-        use crate::backend::cpu::qdot::avx2_iq::{delta_bytes, even_signs};
-        use crate::quant::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
+        use crate::backend::cpu::qdot::avx2_iq::{delta_bytes, even_signs, IQ1S_EIGHTHS};
+        use crate::quant::grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
         /// Four 8-byte grid rows as one register, row 0 lowest.
         #[inline]
@@ -133,13 +151,20 @@ macro_rules! iq_kernels {
             _mm256_shuffle_epi8(scales, _mm256_set_epi64x(hi as i64, hi as i64, lo as i64, lo as i64))
         }
 
-        /// Eighths of an IQ1 group: `8·q + δ` for grid values `q` (−1, 0, 1) and each row's delta `δ` (±1 bytes),
-        /// every value of the group exact (at most 9 in magnitude).
+        /// IQ1_M's 16 scales `2·n + 1` of the 3-bit fields of `scales` (four to each u16, above its 12th bit a nibble
+        /// of the f16 scale) as bytes, in both 128-bit halves: each u16 put in four 16-bit lanes, field j brought to
+        /// the lane's top by a multiply by `2^(13 − 3j)`, shifted down, packed.
         #[inline]
         #[target_feature(enable = $features)]
-        fn eighths(q: __m256i, delta: __m256i) -> __m256i {
-            // 8·q bytewise: the shifted 16-bit lanes' spilled bits masked off each byte
-            _mm256_add_epi8(_mm256_and_si256(_mm256_slli_epi16(q, 3), _mm256_set1_epi8(-8)), delta)
+        fn field3_scales(scales: u64) -> __m256i {
+            let lanes = _mm256_shuffle_epi8(
+                _mm256_set1_epi64x(scales as i64),
+                _mm256_set_epi64x(0x0706_0706_0706_0706, 0x0504_0504_0504_0504, 0x0302_0302_0302_0302, 0x0100_0100_0100_0100),
+            );
+            let shift = _mm256_set1_epi64x(0x0010_0080_0400_2000);
+            let n = _mm256_srli_epi16(_mm256_mullo_epi16(lanes, shift), 13);
+            let v = _mm256_add_epi16(_mm256_add_epi16(n, n), _mm256_set1_epi16(1));
+            _mm256_permute4x64_epi64(_mm256_packus_epi16(v, v), 0x88)
         }
 
         /// `Σ_half scale_half · Σ q·y` of 32 signed bytes q against the activations y, as i32 lanes.
@@ -268,8 +293,8 @@ macro_rules! iq_kernels {
                 for ib in 0..8 {
                     let h = u16::from_le_bytes([blk.qh[2 * ib], blk.qh[2 * ib + 1]]);
                     let row = |l: usize| blk.qs[4 * ib + l] as usize | ((((h >> (3 * l)) & 7) as usize) << 8);
-                    let q = rows8([0, 1, 2, 3].map(|l| IQ1S_GRID[row(l)]));
-                    let q = eighths(q, _mm256_set1_epi64x(delta_bytes(h & 0x8000 != 0) as i64));
+                    let q = rows8([0, 1, 2, 3].map(|l| IQ1S_EIGHTHS[row(l)]));
+                    let q = _mm256_add_epi8(q, _mm256_set1_epi64x(delta_bytes(h & 0x8000 != 0) as i64));
                     let b = sb * 8 + ib;
                     let sc = (2 * ((h >> 12) & 7) + 1) as i16;
                     let dot = signed_dot_halves(q, load32(&a.qs, b * QK), sc, sc);
@@ -305,21 +330,21 @@ macro_rules! iq_kernels {
                 let sc = u64::from_le_bytes(blk.scales);
                 let bits = ((sc >> 12) & 0xf) | ((sc >> 24) & 0xf0) | ((sc >> 36) & 0xf00) | ((sc >> 48) & 0xf000);
                 let d = t[bits as usize] * 0.125;
+                let scales = field3_scales(sc);
                 for ib in 0..8 {
-                    let s = sc >> (16 * (ib / 2) + 6 * (ib % 2));
                     // row l's nibble: bits 4·l.. of the group's two qh bytes (3 grid bits, then the delta's)
                     let h = u16::from_le_bytes([blk.qh[2 * ib], blk.qh[2 * ib + 1]]);
                     let (g, hi) = (&blk.qs[4 * ib..4 * ib + 4], h as usize);
                     let q = rows8([
-                        IQ1S_GRID[g[0] as usize | ((hi & 7) << 8)],
-                        IQ1S_GRID[g[1] as usize | (((hi >> 4) & 7) << 8)],
-                        IQ1S_GRID[g[2] as usize | (((hi >> 8) & 7) << 8)],
-                        IQ1S_GRID[g[3] as usize | (((hi >> 12) & 7) << 8)],
+                        IQ1S_EIGHTHS[g[0] as usize | ((hi & 7) << 8)],
+                        IQ1S_EIGHTHS[g[1] as usize | (((hi >> 4) & 7) << 8)],
+                        IQ1S_EIGHTHS[g[2] as usize | (((hi >> 8) & 7) << 8)],
+                        IQ1S_EIGHTHS[g[3] as usize | (((hi >> 12) & 7) << 8)],
                     ]);
-                    let q = eighths(q, row_deltas(h));
+                    let q = _mm256_add_epi8(q, row_deltas(h));
                     let b = sb * 8 + ib;
-                    let (s0, s1) = ((2 * (s & 7) + 1) as i16, (2 * ((s >> 3) & 7) + 1) as i16);
-                    let dot = signed_dot_halves(q, load32(&a.qs, b * QK), s0, s1);
+                    let y = _mm256_sign_epi8(load32(&a.qs, b * QK), q);
+                    let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), y), half_scales(scales, ib));
                     if ib % 2 == 0 {
                         acc0 = scaled_add(dot, d * a.d[b], acc0);
                     } else {
