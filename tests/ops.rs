@@ -272,7 +272,8 @@ fn norm_width_cases() -> Vec<Case> {
 #[test]
 fn row_ops() {
     for op in RowOp::ALL {
-        assert!(["softmax", "rms_norm", "layer_norm"].contains(&op.name()), "no cases for row op {}", op.name());
+        let named = ["softmax", "rms_norm", "layer_norm", "l2_norm"];
+        assert!(named.contains(&op.name()), "no cases for row op {}", op.name());
     }
     let mut cases = Vec::new();
     let shapes: &[&[usize]] = &[&[1], &[1, 1], &[7, 13], &[3, 257], &[2, 1000], &[2, 3, 33], &[1, 2, 3, 255]];
@@ -295,6 +296,12 @@ fn row_ops() {
                 vec![inp(dtype, s, 1)],
                 |g, x| g.layer_norm(x[0], 1e-5),
                 |x| r::layer_norm(&x[0], None, None, 1e-5),
+            ));
+            cases.push(Case::new(
+                format!("l2_norm/{dtype}/{s:?}"),
+                vec![inp(dtype, s, 1)],
+                |g, x| g.l2_norm(x[0], 1e-6),
+                |x| common::recurrent::l2_norm(&x[0], 1e-6),
             ));
         }
     }

@@ -251,7 +251,9 @@ fn step_of(op: &Op, dtype: DType) -> Step {
         | Op::Concat { .. }
         | Op::TopK { .. }
         | Op::TakeAlongAxis { .. }
-        | Op::MulMatId { .. } => Step::Op(op.clone()),
+        | Op::MulMatId { .. }
+        | Op::SsmConv { .. }
+        | Op::GatedDeltaNet { .. } => Step::Op(op.clone()),
     }
 }
 

@@ -12,6 +12,7 @@ mod gather;
 mod handle;
 mod linalg;
 mod op;
+mod recurrent;
 mod rows;
 mod state;
 mod views;

@@ -115,6 +115,21 @@ pub(crate) enum Op {
         w: NodeId,
         ids: NodeId,
     },
+    /// The causal depthwise conv of `x` (its carried rows first) by `w`.
+    SsmConv {
+        x: NodeId,
+        w: NodeId,
+    },
+    /// The gated delta rule: the output of every token, then the new state, flat.
+    GatedDeltaNet {
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        g: NodeId,
+        beta: NodeId,
+        state: NodeId,
+        scale: f32,
+    },
 }
 
 impl Op {
@@ -140,6 +155,8 @@ impl Op {
             Op::TopK { .. } => "top_k",
             Op::TakeAlongAxis { .. } => "take_along_axis",
             Op::MulMatId { .. } => "mul_mat_id",
+            Op::SsmConv { .. } => "ssm_conv",
+            Op::GatedDeltaNet { .. } => "gated_delta_net",
         }
     }
 
@@ -163,6 +180,8 @@ impl Op {
             Op::TopK { x, .. } => vec![x],
             Op::TakeAlongAxis { x, idx } => vec![x, idx],
             Op::MulMatId { a, w, ids } => vec![a, w, ids],
+            Op::SsmConv { x, w } => vec![x, w],
+            Op::GatedDeltaNet { q, k, v, g, beta, state, .. } => vec![q, k, v, g, beta, state],
         }
     }
 }

@@ -93,6 +93,21 @@ impl Graph {
         self.push(Op::Row { op: RowOp::LayerNorm, x: ix, mask: None, scale: 1.0, eps }, dtype, &shape)
     }
 
+    /// `x / max(‖x‖₂, eps)` over the last axis (the q and k normalization of linear-attention layers).
+    ///
+    /// # Shapes
+    /// x `[..., N]` → the same shape.
+    /// # DTypes
+    /// f32 and f16, accumulated in f32; the output has x's dtype.
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for i32; [`Error::InvalidShape`] for a 0-d x.
+    /// # Reference
+    /// ggml_l2_norm; `torch.nn.functional.normalize(x, p=2, dim=-1, eps=eps)`.
+    pub fn l2_norm(&mut self, x: Tensor, eps: f32) -> Result<Tensor> {
+        let (ix, dtype, shape) = self.row_operand("l2_norm", x)?;
+        self.push(Op::Row { op: RowOp::L2Norm, x: ix, mask: None, scale: 1.0, eps }, dtype, &shape)
+    }
+
     /// A reduction of the table over the last axis, kept as size 1.
     ///
     /// # Shapes

@@ -75,6 +75,10 @@ macro_rules! for_each_row {
                 let inv = 1.0 / (var + p.eps as f64).sqrt();
                 row.iter_mut().for_each(|e| *e = (*e - mean) * inv);
             }, "`(x − mean) / √(var + eps)`, biased variance (ggml_norm).")
+            (L2Norm, l2_norm, "l2Norm", [eps], "L2_NORM", |row, p| {
+                let inv = 1.0 / sum_f64(row, |x| x * x).sqrt().max(p.eps as f64);
+                row.iter_mut().for_each(|e| *e *= inv);
+            }, "`x / max(‖x‖₂, eps)` (ggml_l2_norm, `torch.nn.functional.normalize(x, dim=-1, eps=eps)`).")
         }
     };
 }

@@ -170,6 +170,34 @@ impl WebGraph {
         wrap(self.inner.mul_mat_id(a.inner, w.inner, ids.inner))
     }
 
+    /// The causal depthwise conv over the sequence (ggml_ssm_conv): x `[B, T + K − 1, C]` (its first K − 1 rows
+    /// the carried state), w `[C, K]` → float32 `[B, T, C]`, `out[b, t, c] = Σ_k w[c, k] · x[b, t + k, c]`.
+    #[wasm_bindgen(js_name = ssmConv)]
+    pub fn ssm_conv(&mut self, x: &WebTensor, w: &WebTensor) -> R {
+        wrap(self.inner.ssm_conv(x.inner, w.inner))
+    }
+
+    /// The gated delta rule (ggml_gated_delta_net): q, k `[B, T, Hk, Dk]`, v `[B, T, Hv, Dv]`, g (log-decays) and
+    /// beta `[B, T, Hv]`, state `[B, Hv, Dv, Dk]` → `[out [B, T, Hv, Dv], newState [B, Hv, Dv, Dk]]` (float32).
+    #[wasm_bindgen(js_name = gatedDeltaNet)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated_delta_net(
+        &mut self,
+        q: &WebTensor,
+        k: &WebTensor,
+        v: &WebTensor,
+        g: &WebTensor,
+        beta: &WebTensor,
+        state: &WebTensor,
+        scale: f32,
+    ) -> Result<Vec<WebTensor>, JsError> {
+        let (out, new_state) = self
+            .inner
+            .gated_delta_net(q.inner, k.inner, v.inner, g.inner, beta.inner, state.inner, scale)
+            .map_err(js_err)?;
+        Ok(vec![WebTensor { inner: out }, WebTensor { inner: new_state }])
+    }
+
     /// `x` converted to `dtype` (`"float32"` or `"float16"`; a block-type weight is dequantized).
     pub fn cast(&mut self, x: &WebTensor, #[wasm_bindgen(unchecked_param_type = "DTypeName")] dtype: &str) -> R {
         wrap(self.inner.cast(x.inner, parse_dtype(dtype)?))
@@ -321,7 +349,7 @@ impl WebGraph {
         wrap(self.inner.geglu(a.inner, b.inner))
     }
 
-    // ---- rows (last axis): one method per row of the row-op table (`softmax`, `rmsNorm`, `layerNorm`; below)
+    // ---- rows (last axis): one method per row of the row-op table (`softmax`, `rmsNorm`, `layerNorm`, `l2Norm`; below)
 
     /// `softmax(x·scale + mask)` over the last axis (ggml_soft_max_ext); `mask` (optional) must broadcast to
     /// `x`'s shape, e.g. `[S, N]` for a causal mask. A row that is all −Infinity gives zeros.

@@ -7,6 +7,7 @@
 pub mod cli;
 #[cfg(all(feature = "cli", not(target_arch = "wasm32")))]
 pub mod minilm;
+pub mod recurrent;
 pub mod reference;
 pub mod tiny_gguf;
 

@@ -3,6 +3,8 @@
 //! step (llama.cpp's `ggml_compute_forward_mul_mat_id`), its product by the quantized matmul's paths.
 
 use super::buffer::Memory;
+use super::parallel::{for_ranges, rows_per_task};
+use super::qdot::{self, Q8Row};
 use super::quant::{QMatmulKernel, Weight};
 use super::target::{leaf, CpuFamily, CpuTarget, Leaf};
 use crate::compile::ir::{Program, Step};
@@ -141,6 +143,9 @@ impl CpuFamily for MulMatIdKernel {
             }
             by_expert[e as usize].push(p);
         }
+        if self.flat_mat_vec(mem, &by_expert, u) {
+            return Ok(());
+        }
         let (av, out) = (mem.view(self.a.storage, self.a.dtype), mem.view(self.out, DType::F32));
         let la = &self.a.layout;
         for (e, pairs) in by_expert.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
@@ -157,5 +162,42 @@ impl CpuFamily for MulMatIdKernel {
             }
         }
         Ok(())
+    }
+}
+
+impl MulMatIdKernel {
+    /// A decode step's experts (a few rows each, an integer dot for the type): every selected expert's rows in one
+    /// parallel pass, each activation row rounded to 8 bits once (the experts that share a token's row share it),
+    /// instead of a pass and a rounding an expert. False, doing nothing, where that does not apply.
+    fn flat_mat_vec(&self, mem: &Memory, by_expert: &[Vec<usize>], u: usize) -> bool {
+        let Some(dot) = qdot::dot_fn(self.w.dtype).filter(|_| !self.f32_activations) else { return false };
+        if by_expert.iter().any(|p| p.len() > 2) {
+            return false;
+        }
+        let (rows_a, k, n) = (self.a.layout.shape[1], self.w.k, self.n);
+        let (av, la) = (mem.view(self.a.storage, self.a.dtype), &self.a.layout);
+        // a's rows that some pair reads, each quantized once; `act[p]` the pair's
+        let (mut q8, mut seen) = (Vec::new(), std::collections::HashMap::new());
+        let mut act = vec![0usize; self.ids.layout.numel()];
+        let mut row = vec![0f32; k];
+        for &p in by_expert.iter().flatten() {
+            let first = ((p / u) * rows_a + (p % u) % rows_a) * k;
+            act[p] = *seen.entry(first).or_insert_with(|| {
+                av.row_f32(la.index_of(first), la.strides[2], &mut row);
+                q8.push(Q8Row::quantize(&row));
+                q8.len() - 1
+            });
+        }
+        let used: Vec<(usize, &Vec<usize>)> = by_expert.iter().enumerate().filter(|(_, p)| !p.is_empty()).collect();
+        let row_bytes = k / self.w.dtype.block_size() * self.w.dtype.block_bytes();
+        for_ranges(used.len() * n, rows_per_task(used.len() * n, row_bytes), |range| {
+            let out = mem.view(self.out, DType::F32);
+            for r in range {
+                let ((e, pairs), j) = (used[r / n], r % n);
+                let bytes = self.w.bytes(mem, e * n + j);
+                pairs.iter().for_each(|&p| out.set(p * n + j, dot(bytes, &q8[act[p]])));
+            }
+        });
+        true
     }
 }

@@ -5,7 +5,7 @@
 
 use super::buffer::Memory;
 use super::target::{CpuFamily, CpuTarget, MAX_TENSOR_BYTES};
-use super::{attention, elementwise, experts, gather, matmul, quant, rows};
+use super::{attention, elementwise, experts, gather, matmul, quant, recurrent, rows};
 use crate::compile::ir::Program;
 use crate::compile::memory::{MemoryLimits, MemoryPlan};
 use crate::compile::Target;
@@ -59,6 +59,8 @@ families! {
     experts::TopKKernel,
     experts::TakeAlongAxisKernel,
     experts::MulMatIdKernel,
+    recurrent::SsmConvKernel,
+    recurrent::GatedDeltaNetKernel,
 }
 
 impl Target for CpuTarget {

@@ -21,6 +21,7 @@ mod parallel;
 mod plan;
 mod qdot;
 mod quant;
+mod recurrent;
 mod rows;
 // natively the `gemm` crate multiplies (its AVX kernels); sgemm runs there only in its tests
 #[cfg_attr(not(all(target_arch = "wasm32", target_feature = "simd128")), allow(dead_code))]

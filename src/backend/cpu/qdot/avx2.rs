@@ -359,7 +359,8 @@ macro_rules! kernels {
                 for (sb, blk) in blocks::<BlockIq4Xs>(w).iter().enumerate() {
                     prefetch_span(w, sb * size_of::<BlockIq4Xs>() + PREFETCH, size_of::<BlockIq4Xs>());
                     let low = _mm256_srlv_epi32(_mm256_set1_epi32(i32::from_le_bytes(blk.scales_l)), low_shift);
-                    let high = _mm256_srlv_epi32(_mm256_set1_epi32(u16::from_le_bytes(blk.scales_h) as i32), high_shift);
+                    let high =
+                        _mm256_srlv_epi32(_mm256_set1_epi32(u16::from_le_bytes(blk.scales_h) as i32), high_shift);
                     let ls = _mm256_or_si256(
                         _mm256_and_si256(low, _mm256_set1_epi32(15)),
                         _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4),

@@ -159,7 +159,12 @@ macro_rules! iq_kernels {
         fn field3_scales(scales: u64) -> __m256i {
             let lanes = _mm256_shuffle_epi8(
                 _mm256_set1_epi64x(scales as i64),
-                _mm256_set_epi64x(0x0706_0706_0706_0706, 0x0504_0504_0504_0504, 0x0302_0302_0302_0302, 0x0100_0100_0100_0100),
+                _mm256_set_epi64x(
+                    0x0706_0706_0706_0706,
+                    0x0504_0504_0504_0504,
+                    0x0302_0302_0302_0302,
+                    0x0100_0100_0100_0100,
+                ),
             );
             let shift = _mm256_set1_epi64x(0x0010_0080_0400_2000);
             let n = _mm256_srli_epi16(_mm256_mullo_epi16(lanes, shift), 13);
@@ -344,7 +349,8 @@ macro_rules! iq_kernels {
                     let q = _mm256_add_epi8(q, row_deltas(h));
                     let b = sb * 8 + ib;
                     let y = _mm256_sign_epi8(load32(&a.qs, b * QK), q);
-                    let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), y), half_scales(scales, ib));
+                    let dot =
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), y), half_scales(scales, ib));
                     if ib % 2 == 0 {
                         acc0 = scaled_add(dot, d * a.d[b], acc0);
                     } else {

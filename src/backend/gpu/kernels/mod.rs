@@ -46,4 +46,6 @@ families! {
     top_k,
     take_along_axis,
     mul_mat_id,
+    ssm_conv,
+    gated_delta_net,
 }

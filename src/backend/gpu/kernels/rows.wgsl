@@ -14,6 +14,7 @@ const SUM: u32 = 3u;
 const MEAN: u32 = 4u;
 const MAX: u32 = 5u;
 const ARGMAX: u32 = 6u;
+const L2_NORM: u32 = 7u;
 const OP: u32 = {{OP}};
 const HAS_MASK: bool = {{HAS_MASK}};
 
@@ -177,8 +178,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     row_norm(xb, lid, ob, rc);
 }
 
-// The norms' row (LAYER_NORM, RMS_NORM): (x − mean) / √(mean((x − mean)²) + eps), mean 0 for RMS_NORM, through
-// the epilogue into the output from `ob`.
+// The norms' row (LAYER_NORM, RMS_NORM, L2_NORM): (x − mean) / √(mean((x − mean)²) + eps), mean 0 for RMS_NORM;
+// x / max(√Σx², eps) for L2_NORM; through the epilogue into the output from `ob`.
 fn row_norm(xb: u32, lid: u32, ob: u32, rc: vec4<u32>) {
     let N = P.n;
     var mean = 0.0;
@@ -194,7 +195,11 @@ fn row_norm(xb: u32, lid: u32, ob: u32, rc: vec4<u32>) {
         let d = load_x(xb, j) - mean;
         q = q + d * d;
     }
-    let inv = inverseSqrt(div_rn(row_sum(q, lid), f32(N)) + P.eps);
+    let total = row_sum(q, lid);
+    var inv = inverseSqrt(div_rn(total, f32(N)) + P.eps);
+    if (OP == L2_NORM) {
+        inv = 1.0 / max(sqrt(total), P.eps);
+    }
     for (var j = lid; j < N; j = j + WG) {
         st_out(ob + j, {{OUT_C}}(epilogue((load_x(xb, j) - mean) * inv, vec4<u32>(rc.xyz, j))));
     }
