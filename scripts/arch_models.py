@@ -76,7 +76,7 @@ BASE = dict(E=64, H=4, Hkv=2, D=16, F=96, L=2, eps=1e-5, base=10000.0, tied=Fals
 MOE_BASE = dict(Fs=None, router_gain=2.0, mxfp4=False, biases=False)
 # (weights renormalized, gating) per architecture, as the graph builders pass norm_w and gating_op
 GATING = {"llama": (True, "softmax"), "qwen3moe": (True, "softmax"), "qwen2moe": (False, "softmax"),
-          "olmoe": (False, "softmax"), "gpt-oss": (False, "softmax_weight")}
+          "olmoe": (False, "softmax"), "gpt-oss": (False, "softmax_weight"), "qwen3next": (True, "softmax")}
 # swiglu_oai's constants (llama.cpp: build_moe_ffn's LLM_FFN_SWIGLU_OAI_MOE; HF: GptOssExperts alpha and limit)
 OAI_ALPHA, OAI_LIMIT = 1.702, 7.0
 # The clamp of the renormalizing sum (build_moe_ffn: ggml_clamp(weights_sum, 6.103515625e-5, INFINITY))
@@ -727,6 +727,10 @@ def main():
             line += f"  experts {hp['X']} used {hp['K']}, MoE vs per-token loop {moe_self_check(hp, W, x):.1e}"
         if args.check_hf:
             line += f"  HF max rel diff {check_hf(name, hp, W, prompts):.2e}"
+        print(line)
+    # the hybrid architectures (gated delta-net layers), their own reference in hybrid_models.py
+    import hybrid_models
+    for line in hybrid_models.write_cases(args.out_dir, len(CASES)):
         print(line)
 
 

@@ -1,7 +1,8 @@
 //! Every decoder architecture of `webtensor::models::arch` against an independent float64 numpy forward pass:
 //! `scripts/arch_models.py` writes a small random-weight GGUF file per architecture with the real tensor names
 //! and metadata keys (llama, Llama 3's rope frequency factors, a Mistral-style llama with a sliding window, qwen2,
-//! qwen3, phi3, gemma2, gemma3, and the mixtures of experts: Mixtral, qwen3moe, qwen2moe, olmoe, gpt-oss) and
+//! qwen3, phi3, gemma2, gemma3, the mixtures of experts: Mixtral, qwen3moe, qwen2moe, olmoe, gpt-oss, and the
+//! hybrids of `scripts/hybrid_models.py`: qwen35, qwen3next) and
 //! the reference logits at every position of three prompts. Each file runs on the CPU backend and the GPU devices
 //! of the suite, with f32 and f16 KV caches, as one prefill (in chunks of up to 4 tokens, and whole) and as
 //! decode steps, and its logits must match within 1e-3 of their largest magnitude (f32 and f16 caches).
@@ -226,6 +227,25 @@ fn gpt_oss_sinks_mxfp4_experts_and_alternating_windows() {
     // YaRN scales every rotated q and k by 1.35: an f16 cache's rounding moves the logits by 1.1e-3
     check_within("gptoss", 2e-3);
     batched_as_alone("gptoss");
+}
+
+/// Qwen3.5: gated delta-net layers (the causal conv, the delta rule's state carried from chunk to chunk and step
+/// to step, value heads tiled over the key heads) beside gated full attention with partial rope.
+#[test]
+fn qwen35_gated_delta_net_beside_gated_attention() {
+    // the f16 cache's rounding of the attention layers' keys and values moves the logits by 1.1e-3 (1.7e-6 with
+    // an f32 cache): the q/k-normed heads' keys are of order 1 in every dim, the rounding unscaled
+    check_within("qwen35", 2e-3);
+    batched_as_alone("qwen35");
+}
+
+/// Qwen3-Next: Qwen3.5's layers with grouped value heads, β's and the decay's logits in one `ssm_ba`, and a
+/// mixture of experts with a sigmoid-gated shared expert.
+#[test]
+fn qwen3next_grouped_heads_and_shared_expert() {
+    // as qwen35's: 1.4e-3 with an f16 cache, 3.8e-6 with an f32 one
+    check_within("qwen3next", 2e-3);
+    batched_as_alone("qwen3next");
 }
 
 /// Q, K and V are one matmul where their weights share a dtype (the three concatenated at load, or a fused

@@ -36,6 +36,12 @@ pub(crate) fn maybe_rms_norm(g: &mut Graph, x: Tensor, weight: Option<&Resident>
     }
 }
 
+/// `x · sigmoid(gate)` (the output gates of Qwen3.5's and Qwen3-Next's attention).
+pub(crate) fn sigmoid_gate(g: &mut Graph, x: Tensor, gate: Tensor) -> Result<Tensor> {
+    let s = g.sigmoid(gate)?;
+    g.mul(x, s)
+}
+
 /// `c · tanh(x / c)`: soft-capping at c (Gemma 2).
 pub(crate) fn softcap(g: &mut Graph, x: Tensor, c: f32) -> Result<Tensor> {
     let s = g.scale(x, 1.0 / c)?;

@@ -3,7 +3,7 @@
 //! (`blk.N.attn_q`, ...), with the parts some add.
 
 use super::loader::Loader;
-use super::spec::{Activation, Block, DecoderConfig, Ffn, Qkv};
+use super::spec::{Activation, Attention, Block, DecoderConfig, Ffn, Mixer, Qkv};
 use crate::error::Result;
 use crate::io::gguf::MetaValue;
 use crate::io::gguf::TensorInfo;
@@ -91,6 +91,7 @@ pub(crate) fn read(h: &Hparams) -> Result<DecoderConfig> {
         swa_layers: vec![],
         rope_swa: (0.0, 0.0),
         experts: None,
+        linear: None,
     })
 }
 
@@ -187,6 +188,8 @@ pub(crate) struct Extras {
     pub ffn_norm: Option<&'static str>,
     /// Biases of the router and the experts (`blk.N.ffn_gate_inp.bias`, `blk.N.ffn_{gate,up,down}_exps.bias`).
     pub expert_biases: bool,
+    /// Q's projection gives each head its queries and its output gate's logits (see [`Attention::gated_q`]).
+    pub gated_q: bool,
 }
 
 /// Where Q and K are RMS-normalized (before rope).
@@ -213,18 +216,22 @@ pub(crate) fn block(ld: &Loader, l: usize, cfg: &DecoderConfig, extras: Extras) 
         QkNorm::PerHead => (Some(d), Some(d)),
         QkNorm::Whole => (Some(hd), Some(kv)),
     };
+    let q_rows = if extras.gated_q { 2 * hd } else { hd };
     Ok(Block {
         attn_norm: ld.tensor(&w("attn_norm"), &[e])?,
-        qkv: {
-            let (wn, bn) = (["attn_q", "attn_k", "attn_v"].map(w), ["attn_q", "attn_k", "attn_v"].map(b));
-            let biases = extras.qkv_bias.then(|| bn.each_ref().map(String::as_str));
-            qkv(ld, wn.each_ref().map(String::as_str), biases, [hd, kv, kv], e)?
-        },
-        q_norm: qn.map(|n| ld.tensor(&w("attn_q_norm"), &[n])).transpose()?,
-        k_norm: kn.map(|n| ld.tensor(&w("attn_k_norm"), &[n])).transpose()?,
-        wo: ld.tensor(&w("attn_output"), &[e, hd])?,
-        wo_bias: opt(extras.wo_bias, b("attn_output"), &[e])?,
-        sinks: extras.sinks.then(|| ld.f32_vector(&w("attn_sinks"), cfg.n_heads)).transpose()?,
+        mixer: Mixer::Attention(Attention {
+            qkv: {
+                let (wn, bn) = (["attn_q", "attn_k", "attn_v"].map(w), ["attn_q", "attn_k", "attn_v"].map(b));
+                let biases = extras.qkv_bias.then(|| bn.each_ref().map(String::as_str));
+                qkv(ld, wn.each_ref().map(String::as_str), biases, [q_rows, kv, kv], e)?
+            },
+            gated_q: extras.gated_q,
+            q_norm: qn.map(|n| ld.tensor(&w("attn_q_norm"), &[n])).transpose()?,
+            k_norm: kn.map(|n| ld.tensor(&w("attn_k_norm"), &[n])).transpose()?,
+            wo: ld.tensor(&w("attn_output"), &[e, hd])?,
+            wo_bias: opt(extras.wo_bias, b("attn_output"), &[e])?,
+            sinks: extras.sinks.then(|| ld.f32_vector(&w("attn_sinks"), cfg.n_heads)).transpose()?,
+        }),
         post_attn_norm: opt(extras.post_norms, w("post_attention_norm"), &[e])?,
         ffn_norm: ld.tensor(&w(extras.ffn_norm.unwrap_or("ffn_norm")), &[e])?,
         ffn: match &cfg.experts {

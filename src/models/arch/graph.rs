@@ -9,7 +9,7 @@ use super::row::{Io, KvCache, Layer, View, Weights};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::{Graph, Tensor};
-use crate::models::arch::spec::{Block, DecoderConfig, Ffn, Qkv};
+use crate::models::arch::spec::{Attention, DecoderConfig, Ffn, Mixer, Qkv};
 use crate::models::nn::{self, AttendSpec};
 use crate::resident::{Resident, State};
 
@@ -29,6 +29,9 @@ pub(crate) struct StepGraph {
     pub mask: Option<Tensor>,
     /// f32 `[T, capacity]`: the same within the sliding window, where some layer has one.
     pub swa_mask: Option<Tensor>,
+    /// f32 `[1]`: whether the step continues its sequence's recurrent states (1) or starts them (0), where the
+    /// model has some.
+    pub state_keep: Option<Tensor>,
     /// f32 `[1, V]`: the last position's logits.
     pub logits: Tensor,
     /// i32 `[1]`: their argmax.
@@ -56,7 +59,8 @@ pub(crate) fn build_step(
     let swa_mask = cfg.sliding_window.map(|_| g.input("swa_mask", DType::F32, &[t, cap])).transpose()?;
     let rope_factors = w.rope_factors.as_ref().map(|f| g.resident(f)).transpose()?;
     let view = View::Step { first: slot * cap, len: cap };
-    let io = Io { pos, rows, kv_len, mask, swa_mask, view, rope_factors };
+    let state_keep = cache.is_recurrent().then(|| g.input("state_keep", DType::F32, &[1])).transpose()?;
+    let io = Io { pos, rows, kv_len, mask, swa_mask, view, rope_factors, state_keep, row_live: None };
     let mut h = embed(&mut g, cfg, w, tokens)?;
     for (l, block) in w.blocks.iter().enumerate() {
         let last_row_only = t > 1 && l + 1 == w.blocks.len();
@@ -66,7 +70,8 @@ pub(crate) fn build_step(
         h = g.slice(h, 0, t - 1, t)?;
     }
     let (logits, argmax, logits_sum) = head(&mut g, cfg, w, h)?;
-    Ok(StepGraph { graph: g, tokens, pos, rows, kv_len, mask, swa_mask, logits, argmax, logits_sum })
+    let state_keep = io.state_keep;
+    Ok(StepGraph { graph: g, tokens, pos, rows, kv_len, mask, swa_mask, state_keep, logits, argmax, logits_sum })
 }
 
 /// The graph of one decode step of the sequences in cache slots `0..n`: their tokens embedded and projected as
@@ -83,13 +88,17 @@ pub(crate) fn build_decode_batch(cfg: &DecoderConfig, w: &Weights, cache: &KvCac
     let kv_len = g.input("kv_len", DType::I32, &[1])?;
     let swa_mask = cfg.sliding_window.map(|_| g.input("swa_mask", DType::F32, &[n, 1, 1, cap])).transpose()?;
     let rope_factors = w.rope_factors.as_ref().map(|f| g.resident(f)).transpose()?;
-    let io = Io { pos, rows, kv_len, mask: Some(mask), swa_mask, view: View::Batch { n }, rope_factors };
+    let view = View::Batch { n };
+    let row_live = cache.is_recurrent().then(|| g.input("row_live", DType::F32, &[n])).transpose()?;
+    let mask = Some(mask);
+    let io = Io { pos, rows, kv_len, mask, swa_mask, view, rope_factors, state_keep: None, row_live };
     let mut x = embed(&mut g, cfg, w, tokens)?;
     for (l, block) in w.blocks.iter().enumerate() {
         x = (w.layer)(&mut g, &Layer { cfg, l, block, cache, io: &io, last_row_only: false }, x)?;
     }
     let (logits, argmax, logits_sum) = head(&mut g, cfg, w, x)?;
-    Ok(BatchGraph { graph: g, tokens, pos, rows, mask, swa_mask, kv_len, logits, argmax, logits_sum })
+    let mask = io.mask.expect("set above");
+    Ok(BatchGraph { graph: g, tokens, pos, rows, mask, swa_mask, row_live, kv_len, logits, argmax, logits_sum })
 }
 
 /// A batched decode step's inputs and outputs (B sequences).
@@ -105,6 +114,9 @@ pub(crate) struct BatchGraph {
     pub mask: Tensor,
     /// f32 `[B, 1, 1, capacity]`: the same within the sliding window, where some layer has one.
     pub swa_mask: Option<Tensor>,
+    /// f32 `[B]`: 1 for the rows that decode, 0 for idle ones (see [`Io::row_live`]), where the model has
+    /// recurrent states.
+    pub row_live: Option<Tensor>,
     /// i32 `[1]`: positions the attention spans (the longest row's).
     pub kv_len: Tensor,
     /// f32 `[B, V]`: each sequence's logits.
@@ -156,7 +168,10 @@ fn head(g: &mut Graph, cfg: &DecoderConfig, w: &Weights, x: Tensor) -> Result<(T
 /// of experts, each pre-normed, post-normed where the architecture says, and added to the residual.
 pub(crate) fn llama_layer(g: &mut Graph, layer: &Layer, h: Tensor) -> Result<Tensor> {
     let (cfg, b) = (layer.cfg, layer.block);
-    let mut h = self_attention(g, layer, h)?;
+    let mut h = match &b.mixer {
+        Mixer::Attention(_) => self_attention(g, layer, h)?,
+        Mixer::Linear(w) => super::linear::mix(g, layer, w, h)?,
+    };
     if layer.last_row_only {
         let r = g.shape(h)?[0];
         h = g.slice(h, 0, r - 1, r)?;
@@ -175,26 +190,38 @@ pub(crate) fn llama_layer(g: &mut Graph, layer: &Layer, h: Tensor) -> Result<Ten
 /// residual add.
 pub(crate) fn self_attention(g: &mut Graph, layer: &Layer, h: Tensor) -> Result<Tensor> {
     let Layer { cfg, l, block: b, cache, io, .. } = *layer;
+    let a = b.attention().ok_or_else(|| crate::Error::Unsupported {
+        op: "self_attention".into(),
+        backend: cfg.arch.clone(),
+        reason: format!("block {l} is a linear-attention layer"),
+    })?;
+    let (Some(kc), Some(vc)) = (&cache.k[l], &cache.v[l]) else {
+        let reason = format!("block {l} has no KV cache");
+        return Err(crate::Error::Unsupported { op: "self_attention".into(), backend: cfg.arch.clone(), reason });
+    };
     let x = nn::rms_norm(g, h, &b.attn_norm, cfg.rms_eps)?;
-    let (q, k, v) = qkv(g, cfg, (l, b), x, io)?;
-    let (kc, vc) = write_kv(g, (&cache.k[l], &cache.v[l]), io.rows, k, v)?;
-    let sinks = b.sinks.as_ref().map(|s| g.resident(s)).transpose()?;
-    let o = attention(g, (cfg, l, sinks), q, (kc, vc), cache.capacity, io)?;
-    let a = nn::linear(g, o, &b.wo, b.wo_bias.as_ref())?;
+    let (q, k, v, gate) = qkv(g, cfg, (l, a), x, io)?;
+    let (kc, vc) = write_kv(g, (kc, vc), io.rows, k, v)?;
+    let sinks = a.sinks.as_ref().map(|s| g.resident(s)).transpose()?;
+    let mut o = attention(g, (cfg, l, sinks), q, (kc, vc), cache.capacity, io)?;
+    if let Some(gate) = gate {
+        o = nn::sigmoid_gate(g, o, gate)?;
+    }
+    let a = nn::linear(g, o, &a.wo, a.wo_bias.as_ref())?;
     let a = nn::maybe_rms_norm(g, a, b.post_attn_norm.as_ref(), cfg.rms_eps)?;
     g.add(h, a)
 }
 
 /// The Q `[R, H, D]`, K and V `[R, Hkv · D]` projections of `[R, E]` rows (biased, and Q and K normed per head,
 /// where the block has those), Q and K roped at `io.pos` (with the sliding-window layers' rope on those, and the
-/// model's frequency factors where it has them).
+/// model's frequency factors where it has them), and the output gate's logits `[R, H · D]` where Q has them.
 fn qkv(
     g: &mut Graph,
     cfg: &DecoderConfig,
-    (l, b): (usize, &Block),
+    (l, b): (usize, &Attention),
     x: Tensor,
     io: &Io,
-) -> Result<(Tensor, Tensor, Tensor)> {
+) -> Result<(Tensor, Tensor, Tensor, Option<Tensor>)> {
     let r = g.shape(x)?[0];
     let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
     let rope = cfg.rope(l);
@@ -202,7 +229,7 @@ fn qkv(
         Qkv::Fused { w, bias } => {
             // one matmul, Q, K and V column views of its rows
             let y = nn::linear(g, x, w, bias.as_ref())?;
-            let (nq, nkv) = (h * d, hkv * d);
+            let (nq, nkv) = (if b.gated_q { 2 * h * d } else { h * d }, hkv * d);
             (g.slice(y, 1, 0, nq)?, g.slice(y, 1, nq, nq + nkv)?, g.slice(y, 1, nq + nkv, nq + 2 * nkv)?)
         }
         Qkv::Split { w, bias } => {
@@ -217,6 +244,16 @@ fn qkv(
     }
     let per_head = |n| part(n, d, true);
     let whole = |n| part(n, d, false);
+    let (q, gate) = match b.gated_q {
+        // each head's D queries, then its D gate logits
+        true => {
+            let q = g.reshape(q, &[r, h, 2 * d])?;
+            let gate = g.slice(q, 2, d, 2 * d)?;
+            let gate = g.contiguous(gate)?;
+            (g.slice(q, 2, 0, d)?, Some(g.reshape(gate, &[r, h * d])?))
+        }
+        false => (q, None),
+    };
     let q = nn::maybe_rms_norm(g, q, whole(&b.q_norm), cfg.rms_eps)?;
     let q = g.reshape(q, &[r, h, d])?;
     let q = nn::maybe_rms_norm(g, q, per_head(&b.q_norm), cfg.rms_eps)?;
@@ -226,7 +263,7 @@ fn qkv(
     let k = nn::maybe_rms_norm(g, k, per_head(&b.k_norm), cfg.rms_eps)?;
     let k = g.rope_ext(k, io.pos, io.rope_factors, &rope)?;
     let k = g.reshape(k, &[r, hkv * d])?;
-    Ok((q, k, v))
+    Ok((q, k, v, gate))
 }
 
 /// K and V `[R, Hkv · D]` written into the cache states' rows `rows` (i32 `[R]`), in place: the written states,

@@ -41,6 +41,15 @@ impl<'a> Loader<'a> {
         )))
     }
 
+    /// Counts every tensor whose name starts with `prefix` as used without loading it (blocks the forward pass
+    /// does not run).
+    pub(crate) fn skip(&self, prefix: &str) {
+        let mut used = self.used.borrow_mut();
+        self.f.tensors.iter().filter(|t| t.name.starts_with(prefix)).for_each(|t| {
+            used.insert(t.name.clone());
+        });
+    }
+
     pub(crate) fn error(&self, message: String) -> Error {
         Error::Format { path: self.f.source().into(), message }
     }

@@ -13,18 +13,21 @@
 //! | `qwen2moe`, `qwen3moe` | Qwen1.5-MoE, Qwen2-57B-A14B; Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder |
 //! | `olmoe` | OLMoE |
 //! | `gpt-oss` | gpt-oss-20b, gpt-oss-120b (attention sinks, MXFP4 experts) |
+//! | `qwen35`, `qwen35moe`, `qwen3next` | Qwen3.5 (dense and MoE), Qwen3-Next (gated delta-net layers beside full attention) |
 
 pub(crate) mod common;
 mod gemma;
 mod gpt_oss;
 pub(crate) mod graph;
 pub(crate) mod hparams;
+mod linear;
 mod llama;
 pub(crate) mod loader;
 pub(crate) mod moe;
 mod olmoe;
 mod phi3;
 mod qwen;
+mod qwen35;
 mod qwen_moe;
 pub(crate) mod row;
 pub(crate) mod spec;
@@ -50,6 +53,9 @@ const ARCHS: &[Arch] = &[
     qwen_moe::QWEN3MOE,
     olmoe::OLMOE,
     gpt_oss::GPT_OSS,
+    qwen35::QWEN35,
+    qwen35::QWEN35MOE,
+    qwen35::QWEN3NEXT,
 ];
 
 /// LongRoPE's factors for `context` positions, when the file has them (both or neither).
@@ -124,6 +130,10 @@ pub(crate) fn load_weights(device: &Device, f: &GgufFile, cfg: &DecoderConfig, c
     let ld = Loader::new(device, f);
     let (e, v) = (cfg.n_embd, cfg.n_vocab);
     let blocks = (0..cfg.n_layers).map(|l| (arch.block)(&ld, l, cfg)).collect::<Result<Vec<_>>>()?;
+    // trailing multi-token-prediction blocks: in the file, not in the forward pass
+    for l in cfg.n_layers..cfg.n_layers + cfg.linear.as_ref().map_or(0, |c| c.mtp_layers) {
+        ld.skip(&format!("blk.{l}."));
+    }
     let weights = Weights {
         token_embd: ld.tensor("token_embd.weight", &[v, e])?,
         blocks,

@@ -11,7 +11,7 @@ use super::common;
 use super::graph::llama_layer;
 use super::loader::Loader;
 use super::row::Arch;
-use super::spec::{Block, DecoderConfig, Ffn, Qkv};
+use super::spec::{Attention, Block, DecoderConfig, Ffn, Mixer, Qkv};
 use crate::error::Result;
 use crate::models::arch::hparams::Hparams;
 use crate::ops::RopeMode;
@@ -32,12 +32,15 @@ fn block(ld: &Loader, l: usize, cfg: &DecoderConfig) -> Result<Block> {
     let next = |parts: &mut std::vec::IntoIter<_>| parts.next().expect("split_rows gives one per part");
     Ok(Block {
         attn_norm: ld.tensor(&w("attn_norm"), &[e])?,
-        qkv: Qkv::Fused { w: ld.tensor(&w("attn_qkv"), &[hd + 2 * kv, e])?, bias: None },
-        q_norm: None,
-        k_norm: None,
-        wo: ld.tensor(&w("attn_output"), &[e, hd])?,
-        wo_bias: None,
-        sinks: None,
+        mixer: Mixer::Attention(Attention {
+            qkv: Qkv::Fused { w: ld.tensor(&w("attn_qkv"), &[hd + 2 * kv, e])?, bias: None },
+            gated_q: false,
+            q_norm: None,
+            k_norm: None,
+            wo: ld.tensor(&w("attn_output"), &[e, hd])?,
+            wo_bias: None,
+            sinks: None,
+        }),
         post_attn_norm: None,
         ffn_norm: ld.tensor(&w("ffn_norm"), &[e])?,
         ffn: Ffn::Dense {

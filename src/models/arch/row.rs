@@ -29,13 +29,39 @@ pub(crate) struct Arch {
     pub layer: LayerFn,
 }
 
-/// The KV cache of several sequences (slots): per block, keys and values `[slots · capacity, Hkv · D]`, sequence `s` in
-/// rows `s · capacity ..` (a row per position).
+/// The KV cache of several sequences (slots): per attention block, keys and values `[slots · capacity, Hkv · D]`,
+/// sequence `s` in rows `s · capacity ..` (a row per position); per gated delta-net block (`None` in `k` and `v`),
+/// each sequence's recurrent state: its conv's last inputs `[slots, K − 1, conv_dim]` and its delta rule's state
+/// `[slots, Hv, S, S]`.
 pub(crate) struct KvCache {
-    pub k: Vec<State>,
-    pub v: Vec<State>,
+    pub k: Vec<Option<State>>,
+    pub v: Vec<Option<State>>,
+    pub conv: Vec<Option<State>>,
+    pub ssm: Vec<Option<State>>,
     /// Positions per sequence.
     pub capacity: usize,
+}
+
+impl KvCache {
+    /// Block `l`'s recurrent states (conv, delta rule).
+    ///
+    /// # Errors
+    /// [`crate::Error::Unsupported`] when block `l` has none (an attention block).
+    pub(crate) fn recurrent(&self, l: usize) -> Result<(&State, &State)> {
+        match (self.conv.get(l), self.ssm.get(l)) {
+            (Some(Some(c)), Some(Some(s))) => Ok((c, s)),
+            _ => Err(crate::Error::Unsupported {
+                op: "gated_delta_net".into(),
+                backend: "cache".into(),
+                reason: format!("block {l} has no recurrent state"),
+            }),
+        }
+    }
+
+    /// Whether some block carries a recurrent state (a cached prefix can then only be continued, not cut).
+    pub(crate) fn is_recurrent(&self) -> bool {
+        self.conv.iter().any(Option::is_some)
+    }
 }
 
 /// A block's graph: `h` `[R, E]` (the residual stream's rows) to the block's output rows (see [`Layer`]).
@@ -67,6 +93,12 @@ pub(crate) struct Io {
     pub view: View,
     /// Rope's frequency factors, where the model has them.
     pub rope_factors: Option<Tensor>,
+    /// f32 `[1]`: 1 where a step continues its sequence's recurrent states, 0 where it starts the sequence (a
+    /// hybrid model's prefill chunks; `None` otherwise).
+    pub state_keep: Option<Tensor>,
+    /// f32 `[B]`: 1 for the rows of a batched decode step that decode, 0 for idle rows, whose sequences' recurrent
+    /// states must not move (`None` without recurrent states, and in single-sequence steps).
+    pub row_live: Option<Tensor>,
 }
 
 #[derive(Clone, Copy)]

@@ -69,6 +69,37 @@ pub struct DecoderConfig {
     /// The mixture of experts in place of every block's feed-forward (`{arch}.expert_count` and the keys with it);
     /// `None` for a dense model.
     pub experts: Option<ExpertsConfig>,
+    /// The gated delta-net layers of a hybrid model (Qwen3.5, Qwen3-Next); `None` for attention-only models.
+    pub linear: Option<LinearConfig>,
+}
+
+/// A hybrid model's gated delta-net (linear-attention) layers, as llama.cpp reads them (`{arch}.ssm.*`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinearConfig {
+    /// The causal conv's taps K (`ssm.conv_kernel`).
+    pub conv_kernel: usize,
+    /// Query and key heads Hk (`ssm.group_count`).
+    pub n_k_heads: usize,
+    /// Value heads Hv (`ssm.time_step_rank`), a multiple of Hk.
+    pub n_v_heads: usize,
+    /// Each head's width S, keys' and values' (`ssm.state_size`; `ssm.inner_size` = Hv · S).
+    pub head_dim: usize,
+    /// Whether value head j reads key head j / (Hv / Hk) (Qwen3-Next's files) rather than j mod Hk (Qwen3.5's,
+    /// whose converter reorders the value heads so).
+    pub grouped: bool,
+    /// Per layer: whether it is a gated delta-net layer (`attention.recurrent_layers`, or every layer but each
+    /// `full_attention_interval`-th).
+    pub layers: Vec<bool>,
+    /// Trailing multi-token-prediction blocks of the file (`nextn_predict_layers`), not part of the forward pass
+    /// (not counted in [`DecoderConfig::n_layers`]).
+    pub mtp_layers: usize,
+}
+
+impl LinearConfig {
+    /// Channels of the conv: Q and K (Hk · S each) and V (Hv · S).
+    pub fn conv_dim(&self) -> usize {
+        (2 * self.n_k_heads + self.n_v_heads) * self.head_dim
+    }
 }
 
 /// A mixture-of-experts feed-forward, as llama.cpp's `build_moe_ffn` takes it: a router scores the `n_expert`
@@ -108,6 +139,11 @@ pub enum Gating {
 }
 
 impl DecoderConfig {
+    /// Whether layer `l` is a gated delta-net layer (a recurrent state in place of a KV cache).
+    pub fn is_recurrent(&self, l: usize) -> bool {
+        self.linear.as_ref().is_some_and(|c| c.layers.get(l).copied().unwrap_or(false))
+    }
+
     /// Whether layer `l` attends over the sliding window.
     pub fn is_swa(&self, l: usize) -> bool {
         self.sliding_window.is_some() && self.swa_layers.get(l).copied().unwrap_or(false)
@@ -143,8 +179,53 @@ pub enum Activation {
 /// which holds gate and up, is split into its parts at load (one dual matmul multiplies both).
 pub(crate) struct Block {
     pub attn_norm: Resident,
+    /// What mixes the positions: attention over the KV cache, or a linear-attention (recurrent) layer.
+    pub mixer: Mixer,
+    /// Norm of the attention's output before the residual add (Gemma 2 and 3).
+    pub post_attn_norm: Option<Resident>,
+    /// The norm before the feed-forward (`ffn_norm`; gpt-oss and the Qwen3.5 family name it
+    /// `post_attention_norm`).
+    pub ffn_norm: Resident,
+    pub ffn: Ffn,
+    /// Norm of the feed-forward's output before the residual add (Gemma 2 and 3).
+    pub post_ffn_norm: Option<Resident>,
+}
+
+/// A block's token mixer.
+pub(crate) enum Mixer {
+    Attention(Attention),
+    /// A gated delta-net layer (Qwen3.5, Qwen3-Next: [`super::linear`]).
+    Linear(Box<LinearAttention>),
+}
+
+/// A gated delta-net layer's weights (`blk.N.attn_qkv`, `attn_gate`, `ssm_*`).
+pub(crate) struct LinearAttention {
+    /// `attn_qkv` `[conv_dim, E]`: rows Q (Hk · S), K (Hk · S), V (Hv · S).
+    pub qkv: Resident,
+    /// `attn_gate` `[Hv · S, E]`: z.
+    pub z: Resident,
+    /// `ssm_beta` and `ssm_alpha` `[Hv, E]` (Qwen3.5), or `None` and `ssm_ba` `[2 · Hv, E]` in `beta` (Qwen3-Next:
+    /// per key head, its value heads' β logits then their decay logits).
+    pub beta: Resident,
+    pub alpha: Option<Resident>,
+    /// `ssm_conv1d` `[conv_dim, K]`.
+    pub conv: Resident,
+    /// `ssm_dt.bias` and `ssm_a` `[Hv]`.
+    pub dt_bias: Resident,
+    pub a: Resident,
+    /// `ssm_norm` `[S]`.
+    pub norm: Resident,
+    /// `ssm_out` `[E, Hv · S]`.
+    pub out: Resident,
+}
+
+/// A self-attention's weights.
+pub(crate) struct Attention {
     /// The Q, K and V projections (biased in Qwen2).
     pub qkv: Qkv,
+    /// Whether Q's projection gives each head its queries and then as many gate logits (`[H, 2·D]` rows: Qwen3.5
+    /// and Qwen3-Next), the attention's output multiplied by their sigmoid.
+    pub gated_q: bool,
     /// RMS norms of each head's queries and keys before rope, `[D]` (Qwen3, Gemma 3).
     pub q_norm: Option<Resident>,
     pub k_norm: Option<Resident>,
@@ -153,13 +234,16 @@ pub(crate) struct Block {
     pub wo_bias: Option<Resident>,
     /// f32 `[H]`: each head's sink logit (gpt-oss's `attn_sinks`).
     pub sinks: Option<Resident>,
-    /// Norm of the attention's output before the residual add (Gemma 2 and 3).
-    pub post_attn_norm: Option<Resident>,
-    /// The norm before the feed-forward (`ffn_norm`; gpt-oss names it `post_attention_norm`).
-    pub ffn_norm: Resident,
-    pub ffn: Ffn,
-    /// Norm of the feed-forward's output before the residual add (Gemma 2 and 3).
-    pub post_ffn_norm: Option<Resident>,
+}
+
+impl Block {
+    /// The block's attention weights: every block of the attention-only architectures has them.
+    pub(crate) fn attention(&self) -> Option<&Attention> {
+        match &self.mixer {
+            Mixer::Attention(a) => Some(a),
+            Mixer::Linear(_) => None,
+        }
+    }
 }
 
 /// A block's feed-forward.

@@ -121,7 +121,7 @@ impl Batch {
         }
         let context = model.context();
         // the single-sequence cache and plans go: the batch's cache holds every slot
-        model.cache = KvCache { k: vec![], v: vec![], capacity: context };
+        model.cache = KvCache { k: vec![], v: vec![], conv: vec![], ssm: vec![], capacity: context };
         model.plans.clear();
         model.cached.clear();
         let cache = new_cache(&model.device, &model.config, context, options.slots, model.options.f32_cache)?;
@@ -175,7 +175,8 @@ impl Batch {
         let reusable = |s: &Slot| {
             let common = s.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
             // at least the prompt's last token is read again, for its logits
-            common.min(s.canonical).min(prompt.len() - 1) / unit * unit
+            let keep = common.min(s.canonical).min(prompt.len() - 1) / unit * unit;
+            super::continuation(&self.cache, s.cached.len(), keep)
         };
         let free = self.slots.iter().enumerate().filter(|(_, s)| s.seq.is_none());
         // the longest reusable start; among equals the lowest slot (fewer decode rows)
@@ -345,6 +346,7 @@ impl Batch {
             rows.iter().any(|&(i, _)| self.slots[i].seq.as_ref().is_some_and(|q| q.stream.wants_logits()));
         let dp = self.decode.get_mut(&n).expect("inserted above");
         let kv_len = [kv_len as i32];
+        let live: Vec<f32> = (0..n).map(|i| if rows.iter().any(|&(r, _)| r == i) { 1.0 } else { 0.0 }).collect();
         let inputs = [
             (dp.g.tokens, Value::I32(&tokens)),
             (dp.g.pos, Value::I32(&pos)),
@@ -354,6 +356,7 @@ impl Batch {
         ]
         .into_iter()
         .chain(dp.g.swa_mask.zip(swa_mask.as_deref()).map(|(m, v)| (m, Value::F32(v))))
+        .chain(dp.g.row_live.map(|m| (m, Value::F32(&live))))
         .filter(|(t, _)| dp.deps.contains(t))
         .collect::<Vec<_>>();
         let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All, Fetch::All];

@@ -360,6 +360,9 @@ impl LanguageModel {
         let mask = sp.g.mask.map(|m| (m, causal_mask(start, t, cap, None)));
         let swa_mask = sp.g.swa_mask.map(|m| (m, causal_mask(start, t, cap, self.config.sliding_window)));
         inputs.extend(mask.iter().chain(&swa_mask).map(|(m, v)| (*m, Value::F32(v))));
+        // a chunk at position 0 starts the sequence's recurrent states from zeros
+        let keep = [if start == 0 { 0.0 } else { 1.0 }];
+        inputs.extend(sp.g.state_keep.map(|k| (k, Value::F32(&keep))));
         inputs.retain(|(t, _)| sp.deps.contains(t));
         let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All, Fetch::All];
         let mut outs = sp.plan.run_with_async(&inputs, &fetch).await?;
@@ -372,6 +375,17 @@ impl LanguageModel {
     /// Drops cached tokens after the first `n` (the next evaluation overwrites their cache rows).
     pub(crate) fn truncate(&mut self, n: usize) {
         self.cached.truncate(n);
+    }
+}
+
+/// The cached positions a new prompt keeps of `cached` (`keep` of them reusable as keys and values): all of
+/// them or none where the model carries recurrent states, which hold the whole cached sequence and cannot be cut
+/// back to a shorter prefix (llama.cpp's recurrent memory likewise only continues a sequence).
+pub(crate) fn continuation(cache: &KvCache, cached: usize, keep: usize) -> usize {
+    if cache.is_recurrent() && keep != cached {
+        0
+    } else {
+        keep
     }
 }
 
@@ -391,10 +405,31 @@ pub(crate) fn new_cache(
         reason: format!("{slots} sequences of {context} positions overflow"),
     })?;
     check_cache_size(device, config, rows, row, dtype)?;
-    let state = |kind: &str, l: usize| device.state(&format!("cache_{kind}.{l}"), dtype, &[rows, row]);
+    let attn = |kind: &str, l: usize| match config.is_recurrent(l) {
+        true => Ok(None),
+        false => device.state(&format!("cache_{kind}.{l}"), dtype, &[rows, row]).map(Some),
+    };
+    // a gated delta-net layer's states, f32 (a sequence's whole history is in them)
+    let recurrent = |kind: &str, l: usize| match (&config.linear, config.is_recurrent(l)) {
+        (Some(c), true) => {
+            let shape = match kind {
+                "conv" => vec![slots, c.conv_kernel - 1, c.conv_dim()],
+                _ => vec![slots, c.n_v_heads, c.head_dim, c.head_dim],
+            };
+            let s = device.state(&format!("cache_{kind}.{l}"), DType::F32, &shape)?;
+            s.zero()?;
+            Ok(Some(s))
+        }
+        _ => Ok(None),
+    };
+    let per_layer = |f: &dyn Fn(usize) -> Result<Option<crate::resident::State>>| {
+        (0..config.n_layers).map(f).collect::<Result<Vec<_>>>()
+    };
     Ok(KvCache {
-        k: (0..config.n_layers).map(|l| state("k", l)).collect::<Result<_>>()?,
-        v: (0..config.n_layers).map(|l| state("v", l)).collect::<Result<_>>()?,
+        k: per_layer(&|l| attn("k", l))?,
+        v: per_layer(&|l| attn("v", l))?,
+        conv: per_layer(&|l| recurrent("conv", l))?,
+        ssm: per_layer(&|l| recurrent("ssm", l))?,
         capacity: context,
     })
 }

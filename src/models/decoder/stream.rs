@@ -434,6 +434,7 @@ impl LanguageModel {
         }
         // reuse the cached prefix, but evaluate at least the prompt's last token for its logits
         let keep = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
+        let keep = super::continuation(&self.cache, self.cached.len(), keep);
         self.truncate(keep);
         let mut s = TokenStream::new(prompt, prompt.len() - keep, options);
         let t0 = now_ms();
