@@ -730,7 +730,7 @@ def main():
         print(line)
     # the hybrid architectures (gated delta-net layers), their own reference in hybrid_models.py
     import hybrid_models
-    for line in hybrid_models.write_cases(args.out_dir, len(CASES)):
+    for line in hybrid_models.write_cases(args.out_dir, len(CASES), args.check_hf):
         print(line)
 
 

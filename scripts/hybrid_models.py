@@ -207,7 +207,7 @@ def make_prompts(c, W, rng):
     return prompts
 
 
-def write_cases(out_dir, first_seed):
+def write_cases(out_dir, first_seed, check=False):
     """Each case's GGUF file and reference logits into out_dir (as arch_models.py writes its cases)."""
     import json
     import os
@@ -225,5 +225,97 @@ def write_cases(out_dir, first_seed):
         with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
             json.dump({"arch": c["arch"], "case": name, "vocab": len(am.TOKENS), "prompts": prompts}, f)
         std = np.std(np.array(prompts[-1]["logits"]))
-        lines.append(f"{name:8} arch {c['arch']:9} V {len(am.TOKENS)} layers {c['L']} logits std {std:.2f}")
+        line = f"{name:8} arch {c['arch']:9} V {len(am.TOKENS)} layers {c['L']} logits std {std:.2f}"
+        if check:
+            line += f"  HF max rel diff {check_hf(name, c, W, prompts):.2e}"
+        lines.append(line)
     return lines
+
+
+HF_CLASSES = {"qwen35": ("qwen3_5_text", "Qwen3_5ForCausalLM"), "qwen3next": ("qwen3_next", "Qwen3NextForCausalLM")}
+
+
+def hf_state_dict(c, W):
+    """W under transformers' names, the converter's conventions undone: the RMS norms' 1 + w back to w (not the
+    gated norm's), A_log = log(-ssm_a), the conv as [C, 1, K]; Qwen3.5's tiled value heads back to grouped order;
+    Qwen3-Next's Q, K, V and z interleaved per key head into in_proj_qkvz."""
+    import torch
+    Hk, Hv, S = c["Hk"], c["Hv"], c["S"]
+    r = Hv // Hk
+    # GGUF value head i·Hk + h is transformers' h·r + i (Qwen3.5); Qwen3-Next keeps the grouped order
+    order = [i * Hk + h for h in range(Hk) for i in range(r)] if not c["grouped"] else list(range(Hv))
+    heads = lambda a, n: a.reshape(Hv, n, *a.shape[1:])[order].reshape(a.shape)  # noqa: E731
+    sd = {"model.embed_tokens.weight": W["token_embd.weight"], "model.norm.weight": W["output_norm.weight"] - 1,
+          "lm_head.weight": W["output.weight"]}
+    for layer in range(c["L"]):
+        p, q = f"blk.{layer}.", f"model.layers.{layer}."
+        sd[q + "input_layernorm.weight"] = W[p + "attn_norm.weight"] - 1
+        sd[q + "post_attention_layernorm.weight"] = W[p + "post_attention_norm.weight"] - 1
+        if p + "attn_q.weight" in W:
+            for g, h in (("attn_q", "q_proj"), ("attn_k", "k_proj"), ("attn_v", "v_proj"), ("attn_output", "o_proj")):
+                sd[q + f"self_attn.{h}.weight"] = W[p + g + ".weight"]
+            sd[q + "self_attn.q_norm.weight"] = W[p + "attn_q_norm.weight"] - 1
+            sd[q + "self_attn.k_norm.weight"] = W[p + "attn_k_norm.weight"] - 1
+        else:
+            la, kd = q + "linear_attn.", Hk * S
+            qkv, z = W[p + "attn_qkv.weight"], heads(W[p + "attn_gate.weight"], S)
+            v = heads(qkv[2 * kd:], S)
+            conv = W[p + "ssm_conv1d.weight"].copy()
+            conv[2 * kd:] = heads(conv[2 * kd:], S)
+            sd[la + "conv1d.weight"] = conv[:, None, :]
+            sd[la + "dt_bias"], sd[la + "A_log"] = heads(W[p + "ssm_dt.bias"], 1), np.log(-heads(W[p + "ssm_a"], 1))
+            sd[la + "norm.weight"], sd[la + "out_proj.weight"] = W[p + "ssm_norm.weight"], None
+            out = W[p + "ssm_out.weight"]
+            sd[la + "out_proj.weight"] = out.reshape(out.shape[0], Hv, S)[:, order].reshape(out.shape)
+            if c["grouped"]:
+                rows = [np.concatenate([qkv[h * S:(h + 1) * S], qkv[kd + h * S:kd + (h + 1) * S],
+                                        v[h * r * S:(h + 1) * r * S], z[h * r * S:(h + 1) * r * S]])
+                        for h in range(Hk)]
+                sd[la + "in_proj_qkvz.weight"] = np.concatenate(rows)
+                sd[la + "in_proj_ba.weight"] = W[p + "ssm_ba.weight"]
+            else:
+                sd[la + "in_proj_qkv.weight"] = np.concatenate([qkv[:2 * kd], v])
+                sd[la + "in_proj_z.weight"] = z
+                sd[la + "in_proj_b.weight"] = heads(W[p + "ssm_beta.weight"], 1)
+                sd[la + "in_proj_a.weight"] = heads(W[p + "ssm_alpha.weight"], 1)
+        if not c["moe"]:
+            for g, h in (("ffn_gate", "gate_proj"), ("ffn_up", "up_proj"), ("ffn_down", "down_proj")):
+                sd[q + f"mlp.{h}.weight"] = W[p + g + ".weight"]
+    if c["moe"]:
+        moe, _ = am.hf_moe_tensors({"arch": c["arch"], "L": c["L"]}, W)
+        sd.update(moe)
+    return {n: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)) for n, a in sd.items()}
+
+
+def check_hf(name, c, W, prompts):
+    """Largest |reference - transformers| / max |transformers| over the prompts' positions."""
+    import torch
+    import transformers
+
+    model_type, cls = HF_CLASSES[name]
+    layer_types = ["full_attention" if (i + 1) % c["interval"] == 0 else "linear_attention" for i in range(c["L"])]
+    cfg = dict(vocab_size=len(am.TOKENS), hidden_size=c["E"], intermediate_size=c["F"], num_hidden_layers=c["L"],
+               num_attention_heads=c["H"], num_key_value_heads=c["Hkv"], head_dim=c["D"], rms_norm_eps=c["eps"],
+               max_position_embeddings=am.CONTEXT, tie_word_embeddings=False, pad_token_id=0, bos_token_id=None,
+               eos_token_id=len(am.TOKENS) - 1, layer_types=layer_types, linear_conv_kernel_dim=c["K"],
+               linear_key_head_dim=c["S"], linear_value_head_dim=c["S"], linear_num_key_heads=c["Hk"],
+               linear_num_value_heads=c["Hv"], partial_rotary_factor=c["rope"] / c["D"],
+               rope_parameters={"rope_type": "default", "rope_theta": c["base"],
+                                "partial_rotary_factor": c["rope"] / c["D"]},
+               attn_implementation="eager")
+    if c["moe"]:
+        m = c["moe"]
+        cfg.update(num_experts=m["X"], num_experts_per_tok=m["K"], moe_intermediate_size=m["Fe"],
+                   shared_expert_intermediate_size=m["Fs"], norm_topk_prob=True, decoder_sparse_step=1,
+                   mlp_only_layers=[], output_router_logits=False, experts_implementation="eager")
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
+    model = getattr(transformers, cls)(config).to(torch.float64).eval()
+    res = model.load_state_dict(hf_state_dict(c, W), strict=False)
+    assert not res.unexpected_keys and not res.missing_keys, res
+    worst = 0.0
+    with torch.no_grad():
+        for pr in prompts:
+            ref = np.array(pr["logits"])
+            hf = model(torch.tensor([pr["ids"]])).logits[0].numpy()
+            worst = max(worst, float(np.abs(ref - hf).max() / np.abs(hf).max()))
+    return worst
