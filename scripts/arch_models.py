@@ -76,7 +76,8 @@ BASE = dict(E=64, H=4, Hkv=2, D=16, F=96, L=2, eps=1e-5, base=10000.0, tied=Fals
 MOE_BASE = dict(Fs=None, router_gain=2.0, mxfp4=False, biases=False)
 # (weights renormalized, gating) per architecture, as the graph builders pass norm_w and gating_op
 GATING = {"llama": (True, "softmax"), "qwen3moe": (True, "softmax"), "qwen2moe": (False, "softmax"),
-          "olmoe": (False, "softmax"), "gpt-oss": (False, "softmax_weight"), "qwen3next": (True, "softmax")}
+          "olmoe": (False, "softmax"), "gpt-oss": (False, "softmax_weight"), "qwen3next": (True, "softmax"),
+          "qwen35moe": (True, "softmax")}
 # swiglu_oai's constants (llama.cpp: build_moe_ffn's LLM_FFN_SWIGLU_OAI_MOE; HF: GptOssExperts alpha and limit)
 OAI_ALPHA, OAI_LIMIT = 1.702, 7.0
 # The clamp of the renormalizing sum (build_moe_ffn: ggml_clamp(weights_sum, 6.103515625e-5, INFINITY))

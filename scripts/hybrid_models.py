@@ -21,6 +21,8 @@ HYBRID = dict(E=64, H=4, Hkv=2, D=16, rope=8, F=96, L=4, interval=2, Hk=2, Hv=4,
 CASES = {
     "qwen35": dict(arch="qwen35", grouped=False, moe=None),
     "qwen3next": dict(arch="qwen3next", grouped=True, moe=dict(X=6, K=2, Fe=32, Fs=48, router_gain=2.0)),
+    # Qwen3.5 MoE: tiled heads, and its experts' gate and up in one ffn_gate_up_exps (each expert's gate rows first)
+    "qwen35moe": dict(arch="qwen35moe", grouped=False, moe=dict(X=6, K=2, Fe=32, Fs=48, router_gain=2.0, fused=True)),
 }
 
 
@@ -63,6 +65,9 @@ def make_weights(c, rng):
             m = {**am.MOE_BASE, **c["moe"]}
             moe = am.moe_weights({"arch": c["arch"], "E": E, "moe": m}, rng, p, mat, norm)
             moe.pop(p + "ffn_norm.weight")
+            if m.get("fused"):
+                gate, up = moe.pop(p + "ffn_gate_exps.weight"), moe.pop(p + "ffn_up_exps.weight")
+                moe[p + "ffn_gate_up_exps.weight"] = np.concatenate([gate, up], axis=1)
             W.update(moe)
         else:
             W[p + "ffn_gate.weight"], W[p + "ffn_up.weight"] = mat(F, E), mat(F, E)
@@ -218,9 +223,11 @@ def write_cases(out_dir, first_seed, check=False):
         W = make_weights(c, rng)
         path = os.path.join(out_dir, f"{name}.gguf")
         write_gguf(path, name, c, W)
-        # the reference reads the weights back as written (f32), as the other cases do
+        # the reference reads the weights back as written (f32), as the other cases do; fused experts split
         r = gguf.GGUFReader(path)
         W = {t.name: np.array(t.data, dtype=np.float64).reshape(W[t.name].shape) for t in r.tensors}
+        for n in [n for n in W if n.endswith("ffn_gate_up_exps.weight")]:
+            W[n.replace("gate_up", "gate")], W[n.replace("gate_up", "up")] = np.split(W.pop(n), 2, axis=1)
         prompts = make_prompts(c, W, rng)
         with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
             json.dump({"arch": c["arch"], "case": name, "vocab": len(am.TOKENS), "prompts": prompts}, f)
@@ -232,7 +239,8 @@ def write_cases(out_dir, first_seed, check=False):
     return lines
 
 
-HF_CLASSES = {"qwen35": ("qwen3_5_text", "Qwen3_5ForCausalLM"), "qwen3next": ("qwen3_next", "Qwen3NextForCausalLM")}
+HF_CLASSES = {"qwen35": ("qwen3_5_text", "Qwen3_5ForCausalLM"), "qwen3next": ("qwen3_next", "Qwen3NextForCausalLM"),
+              "qwen35moe": ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM")}
 
 
 def hf_state_dict(c, W):

@@ -54,6 +54,12 @@ SHAPES = {
     "gpt-oss-20b": dict(arch="gpt-oss", E=2880, L=24, H=64, Hkv=8, D=64, F=2880, V=201088, base=150000.0, eps=1e-5,
                         tied=False, bias=True, pre="gpt-4o", ctx=131072, mix="mxfp4_moe", window=128,
                         yarn=dict(factor=32.0, orig=4096), moe=dict(X=32, K=4, Fe=2880, Fs=None)),
+    # Qwen/Qwen3.5-0.8B (its text model): 18 gated delta-net layers (16 key and 16 value heads of 128, a 4-tap conv)
+    # and 6 gated full-attention layers (every 4th: 8 heads of 256, 2 KV heads, rope over 64 dims of each head,
+    # its sections [11, 11, 10]); a 248320-token vocabulary, tied
+    "qwen3.5-0.8b": dict(arch="qwen35", E=1024, L=24, H=8, Hkv=2, D=256, F=3584, V=248320, base=1e7, eps=1e-6,
+                         tied=True, bias=False, pre="qwen2", ctx=262144, qk_norm=True, rope=64,
+                         hybrid=dict(Hk=16, Hv=16, S=128, K=4, interval=4)),
 }
 # Llama 3.2 1B in llama-quantize's IQ4_XS mixture
 SHAPES["llama3.2-1b-iq4_xs"] = dict(SHAPES["llama3.2-1b"], mix="iq4_xs")
@@ -137,7 +143,16 @@ def write_keys(w, c, name, L):
     w.add_head_count_kv(c["Hkv"])
     w.add_layer_norm_rms_eps(c["eps"])
     w.add_rope_freq_base(c["base"])
-    w.add_rope_dimension_count(D)
+    w.add_rope_dimension_count(c.get("rope", D))
+    if c.get("hybrid"):  # as convert_hf_to_gguf writes Qwen3.5's
+        hy = c["hybrid"]
+        w.add_array(f"{c['arch']}.rope.dimension_sections", [11, 11, 10, 0])
+        w.add_ssm_conv_kernel(hy["K"])
+        w.add_ssm_inner_size(hy["Hv"] * hy["S"])
+        w.add_ssm_state_size(hy["S"])
+        w.add_ssm_time_step_rank(hy["Hv"])
+        w.add_ssm_group_count(hy["Hk"])
+        w.add_uint32(f"{c['arch']}.full_attention_interval", hy["interval"])
     if c.get("D"):
         w.add_key_length(D)
         w.add_value_length(D)
@@ -178,20 +193,38 @@ def write_vocab(w, c):
     w.add_add_bos_token(False)
 
 
+def linear_block(t, c, p, layer):
+    """A Qwen3.5 gated delta-net layer's tensors (the conv, the decay's and β's vectors and the norm in f32, as
+    llama-quantize keeps them), then its dense FFN."""
+    E, F, hy = c["E"], c["F"], c["hybrid"]
+    C, V = (2 * hy["Hk"] + hy["Hv"]) * hy["S"], hy["Hv"] * hy["S"]
+    for n, a in (("attn_norm.weight", np.ones(E)), ("post_attention_norm.weight", np.ones(E)),
+                 ("ssm_conv1d.weight", np.full((C, hy["K"]), 0.25)), ("ssm_dt.bias", np.zeros(hy["Hv"])),
+                 ("ssm_a", -np.ones(hy["Hv"])), ("ssm_norm.weight", np.ones(hy["S"]))):
+        t.f32(p + n, a)
+    for n, shape in (("attn_qkv", (C, E)), ("attn_gate", (V, E)), ("ssm_alpha", (hy["Hv"], E)),
+                     ("ssm_beta", (hy["Hv"], E)), ("ssm_out", (E, V)), ("ffn_gate", (F, E)), ("ffn_up", (F, E)),
+                     ("ffn_down", (E, F))):
+        t.mat(p + n + ".weight", shape, matrix_type(c, n, layer))
+
+
 def block(t, c, layer):
     """Block `layer`'s tensors: norms, attention (fused for Phi-3), then a dense or mixture-of-experts FFN."""
     E, H, Hkv, F = c["E"], c["H"], c["Hkv"], c["F"]
     D, p = c.get("D", E // H), f"blk.{layer}."
+    hy = c.get("hybrid")
+    if hy and (layer + 1) % hy["interval"]:
+        return linear_block(t, c, p, layer)
     ones = np.ones(E)
     t.f32(p + "attn_norm.weight", ones)
-    t.f32(p + ("post_attention_norm.weight" if c["arch"] == "gpt-oss" else "ffn_norm.weight"), ones)
+    t.f32(p + ("post_attention_norm.weight" if c["arch"] in ("gpt-oss", "qwen35") else "ffn_norm.weight"), ones)
     if c.get("gemma2"):
         t.f32(p + "post_attention_norm.weight", ones)
         t.f32(p + "post_ffw_norm.weight", ones)
     if c["arch"] == "phi3":  # fused: Q, K, V rows in one matrix; gate then up rows in ffn_up
         t.mat(p + "attn_qkv.weight", ((H + 2 * Hkv) * D, E), matrix_type(c, "attn_qkv", layer))
     else:
-        for n, rows in (("q", H * D), ("k", Hkv * D), ("v", Hkv * D)):
+        for n, rows in (("q", (2 if hy else 1) * H * D), ("k", Hkv * D), ("v", Hkv * D)):  # Qwen3.5: q and gate
             t.mat(p + f"attn_{n}.weight", (rows, E), matrix_type(c, f"attn_{n}", layer))
             if c["bias"]:
                 t.f32(p + f"attn_{n}.bias", np.zeros(rows))

@@ -168,8 +168,8 @@ pub(crate) type LocalFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<O
 /// An external tensor's memory, as its backend holds it: each backend has its own type (`backend::cpu::external`,
 /// `backend::gpu::external`) and finds it again with [`ExternalMemory::as_any`]. Its drop frees the memory.
 pub(crate) trait ExternalMemory: MaybeSendSync + std::any::Any {
-    /// Overwrites the first `bytes.len()` bytes (a state's, from the host).
-    fn write(&self, bytes: &[u8]) -> Result<()>;
+    /// Overwrites `bytes.len()` bytes from byte `offset` (a state's, from the host; both multiples of 4).
+    fn write(&self, offset: u64, bytes: &[u8]) -> Result<()>;
     /// The first `len` bytes (a state's, as the last run that wrote them left them).
     fn read(&self, len: u64) -> LocalFuture<'_, Result<Vec<u8>>>;
     /// Bytes held for the tensor besides its own (a copy made on first use), counted while it lives.
@@ -309,7 +309,22 @@ impl State {
     /// # Errors
     /// [`Error::Gpu`] when the device was lost.
     pub fn zero(&self) -> Result<()> {
-        self.inner.memory.write(&vec![0u8; self.inner.bytes() as usize])
+        self.inner.memory.write(0, &vec![0u8; self.inner.bytes() as usize])
+    }
+
+    /// Sets rows `rows` of the first axis to zero (a sequence's slot of a recurrent state).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for rows past the first axis; [`Error::Gpu`] when the device was lost.
+    pub fn zero_rows(&self, rows: std::ops::Range<usize>) -> Result<()> {
+        let ext = &self.inner;
+        let n = ext.shape.first().copied().unwrap_or(1);
+        if rows.start > rows.end || rows.end > n {
+            let reason = format!("rows {rows:?} of state '{}', whose first axis has {n}", ext.name);
+            return Err(Error::InvalidArgument { op: "zero_rows", reason });
+        }
+        let row = ext.bytes() / n.max(1) as u64;
+        ext.memory.write(rows.start as u64 * row, &vec![0u8; (row * rows.len() as u64) as usize])
     }
 
     /// Overwrites the state with `t`'s values (for tests, and for restoring a saved session).
@@ -319,7 +334,7 @@ impl State {
     /// lost.
     pub fn write(&self, t: &HostTensor) -> Result<()> {
         check_matches(&self.inner, t)?;
-        self.inner.memory.write(t.data.as_bytes())
+        self.inner.memory.write(0, t.data.as_bytes())
     }
 
     /// The state's values, asynchronously (as the last run that wrote them left them).

@@ -2,7 +2,7 @@
 //! `scripts/arch_models.py` writes a small random-weight GGUF file per architecture with the real tensor names
 //! and metadata keys (llama, Llama 3's rope frequency factors, a Mistral-style llama with a sliding window, qwen2,
 //! qwen3, phi3, gemma2, gemma3, the mixtures of experts: Mixtral, qwen3moe, qwen2moe, olmoe, gpt-oss, and the
-//! hybrids of `scripts/hybrid_models.py`: qwen35, qwen3next) and
+//! hybrids of `scripts/hybrid_models.py`: qwen35, qwen3next, qwen35moe) and
 //! the reference logits at every position of three prompts. Each file runs on the CPU backend and the GPU devices
 //! of the suite, with f32 and f16 KV caches, as one prefill (in chunks of up to 4 tokens, and whole) and as
 //! decode steps, and its logits must match within 1e-3 of their largest magnitude (f32 and f16 caches).
@@ -246,6 +246,14 @@ fn qwen3next_grouped_heads_and_shared_expert() {
     // as qwen35's: 1.4e-3 with an f16 cache, 3.8e-6 with an f32 one
     check_within("qwen3next", 2e-3);
     batched_as_alone("qwen3next");
+}
+
+/// Qwen3.5 MoE: Qwen3.5's layers with a mixture of experts whose gate and up projections are one stacked tensor
+/// (one `mul_mat_id` for both), and a sigmoid-gated shared expert.
+#[test]
+fn qwen35moe_fused_gate_up_experts() {
+    check("qwen35moe");
+    batched_as_alone("qwen35moe");
 }
 
 /// Q, K and V are one matmul where their weights share a dtype (the three concatenated at load, or a fused

@@ -28,7 +28,7 @@ impl CpuBytes {
 }
 
 impl ExternalMemory for CpuBytes {
-    fn write(&self, _bytes: &[u8]) -> Result<()> {
+    fn write(&self, _offset: u64, _bytes: &[u8]) -> Result<()> {
         let reason = "a resident tensor is read-only (a State is written)".to_string();
         Err(Error::InvalidArgument { op: "write", reason })
     }
@@ -79,11 +79,12 @@ impl CpuState {
 }
 
 impl ExternalMemory for CpuState {
-    fn write(&self, bytes: &[u8]) -> Result<()> {
+    fn write(&self, offset: u64, bytes: &[u8]) -> Result<()> {
         let _guard = self.lock();
         // SAFETY: the words are only touched while `lock` is held.
         let dst: &mut [u8] = bytemuck::cast_slice_mut(unsafe { &mut *self.words.get() });
-        dst[..bytes.len()].copy_from_slice(bytes);
+        let at = offset as usize;
+        dst[at..at + bytes.len()].copy_from_slice(bytes);
         Ok(())
     }
 

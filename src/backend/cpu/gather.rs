@@ -81,12 +81,29 @@ impl CpuFamily for ConcatKernel {
         let split = self.a.layout.shape[self.axis];
         let rank = self.out_shape.len();
         let numel: usize = self.out_shape.iter().product();
+        // floats a row of the last axis at a time (each from one operand, or from both when that axis is the one
+        // joined), i32 element by element
+        let n = self.out_shape.last().copied().unwrap_or(1).max(1);
+        let float = self.out_dtype != DType::I32 && rank > 0;
         let mut c = vec![0usize; rank];
-        for i in 0..numel {
+        let mut row = vec![0f32; if float { n } else { 0 }];
+        let step = if float { n } else { 1 };
+        for i in (0..numel).step_by(step) {
             let mut rem = i;
             for d in (0..rank).rev() {
                 c[d] = rem % self.out_shape[d];
                 rem /= self.out_shape[d];
+            }
+            let at = |c: &[usize], l: &crate::shape::Layout| {
+                l.offset + (0..rank).map(|d| c[d] * l.strides[d]).sum::<usize>()
+            };
+            if float && self.axis + 1 == rank {
+                let (la, lb) = (&self.a.layout, &self.b.layout);
+                va.row_f32(at(&c, la), la.strides[rank - 1], &mut row[..split]);
+                c[self.axis] = 0;
+                vb.row_f32(at(&c, lb), lb.strides[rank - 1], &mut row[split..]);
+                out.write_f32(i, &row);
+                continue;
             }
             let (v, l) = if c[self.axis] < split {
                 (&va, &self.a.layout)
@@ -94,8 +111,11 @@ impl CpuFamily for ConcatKernel {
                 c[self.axis] -= split;
                 (&vb, &self.b.layout)
             };
-            let pos = l.offset + (0..rank).map(|d| c[d] * l.strides[d]).sum::<usize>();
-            if self.out_dtype == DType::I32 {
+            let pos = at(&c, l);
+            if float {
+                v.row_f32(pos, l.strides[rank - 1], &mut row);
+                out.write_f32(i, &row);
+            } else if self.out_dtype == DType::I32 {
                 out.set_i32(i, v.get_i32(pos));
             } else {
                 out.set(i, v.get(pos));
@@ -182,12 +202,25 @@ impl CpuFamily for CopyIntoKernel {
     fn run(&self, mem: &Memory) -> Result<()> {
         let d = mem.view(self.dst.storage, self.dst.dtype);
         let s = mem.view(self.src.storage, self.src.dtype);
-        for i in 0..self.dst.layout.numel() {
-            let (to, from) = (self.dst.layout.index_of(i), self.src.layout.index_of(i));
-            if self.dst.dtype == DType::I32 {
-                d.set_i32(to, s.get_i32(from));
+        let (ld, ls) = (&self.dst.layout, &self.src.layout);
+        if self.dst.dtype == DType::I32 {
+            for i in 0..ld.numel() {
+                d.set_i32(ld.index_of(i), s.get_i32(ls.index_of(i)));
+            }
+            return Ok(());
+        }
+        // a row of the last axis at a time: read at the source's stride, written in one store where the
+        // destination's row is contiguous (a recurrent state's rows), else element by element
+        let n = ld.shape.last().copied().unwrap_or(1).max(1);
+        let (sd, ss) = (ld.strides.last().copied().unwrap_or(1), ls.strides.last().copied().unwrap_or(1));
+        let mut row = vec![0f32; n];
+        for r in 0..ld.numel() / n {
+            s.row_f32(ls.index_of(r * n), ss, &mut row);
+            let to = ld.index_of(r * n);
+            if sd == 1 {
+                d.write_f32(to, &row);
             } else {
-                d.set(to, s.get(from));
+                row.iter().enumerate().for_each(|(j, &v)| d.set(to + j * sd, v));
             }
         }
         Ok(())

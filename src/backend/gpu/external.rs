@@ -20,13 +20,13 @@ impl GpuMemory {
 }
 
 impl ExternalMemory for GpuMemory {
-    fn write(&self, bytes: &[u8]) -> Result<()> {
+    fn write(&self, offset: u64, bytes: &[u8]) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
         let _serial = self.device.serialize();
         self.device.check_alive("writing a state")?;
         let mut padded = bytes.to_vec();
         padded.resize(bytes.len().div_ceil(4) * 4, 0);
-        self.device.queue.write_buffer(&self.buffer, 0, &padded);
+        self.device.queue.write_buffer(&self.buffer, offset, &padded);
         Ok(())
     }
 

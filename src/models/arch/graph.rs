@@ -29,9 +29,6 @@ pub(crate) struct StepGraph {
     pub mask: Option<Tensor>,
     /// f32 `[T, capacity]`: the same within the sliding window, where some layer has one.
     pub swa_mask: Option<Tensor>,
-    /// f32 `[1]`: whether the step continues its sequence's recurrent states (1) or starts them (0), where the
-    /// model has some.
-    pub state_keep: Option<Tensor>,
     /// f32 `[1, V]`: the last position's logits.
     pub logits: Tensor,
     /// i32 `[1]`: their argmax.
@@ -59,8 +56,7 @@ pub(crate) fn build_step(
     let swa_mask = cfg.sliding_window.map(|_| g.input("swa_mask", DType::F32, &[t, cap])).transpose()?;
     let rope_factors = w.rope_factors.as_ref().map(|f| g.resident(f)).transpose()?;
     let view = View::Step { first: slot * cap, len: cap };
-    let state_keep = cache.is_recurrent().then(|| g.input("state_keep", DType::F32, &[1])).transpose()?;
-    let io = Io { pos, rows, kv_len, mask, swa_mask, view, rope_factors, state_keep, row_live: None };
+    let io = Io { pos, rows, kv_len, mask, swa_mask, view, rope_factors, row_live: None };
     let mut h = embed(&mut g, cfg, w, tokens)?;
     for (l, block) in w.blocks.iter().enumerate() {
         let last_row_only = t > 1 && l + 1 == w.blocks.len();
@@ -70,8 +66,7 @@ pub(crate) fn build_step(
         h = g.slice(h, 0, t - 1, t)?;
     }
     let (logits, argmax, logits_sum) = head(&mut g, cfg, w, h)?;
-    let state_keep = io.state_keep;
-    Ok(StepGraph { graph: g, tokens, pos, rows, kv_len, mask, swa_mask, state_keep, logits, argmax, logits_sum })
+    Ok(StepGraph { graph: g, tokens, pos, rows, kv_len, mask, swa_mask, logits, argmax, logits_sum })
 }
 
 /// The graph of one decode step of the sequences in cache slots `0..n`: their tokens embedded and projected as
@@ -91,7 +86,7 @@ pub(crate) fn build_decode_batch(cfg: &DecoderConfig, w: &Weights, cache: &KvCac
     let view = View::Batch { n };
     let row_live = cache.is_recurrent().then(|| g.input("row_live", DType::F32, &[n])).transpose()?;
     let mask = Some(mask);
-    let io = Io { pos, rows, kv_len, mask, swa_mask, view, rope_factors, state_keep: None, row_live };
+    let io = Io { pos, rows, kv_len, mask, swa_mask, view, rope_factors, row_live };
     let mut x = embed(&mut g, cfg, w, tokens)?;
     for (l, block) in w.blocks.iter().enumerate() {
         x = (w.layer)(&mut g, &Layer { cfg, l, block, cache, io: &io, last_row_only: false }, x)?;

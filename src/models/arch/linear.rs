@@ -38,7 +38,7 @@ pub(crate) fn load(ld: &Loader, l: usize, cfg: &DecoderConfig, c: &LinearConfig)
 
 /// The layer's mixer over rows `h` `[R, E]`: pre-norm, the gated delta-net, the residual add. The rows are one
 /// sequence's T tokens (a step: B = 1) or one token of each of B sequences (a batched decode step: T = 1), their
-/// states those of the cache's slot (or slots `0..B`).
+/// states those of the cache's slot (or slots `0..B`), which the runner zeroes where a sequence starts.
 pub(crate) fn mix(g: &mut Graph, layer: &Layer, w: &LinearAttention, h: Tensor) -> Result<Tensor> {
     let Layer { cfg, l, block, cache, io, .. } = *layer;
     let c = cfg.linear.as_ref().expect("a linear layer has a linear config");
@@ -56,8 +56,7 @@ pub(crate) fn mix(g: &mut Graph, layer: &Layer, w: &LinearAttention, h: Tensor) 
     let qkv = g.reshape(qkv, &[b, t, c.conv_dim()])?;
     let cs = g.state(conv_state)?;
     let cs = g.slice(cs, 0, slot, slot + b)?;
-    let carried = keep(g, cs, io.state_keep)?;
-    let xs = g.concat(&[carried, qkv], 1)?;
+    let xs = g.concat(&[cs, qkv], 1)?;
     let next = g.slice(xs, 1, t, t + k - 1)?;
     let next = live_rows(g, io.row_live, cs, next, 3)?;
     g.copy_into(cs, next)?;
@@ -68,8 +67,7 @@ pub(crate) fn mix(g: &mut Graph, layer: &Layer, w: &LinearAttention, h: Tensor) 
     let (beta, decay) = gates(g, c, w, x, (b, t))?;
     let ss = g.state(ssm_state)?;
     let ss = g.slice(ss, 0, slot, slot + b)?;
-    let state = keep(g, ss, io.state_keep)?;
-    let (o, new_state) = g.gated_delta_net(q, kk, v, decay, beta, state, 1.0 / (s as f32).sqrt())?;
+    let (o, new_state) = g.gated_delta_net(q, kk, v, decay, beta, ss, 1.0 / (s as f32).sqrt())?;
     let new_state = live_rows(g, io.row_live, ss, new_state, 4)?;
     g.copy_into(ss, new_state)?;
     // each head's output normed, times silu(z)
@@ -81,15 +79,6 @@ pub(crate) fn mix(g: &mut Graph, layer: &Layer, w: &LinearAttention, h: Tensor) 
     let o = g.reshape(o, &[r, hv * s])?;
     let out = nn::linear(g, o, &w.out, None)?;
     g.add(h, out)
-}
-
-/// A carried state, or zeros where the step starts a sequence (`keep` is 0 then, 1 otherwise; `None` in a
-/// batched decode step, which always continues its sequences).
-fn keep(g: &mut Graph, state: Tensor, keep: Option<Tensor>) -> Result<Tensor> {
-    match keep {
-        Some(k) => g.mul(state, k),
-        None => Ok(state),
-    }
 }
 
 /// The next state of each row: `new` where the row decodes, `old` where it is idle (`live` 0: a batched

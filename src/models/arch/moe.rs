@@ -9,7 +9,7 @@
 
 use super::hparams::Hparams;
 use super::loader::Loader;
-use super::spec::{Activation, DecoderConfig, Experts, ExpertsConfig, Gating, SharedExpert};
+use super::spec::{Activation, DecoderConfig, Experts, ExpertsConfig, GateUp, Gating, SharedExpert};
 use crate::error::Result;
 use crate::graph::{Graph, Tensor};
 use crate::io::gguf::MetaValue;
@@ -156,8 +156,13 @@ pub(crate) fn experts(ld: &Loader, l: usize, cfg: &DecoderConfig, x: &ExpertsCon
     Ok(Experts {
         router: ld.tensor(&w("ffn_gate_inp"), &[n, e])?,
         router_bias: biases.is_some().then(|| ld.tensor(&b("ffn_gate_inp"), &[n])).transpose()?,
-        gate: ld.tensor(&w("ffn_gate_exps"), &[n, fe, e])?,
-        up: ld.tensor(&w("ffn_up_exps"), &[n, fe, e])?,
+        gate_up: match ld.f.tensor(&w("ffn_gate_up_exps")) {
+            Some(_) if biases.is_none() => GateUp::Fused(ld.tensor(&w("ffn_gate_up_exps"), &[n, 2 * fe, e])?),
+            _ => GateUp::Split {
+                gate: ld.tensor(&w("ffn_gate_exps"), &[n, fe, e])?,
+                up: ld.tensor(&w("ffn_up_exps"), &[n, fe, e])?,
+            },
+        },
         down: ld.tensor(&w("ffn_down_exps"), &[n, e, fe])?,
         biases,
         shared: x.n_ff_shexp.map(|fs| shared_expert(ld, l, e, fs)).transpose()?,
@@ -193,8 +198,18 @@ pub(crate) fn moe_ffn(g: &mut Graph, ex: &Experts, x: Tensor) -> Result<Tensor> 
     let logits = nn::linear(g, x, &ex.router, ex.router_bias.as_ref())?; // [R, X]
     let (selected, weights) = select(g, c, logits)?; // i32 [R, K], [R, K]
     let x3 = g.reshape(x, &[r, 1, e])?;
-    let gate = expert_matmul(g, x3, (&ex.gate, ex.biases.as_ref().map(|b| &b[0])), selected)?;
-    let up = expert_matmul(g, x3, (&ex.up, ex.biases.as_ref().map(|b| &b[1])), selected)?;
+    let (gate, up) = match &ex.gate_up {
+        GateUp::Split { gate, up } => (
+            expert_matmul(g, x3, (gate, ex.biases.as_ref().map(|b| &b[0])), selected)?,
+            expert_matmul(g, x3, (up, ex.biases.as_ref().map(|b| &b[1])), selected)?,
+        ),
+        GateUp::Fused(w) => {
+            // [R, K, 2·Fe]: each selected expert's gate outputs, then its up outputs
+            let gu = expert_matmul(g, x3, (w, None), selected)?;
+            let fe = c.n_ff_exp;
+            (g.slice(gu, 2, 0, fe)?, g.slice(gu, 2, fe, 2 * fe)?)
+        }
+    };
     let act = nn::glu(g, gate, up, c.act)?; // [R, K, Fe]
     let down = expert_matmul(g, act, (&ex.down, ex.biases.as_ref().map(|b| &b[2])), selected)?; // [R, K, E]
     let w = g.reshape(weights, &[r, 1, c.n_expert_used])?;

@@ -93,9 +93,6 @@ pub(crate) struct Io {
     pub view: View,
     /// Rope's frequency factors, where the model has them.
     pub rope_factors: Option<Tensor>,
-    /// f32 `[1]`: 1 where a step continues its sequence's recurrent states, 0 where it starts the sequence (a
-    /// hybrid model's prefill chunks; `None` otherwise).
-    pub state_keep: Option<Tensor>,
     /// f32 `[B]`: 1 for the rows of a batched decode step that decode, 0 for idle rows, whose sequences' recurrent
     /// states must not move (`None` without recurrent states, and in single-sequence steps).
     pub row_live: Option<Tensor>,

@@ -259,9 +259,9 @@ pub(crate) struct Experts {
     /// `ffn_gate_inp` `[X, E]` (and its bias `[X]`, gpt-oss).
     pub router: Resident,
     pub router_bias: Option<Resident>,
-    /// `ffn_gate_exps`, `ffn_up_exps` `[X, Fe, E]`, `ffn_down_exps` `[X, E, Fe]`.
-    pub gate: Resident,
-    pub up: Resident,
+    /// `ffn_gate_exps`, `ffn_up_exps` `[X, Fe, E]` (or both in one `ffn_gate_up_exps` `[X, 2·Fe, E]`, each
+    /// expert's gate rows first: Qwen3.5 MoE), `ffn_down_exps` `[X, E, Fe]`.
+    pub gate_up: GateUp,
     pub down: Resident,
     /// Their biases `[X, Fe]`, `[X, Fe]`, `[X, E]` (gpt-oss).
     pub biases: Option<[Resident; 3]>,
@@ -269,6 +269,12 @@ pub(crate) struct Experts {
     pub shared: Option<SharedExpert>,
     /// The settings they run with (the model's [`DecoderConfig::experts`]).
     pub config: ExpertsConfig,
+}
+
+/// The experts' gate and up projections: two stacks, or one of both (one `mul_mat_id` for both).
+pub(crate) enum GateUp {
+    Split { gate: Resident, up: Resident },
+    Fused(Resident),
 }
 
 /// A shared expert: a dense feed-forward (`ffn_{gate,up,down}_shexp`) whose output is added to the experts',

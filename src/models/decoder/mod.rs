@@ -345,6 +345,13 @@ impl LanguageModel {
             entry.insert(StepPlan { deps: plan.inputs(), plan, g });
         }
         let sp = plans.get_mut(&t).expect("inserted above");
+        if start == 0 {
+            // a sequence starts: its slot's recurrent states from zeros (written from the host, so that nothing
+            // of the slot's last sequence, not even a NaN, carries over)
+            for s in cache.conv.iter().chain(&cache.ssm).flatten() {
+                s.zero_rows(slot..slot + 1)?;
+            }
+        }
         let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
         let pos: Vec<i32> = (start..start + t).map(|p| p as i32).collect();
         let base = (slot * cache.capacity) as i32;
@@ -360,9 +367,6 @@ impl LanguageModel {
         let mask = sp.g.mask.map(|m| (m, causal_mask(start, t, cap, None)));
         let swa_mask = sp.g.swa_mask.map(|m| (m, causal_mask(start, t, cap, self.config.sliding_window)));
         inputs.extend(mask.iter().chain(&swa_mask).map(|(m, v)| (*m, Value::F32(v))));
-        // a chunk at position 0 starts the sequence's recurrent states from zeros
-        let keep = [if start == 0 { 0.0 } else { 1.0 }];
-        inputs.extend(sp.g.state_keep.map(|k| (k, Value::F32(&keep))));
         inputs.retain(|(t, _)| sp.deps.contains(t));
         let fetch = [if want_logits { Fetch::All } else { Fetch::Skip }, Fetch::All, Fetch::All];
         let mut outs = sp.plan.run_with_async(&inputs, &fetch).await?;
