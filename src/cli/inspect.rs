@@ -64,10 +64,28 @@ fn model_line(f: &GgufFile) -> String {
     match webtensor::models::decoder::DecoderConfig::from_gguf(f) {
         Ok(c) => {
             let models = supported().find(|(a, _)| *a == c.arch).map_or("", |(_, m)| m);
+            let kv = 2 * c.attention_layers() * c.n_kv_heads * c.head_dim * 2;
+            let state = match c.recurrent_state_bytes() {
+                0 => String::new(),
+                b => format!(
+                    " and {:.2} MiB of recurrent state, whatever its length ({} gated delta-net layers)",
+                    b as f64 / (1u64 << 20) as f64,
+                    c.n_layers - c.attention_layers()
+                ),
+            };
             format!(
                 "architecture: {name} ({models}): supported by generate, chat and serve; {} layers, width {}, \
-                 {} heads ({} key/value) of {} dims, feed-forward {}, vocabulary {}, trained context {} tokens\n",
-                c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.n_vocab, c.n_ctx_train
+                 {} heads ({} key/value) of {} dims, feed-forward {}, vocabulary {}, trained context {} tokens; a \
+                 sequence costs {:.1} KiB of f16 KV cache a position{state}\n",
+                c.n_layers,
+                c.n_embd,
+                c.n_heads,
+                c.n_kv_heads,
+                c.head_dim,
+                c.n_ff,
+                c.n_vocab,
+                c.n_ctx_train,
+                kv as f64 / 1024.0
             )
         }
         Err(e) => match supported().find(|(a, _)| *a == architecture(f)) {

@@ -35,6 +35,11 @@ pub struct TinyLlama {
     pub tensors: Vec<(String, TensorSpec)>,
 }
 
+/// The `llama.` keys of `t`.
+fn self_keys(t: &TinyLlama) -> Vec<String> {
+    t.meta.keys().filter(|k| k.starts_with("llama.")).cloned().collect()
+}
+
 /// GPT-2's byte-level character for byte `b`.
 fn byte_char(b: u8) -> char {
     let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
@@ -169,6 +174,55 @@ impl TinyLlama {
             ] {
                 t.tensors.push((format!("blk.{l}.{name}.weight"), f32t(&shape)));
             }
+        }
+        t
+    }
+
+    /// The tiny llama as a Qwen3.5 (`qwen35`) hybrid: block 0 a gated delta-net layer (1 key head and 2 value heads
+    /// of 4, a 4-tap conv: `attn_qkv` `[16, 8]`, `attn_gate` `[8, 8]`, `ssm_*`), block 1 a gated attention layer
+    /// (`attn_q` `[16, 8]`: each head's queries and gate; per-head q/k norms); `ffn_norm` named
+    /// `post_attention_norm`; `full_attention_interval` 2.
+    pub fn hybrid() -> TinyLlama {
+        let e = Self::WIDTH;
+        let (hk, hv, s, k) = (1usize, 2usize, 4usize, 4usize);
+        let c = (2 * hk + hv) * s;
+        let f32t = |shape: &[usize]| TensorSpec { ggml_type: 0, shape: shape.to_vec(), bytes: None, offset: None };
+        let keys: Vec<String> = self_keys(&TinyLlama::new());
+        let mut t = TinyLlama::new();
+        for key in keys {
+            let v = t.meta.remove(&key).expect("listed");
+            t.meta.insert(format!("qwen35.{}", &key["llama.".len()..]), v);
+        }
+        t = t.set("general.architecture", Meta::Str("qwen35".into()));
+        for (key, v) in [("conv_kernel", k), ("inner_size", hv * s), ("state_size", s), ("time_step_rank", hv)] {
+            t = t.set(&format!("qwen35.ssm.{key}"), Meta::U32(v as u32));
+        }
+        t = t.set("qwen35.ssm.group_count", Meta::U32(hk as u32));
+        t = t.set("qwen35.full_attention_interval", Meta::U32(2));
+        let attention0 = ["attn_q", "attn_k", "attn_v", "attn_output"].map(|n| format!("blk.0.{n}.weight"));
+        t.tensors.retain(|(n, _)| !attention0.contains(n));
+        for (n, spec) in t.tensors.iter_mut() {
+            if n.ends_with("ffn_norm.weight") {
+                *n = n.replace("ffn_norm", "post_attention_norm");
+            }
+            if n == "blk.1.attn_q.weight" {
+                spec.shape = vec![2 * e, e];
+            }
+        }
+        for (name, shape) in [
+            ("blk.0.attn_qkv.weight", vec![c, e]),
+            ("blk.0.attn_gate.weight", vec![hv * s, e]),
+            ("blk.0.ssm_beta.weight", vec![hv, e]),
+            ("blk.0.ssm_alpha.weight", vec![hv, e]),
+            ("blk.0.ssm_conv1d.weight", vec![c, k]),
+            ("blk.0.ssm_dt.bias", vec![hv]),
+            ("blk.0.ssm_a", vec![hv]),
+            ("blk.0.ssm_norm.weight", vec![s]),
+            ("blk.0.ssm_out.weight", vec![e, hv * s]),
+            ("blk.1.attn_q_norm.weight", vec![e / 2]),
+            ("blk.1.attn_k_norm.weight", vec![e / 2]),
+        ] {
+            t.tensors.push((name.to_string(), f32t(&shape)));
         }
         t
     }

@@ -113,6 +113,7 @@ pub(crate) fn start(device: Device, cfg: Config, metrics: Arc<Metrics>) -> Resul
             match loaded {
                 Ok(batch) => {
                     let m0 = batch.model();
+                    eprintln!("{}", slot_cost(&m0.config, m0.context(), slots));
                     let _ = ready_tx.send(Ok((m0.context(), m0.chat_sampling(0), m0.prompter().clone())));
                     m.slots_total.store(slots, Ordering::Relaxed);
                     run(batch, rx, &m);
@@ -210,4 +211,17 @@ fn deliver(events: Vec<BatchEvent>, live: &mut HashMap<SeqId, Live>, metrics: &M
             }
         }
     }
+}
+
+/// What a slot costs: its f16 KV cache of `context` positions, and a hybrid model's recurrent state (the same at
+/// any length).
+fn slot_cost(c: &webtensor::models::decoder::DecoderConfig, context: usize, slots: usize) -> String {
+    let size = |b: usize| match b < 1 << 20 {
+        true => format!("{:.1} KiB", b as f64 / 1024.0),
+        false => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+    };
+    let kv = 2 * c.attention_layers() * c.n_kv_heads * c.head_dim * 2 * context;
+    let state = c.recurrent_state_bytes();
+    let rec = if state > 0 { format!(" + {} recurrent state", size(state)) } else { String::new() };
+    format!("{slots} slots of {context} positions, each {} ({} f16 KV cache{rec})", size(kv + state), size(kv))
 }

@@ -76,7 +76,8 @@ fn configure(h: &Hparams, cfg: &mut DecoderConfig, family: Family) -> Result<()>
         None => 0,
     };
     if mtp >= cfg.n_layers {
-        return Err(h.error(format!("{mtp} prediction layers leave none of the {} blocks", cfg.n_layers)));
+        let key = format!("{}.nextn_predict_layers", h.arch);
+        return Err(h.error(format!("metadata {key} is {mtp}: it leaves none of the {} blocks", cfg.n_layers)));
     }
     cfg.n_layers -= mtp;
     let n_k_heads = h.count("ssm.group_count", None, MAX_HEADS)?;
@@ -91,6 +92,7 @@ fn configure(h: &Hparams, cfg: &mut DecoderConfig, family: Family) -> Result<()>
         )));
     }
     let layers = recurrent_layers(h, cfg.n_layers, mtp)?;
+    rope_sections(h, cfg.rope_dims)?;
     let grouped = family == Family::Qwen3Next;
     cfg.linear = Some(LinearConfig { conv_kernel, n_k_heads, n_v_heads, head_dim, grouped, layers, mtp_layers: mtp });
     Ok(())
@@ -106,10 +108,43 @@ fn recurrent_layers(h: &Hparams, n: usize, mtp: usize) -> Result<Vec<bool>> {
             .filter(|a| a.len() == n + mtp)
             .ok_or_else(|| h.error(format!("metadata {key} must be an array of {} entries, one a block", n + mtp)))?;
         let flag = |i: usize| a.get(i).and_then(|e| e.as_bool().or_else(|| e.as_u64().map(|x| x != 0)));
-        return (0..n).map(|i| flag(i).ok_or_else(|| h.error(format!("{key}[{i}] is not a boolean")))).collect();
+        let layers = (0..n).map(|i| flag(i).ok_or_else(|| h.error(format!("{key}[{i}] is not a boolean"))));
+        let layers = layers.collect::<Result<Vec<bool>>>()?;
+        if layers.iter().all(|&r| r) {
+            return Err(h.error(format!("metadata {key} marks every block recurrent: no full-attention layer")));
+        }
+        return Ok(layers);
     }
-    let interval = h.count("full_attention_interval", Some(4), n.max(1))?;
+    let key = format!("{}.full_attention_interval", h.arch);
+    let interval = h.count("full_attention_interval", Some(4), usize::MAX)?;
+    if interval > n {
+        let why = format!("a full-attention layer every {interval} blocks names none of the {n}");
+        return Err(h.error(format!("metadata {key} is {interval}: {why}")));
+    }
     Ok((0..n).map(|i| (i + 1) % interval != 0).collect())
+}
+
+/// The multimodal rope's sections (`rope.dimension_sections`, Qwen3.5's: pairs taking the token's time, height
+/// and width positions, all the token's position for text), where the file has them: they must cover the rotary
+/// width's pairs exactly.
+fn rope_sections(h: &Hparams, rope_dims: usize) -> Result<()> {
+    let key = format!("{}.rope.dimension_sections", h.arch);
+    let Some(v) = h.f.get(&key) else { return Ok(()) };
+    let a = v.as_array().ok_or_else(|| h.error(format!("metadata {key} is {}, not an array", v.a_type_name())))?;
+    let mut sum = 0u64;
+    for i in 0..a.len().min(8) {
+        let n = a.get(i).and_then(|e| e.as_u64()).ok_or_else(|| h.error(format!("{key}[{i}] is not a count")))?;
+        sum = sum.saturating_add(n);
+    }
+    if a.len() > 4 || sum != (rope_dims / 2) as u64 {
+        let pairs = rope_dims / 2;
+        return Err(h.error(format!(
+            "metadata {key} has {} sections summing to {sum}: at most 4, summing to the {pairs} rotating pairs \
+             (rope.dimension_count / 2)",
+            a.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Block `l`: a gated delta-net layer or a gated full-attention layer, each with the pre-feed-forward norm

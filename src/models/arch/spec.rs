@@ -144,6 +144,19 @@ impl DecoderConfig {
         self.linear.as_ref().is_some_and(|c| c.layers.get(l).copied().unwrap_or(false))
     }
 
+    /// Layers that keep a KV cache (all but the gated delta-net layers).
+    pub fn attention_layers(&self) -> usize {
+        (0..self.n_layers).filter(|&l| !self.is_recurrent(l)).count()
+    }
+
+    /// Bytes of one sequence's recurrent state, constant in its length: per gated delta-net layer its conv's last
+    /// K − 1 inputs and its delta rule's Hv · S · S state, f32 (0 for attention-only models).
+    pub fn recurrent_state_bytes(&self) -> usize {
+        let Some(c) = &self.linear else { return 0 };
+        let per_layer = ((c.conv_kernel - 1) * c.conv_dim() + c.n_v_heads * c.head_dim * c.head_dim) * 4;
+        per_layer * c.layers.iter().filter(|&&r| r).count()
+    }
+
     /// Whether layer `l` attends over the sliding window.
     pub fn is_swa(&self, l: usize) -> bool {
         self.sliding_window.is_some() && self.swa_layers.get(l).copied().unwrap_or(false)

@@ -408,7 +408,7 @@ pub(crate) fn new_cache(
         op: "llama",
         reason: format!("{slots} sequences of {context} positions overflow"),
     })?;
-    check_cache_size(device, config, rows, row, dtype)?;
+    check_cache_size(device, config, (rows, slots), row, dtype)?;
     let attn = |kind: &str, l: usize| match config.is_recurrent(l) {
         true => Ok(None),
         false => device.state(&format!("cache_{kind}.{l}"), dtype, &[rows, row]).map(Some),
@@ -442,13 +442,24 @@ pub(crate) fn new_cache(
 /// of `dtype` per layer and position) can exist on `device`: its size computed without overflow, each layer's
 /// state within a GPU buffer, and the whole within the memory the machine has available (natively, Linux's
 /// `MemAvailable`, for the CPU backend and for software adapters, whose memory is the host's).
-fn check_cache_size(device: &Device, config: &DecoderConfig, context: usize, row: usize, dtype: DType) -> Result<()> {
+fn check_cache_size(
+    device: &Device,
+    config: &DecoderConfig,
+    (context, slots): (usize, usize),
+    row: usize,
+    dtype: DType,
+) -> Result<()> {
+    let layers = config.attention_layers();
     let per_state = context.checked_mul(row).and_then(|n| n.checked_mul(dtype.size_bytes()));
-    let total = per_state.and_then(|b| b.checked_mul(2 * config.n_layers));
+    let recurrent = config.recurrent_state_bytes().checked_mul(slots);
+    let total = per_state.and_then(|b| b.checked_mul(2 * layers)).zip(recurrent).and_then(|(a, b)| a.checked_add(b));
     let what = |bytes: String| {
+        let state = match config.recurrent_state_bytes() {
+            0 => String::new(),
+            b => format!(", and {slots} × {b} bytes of recurrent state"),
+        };
         format!(
-            "a KV cache of {context} positions ({bytes}: 2 × {} layers × {context} × {row} × {} bytes)",
-            config.n_layers,
+            "a KV cache of {context} positions ({bytes}: 2 × {layers} layers × {context} × {row} × {} bytes{state})",
             dtype.size_bytes()
         )
     };
