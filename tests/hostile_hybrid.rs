@@ -6,30 +6,8 @@
 
 mod common;
 
-use common::tiny_gguf::{Meta, TinyLlama};
-use webtensor::models::{GenerateOptions, LanguageModel, LanguageModelOptions};
-use webtensor::Device;
-
-fn load(t: &TinyLlama) -> webtensor::Result<LanguageModel> {
-    let bytes = webtensor::Bytes::from_vec(t.bytes());
-    let f = webtensor::gguf::GgufFile::from_bytes("tiny.gguf", bytes)?;
-    LanguageModel::from_gguf(&Device::cpu(), &f, LanguageModelOptions::default())
-}
-
-/// `t` fails to load with one line naming the file and containing every one of `needles`.
-fn refused(what: &str, t: TinyLlama, needles: &[&str]) {
-    match load(&t) {
-        Ok(_) => panic!("{what}: loaded"),
-        Err(e) => {
-            let m = e.to_string();
-            println!("{what}: {m}");
-            assert!(!m.contains('\n') && m.contains("tiny.gguf"), "{what}: one line naming the file: {m}");
-            for n in needles {
-                assert!(m.contains(n), "{what}: {m:?} lacks {n:?}");
-            }
-        }
-    }
-}
+use common::tiny_gguf::{load, refused, Meta, TinyLlama};
+use webtensor::models::GenerateOptions;
 
 #[test]
 fn the_tiny_hybrid_loads_and_generates_the_same_each_time() {

@@ -5,30 +5,9 @@
 
 mod common;
 
-use common::tiny_gguf::{Meta, TinyLlama};
+use common::tiny_gguf::{load, refused, Meta, TinyLlama};
 use webtensor::models::{GenerateOptions, LanguageModel, LanguageModelOptions};
 use webtensor::{Device, Error};
-
-fn load(t: &TinyLlama) -> webtensor::Result<LanguageModel> {
-    let bytes = webtensor::Bytes::from_vec(t.bytes());
-    let f = webtensor::gguf::GgufFile::from_bytes("tiny.gguf", bytes)?;
-    LanguageModel::from_gguf(&Device::cpu(), &f, LanguageModelOptions::default())
-}
-
-/// `t` fails to load with an error whose text has every one of `needles`.
-fn refused(what: &str, t: TinyLlama, needles: &[&str]) {
-    match load(&t) {
-        Ok(_) => panic!("{what}: loaded"),
-        Err(e) => {
-            let m = e.to_string();
-            println!("{what}: {m}");
-            assert!(!m.contains('\n'), "{what}: one line: {m}");
-            for n in needles {
-                assert!(m.contains(n), "{what}: {m:?} lacks {n:?}");
-            }
-        }
-    }
-}
 
 #[test]
 fn the_tiny_model_loads_and_generates() {

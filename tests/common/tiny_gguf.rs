@@ -316,3 +316,28 @@ impl TinyLlama {
         webtensor::gguf::GgufFile::from_bytes("tiny.gguf", webtensor::Bytes::from_vec(self.bytes())).unwrap()
     }
 }
+
+/// `t` loaded on the CPU backend (as `tiny.gguf`).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn load(t: &TinyLlama) -> webtensor::Result<webtensor::models::LanguageModel> {
+    let bytes = webtensor::Bytes::from_vec(t.bytes());
+    let f = webtensor::gguf::GgufFile::from_bytes("tiny.gguf", bytes)?;
+    let options = webtensor::models::LanguageModelOptions::default();
+    webtensor::models::LanguageModel::from_gguf(&webtensor::Device::cpu(), &f, options)
+}
+
+/// `t` fails to load with an error of one line whose text has every one of `needles`.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn refused(what: &str, t: TinyLlama, needles: &[&str]) {
+    match load(&t) {
+        Ok(_) => panic!("{what}: loaded"),
+        Err(e) => {
+            let m = e.to_string();
+            println!("{what}: {m}");
+            assert!(!m.contains('\n'), "{what}: one line: {m}");
+            for n in needles {
+                assert!(m.contains(n), "{what}: {m:?} lacks {n:?}");
+            }
+        }
+    }
+}
