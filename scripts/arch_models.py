@@ -251,7 +251,7 @@ def write_moe_keys(w, c):
     assert c["arch"] not in ("llama", "olmoe") or c["F"] == m["Fe"], "their experts' width is feed_forward_length"
     w.add_expert_count(m["X"])
     w.add_expert_used_count(m["K"])
-    if c["arch"] in ("qwen3moe", "qwen2moe", "gpt-oss"):
+    if c["arch"] in ("qwen3moe", "qwen2moe", "gpt-oss", "qwen35moe"):
         w.add_expert_feed_forward_length(m["Fe"])
     if m["Fs"]:
         w.add_expert_shared_feed_forward_length(m["Fs"])

@@ -60,6 +60,12 @@ SHAPES = {
     "qwen3.5-0.8b": dict(arch="qwen35", E=1024, L=24, H=8, Hkv=2, D=256, F=3584, V=248320, base=1e7, eps=1e-6,
                          tied=True, bias=False, pre="qwen2", ctx=262144, qk_norm=True, rope=64,
                          hybrid=dict(Hk=16, Hv=16, S=128, K=4, interval=4)),
+    # Qwen/Qwen3.5-35B-A3B (its text model): 30 gated delta-net layers (16 key and 32 value heads of 128) and 10
+    # gated attention layers (16 heads of 256, 2 KV heads), each with 256 experts of width 512 (8 used) and a
+    # shared expert of 512 behind a sigmoid gate; an untied output
+    "qwen3.5-35b-a3b": dict(arch="qwen35moe", E=2048, L=40, H=16, Hkv=2, D=256, F=512, V=248320, base=1e7, eps=1e-6,
+                            tied=False, bias=False, pre="qwen2", ctx=262144, qk_norm=True, rope=64,
+                            hybrid=dict(Hk=16, Hv=32, S=128, K=4, interval=4), moe=dict(X=256, K=8, Fe=512, Fs=512)),
 }
 # Llama 3.2 1B in llama-quantize's IQ4_XS mixture
 SHAPES["llama3.2-1b-iq4_xs"] = dict(SHAPES["llama3.2-1b"], mix="iq4_xs")
@@ -203,8 +209,12 @@ def linear_block(t, c, p, layer):
                  ("ssm_a", -np.ones(hy["Hv"])), ("ssm_norm.weight", np.ones(hy["S"]))):
         t.f32(p + n, a)
     for n, shape in (("attn_qkv", (C, E)), ("attn_gate", (V, E)), ("ssm_alpha", (hy["Hv"], E)),
-                     ("ssm_beta", (hy["Hv"], E)), ("ssm_out", (E, V)), ("ffn_gate", (F, E)), ("ffn_up", (F, E)),
-                     ("ffn_down", (E, F))):
+                     ("ssm_beta", (hy["Hv"], E)), ("ssm_out", (E, V))):
+        t.mat(p + n + ".weight", shape, matrix_type(c, n, layer))
+    if c.get("moe"):
+        experts(t, c, p, layer)
+        return
+    for n, shape in (("ffn_gate", (F, E)), ("ffn_up", (F, E)), ("ffn_down", (E, F))):
         t.mat(p + n + ".weight", shape, matrix_type(c, n, layer))
 
 
@@ -217,7 +227,7 @@ def block(t, c, layer):
         return linear_block(t, c, p, layer)
     ones = np.ones(E)
     t.f32(p + "attn_norm.weight", ones)
-    t.f32(p + ("post_attention_norm.weight" if c["arch"] in ("gpt-oss", "qwen35") else "ffn_norm.weight"), ones)
+    t.f32(p + ("post_attention_norm.weight" if c["arch"] in ("gpt-oss", "qwen35", "qwen35moe") else "ffn_norm.weight"), ones)
     if c.get("gemma2"):
         t.f32(p + "post_attention_norm.weight", ones)
         t.f32(p + "post_ffw_norm.weight", ones)

@@ -65,6 +65,11 @@ def experts(t, c, p, layer):
     t.f32(p + "ffn_gate_inp.weight", 0.02 * t.rng.standard_normal((X, E)))
     for name, shape in (("ffn_gate_exps", (X, Fe, E)), ("ffn_up_exps", (X, Fe, E)), ("ffn_down_exps", (X, E, Fe))):
         t.mat(p + name + ".weight", shape, matrix_type(c, name, layer))
+    if m.get("Fs"):  # the shared expert and its one-logit sigmoid gate (f32 [E], as llama.cpp declares it)
+        Fs = m["Fs"]
+        t.f32(p + "ffn_gate_inp_shexp.weight", 0.02 * t.rng.standard_normal(E))
+        for name, shape in (("ffn_gate_shexp", (Fs, E)), ("ffn_up_shexp", (Fs, E)), ("ffn_down_shexp", (E, Fs))):
+            t.mat(p + name + ".weight", shape, matrix_type(c, name.replace("_shexp", ""), layer))
     if c["arch"] == "gpt-oss":
         t.f32(p + "ffn_gate_inp.bias", np.zeros(X))
         for name, n in (("ffn_gate_exps", Fe), ("ffn_up_exps", Fe), ("ffn_down_exps", E)):
