@@ -185,6 +185,32 @@ fn an_error_in_a_chat_turn_is_on_its_own_line_and_the_chat_goes_on() {
     assert_eq!(stderr.matches("stopped:").count(), 2, "two answers: {stderr}");
 }
 
+/// Without `-n`, a chat answer runs to the model's end of turn or a full context (as llama-cli's conversation
+/// mode and Ollama), never to a default cap; the device is described once.
+#[test]
+fn a_chat_answer_is_not_cut_off_by_default() {
+    let dir = scratch("chat-uncapped");
+    let model = tiny(&dir, &TinyLlama::new());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webtensor"))
+        .args(["chat", "--model", &model, "--ctx", "48", "--backend", "cpu"])
+        .current_dir(&dir)
+        .env("XDG_RUNTIME_DIR", common::cli::xdg_runtime_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let note = stderr.lines().find(|l| l.contains("stopped:")).unwrap_or_else(|| panic!("no stop note: {stderr}"));
+    assert!(!note.contains("max tokens"), "{note}");
+    assert!(note.contains("end of the answer") || note.contains("is full"), "{note}");
+    assert_eq!(stderr.matches("CPU backend (").count(), 1, "the device described once: {stderr}");
+}
+
 #[test]
 fn a_chat_template_that_does_not_compile_fails_chat_only() {
     let dir = scratch("bad-template");

@@ -79,7 +79,9 @@ async function send() {
   try {
     const messages = [...chat.history, { role: "user", content: text }];
     answer.dataset.streamed = "0"; // tokens shown so far
-    const options = { maxTokens: Number($("chat-max").value) || 64 };
+    // no cap unless the user sets one: the answer runs to the model's end of turn (or the context), Stop ends it
+    const max = Number($("chat-max").value);
+    const options = max > 0 ? { maxTokens: max } : {};
     if (q.has("temperature")) options.temperature = Number(q.get("temperature"));
     const { result } = await request({ type: "chat", messages, options }, (e) => {
       if (e.prefill) {

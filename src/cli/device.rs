@@ -72,6 +72,14 @@ pub fn fallback_reason(adapters: &[webtensor::Capabilities]) -> String {
     parts.join("; ")
 }
 
+/// A device's short name, once [`describe`] has said the rest: "the CPU backend", or the adapter's name.
+pub fn short_name(device: &Device) -> String {
+    match device.is_cpu() {
+        true => "the CPU backend".into(),
+        false => device.capabilities().name.clone(),
+    }
+}
+
 /// `name [backend, type]` of a device, for one-line messages.
 pub fn describe(device: &Device) -> String {
     let c = device.capabilities();

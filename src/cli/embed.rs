@@ -1,7 +1,7 @@
 //! `webtensor embed --model DIR [TEXT ...] [--file lines.txt]`: sentence embeddings from a sentence-transformers
 //! directory or a BERT GGUF file, printed as JSON or written as .npy, or the file's lines ranked by cosine similarity to a query.
 
-use super::device::{choose_device, describe};
+use super::device::{choose_device, describe, short_name};
 use super::error::CliError;
 use super::util::{emit, outln};
 use webtensor::models::bert::{EmbedderOptions, SentenceEmbedder};
@@ -72,7 +72,7 @@ pub fn run(args: &EmbedArgs) -> Result<(), CliError> {
         "embedded {} texts in {ms:.1} ms ({:.1} sentences/s) on {}, loaded in {:.0} ms",
         texts.len(),
         texts.len() as f64 / (ms / 1e3).max(1e-9),
-        describe(&chosen.device),
+        short_name(&chosen.device),
         (t1 - t).as_secs_f64() * 1e3
     );
     if let Some(q) = &args.rank {

@@ -17,9 +17,10 @@ pub struct ModelArgs {
     /// The model: a GGUF file of a supported architecture.
     #[arg(long, value_name = "FILE.gguf")]
     model: String,
-    /// Most tokens to generate (per answer, for chat).
-    #[arg(short = 'n', long, default_value_t = 128)]
-    max_tokens: usize,
+    /// Most tokens to generate (per answer, for chat). Default: until the model ends its answer or the context
+    /// (--ctx) is full, as llama-cli's conversation mode and Ollama run.
+    #[arg(short = 'n', long)]
+    max_tokens: Option<usize>,
     /// Sampling temperature; 0 is greedy. Default: greedy for plain generation; for chat (`chat`, `--chat`) 0.7
     /// with the other chat defaults (top-k 40, top-p 0.9, min-p 0.05, repetition penalty 1.1, as Ollama's).
     #[arg(long, allow_negative_numbers = true)]
@@ -101,7 +102,8 @@ impl ModelArgs {
             repetition_penalty: self.repeat_penalty.unwrap_or(base.repetition_penalty),
             ..base
         };
-        GenerateOptions { max_tokens: self.max_tokens, sampling, stop: self.stop.clone(), ignore_eos: false }
+        let max_tokens = self.max_tokens.unwrap_or(usize::MAX);
+        GenerateOptions { max_tokens, sampling, stop: self.stop.clone(), ignore_eos: false }
     }
 
     /// The options, checked: a value out of range is an error naming the flag and its range.
@@ -358,8 +360,12 @@ fn answer(
     INTERRUPTED.store(false, Ordering::SeqCst);
     let mut printer = PartPrinter::new(turn.reasoning, show_reasoning);
     let out = model.generate(&turn.ids, options, |piece, _| {
+        // a token that arrives after Ctrl-C is not printed: the answer stops where the user stopped it
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return false;
+        }
         printer.push(piece);
-        !INTERRUPTED.load(Ordering::SeqCst)
+        true
     })?;
     let answer = printer.finish();
     emit("\n");

@@ -17,13 +17,13 @@ use wasm_bindgen_futures::JsFuture;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_MODELS: &'static str = r#"
-/** How `LanguageModel.generate` and `chat` pick tokens; every field optional, at most 128 tokens by default.
+/** How `LanguageModel.generate` and `chat` pick tokens; every field optional; by default until the model ends its answer or the context is full.
  *  `generate` defaults to greedy decoding (with llama.cpp's sampler defaults once `temperature` is above 0);
  *  `chat` to the chat defaults: temperature 0.7, top-k 40, top-p 0.9, min-p 0.05, repetition penalty 1.1 over
  *  the last 64 tokens, with the model file's own recommendations (`general.sampling.*`) in their place, and a new
  *  seed each call (the result says it; pass it back as `seed` to repeat the answer). */
 export interface GenerateOptions {
-  /** Most tokens to generate (default 128). */
+  /** Most tokens to generate (default: until the model ends its answer or the context is full). */
   maxTokens?: number;
   /** Softmax temperature; 0 is greedy (`generate`'s default). */
   temperature?: number;
@@ -121,7 +121,7 @@ fn generate_options(o: &JsValue, d: SamplingOptions) -> Result<GenerateOptions, 
         None if stop.is_undefined() => vec![],
         None => return Err(JsError::new("options.stop must be an array of strings")),
     };
-    Ok(GenerateOptions { max_tokens: count(o, "maxTokens")?.unwrap_or(128), sampling, stop, ignore_eos: false })
+    Ok(GenerateOptions { max_tokens: count(o, "maxTokens")?.unwrap_or(usize::MAX), sampling, stop, ignore_eos: false })
 }
 
 /// `GenerateOptions` from JS: the sampling and stopping options, and an `AbortSignal`.

@@ -95,7 +95,7 @@ pub fn summary(samples: &[f64]) -> String {
     }
     let mut s = samples.to_vec();
     s.sort_by(f64::total_cmp);
-    format!("{:.1} ({:.1}-{:.1})", s[s.len() / 2], s[0], s[s.len() - 1])
+    format!("{:.1} ({:.1}-{:.1})", median(&s), s[0], s[s.len() - 1])
 }
 
 /// The median (NaN for none): the middle sample, or the mean of the middle two of an even count.
@@ -113,4 +113,21 @@ pub fn median(samples: &[f64]) -> f64 {
 /// The 1-minute load average, where the system reports it.
 pub fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{median, summary};
+
+    /// An even count's median is the mean of the middle two (two rounds: their mean, not the larger), in the
+    /// summary the tables print as in the ratios.
+    #[test]
+    fn medians_of_even_counts_are_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[798.2, 790.9]), 794.55);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+        assert_eq!(summary(&[798.2, 790.9]), "794.5 (790.9-798.2)");
+        assert_eq!(summary(&[]), "—");
+    }
 }

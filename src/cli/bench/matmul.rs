@@ -179,15 +179,28 @@ impl Ours {
 
     fn timing(self) -> Result<Timing, String> {
         let (one, chain) = (median(&self.one_s), median(&self.chain_s));
-        let s = (chain - one) / self.q as f64;
-        if s <= 0.0 {
-            return Err(format!("too noisy: the {}-op chain ran no slower than one op", 1 + self.q));
-        }
+        let s = marginal(one, chain, self.q)?;
         let per_round: Vec<f64> = self.chain_s.iter().zip(&self.one_s).map(|(c, o)| (c - o) / self.q as f64).collect();
         let range = per_round.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
         let stats = self.one.plan.stats();
         Ok(Timing { s, run_s: Some(one), kernels: stats.kernels, chain: self.q, transfer: stats.transfer, range })
     }
+}
+
+/// One op's marginal time from a one-op plan's run `one` and a `1 + q`-op chain's `chain` (seconds): `(chain −
+/// one) / q`, refused as too noisy where it is not positive or exceeds a whole run's time (upload, op, readback
+/// cost more than the op alone: a figure above it says the samples were disturbed, and is left out).
+fn marginal(one: f64, chain: f64, q: usize) -> Result<f64, String> {
+    let s = (chain - one) / q as f64;
+    if s <= 0.0 {
+        return Err(format!("too noisy: the {}-op chain ran no slower than one op", 1 + q));
+    }
+    if s > one {
+        let why =
+            format!("one op's marginal time ({:.3} ms) came out above a whole run's ({:.3} ms)", s * 1e3, one * 1e3);
+        return Err(format!("too noisy: {why}"));
+    }
+    Ok(s)
 }
 
 /// A library taking part in one workload: webtensor on a device, or a prepared peer case.
@@ -420,5 +433,18 @@ fn empty_timing() -> Timing {
         chain: 0,
         transfer: Default::default(),
         range: (f64::NAN, f64::NAN),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::marginal;
+
+    /// The op-alone figure never exceeds a whole run's cost: where the samples say it does, it is left out.
+    #[test]
+    fn the_marginal_op_never_costs_more_than_a_run() {
+        assert_eq!(marginal(2.0e-3, 8.0e-3, 4), Ok(1.5e-3));
+        assert!(marginal(2.0e-3, 20.0e-3, 4).unwrap_err().contains("above a whole run's"));
+        assert!(marginal(2.0e-3, 1.9e-3, 4).unwrap_err().contains("no slower"));
     }
 }

@@ -279,8 +279,13 @@ impl<'a> Doc<'a> {
         let gpu_kernels: Vec<&str> =
             labels.iter().filter(|l| l.ours && l.label != "webtensor cpu").map(|l| l.label.as_str()).collect();
         head.extend(gpu_kernels.iter().map(|l| format!("{l} kernel")));
-        let pairs: Vec<(&Entry, &Entry)> =
-            labels.iter().flat_map(|&o| labels.iter().map(move |&p| (o, p))).filter(|(o, p)| compared(o, p)).collect();
+        // ratios measured while other work loaded the machine are left out of the report, not only flagged
+        let trusted = self.ratios_trusted();
+        let pairs: Vec<(&Entry, &Entry)> = labels
+            .iter()
+            .flat_map(|&o| labels.iter().map(move |&p| (o, p)))
+            .filter(|(o, p)| trusted && compared(o, p))
+            .collect();
         head.extend(pairs.iter().map(|(o, p)| format!("{} / {}", o.label, p.label)));
         let vs_copy: Vec<(&str, &Entry)> = if title.starts_with("mat-vec") {
             gpu_kernels.iter().flat_map(|&o| copies.iter().map(move |&c| (o, c))).collect()
@@ -298,7 +303,15 @@ impl<'a> Doc<'a> {
         for n in notes {
             md += &format!("- {n}\n");
         }
+        if !trusted {
+            md += "- ratios left out: the load average was above the machine's CPU threads during the run\n";
+        }
         md + "\n"
+    }
+
+    /// Whether the run's ratios can be reported: the load average stayed within the CPU threads.
+    fn ratios_trusted(&self) -> bool {
+        self.load.is_none_or(|l| l <= nproc() as f64)
     }
 
     pub fn json(&self) -> Value {
@@ -348,7 +361,7 @@ impl<'a> Doc<'a> {
                     .entries
                     .iter()
                     .flat_map(|o| m.entries.iter().map(move |p| (o, p)))
-                    .filter(|(o, p)| o.ours && !p.ours)
+                    .filter(|(o, p)| o.ours && !p.ours && self.ratios_trusted())
                     .filter_map(|(o, p)| ratio(o, p).map(|(k, r)| json!({"ours": o.label, "peer": p.label, "ratio": k, "ratio_run": r})))
                     .collect();
                 json!({"workload": w.title(), "kind": kind, "shape": dims, "flops": w.flops(), "bytes": w.bytes(),

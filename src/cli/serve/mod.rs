@@ -13,7 +13,7 @@ mod embedder;
 mod engine;
 mod routes;
 
-use crate::cli::device::{choose_device, describe};
+use crate::cli::device::{choose_device, describe, short_name};
 use crate::cli::error::CliError;
 use std::sync::Arc;
 
@@ -101,7 +101,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     };
     let embedder = match &args.embedding_model {
         Some(dir) => {
-            eprintln!("loading {dir} on {} ...", describe(&chosen.device));
+            // the device said once: on the model's line where there is a model
+            let on = if args.model.is_some() { short_name(&chosen.device) } else { describe(&chosen.device) };
+            eprintln!("loading {dir} on {on} ...");
             Some(embedder::start(chosen.device.clone(), dir.clone(), metrics.clone())?)
         }
         None => None,
