@@ -156,20 +156,7 @@ fn an_error_in_a_chat_turn_is_on_its_own_line_and_the_chat_goes_on() {
         ),
     );
     let model = tiny(&dir, &t);
-    let chat = |input: &[u8]| {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webtensor"))
-            .args(["chat", "--model", &model, "-n", "2", "--backend", "cpu"])
-            .current_dir(&dir)
-            .env("XDG_RUNTIME_DIR", common::cli::xdg_runtime_dir())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(input).unwrap();
-        child.wait_with_output().unwrap()
-    };
+    let chat = |input: &[u8]| chat_with(&dir, &["--model", &model, "-n", "2", "--backend", "cpu"], input);
     let out = chat(b"hello\nagain\n/reset\nhello\n");
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -185,15 +172,12 @@ fn an_error_in_a_chat_turn_is_on_its_own_line_and_the_chat_goes_on() {
     assert_eq!(stderr.matches("stopped:").count(), 2, "two answers: {stderr}");
 }
 
-/// Without `-n`, a chat answer runs to the model's end of turn or a full context (as llama-cli's conversation
-/// mode and Ollama), never to a default cap; the device is described once.
-#[test]
-fn a_chat_answer_is_not_cut_off_by_default() {
-    let dir = scratch("chat-uncapped");
-    let model = tiny(&dir, &TinyLlama::new());
+/// `webtensor chat ARGS` in `dir` with `input` on its stdin.
+fn chat_with(dir: &std::path::Path, args: &[&str], input: &[u8]) -> std::process::Output {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webtensor"))
-        .args(["chat", "--model", &model, "--ctx", "48", "--backend", "cpu"])
-        .current_dir(&dir)
+        .arg("chat")
+        .args(args)
+        .current_dir(dir)
         .env("XDG_RUNTIME_DIR", common::cli::xdg_runtime_dir())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -201,8 +185,17 @@ fn a_chat_answer_is_not_cut_off_by_default() {
         .spawn()
         .unwrap();
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Without `-n`, a chat answer runs to the model's end of turn or a full context (as llama-cli's conversation
+/// mode and Ollama), never to a default cap; the device is described once.
+#[test]
+fn a_chat_answer_is_not_cut_off_by_default() {
+    let dir = scratch("chat-uncapped");
+    let model = tiny(&dir, &TinyLlama::new());
+    let out = chat_with(&dir, &["--model", &model, "--ctx", "48", "--backend", "cpu"], b"hello\n");
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let note = stderr.lines().find(|l| l.contains("stopped:")).unwrap_or_else(|| panic!("no stop note: {stderr}"));
