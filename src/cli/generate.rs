@@ -15,7 +15,7 @@ use webtensor::models::{
 #[derive(clap::Args)]
 pub struct ModelArgs {
     /// The model: a GGUF file of a supported architecture.
-    #[arg(long, value_name = "FILE.gguf")]
+    #[arg(long, value_name = "FILE.gguf|NAME", value_parser = super::models::gguf_path)]
     model: String,
     /// Most tokens to generate (per answer, for chat). Default: until the model ends its answer or the context
     /// (--ctx) is full, as llama-cli's conversation mode and Ollama run.

@@ -16,6 +16,7 @@ mod help;
 mod info;
 mod inspect;
 mod matmul;
+mod models;
 mod serve;
 mod setup;
 mod util;
@@ -51,6 +52,9 @@ enum Command {
     Chat(generate::ChatArgs),
     /// An OpenAI-compatible HTTP server (chat, completions, embeddings) with continuous batching.
     Serve(serve::ServeArgs),
+    /// The models installed Python packages ship (GGUF files, sentence-transformers directories), which `--model
+    /// NAME` finds, as `ollama list` lists its models.
+    Models(models::ModelsArgs),
     /// Benchmarks against the peers on this machine (numpy, PyTorch): `webtensor bench matmul --help`.
     Bench(bench::BenchArgs),
 }
@@ -95,6 +99,7 @@ pub fn main() -> ExitCode {
         Command::Chat(args) => generate::run_chat(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Models(args) => models::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,7 +16,7 @@ const SCRIPT: &str = include_str!("../../../scripts/peer_embed.py");
 #[derive(clap::Args)]
 pub struct EmbedBenchArgs {
     /// A sentence-transformers directory.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR|NAME", value_parser = crate::cli::models::any_path)]
     model: String,
     /// Sentences per measurement.
     #[arg(long, default_value_t = 64)]

@@ -16,7 +16,7 @@ const SCRIPT: &str = include_str!("../../../scripts/peer_llama.py");
 #[derive(clap::Args)]
 pub struct GenerateBenchArgs {
     /// The model: a GGUF language model of an architecture webtensor runs (`webtensor inspect FILE` says).
-    #[arg(long, value_name = "FILE.gguf")]
+    #[arg(long, value_name = "FILE.gguf|NAME", value_parser = crate::cli::models::gguf_path)]
     model: String,
     /// Prompt tokens of the prefill test (llama-bench's -p).
     #[arg(long, default_value_t = 512)]

@@ -21,10 +21,10 @@ use std::sync::Arc;
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// The language model: a GGUF file of a supported architecture.
-    #[arg(long, value_name = "FILE.gguf")]
+    #[arg(long, value_name = "FILE.gguf|NAME", value_parser = crate::cli::models::gguf_path)]
     model: Option<String>,
     /// A sentence-transformers directory (MiniLM, BGE, E5, ...) or a BERT GGUF file for /v1/embeddings.
-    #[arg(long, value_name = "DIR|FILE.gguf")]
+    #[arg(long, value_name = "DIR|FILE.gguf|NAME", value_parser = crate::cli::models::any_path)]
     embedding_model: Option<String>,
     /// The language model's name in the API (requests' `model`, /v1/models); default: its file name without
     /// `.gguf`.
