@@ -2,7 +2,7 @@
 """`webtensor serve` against llama.cpp's `llama-server`: the same model, the same load, the same client (this
 script; the standard library only), each server started and stopped here in turn.
 
-Loads (SmolLM2-135M Q4_1 on the CPU in the README's table):
+Loads (SmolLM2-135M Q4_1 on the CPU in docs/performance.md's table):
   1 client       one streamed completion at a time, 128 tokens: decode tokens/s and time to first token
   8 clients      8 concurrent streamed completions of 128 tokens, 3 rounds: total generated tokens/s, p50 and p99
                  time to first token

@@ -74,4 +74,9 @@ pkg = {
 json.dump(pkg, open("pkg/package.json", "w"), indent=2)
 open("pkg/package.json", "a").write("\n")
 PY
+# the sizes a page downloads, measured here rather than written by hand: bytes of each build, raw and gzip -9
+mb() { python3 -c "import sys; print(f'{int(sys.argv[1]) / 1e6:.2f} MB')" "$1"; }
+for w in pkg/webtensor_bg.wasm pkg/webtensor_relaxed_bg.wasm; do
+  echo "build-wasm: $w $(mb "$(wc -c < "$w")") raw, $(mb "$(gzip -9 -c "$w" | wc -c)") gzip -9"
+done
 echo "build-wasm: pkg/ ready ($(du -h pkg/webtensor_bg.wasm | cut -f1) wasm, $(du -h pkg/webtensor_relaxed_bg.wasm | cut -f1) relaxed-simd, version $(python3 -c 'import json; print(json.load(open("pkg/package.json"))["version"])'))"

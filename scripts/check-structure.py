@@ -17,7 +17,7 @@ import sys
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 # The library's stages, lowest first: a module may import from its own stage and the ones below. The path of data
-# (README, Kernels and the compiler) from the element types up to the model runners and the bindings.
+# (docs/kernels.md) from the element types up to the model runners and the bindings.
 STAGES = [
     ["dtype"],
     ["quant", "error"],

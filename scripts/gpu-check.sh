@@ -277,7 +277,7 @@ run() {
     step bench-embed "$WT" bench embed --model "$OUT/models/minilm" --backend "$GPU_BACKEND" --profile \
         "${embed_args[@]}"
     # webtensor serve's rows on the GPU: 1 and 8 streaming clients, 16 embedding clients (no llama-server here;
-    # its CPU figures are in README); left out of the quick run, which CI makes on lavapipe
+    # its CPU figures are in docs/performance.md); left out of the quick run, which CI makes on lavapipe
     if [ $QUICK = 0 ]; then
         step bench-serve python3 "$ROOT/scripts/bench_serve.py" --webtensor "$WT" --backend "$GPU_BACKEND" \
             --model "$OUT/models/smollm2-random.Q4_1.gguf" --embedding-model "$OUT/models/minilm"

@@ -19,7 +19,7 @@ pub const SHADER_CHECKS_ENV: &str = "WEBTENSOR_SHADER_CHECKS";
 
 /// Environment variable: the fewest keys a split of a decode step's attention takes on a GPU device, a whole
 /// number of keys (rounded up to whole tiles). Default: 256 on adapters that run on CPU cores, else one tile, so
-/// that each split runs on a workgroup of its own (README, Kernels). For timing one choice against another on
+/// that each split runs on a workgroup of its own (docs/kernels.md). For timing one choice against another on
 /// the same device (`scripts/gpu-check.sh` times the decode step with 256).
 pub const DECODE_SPLIT_ENV: &str = "WEBTENSOR_DECODE_SPLIT";
 

@@ -362,7 +362,7 @@ fn inspect_and_matmul_a_gguf_tensor() {
     let reference = io::read_tensor(&format!("{QUANT_GGUF}:ref.q4_0")).unwrap();
     let (shape, want) = matmul_f64(&x, &reference, true);
     assert_eq!(shape, [2, 9]);
-    // the CPU rounds activations to 8-bit blocks for its integer dot products (README)
+    // the CPU rounds activations to 8-bit blocks for its integer dot products (docs/models.md)
     assert!(max_rel_error(&got, &want) < 2e-2, "{}", max_rel_error(&got, &want));
     let missing = format!("{QUANT_GGUF}:nope");
     assert_one_error(&webtensor(&dir, &["matmul", &xs, &missing, "-o", "c.npy"]), 1, &["nope", "inspect"]);

@@ -23,7 +23,7 @@ const DRIVER: &str = if cfg!(all(target_arch = "wasm32", target_feature = "relax
     "webtensor cpu"
 };
 
-/// The SIMD the CPU backend's kernels run on this machine (figures differ by it: README's were measured with
+/// The SIMD the CPU backend's kernels run on this machine (figures differ by it: docs/performance.md's were measured with
 /// AVX-512 on some days and AVX2 on others): the matmuls' (`gemm` picks at run time) and the quantized dot
 /// products' (AVX-512 VNNI on repacked weights, AVX2 + FMA, simd128, else scalar).
 fn simd_path() -> &'static str {
