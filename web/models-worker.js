@@ -2,7 +2,7 @@
 // prefill or a CPU decode step never freezes the page. The package streams model files into wasm memory and keeps
 // them in the Cache API ("webtensor-models"): a reload reads them from there. Messages (each answered { id, ok, ... } or
 // { id, ok: false, error }):
-//   { id, type: "load-llm", backend, url }          -> { progress: { file, loaded, total, cached } }*, then
+//   { id, type: "load-llm", backend, url | blob }   -> { progress: { file, loaded, total, cached } }*, then
 //                                                      { backend, adapter, software, why, bytes, seconds }
 //                                                      (backend "auto": see device(); `why` says why the CPU)
 //   { id, type: "chat", messages, options }         -> { prefill: { done, total } }*, { token: text }*, then { result }
@@ -53,7 +53,7 @@ function describe(dev) {
 }
 
 const handlers = {
-  async "load-llm"(id, { backend, url }) {
+  async "load-llm"(id, { backend, url, blob }) {
     const t0 = performance.now();
     const { dev, why } = await device(backend);
     let size = 0;
@@ -63,7 +63,10 @@ const handlers = {
     };
     llm?.free();
     llm = null;
-    llm = await LanguageModel.fromUrl(dev, url, { context: 2048, onProgress });
+    // a file the user picked or dropped (a Blob), or a URL (kept in the Cache API, read from there next time)
+    llm = blob
+      ? await LanguageModel.fromBlob(dev, blob, { context: 2048, onProgress })
+      : await LanguageModel.fromUrl(dev, url, { context: 2048, onProgress });
     console.log(`language model on ${dev.backend} (${dev.adapterName}): ${size} bytes`);
     return { ...describe(dev), why, bytes: size, seconds: (performance.now() - t0) / 1e3 };
   },

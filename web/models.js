@@ -36,28 +36,56 @@ $("models-backend").onchange = () => {
 
 const chat = { loaded: false, busy: false, history: [] };
 
-async function loadLlm() {
+/** The largest model file the page loads: wasm32 addresses 4 GiB, of which the loader takes at most 3 for a file. */
+const MAX_MODEL_BYTES = 3 * 2 ** 30;
+const SHIPPED = { url: LLM_URL, name: "SmolLM2-135M-Instruct, Q4_1 GGUF" };
+
+/** Loads a language model: the shipped one, a `.gguf` the user picked or dropped ({ file }), or one by URL ({ url });
+ *  the chat card then names it. A file too large for the browser's memory is refused before it is read; one the
+ *  library cannot run (another architecture) is refused with the loader's own line. */
+async function loadLlm(source = SHIPPED) {
   $("chat-load").disabled = true;
-  $("chat-status").textContent = "Loading SmolLM2-135M-Instruct…";
+  $("chat-status").dataset.state = "";
+  $("chat-status").textContent = `Loading ${source.name}…`;
   try {
-    const r = await request({ type: "load-llm", backend: backend(), url: LLM_URL }, ({ progress: p }) => {
+    if (source.file && source.file.size > MAX_MODEL_BYTES) {
+      throw new Error(`${source.file.name} is ${(source.file.size / 2 ** 30).toFixed(1)} GiB: more than a page's ` +
+        `wasm memory holds (4 GiB in all, 3 GiB for a model file); the native CLI runs it`);
+    }
+    const msg = { type: "load-llm", backend: backend(), url: source.url, blob: source.file };
+    const r = await request(msg, ({ progress: p }) => {
       $("chat-progress").max = p.total || p.loaded;
       $("chat-progress").value = p.loaded;
-      $("chat-status").textContent = `${p.cached ? "Reading from the browser cache" : "Downloading"}: ` +
+      $("chat-status").textContent = `${p.cached ? "Reading from the browser cache" : source.file ? "Reading" : "Downloading"}: ` +
         `${mib(p.loaded)}${p.total ? ` of ${mib(p.total)}` : ""}`;
     });
     chat.loaded = true;
     chat.history = [];
+    $("chat-log").replaceChildren();
+    $("chat-title").textContent = `Chat (${source.name})`;
     $("chat-load").textContent = "Load model (94 MiB)";
     $("chat-device").textContent = deviceLine(r);
     $("chat-status").textContent = `Loaded ${mib(r.bytes)} in ${r.seconds.toFixed(1)} s.`;
     $("chat-send").disabled = false;
   } catch (e) {
-    $("chat-status").textContent = `Could not load the model: ${e.message}`;
+    $("chat-status").textContent = `Could not load ${source.name}: ${e.message}`;
     $("chat-status").dataset.state = "error";
+  } finally {
     $("chat-load").disabled = false;
   }
 }
+
+const fromFile = (file) => file && loadLlm({ file, name: file.name });
+$("chat-file").onchange = () => fromFile($("chat-file").files[0]);
+$("chat-url-load").onclick = () => {
+  const url = $("chat-url").value.trim();
+  if (url) loadLlm({ url, name: decodeURIComponent(new URL(url, location.href).pathname.split("/").pop() || url) });
+};
+$("chat").addEventListener("dragover", (e) => e.preventDefault());
+$("chat").addEventListener("drop", (e) => {
+  e.preventDefault();
+  fromFile([...(e.dataTransfer?.files ?? [])].find((f) => f.name.endsWith(".gguf")));
+});
 
 async function send() {
   const text = $("chat-input").value.trim();
@@ -159,7 +187,7 @@ async function search() {
 
 if (q.get("question")) $("chat-input").value = q.get("question");
 if (q.get("max")) $("chat-max").value = q.get("max");
-$("chat-load").onclick = loadLlm;
+$("chat-load").onclick = () => loadLlm();
 $("chat-send").onclick = send;
 $("chat-input").onkeydown = (e) => e.key === "Enter" && send();
 $("chat-stop").onclick = () => worker.post({ type: "stop" });

@@ -278,6 +278,49 @@ async function demoSections(browser, url, want, timeout) {
   await page.close();
 }
 
+/** A model of the user's own in the demo's chat: the GGUF file given by the file picker and by URL answers the
+ *  question with the native tokens and the chat card names it; a file the library cannot run is refused with one
+ *  line naming it and the architecture. */
+async function ownModels(browser, url, p, want, timeout) {
+  const page = await browser.newPage();
+  await page.goto(`${url}demo/index.html?backend=cpu&temperature=0&max=${TOKENS}`);
+  const ask = async (how) => {
+    await page.waitForFunction(() => /^(Loaded|Could not)/.test(document.getElementById("chat-status").textContent),
+      null, { timeout, polling: 200 });
+    const status = await page.textContent("#chat-status");
+    if (!status.startsWith("Loaded")) fail(`demo, own model by ${how}: ${status}`);
+    const title = await page.textContent("#chat-title");
+    if (!/SmolLM2-135M-Instruct\.Q4_1\.gguf|smollm2-135m-instruct\.q4_1\.gguf/.test(title)) fail(`demo, own model by ${how}: title "${title}"`);
+    await page.fill("#chat-max", String(TOKENS));
+    await page.fill("#chat-input", CHAT);
+    await page.click("#chat-send");
+    await page.waitForFunction(() => document.querySelector("#chat-log .answer")?.dataset.tokens, null, { timeout });
+    const tokens = (await page.getAttribute("#chat-log .answer", "data-tokens")).split(" ").map(Number);
+    if (tokens.join(" ") !== want.chat.join(" ")) fail(`demo, own model by ${how}: tokens ${tokens} != native ${want.chat}`);
+    return title;
+  };
+  await page.setInputFiles("#chat-file", p.gguf);
+  const byFile = await ask("file picker");
+  await page.fill("#chat-url", `${url}demo/models/smollm2-135m-instruct.q4_1.gguf`);
+  await page.click("#chat-url-load");
+  await page.waitForFunction(() => /^Loading/.test(document.getElementById("chat-status").textContent) ||
+    document.getElementById("chat-title").textContent.includes("q4_1"), null, { timeout });
+  const byUrl = await ask("URL");
+  // a GGUF of an architecture webtensor does not run: one line naming the file and the architecture
+  const dir = mkdtempSync(join(tmpdir(), "webtensor-own-"));
+  const bad = join(dir, "mamba-tiny.gguf");
+  py(`import gguf; w = gguf.GGUFWriter(${JSON.stringify(bad)}, "mamba"); w.add_block_count(1); ` +
+    "w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()");
+  await page.setInputFiles("#chat-file", bad);
+  await page.waitForFunction(() => /^Could not/.test(document.getElementById("chat-status").textContent), null, { timeout });
+  const refused = await page.textContent("#chat-status");
+  if (!/mamba-tiny\.gguf/.test(refused) || !/mamba/.test(refused.replace("mamba-tiny", ""))) fail(`demo: refused as "${refused}"`);
+  rmSync(dir, { recursive: true, force: true });
+  console.log(`models: demo, own model: "${byFile}" by the file picker and "${byUrl}" by URL answered with the ` +
+    `native tokens; an unsupported one: "${refused}"`);
+  await page.close();
+}
+
 async function inChromium(p, want) {
   const { chromium } = await import("playwright-core");
   const site = mkdtempSync(join(tmpdir(), "webtensor-models-"));
@@ -324,6 +367,7 @@ async function inChromium(p, want) {
       await page.close();
     }
     await demoSections(browser, url, want, timeout);
+    await ownModels(browser, url, p, want, timeout);
   } finally {
     await browser.close();
     proc.kill();
