@@ -316,6 +316,28 @@ async function ownModels(browser, url, p, want, timeout) {
   const refused = await page.textContent("#chat-status");
   if (!/mamba-tiny\.gguf/.test(refused) || !/mamba/.test(refused.replace("mamba-tiny", ""))) fail(`demo: refused as "${refused}"`);
   rmSync(dir, { recursive: true, force: true });
+  // no cap by default: with the max-tokens field empty a long answer runs past the 64 tokens the page used to stop
+  // at (Stop ends it); the device choice sits under its own heading
+  await page.setInputFiles("#chat-file", p.gguf);
+  await page.waitForFunction(() => /^Loaded/.test(document.getElementById("chat-status").textContent), null, { timeout });
+  await page.fill("#chat-max", "");
+  await page.fill("#chat-input", "Write a long story about a dragon.");
+  await page.click("#chat-send");
+  // past 70 tokens, or ended by the model itself (its tokens are set when the answer is done)
+  await page.waitForFunction(() => {
+    const a = document.querySelector("#chat-log .answer");
+    return Number(a?.dataset.streamed) > 70 || a?.dataset.tokens;
+  }, null, { timeout });
+  const streamed = await page.evaluate(() => {
+    document.getElementById("chat-stop").click();
+    return Number(document.querySelector("#chat-log .answer").dataset.streamed);
+  });
+  await page.waitForFunction(() => !document.getElementById("chat-send").disabled, null, { timeout: 30000 });
+  const why = await page.textContent("#chat-speed");
+  if (streamed <= 64 && !/stopped: end/.test(why)) fail(`demo: an uncapped answer stopped at ${streamed} tokens: "${why}"`);
+  const heading = await page.evaluate(() => document.getElementById("models-choice").previousElementSibling?.textContent);
+  if (!/models/i.test(heading ?? "")) fail(`demo: the device choice has no heading ("${heading}")`);
+  console.log(`models: demo, no default cap: ${streamed} tokens before Stop ("${why.trim()}"); choice under "${heading}"`);
   console.log(`models: demo, own model: "${byFile}" by the file picker and "${byUrl}" by URL answered with the ` +
     `native tokens; an unsupported one: "${refused}"`);
   await page.close();
