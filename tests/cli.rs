@@ -416,6 +416,41 @@ fn models_are_found_by_name() {
     assert!(stderr.contains("no-such-model") && stderr.contains("webtensor models"), "{stderr}");
 }
 
+/// Ctrl-C (SIGINT) during a chat answer stops it, says so, and the chat goes on to the next line (Unix).
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_a_chat_answer_and_the_chat_goes_on() {
+    use std::io::{Read, Write};
+    let Some(path) = common::smollm2_path() else { return };
+    let dir = scratch("chat-interrupt");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webtensor"))
+        .args(["chat", "--model", &path, "--backend", "cpu", "--seed", "1"])
+        .current_dir(&dir)
+        .env("XDG_RUNTIME_DIR", common::cli::xdg_runtime_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"Write a very long story about a dragon, in many chapters.\n").unwrap();
+    // the answer has started: some of it is on stdout
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).unwrap();
+    let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    stdin.write_all(b"Hi\n").unwrap();
+    drop(stdin);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("stopped: interrupted"), "{stderr}");
+    assert_eq!(stderr.matches("stopped:").count(), 2, "the chat went on to the next message: {stderr}");
+}
+
 // ---- bench --------------------------------------------------------------------------------------------------
 
 /// `bench matmul --quant` on the CPU backend: a mat-vec row (GB/s of the blocks) and a prefill row (GFLOP/s) per
