@@ -423,15 +423,7 @@ fn ctrl_c_stops_a_chat_answer_and_the_chat_goes_on() {
     use std::io::{Read, Write};
     let Some(path) = common::smollm2_path() else { return };
     let dir = scratch("chat-interrupt");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webtensor"))
-        .args(["chat", "--model", &path, "--backend", "cpu", "--seed", "1"])
-        .current_dir(&dir)
-        .env("XDG_RUNTIME_DIR", common::cli::xdg_runtime_dir())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::cli::spawn(&dir, &["chat", "--model", &path, "--backend", "cpu", "--seed", "1"]);
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"Write a very long story about a dragon, in many chapters.\n").unwrap();
     // the answer has started: some of it is on stdout

@@ -174,16 +174,7 @@ fn an_error_in_a_chat_turn_is_on_its_own_line_and_the_chat_goes_on() {
 
 /// `webtensor chat ARGS` in `dir` with `input` on its stdin.
 fn chat_with(dir: &std::path::Path, args: &[&str], input: &[u8]) -> std::process::Output {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_webtensor"))
-        .arg("chat")
-        .args(args)
-        .current_dir(dir)
-        .env("XDG_RUNTIME_DIR", common::cli::xdg_runtime_dir())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::cli::spawn(dir, &[&["chat"][..], args].concat());
     use std::io::Write;
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()

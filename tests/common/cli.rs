@@ -35,6 +35,19 @@ pub fn webtensor(dir: &Path, args: &[&str]) -> Output {
     cmd.output().expect("cannot start the webtensor binary")
 }
 
+/// `webtensor ARGS` started in `dir` with its stdin, stdout and stderr piped (an interactive command: chat).
+pub fn spawn(dir: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_webtensor"))
+        .args(args)
+        .current_dir(dir)
+        .env("XDG_RUNTIME_DIR", xdg_runtime_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot start the webtensor binary")
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
