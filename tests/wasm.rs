@@ -5,7 +5,8 @@
 //! Covers asynchronous readback (the main thread stays responsive: the main thread stays responsive, 50 consecutive
 //! readbacks, a readback while another compute is in flight), the seed example on WebGPU and on the wasm CPU
 //! backend, a few ops against values computed here (the CPU backend's f32 matmul kernel among them), every block
-//! type and the mixture-of-experts ops (`wasm/blocks.rs`), and the JS bindings (`webtensor::wasm`).
+//! type and the mixture-of-experts ops (`wasm/blocks.rs`), the linear-attention ops (`wasm/recurrent.rs`), and the JS
+//! bindings (`webtensor::wasm`).
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Array, Float32Array, Int32Array, Object, Reflect, Uint16Array};
@@ -23,6 +24,8 @@ wasm_bindgen_test_configure!(run_in_browser);
 
 #[path = "wasm/blocks.rs"]
 mod blocks;
+#[path = "wasm/recurrent.rs"]
+mod recurrent;
 
 #[wasm_bindgen]
 extern "C" {
