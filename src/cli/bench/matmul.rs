@@ -179,28 +179,25 @@ impl Ours {
 
     fn timing(self) -> Result<Timing, String> {
         let (one, chain) = (median(&self.one_s), median(&self.chain_s));
-        let s = marginal(one, chain, self.q)?;
+        let (s, bounded) = marginal(one, chain, self.q)?;
         let per_round: Vec<f64> = self.chain_s.iter().zip(&self.one_s).map(|(c, o)| (c - o) / self.q as f64).collect();
         let range = per_round.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
         let stats = self.one.plan.stats();
-        Ok(Timing { s, run_s: Some(one), kernels: stats.kernels, chain: self.q, transfer: stats.transfer, range })
+        let (kernels, transfer) = (stats.kernels, stats.transfer);
+        Ok(Timing { s, run_s: Some(one), kernels, chain: self.q, transfer, range, bounded })
     }
 }
 
 /// One op's marginal time from a one-op plan's run `one` and a `1 + q`-op chain's `chain` (seconds): `(chain −
-/// one) / q`, refused as too noisy where it is not positive or exceeds a whole run's time (upload, op, readback
-/// cost more than the op alone: a figure above it says the samples were disturbed, and is left out).
-fn marginal(one: f64, chain: f64, q: usize) -> Result<f64, String> {
+/// one) / q`, refused as too noisy where it is not positive. It cannot exceed a whole run's time (the run is
+/// upload, the op and readback): where the samples put it above, the run's time is reported as its bound (`true`:
+/// the op alone is at least as fast as the run, said "≥" in the tables), never a figure below the run's.
+fn marginal(one: f64, chain: f64, q: usize) -> Result<(f64, bool), String> {
     let s = (chain - one) / q as f64;
     if s <= 0.0 {
         return Err(format!("too noisy: the {}-op chain ran no slower than one op", 1 + q));
     }
-    if s > one {
-        let why =
-            format!("one op's marginal time ({:.3} ms) came out above a whole run's ({:.3} ms)", s * 1e3, one * 1e3);
-        return Err(format!("too noisy: {why}"));
-    }
-    Ok(s)
+    Ok(if s > one { (one, true) } else { (s, false) })
 }
 
 /// A library taking part in one workload: webtensor on a device, or a prepared peer case.
@@ -433,6 +430,7 @@ fn empty_timing() -> Timing {
         chain: 0,
         transfer: Default::default(),
         range: (f64::NAN, f64::NAN),
+        bounded: false,
     }
 }
 
@@ -440,11 +438,12 @@ fn empty_timing() -> Timing {
 mod tests {
     use super::marginal;
 
-    /// The op-alone figure never exceeds a whole run's cost: where the samples say it does, it is left out.
+    /// The op-alone figure is never below the whole run's: where the samples put its time above a run's, the
+    /// run's time is its bound.
     #[test]
     fn the_marginal_op_never_costs_more_than_a_run() {
-        assert_eq!(marginal(2.0e-3, 8.0e-3, 4), Ok(1.5e-3));
-        assert!(marginal(2.0e-3, 20.0e-3, 4).unwrap_err().contains("above a whole run's"));
+        assert_eq!(marginal(2.0e-3, 8.0e-3, 4), Ok((1.5e-3, false)));
+        assert_eq!(marginal(2.0e-3, 20.0e-3, 4), Ok((2.0e-3, true)));
         assert!(marginal(2.0e-3, 1.9e-3, 4).unwrap_err().contains("no slower"));
     }
 }

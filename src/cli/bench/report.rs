@@ -321,6 +321,9 @@ impl<'a> Doc<'a> {
             match &e.outcome {
                 Ok(t) => {
                     v["ms"] = json!(t.s * 1e3);
+                    if t.bounded {
+                        v["ms_is_upper_bound"] = json!(true);
+                    }
                     v["ms_range"] = json!([t.range.0 * 1e3, t.range.1 * 1e3]);
                     if w.flops() > 0.0 {
                         v["gflops"] = json!(w.flops() / t.s / 1e9);
@@ -545,7 +548,9 @@ impl Columns<'_> {
             cells.push(match e.map(|e| &e.outcome) {
                 Some(Ok(t)) => {
                     let flag = if spread_factor(t) > NOISY { " ⚠" } else { "" };
-                    format!("{} {}{flag}", figure(&m.work, t.s), spread(&m.work, t))
+                    // a bound: the op alone measured slower than a whole run of it, so the run's figure is its floor
+                    let bound = if t.bounded { "≥ " } else { "" };
+                    format!("{bound}{} {}{flag}", figure(&m.work, t.s), spread(&m.work, t))
                 }
                 Some(Err(why)) => status(why).to_string(),
                 None => "—".into(),

@@ -240,6 +240,9 @@ pub struct Timing {
     pub transfer: webtensor::TransferStats,
     /// Fastest and slowest sample, seconds per op (webtensor: per-round marginal times), for the JSON.
     pub range: (f64, f64),
+    /// webtensor only: the marginal op measured above a whole run's time, so `s` is the run's (the op alone is at
+    /// least that fast): reported as a bound, "≥".
+    pub bounded: bool,
 }
 
 /// Every library's figures for one workload.

@@ -316,9 +316,15 @@ impl Batch {
         let (mut tokens, mut pos, mut cache_rows) = (vec![0i32; n], vec![0i32; n], vec![0i32; n]);
         // each row sees its own positions (an idle row its first only: a softmax over none has no value)
         let mut mask = vec![f32::NEG_INFINITY; n * cap];
+        let recurrent = self.cache.is_recurrent();
         for (i, slot) in self.slots[..n].iter_mut().enumerate() {
             if slot.cached.len() >= cap {
-                slot.cached.pop(); // an idle full cache gives up its last row
+                // an idle full cache gives up its last row; a recurrent state cannot give up a token, so such a
+                // slot keeps nothing (its next sequence starts from zeros)
+                match recurrent {
+                    true => slot.cached.clear(),
+                    false => _ = slot.cached.pop(),
+                }
                 slot.canonical = slot.canonical.min(slot.cached.len());
             }
             pos[i] = slot.cached.len() as i32;
