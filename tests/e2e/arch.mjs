@@ -1,6 +1,7 @@
 // Every decoder architecture through the wasm package in Node.js (the wasm CPU backend), against the native CLI on
 // the same files: scripts/arch_models.py writes one small random-weight GGUF file per family (llama, Llama 3's rope
-// factors, Mistral's sliding window, qwen2, qwen2 with YaRN, qwen3, phi3, phi3 with LongRoPE, gemma2, gemma3);
+// factors, Mistral's sliding window, qwen2, qwen2 with YaRN, qwen3, phi3, phi3 with LongRoPE, gemma2, gemma3, and
+// the hybrids of scripts/hybrid_models.py: qwen35, qwen3next, qwen35moe, their recurrent states in the package);
 // LanguageModel.load must read each, and its tokens must equal `webtensor generate --json --backend cpu`'s: 8 greedy
 // tokens, and 12 drawn at temperature 2 with seed 7 (random weights decode greedily into loops; the draws make the
 // tokens vary). Then the encoder family:
@@ -17,7 +18,8 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const CASES = ["llama", "llama3", "mistral", "qwen2", "qwen2_yarn", "qwen3", "phi3", "phi3_longrope", "gemma2", "gemma3"];
+const CASES = ["llama", "llama3", "mistral", "qwen2", "qwen2_yarn", "qwen3", "phi3", "phi3_longrope", "gemma2", "gemma3",
+  "qwen35", "qwen3next", "qwen35moe"];
 const PROMPT = "hello the world";
 const RUNS = [
   { name: "greedy", tokens: 8, temperature: 0 },
